@@ -1,0 +1,442 @@
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "config.h"
+#include "msb-limits.h"
+#include "msb-build.h"
+#include "xmalloc.h"
+
+enum config_type {
+	CONFIG_STRING,   /* char *, "" means unset (NULL) where nullable */
+	CONFIG_LONG,     /* long within [min, max] */
+	CONFIG_SIZE,     /* size_t within [min, max], suffixes K M G (binary) */
+	CONFIG_MODE,     /* unsigned, octal, within [0, 0777] */
+	CONFIG_BOOL,     /* true/false/yes/no/on/off/1/0 */
+	_CONFIG_TYPE_MAX,
+};
+
+struct config_key {
+	const char *name;
+	enum config_type type;
+	size_t offset;
+	long long min, max;
+	bool restart;    /* a change takes effect only after a restart */
+	const char *help;
+};
+
+#define K(name, type, field, min, max, restart, help) \
+	{ name, type, offsetof(struct msbd_config, field), min, max, restart, help }
+
+static const struct config_key config_keys[] = {
+	K("socket.path", CONFIG_STRING, socket_path, 0, 0, true, "the listening socket (unless socket-activated)"),
+	K("socket.group", CONFIG_STRING, socket_group, 0, 0, true, "group owning the socket"),
+	K("socket.mode", CONFIG_MODE, socket_mode, 0, 0777, true, "socket file mode, octal"),
+	K("engine.host", CONFIG_STRING, engine_host, 0, 0, true, "Docker endpoint (unix:// or tcp://)"),
+	K("engine.timeout_ms", CONFIG_LONG, engine_timeout_ms, 100, 3600000, false, "deadline of one engine request"),
+	K("engine.reconnect_min_ms", CONFIG_LONG, engine_reconnect_min_ms, 10, 600000, false, "first retry after the engine is lost"),
+	K("engine.reconnect_max_ms", CONFIG_LONG, engine_reconnect_max_ms, 10, 600000, false, "longest retry interval"),
+	K("limits.max_frame_bytes", CONFIG_SIZE, max_frame_bytes, MSB_FRAME_MIN_BYTES, 1LL << 30, false, "largest request frame"),
+	K("limits.max_connections", CONFIG_LONG, max_connections, 1, 65536, false, "client connections at once"),
+	K("limits.max_inflight", CONFIG_LONG, max_inflight, 1, 4096, false, "requests in flight per connection"),
+	K("limits.buffer_budget_bytes", CONFIG_SIZE, buffer_budget_bytes, MSB_FRAME_MIN_BYTES, 1LL << 40, false, "bytes buffered from all clients"),
+	K("limits.frame_timeout_ms", CONFIG_LONG, frame_timeout_ms, 100, 3600000, false, "time for one frame to arrive whole"),
+	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
+	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
+};
+
+static const char *default_socket_path(void)
+{
+	static char buf[PATH_MAX];
+	const char *xdg;
+
+	if (geteuid() == 0)
+		return MSB_DEFAULT_SOCKET;
+	xdg = getenv("XDG_RUNTIME_DIR");
+	if (!xdg || !*xdg)
+		return NULL;
+	snprintf(buf, sizeof(buf), "%s/maf-sandbox.sock", xdg);
+	return buf;
+}
+
+struct msbd_config *config_new_defaults(void)
+{
+	struct msbd_config *cfg = xcalloc(1, sizeof(*cfg));
+	const char *path = default_socket_path();
+
+	cfg->socket_path = path ? xstrdup(path) : NULL;
+	cfg->socket_mode = MSB_SOCKET_MODE;
+	cfg->engine_timeout_ms = MSB_ENGINE_TIMEOUT_MS;
+	cfg->engine_reconnect_min_ms = MSB_ENGINE_RECONNECT_MIN_MS;
+	cfg->engine_reconnect_max_ms = MSB_ENGINE_RECONNECT_MAX_MS;
+	cfg->max_frame_bytes = MSB_FRAME_MAX_BYTES;
+	cfg->max_connections = MSB_MAX_CONNECTIONS;
+	cfg->max_inflight = MSB_MAX_INFLIGHT;
+	cfg->buffer_budget_bytes = MSB_BUFFER_BUDGET_BYTES;
+	cfg->frame_timeout_ms = MSB_FRAME_TIMEOUT_MS;
+	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
+	return cfg;
+}
+
+struct msbd_config *config_free(struct msbd_config *cfg)
+{
+	if (!cfg)
+		return NULL;
+	free(cfg->socket_path);
+	free(cfg->socket_group);
+	free(cfg->engine_host);
+	free(cfg->file);
+	free(cfg);
+	return NULL;
+}
+
+static const struct config_key *config_key_find(const char *name)
+{
+	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+		if (strcmp(config_keys[i].name, name) == 0)
+			return &config_keys[i];
+	return NULL;
+}
+
+static int parse_integer(const char *s, int base, long long *ret)
+{
+	char *end;
+	long long v;
+
+	if (!*s || isspace((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoll(s, &end, base);
+	if (errno || end == s)
+		return -EINVAL;
+	*ret = v;
+	return (int)(end - s);
+}
+
+static int parse_size(const char *s, long long *ret)
+{
+	long long v, mult = 1;
+	int n = parse_integer(s, 10, &v);
+
+	if (n < 0)
+		return n;
+	s += n;
+	if (*s == 'K' || *s == 'k')
+		mult = 1024LL;
+	else if (*s == 'M' || *s == 'm')
+		mult = 1024LL * 1024;
+	else if (*s == 'G' || *s == 'g')
+		mult = 1024LL * 1024 * 1024;
+	else if (*s)
+		return -EINVAL;
+	if (*s && s[1] && strcmp(s + 1, "iB") && strcmp(s + 1, "B"))
+		return -EINVAL;
+	if (v < 0 || v > LLONG_MAX / mult)
+		return -ERANGE;
+	*ret = v * mult;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *ret)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0)
+			return *ret = true, 0;
+		if (strcasecmp(s, no[i]) == 0)
+			return *ret = false, 0;
+	}
+	return -EINVAL;
+}
+
+static int set_number(struct msbd_config *cfg, const struct config_key *k, const char *value,
+		      char **reterr_message)
+{
+	long long v;
+	int r;
+
+	if (k->type == CONFIG_SIZE)
+		r = parse_size(value, &v);
+	else {
+		r = parse_integer(value, k->type == CONFIG_MODE ? 8 : 10, &v);
+		r = r < 0 ? r : value[r] ? -EINVAL : 0;
+	}
+	if (r < 0 || v < k->min || v > k->max) {
+		*reterr_message = xasprintf("%s: \"%s\" is not %s from %lld to %lld", k->name, value,
+					    k->type == CONFIG_MODE ? "an octal mode" : "a number",
+					    k->min, k->max);
+		return -EINVAL;
+	}
+	if (k->type == CONFIG_LONG)
+		*(long *)((char *)cfg + k->offset) = (long)v;
+	else if (k->type == CONFIG_SIZE)
+		*(size_t *)((char *)cfg + k->offset) = (size_t)v;
+	else
+		*(unsigned *)((char *)cfg + k->offset) = (unsigned)v;
+	return 0;
+}
+
+int config_set(struct msbd_config *cfg, const char *key, const char *value, char **reterr_message)
+{
+	const struct config_key *k = config_key_find(key);
+	char **slot;
+	bool b;
+
+	if (!k) {
+		*reterr_message = xasprintf("unknown setting \"%s\"", key);
+		return -ENOENT;
+	}
+	switch (k->type) {
+	case CONFIG_STRING:
+		slot = (char **)((char *)cfg + k->offset);
+		free(*slot);
+		*slot = *value ? xstrdup(value) : NULL;
+		return 0;
+	case CONFIG_BOOL:
+		if (parse_bool(value, &b) < 0) {
+			*reterr_message = xasprintf("%s: \"%s\" is not a boolean (true or false)",
+						    key, value);
+			return -EINVAL;
+		}
+		*(bool *)((char *)cfg + k->offset) = b;
+		return 0;
+	case CONFIG_LONG:
+	case CONFIG_SIZE:
+	case CONFIG_MODE:
+		return set_number(cfg, k, value, reterr_message);
+	default:
+		assert(!"unreachable");
+		return -EINVAL;
+	}
+}
+
+int config_validate(const struct msbd_config *cfg, char **reterr_message)
+{
+	if (!cfg->socket_path || cfg->socket_path[0] != '/') {
+		*reterr_message = xstrdup(cfg->socket_path ?
+			"socket.path must be an absolute path" :
+			"socket.path is not set: not running as root and XDG_RUNTIME_DIR is unset; "
+			"use --socket PATH");
+		return -EINVAL;
+	}
+	if (strlen(cfg->socket_path) >= 108) {
+		*reterr_message = xasprintf("socket.path is longer than a Unix socket path may be "
+					    "(107 bytes): %s", cfg->socket_path);
+		return -ENAMETOOLONG;
+	}
+	if (cfg->socket_group && !getgrnam(cfg->socket_group)) {
+		*reterr_message = xasprintf("socket.group: no group named \"%s\"", cfg->socket_group);
+		return -ENOENT;
+	}
+	if (cfg->buffer_budget_bytes < cfg->max_frame_bytes) {
+		*reterr_message = xasprintf("limits.buffer_budget_bytes (%zu) must be at least "
+					    "limits.max_frame_bytes (%zu)",
+					    cfg->buffer_budget_bytes, cfg->max_frame_bytes);
+		return -EINVAL;
+	}
+	if (cfg->engine_reconnect_min_ms > cfg->engine_reconnect_max_ms) {
+		*reterr_message = xasprintf("engine.reconnect_min_ms (%ld) is above "
+					    "engine.reconnect_max_ms (%ld)",
+					    cfg->engine_reconnect_min_ms, cfg->engine_reconnect_max_ms);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Splits one line into key and value in place. Returns 1 for a setting,
+ * 0 for a blank or comment line, -EINVAL for anything else. */
+static int config_split_line(char *line, char **ret_key, char **ret_value)
+{
+	char *p = line, *eq, *end, *v;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '\0' || *p == '#')
+		return 0;
+	eq = strchr(p, '=');
+	if (!eq)
+		return -EINVAL;
+	for (end = eq; end > p && isspace((unsigned char)end[-1]); end--)
+		;
+	*end = '\0';
+	v = eq + 1;
+	while (isspace((unsigned char)*v))
+		v++;
+	if (*v == '"') {
+		end = strchr(v + 1, '"');
+		if (!end)
+			return -EINVAL;
+		*end++ = '\0';
+		v++;
+		while (isspace((unsigned char)*end))
+			end++;
+		if (*end && *end != '#')
+			return -EINVAL;
+	} else {
+		char *hash = v;
+
+		while ((hash = strchr(hash, '#')) && hash > v && !isspace((unsigned char)hash[-1]))
+			hash++;
+		end = hash ? hash : v + strlen(v);
+		while (end > v && isspace((unsigned char)end[-1]))
+			end--;
+		*end = '\0';
+	}
+	if (*p == '\0')
+		return -EINVAL;
+	*ret_key = p;
+	*ret_value = v;
+	return 1;
+}
+
+static int config_read_file(struct msbd_config *cfg, const char *path, bool must_exist,
+			    char **reterr_message)
+{
+	_cleanup_(fclosep) FILE *f = fopen(path, "re");
+	char line[MSB_CONFIG_LINE_MAX + 2];
+	struct stat st;
+	unsigned lineno = 0;
+
+	if (!f) {
+		if (errno == ENOENT && !must_exist)
+			return 0;
+		*reterr_message = xasprintf("%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MSB_CONFIG_FILE_MAX_BYTES) {
+		*reterr_message = xasprintf("%s: not a regular file of at most %d bytes", path,
+					    MSB_CONFIG_FILE_MAX_BYTES);
+		return -EINVAL;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *key, *value, *msg = NULL;
+		size_t n = strlen(line);
+		int r;
+
+		lineno++;
+		if (n > MSB_CONFIG_LINE_MAX) {
+			*reterr_message = xasprintf("%s:%u: line too long", path, lineno);
+			return -EINVAL;
+		}
+		line[strcspn(line, "\r\n")] = '\0';
+		r = config_split_line(line, &key, &value);
+		if (r == 0)
+			continue;
+		if (r < 0) {
+			*reterr_message = xasprintf("%s:%u: expected \"key = value\"", path, lineno);
+			return r;
+		}
+		r = config_set(cfg, key, value, &msg);
+		if (r < 0) {
+			*reterr_message = xasprintf("%s:%u: %s", path, lineno, msg);
+			free(msg);
+			return r;
+		}
+	}
+	free(cfg->file);
+	cfg->file = xstrdup(path);
+	return 0;
+}
+
+static int config_apply_set(struct msbd_config *cfg, const char *set, char **reterr_message)
+{
+	_cleanup_free_ char *copy = xstrdup(set);
+	char *eq = strchr(copy, '=');
+
+	if (!eq) {
+		*reterr_message = xasprintf("--set %s: expected key=value", set);
+		return -EINVAL;
+	}
+	*eq = '\0';
+	return config_set(cfg, copy, eq + 1, reterr_message);
+}
+
+int config_load(const struct msbd_cmdline *cmd, struct msbd_config **ret, char **reterr_message)
+{
+	struct msbd_config *cfg = config_new_defaults();
+	const char *file = cmd->config_file ? cmd->config_file : MSB_DEFAULT_CONFIG_FILE;
+	int r;
+
+	r = config_read_file(cfg, file, cmd->config_file != NULL, reterr_message);
+	for (size_t i = 0; r >= 0 && i < cmd->n_sets; i++)
+		r = config_apply_set(cfg, cmd->sets[i], reterr_message);
+	if (r >= 0)
+		r = config_validate(cfg, reterr_message);
+	if (r < 0) {
+		config_free(cfg);
+		return r;
+	}
+	*ret = cfg;
+	return 0;
+}
+
+static void config_format(const struct msbd_config *cfg, const struct config_key *k, char *buf,
+			  size_t size)
+{
+	const char *base = (const char *)cfg + k->offset;
+	const char *s;
+
+	switch (k->type) {
+	case CONFIG_STRING:
+		s = *(char *const *)base;
+		snprintf(buf, size, "%s", s ? s : "");
+		break;
+	case CONFIG_LONG:
+		snprintf(buf, size, "%ld", *(const long *)base);
+		break;
+	case CONFIG_SIZE:
+		snprintf(buf, size, "%zu", *(const size_t *)base);
+		break;
+	case CONFIG_MODE:
+		snprintf(buf, size, "%04o", *(const unsigned *)base);
+		break;
+	case CONFIG_BOOL:
+		snprintf(buf, size, "%s", *(const bool *)base ? "true" : "false");
+		break;
+	default:
+		assert(!"unreachable");
+	}
+}
+
+char *config_restart_keys_changed(const struct msbd_config *a, const struct msbd_config *b)
+{
+	char *list = NULL;
+
+	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+		char va[PATH_MAX], vb[PATH_MAX];
+		char *grown;
+
+		if (!config_keys[i].restart)
+			continue;
+		config_format(a, &config_keys[i], va, sizeof(va));
+		config_format(b, &config_keys[i], vb, sizeof(vb));
+		if (strcmp(va, vb) == 0)
+			continue;
+		grown = xasprintf("%s%s%s", list ? list : "", list ? ", " : "", config_keys[i].name);
+		free(list);
+		list = grown;
+	}
+	return list;
+}
+
+void config_dump(const struct msbd_config *cfg, FILE *out)
+{
+	fprintf(out, "# configuration file: %s\n", cfg->file ? cfg->file : "(none)");
+	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+		char v[PATH_MAX];
+
+		config_format(cfg, &config_keys[i], v, sizeof(v));
+		fprintf(out, "# %s\n%s = %s\n", config_keys[i].help, config_keys[i].name, v);
+	}
+}

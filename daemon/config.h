@@ -1,0 +1,68 @@
+/* config.h — the daemon's configuration: defaults → file → flags.
+ *
+ * The file holds `key = value` lines; `#` starts a comment (at the start of a
+ * line or after whitespace); blank lines are ignored; values may be quoted
+ * with "". Keys are dotted (socket.path, limits.max_frame_bytes, ...), the
+ * same names `--set key=value` takes. An unknown key or a bad value is an
+ * error naming the file, the line and the key. The whole result is
+ * validated before use and read-only afterwards; SIGHUP builds a new one. */
+#ifndef MSB_CONFIG_H
+#define MSB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+struct msbd_config {
+	char *socket_path;          /* socket.path */
+	char *socket_group;         /* socket.group: NULL = the daemon's own group */
+	unsigned socket_mode;       /* socket.mode (octal) */
+	char *engine_host;          /* engine.host: NULL = DOCKER_HOST/context/default */
+	long engine_timeout_ms;     /* engine.timeout_ms */
+	long engine_reconnect_min_ms;
+	long engine_reconnect_max_ms;
+	size_t max_frame_bytes;     /* limits.max_frame_bytes */
+	long max_connections;       /* limits.max_connections */
+	long max_inflight;          /* limits.max_inflight */
+	size_t buffer_budget_bytes; /* limits.buffer_budget_bytes */
+	long frame_timeout_ms;      /* limits.frame_timeout_ms */
+	long drain_ms;              /* shutdown.drain_ms */
+	bool debug;                 /* log.debug */
+	char *file;                 /* the file read, or NULL */
+};
+
+/* What the command line asked for; kept so SIGHUP can re-apply it. */
+struct msbd_cmdline {
+	const char *config_file;    /* --config; NULL = the default file if present */
+	char **sets;                /* "key=value" from --set, --socket, --debug; NULL-terminated */
+	size_t n_sets;
+};
+
+#define MSB_ENGINE_TIMEOUT_MS        60000
+#define MSB_ENGINE_RECONNECT_MIN_MS  250
+#define MSB_ENGINE_RECONNECT_MAX_MS  10000
+#define MSB_SOCKET_MODE              0660
+/* Files larger than this are not configuration files. */
+#define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
+#define MSB_CONFIG_LINE_MAX          4096
+
+/* Builds a configuration: defaults, then the file (the cmdline's, or
+ * MSB_DEFAULT_CONFIG_FILE if it exists), then the cmdline's sets, then
+ * validates. Returns 0 and *ret (owned), or a negative errno and
+ * *reterr_message (malloc'd). */
+int config_load(const struct msbd_cmdline *cmd, struct msbd_config **ret, char **reterr_message);
+/* Applies one "key=value" to cfg (no validation across keys). */
+int config_set(struct msbd_config *cfg, const char *key, const char *value, char **reterr_message);
+/* Cross-key validation. */
+int config_validate(const struct msbd_config *cfg, char **reterr_message);
+struct msbd_config *config_new_defaults(void);
+/* NULL-safe; returns NULL. */
+struct msbd_config *config_free(struct msbd_config *cfg);
+/* The keys whose change needs a restart, differing between a and b, as a
+ * malloc'd comma-separated list, or NULL when none differ. */
+char *config_restart_keys_changed(const struct msbd_config *a, const struct msbd_config *b);
+/* Prints every key = value, one per line (for --check-config). */
+void config_dump(const struct msbd_config *cfg, FILE *out);
+
+#endif

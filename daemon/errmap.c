@@ -1,0 +1,51 @@
+#include <errno.h>
+#include <string.h>
+
+#include "errmap.h"
+#include "log.h"
+
+/* Docker's error body is {"message": "..."}; anything else is shown raw. */
+static const char *engine_message(const struct engine_reply *reply, json_t **ret_root)
+{
+	json_t *root = reply->body_len ? json_loadb(reply->body, reply->body_len, 0, NULL) : NULL;
+	const char *m = json_string_value(json_object_get(root, "message"));
+
+	*ret_root = root;
+	return m ? m : reply->body;
+}
+
+void errmap_engine(int error, const struct engine_reply *reply, const char *what,
+		   struct msb_error *reterr)
+{
+	json_t *root = NULL;
+
+	switch (error) {
+	case 0:
+		log_warnx("%s: the engine answered %ld: %.512s", what, reply->status,
+			  engine_message(reply, &root));
+		json_decref(root);
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+			      json_pack("{s:i}", "engine_status", (int)reply->status),
+			      "the Docker engine refused %s (HTTP %ld)", what, reply->status);
+		return;
+	case -ETIMEDOUT:
+		log_warnx("%s: the engine did not answer in time", what);
+		msb_error_set(reterr, MSB_ERR_ENGINE_TIMEOUT, NULL,
+			      "the Docker engine did not answer in time while %s", what);
+		return;
+	case -ECANCELED:
+		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		return;
+	case -EMSGSIZE:
+	case -EPROTO:
+		log_warnx("%s: unusable reply from the engine: %s", what, strerror(-error));
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, NULL,
+			      "the Docker engine sent an unusable reply while %s", what);
+		return;
+	default:
+		log_debug("engine", "%s: %s", what, strerror(-error));
+		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
+			      "the Docker engine is not reachable");
+		return;
+	}
+}

@@ -1,0 +1,16 @@
+/* errmap.h — layer 3 of STYLE G10: an engine request's outcome (-errno or an
+ * HTTP status with Docker's {"message"}) becomes a struct msb_error. The
+ * engine's own text goes to the log, never into the wire message. */
+#ifndef MSB_ERRMAP_H
+#define MSB_ERRMAP_H
+
+#include "engine.h"
+#include "errors.h"
+
+/* what: a short phrase for the log ("reading the engine version").
+ * Fills *reterr for a failed request: error < 0, or error 0 with
+ * reply->status >= 400. */
+void errmap_engine(int error, const struct engine_reply *reply, const char *what,
+		   struct msb_error *reterr);
+
+#endif

@@ -1,0 +1,195 @@
+/* m_daemon.c — the daemon.* methods: describe, status, engine. */
+#include <errno.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "engine.h"
+#include "errmap.h"
+#include "msb-limits.h"
+#include "log.h"
+#include "msb-build.h"
+#include "server.h"
+#include "types.h"
+#include "xmalloc.h"
+
+/* What the Docker backend serves (behaviour-docker §1): never files_list,
+ * run_code, snapshot. */
+#define DOCKER_CAPABILITIES                                                        \
+	(MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_HOST_TOOLS) | MSB_BIT(MSB_CAP_FILES_IN) | \
+	 MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM))
+#define DOCKER_EGRESS_MODES (MSB_BIT(MSB_EGRESS_CLOSED))
+#define DOCKER_SCOPES (MSB_BIT(MSB_SCOPE_CONVERSATION) | MSB_BIT(MSB_SCOPE_CALL))
+
+/* Largest /version reply we read. */
+#define MSB_ENGINE_VERSION_MAX_BODY (64 * 1024)
+
+struct no_params {
+	int unused;
+};
+
+static double msbd_uptime(const struct msbd *d)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - d->started.tv_sec) + (now.tv_nsec - d->started.tv_nsec) / 1e9;
+}
+
+static json_t *json_string_or_null(const char *s)
+{
+	json_t *j = s ? json_string(s) : NULL;
+
+	return j ? j : json_null();
+}
+
+/* posix iff the engine reported Os linux (any case); nothing read → none. */
+static uint32_t engine_os_families(const struct engine *e)
+{
+	const struct engine_info *info = engine_get_info(e);
+
+	return info && info->os && strcasecmp(info->os, "linux") == 0 ? MSB_BIT(MSB_OS_POSIX) : 0;
+}
+
+static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *params)
+{
+	const struct msbd *d = rpc_call_ctx(call);
+	const struct msb_transfer_limits lim = {
+		MSB_TRANSFER_MAX_FILE_BYTES, MSB_TRANSFER_MAX_TOTAL_BYTES, MSB_TRANSFER_MAX_FILES
+	};
+	json_t *r;
+
+	(void)params;
+	r = json_pack("{s:{s:s, s:s}, s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:o, s:{s:o, s:o}, s:{s:I, s:I}}",
+		      "daemon", "name", "maf-sandboxd", "version", PACKAGE_VERSION,
+		      "protocol_version", MSB_PROTOCOL_VERSION,
+		      "backend", "docker",
+		      "isolation", msb_isolation_to_string(MSB_ISOLATION_CONTAINER),
+		      "capabilities", msb_capability_set_encode(DOCKER_CAPABILITIES),
+		      "egress_modes", msb_egress_set_encode(DOCKER_EGRESS_MODES),
+		      "observes_egress", 0,
+		      "isolation_scopes", msb_scope_set_encode(DOCKER_SCOPES),
+		      "os_families", msb_os_family_set_encode(engine_os_families(d->engine)),
+		      "limits", "files_in", msb_transfer_limits_encode(&lim),
+		      "files_out", msb_transfer_limits_encode(&lim),
+		      "wire", "max_frame_bytes", (json_int_t)d->config->max_frame_bytes,
+		      "max_inflight", (json_int_t)d->config->max_inflight);
+	if (!r)
+		return rpc_fail(call, MSB_ERR_INTERNAL, NULL, "cannot encode the declarations");
+	return rpc_reply(call, r);
+}
+
+static json_t *status_engine(const struct engine *e)
+{
+	const struct engine_info *info = engine_get_info(e);
+	const struct engine_endpoint *ep = engine_get_endpoint(e);
+	enum engine_state st = engine_get_state(e);
+	json_t *j = json_object();
+
+	json_object_set_new(j, "endpoint", json_string_or_null(ep->host));
+	json_object_set_new(j, "endpoint_source", json_string_or_null(ep->source));
+	json_object_set_new(j, "state", json_string(engine_state_to_string(st)));
+	json_object_set_new(j, "reachable", json_boolean(st == ENGINE_REACHABLE));
+	json_object_set_new(j, "version", json_string_or_null(info ? info->version : NULL));
+	json_object_set_new(j, "api_version", json_string_or_null(info ? info->api_version : NULL));
+	json_object_set_new(j, "engine_api_version",
+			    json_string_or_null(info ? info->engine_api_version : NULL));
+	json_object_set_new(j, "os", json_string_or_null(info ? info->os : NULL));
+	json_object_set_new(j, "last_error", json_string_or_null(engine_get_last_error(e)));
+	json_object_set_new(j, "requests", json_integer((json_int_t)engine_requests_made(e)));
+	json_object_set_new(j, "call_requests", json_integer((json_int_t)engine_call_requests_made(e)));
+	return j;
+}
+
+static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *params)
+{
+	const struct msbd *d = rpc_call_ctx(call);
+	const struct server_stats *s = server_get_stats(d->server);
+
+	(void)params;
+	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}}",
+		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
+		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
+		"engine", status_engine(d->engine),
+		"connections", "current", (json_int_t)s->connections_current,
+		"accepted", (json_int_t)s->connections_accepted,
+		"rejected", (json_int_t)s->connections_rejected,
+		"requests", "total", (json_int_t)s->requests_total,
+		"in_flight", (json_int_t)s->requests_in_flight,
+		"errors", (json_int_t)s->requests_errors));
+}
+
+static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)
+{
+	const struct engine_info *info = engine_get_info(e);
+	json_t *v = json_loadb(body, len, 0, NULL);
+	json_t *r;
+
+	if (!json_is_object(v)) {
+		json_decref(v);
+		return NULL;
+	}
+	r = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}",
+		      "version", json_string_or_null(json_string_value(json_object_get(v, "Version"))),
+		      "api_version", json_string_or_null(info ? info->api_version : NULL),
+		      "engine_api_version",
+		      json_string_or_null(json_string_value(json_object_get(v, "ApiVersion"))),
+		      "os", json_string_or_null(json_string_value(json_object_get(v, "Os"))),
+		      "arch", json_string_or_null(json_string_value(json_object_get(v, "Arch"))),
+		      "kernel_version",
+		      json_string_or_null(json_string_value(json_object_get(v, "KernelVersion"))));
+	json_decref(v);
+	return r;
+}
+
+static void m_daemon_engine_done(struct engine_req *req, int error, const struct engine_reply *reply,
+				 void *arg)
+{
+	struct rpc_call *call = arg;
+	const struct msbd *d = rpc_call_ctx(call);
+	struct msb_error e = { 0 };
+	json_t *r;
+
+	(void)req;
+	if (error < 0 || reply->status >= 400) {
+		errmap_engine(error, reply, "reading the engine version", &e);
+		rpc_call_fail_error(call, &e);
+		msb_error_clear(&e);
+		return;
+	}
+	r = engine_version_result(d->engine, reply->body, reply->body_len);
+	if (!r) {
+		rpc_call_fail(call, MSB_ERR_ENGINE_ERROR, NULL,
+			      "the Docker engine sent an unreadable version");
+		return;
+	}
+	rpc_call_reply(call, r);
+}
+
+static struct rpc_result *m_daemon_engine(struct rpc_call *call, const void *params)
+{
+	const struct msbd *d = rpc_call_ctx(call);
+	const struct engine_call ec = {
+		.method = "GET", .path = "/version", .max_body = MSB_ENGINE_VERSION_MAX_BODY,
+	};
+	struct msb_error e = { 0 };
+	struct rpc_result *res;
+	int r;
+
+	(void)params;
+	r = engine_call_start(d->engine, &ec, m_daemon_engine_done, call, NULL);
+	if (r >= 0)
+		return rpc_pending(call);
+	errmap_engine(r, NULL, "reading the engine version", &e);
+	res = rpc_fail_error(call, &e);
+	msb_error_clear(&e);
+	return res;
+}
+
+const struct rpc_method msbd_methods[] = {
+	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params) },
+	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params) },
+	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params) },
+};
+const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);

@@ -1,0 +1,292 @@
+/* maf-sandboxd — gives AI agents isolated Docker sandboxes over JSON-RPC. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "cleanup.h"
+#include "config.h"
+#include "daemon.h"
+#include "engine.h"
+#include "log.h"
+#include "msb-build.h"
+#include "sd.h"
+#include "server.h"
+#include "xmalloc.h"
+
+struct msbd_main {
+	struct msbd d;
+	struct msbd_cmdline cmdline;
+	struct event *sig_term, *sig_int, *sig_hup;
+	struct event *drain_timer;
+	bool stopping;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: maf-sandboxd [OPTIONS]\n"
+		"Serve maf-sandbox's JSON-RPC protocol on a Unix socket, driving a Docker engine.\n\n"
+		"  -f, --config FILE       configuration file (default %s if it exists)\n"
+		"  -s, --socket PATH       listen on PATH (same as --set socket.path=PATH);\n"
+		"                          ignored under systemd socket activation\n"
+		"  -e, --engine-host URL   Docker endpoint, unix:///path or tcp://host:port\n"
+		"                          (same as --set engine.host=URL)\n"
+		"      --set KEY=VALUE     set any configuration key (repeatable)\n"
+		"  -d, --debug             debug logging (same as --set log.debug=true)\n"
+		"  -n, --check-config      check the configuration, print it, and exit\n"
+		"  -h, --help              this help\n"
+		"  -V, --version           print the version\n\n"
+		"Signals: TERM/INT drain requests in flight, then exit 0; HUP reloads the\n"
+		"configuration (kept as it was if the new one is invalid).\n",
+		MSB_DEFAULT_CONFIG_FILE);
+}
+
+static void cmdline_add(struct msbd_cmdline *c, char *set)
+{
+	c->sets = xrealloc(c->sets, (c->n_sets + 2) * sizeof(*c->sets));
+	c->sets[c->n_sets++] = set;
+	c->sets[c->n_sets] = NULL;
+}
+
+static void cmdline_free(struct msbd_cmdline *c)
+{
+	for (size_t i = 0; i < c->n_sets; i++)
+		free(c->sets[i]);
+	free(c->sets);
+}
+
+/* Returns -1 to go on, or an exit status. */
+static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_check)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'f' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "engine-host", required_argument, NULL, 'e' },
+		{ "set", required_argument, NULL, 'S' },
+		{ "debug", no_argument, NULL, 'd' },
+		{ "check-config", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "f:s:e:dnhV", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f': c->config_file = optarg; break;
+		case 's': cmdline_add(c, xasprintf("socket.path=%s", optarg)); break;
+		case 'e': cmdline_add(c, xasprintf("engine.host=%s", optarg)); break;
+		case 'S': cmdline_add(c, xstrdup(optarg)); break;
+		case 'd': cmdline_add(c, xstrdup("log.debug=true")); break;
+		case 'n': *ret_check = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("maf-sandboxd %s\n", PACKAGE_VERSION); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "maf-sandboxd: unexpected argument \"%s\"\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+static struct engine_options engine_options_from(const struct msbd_config *cfg)
+{
+	return (struct engine_options){
+		.timeout_ms = cfg->engine_timeout_ms,
+		.reconnect_min_ms = cfg->engine_reconnect_min_ms,
+		.reconnect_max_ms = cfg->engine_reconnect_max_ms,
+	};
+}
+
+static void engine_state_changed_cb(struct engine *e, enum engine_state old_state,
+				    enum engine_state new_state, void *arg)
+{
+	const struct engine_info *info = engine_get_info(e);
+	_cleanup_free_ char *status = NULL;
+
+	(void)old_state, (void)arg;
+	if (new_state == ENGINE_REACHABLE && info)
+		status = xasprintf("serving; engine reachable: Docker %s, API %s", info->version,
+				   info->api_version);
+	else
+		status = xasprintf("serving; engine %s%s%s", engine_state_to_string(new_state),
+				   engine_get_last_error(e) ? ": " : "",
+				   engine_get_last_error(e) ? engine_get_last_error(e) : "");
+	sd_notify_status(status);
+}
+
+static void reload(struct msbd_main *m)
+{
+	struct msbd_config *cfg = NULL;
+	_cleanup_free_ char *err = NULL, *restart = NULL;
+	struct engine_options eo;
+
+	sd_notify_reloading();
+	if (config_load(&m->cmdline, &cfg, &err) < 0) {
+		log_warnx("reload: %s; keeping the old configuration", err);
+		sd_notify_ready("serving; reload failed, old configuration kept");
+		return;
+	}
+	restart = config_restart_keys_changed(m->d.config, cfg);
+	if (restart)
+		log_warnx("reload: %s changed; that takes effect after a restart", restart);
+	config_free(m->d.config);
+	m->d.config = cfg;
+	log_set_debug(cfg->debug);
+	eo = engine_options_from(cfg);
+	engine_set_options(m->d.engine, &eo);
+	log_info("configuration reloaded%s%s", cfg->file ? " from " : "", cfg->file ? cfg->file : "");
+	sd_notify_ready("serving; configuration reloaded");
+}
+
+static void drained_cb(void *arg)
+{
+	struct msbd_main *m = arg;
+
+	log_info("requests drained, exiting");
+	event_base_loopexit(m->d.base, NULL);
+}
+
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+
+	(void)fd, (void)what;
+	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
+		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
+	event_base_loopexit(m->d.base, NULL);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+	struct timeval tv;
+
+	(void)what;
+	if (sig == SIGHUP) {
+		reload(m);
+		return;
+	}
+	if (m->stopping)
+		return;
+	m->stopping = true;
+	log_info("%s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	sd_notify_stopping();
+	tv.tv_sec = m->d.config->drain_ms / 1000;
+	tv.tv_usec = (m->d.config->drain_ms % 1000) * 1000;
+	evtimer_add(m->drain_timer, &tv);
+	server_drain(m->d.server, drained_cb, m);
+}
+
+static int setup_signals(struct msbd_main *m)
+{
+	struct event_base *b = m->d.base;
+
+	signal(SIGPIPE, SIG_IGN);
+	m->sig_term = evsignal_new(b, SIGTERM, signal_cb, m);
+	m->sig_int = evsignal_new(b, SIGINT, signal_cb, m);
+	m->sig_hup = evsignal_new(b, SIGHUP, signal_cb, m);
+	m->drain_timer = evtimer_new(b, drain_timeout_cb, m);
+	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer ||
+	    evsignal_add(m->sig_term, NULL) < 0 || evsignal_add(m->sig_int, NULL) < 0 ||
+	    evsignal_add(m->sig_hup, NULL) < 0)
+		return -EIO;
+	return 0;
+}
+
+static int start(struct msbd_main *m)
+{
+	struct engine_endpoint *ep = NULL;
+	_cleanup_free_ char *err = NULL;
+	struct engine_options eo = engine_options_from(m->d.config);
+
+	if (engine_endpoint_resolve(m->d.config->engine_host, &ep, &err) < 0) {
+		log_warnx("cannot resolve the Docker endpoint: %s", err);
+		return -EINVAL;
+	}
+	log_info("Docker endpoint %s (from %s)", ep->host, ep->source);
+	m->d.engine = engine_new(m->d.base, ep, &eo, engine_state_changed_cb, m);
+	if (!m->d.engine) {
+		log_warnx("cannot set up the engine client");
+		return -EIO;
+	}
+	m->d.server = server_new(&m->d);
+	if (server_listen(m->d.server, &err) < 0) {
+		log_warnx("cannot listen: %s", err);
+		return -EIO;
+	}
+	if (setup_signals(m) < 0) {
+		log_warnx("cannot set up signal handling");
+		return -EIO;
+	}
+	engine_start(m->d.engine);
+	return 0;
+}
+
+static void stop(struct msbd_main *m)
+{
+	m->d.server = server_free(m->d.server);
+	m->d.engine = engine_free(m->d.engine);
+	if (m->sig_term)
+		event_free(m->sig_term);
+	if (m->sig_int)
+		event_free(m->sig_int);
+	if (m->sig_hup)
+		event_free(m->sig_hup);
+	if (m->drain_timer)
+		event_free(m->drain_timer);
+	m->d.config = config_free(m->d.config);
+	if (m->d.base)
+		event_base_free(m->d.base);
+	cmdline_free(&m->cmdline);
+}
+
+int main(int argc, char **argv)
+{
+	struct msbd_main m = { 0 };
+	_cleanup_free_ char *err = NULL;
+	bool check = false;
+	int r;
+
+	log_init("maf-sandboxd", false);
+	r = parse_args(argc, argv, &m.cmdline, &check);
+	if (r >= 0) {
+		cmdline_free(&m.cmdline);
+		return r;
+	}
+	if (config_load(&m.cmdline, &m.d.config, &err) < 0) {
+		log_warnx("configuration: %s", err);
+		cmdline_free(&m.cmdline);
+		return 1;
+	}
+	if (check) {
+		config_dump(m.d.config, stdout);
+		stop(&m);
+		return 0;
+	}
+	log_set_debug(m.d.config->debug);
+	m.d.cmdline = &m.cmdline;
+	clock_gettime(CLOCK_MONOTONIC, &m.d.started);
+	m.d.base = event_base_new();
+	if (!m.d.base)
+		fatalx("cannot create the event loop");
+	if (start(&m) < 0) {
+		stop(&m);
+		return 1;
+	}
+	sd_notify_ready("serving; engine connecting");
+	log_info("maf-sandboxd %s serving", PACKAGE_VERSION);
+	event_base_dispatch(m.d.base);
+	stop(&m);
+	log_info("stopped");
+	return 0;
+}

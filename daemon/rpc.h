@@ -1,0 +1,102 @@
+/* rpc.h — method dispatch (STYLE G8, G9).
+ *
+ * Methods and their params are data: a table of struct rpc_method, each with
+ * a table of struct rpc_param. rpc_dispatch() validates params centrally and
+ * hands the handler a filled C struct. A handler's result can only come from
+ * rpc_reply(), rpc_fail() or rpc_pending(). A pending call is finished later
+ * with rpc_call_reply()/rpc_call_fail(). If the client has left
+ * (rpc_call_detach), the reply is dropped with a debug log, but the
+ * operation still runs to its end.
+ *
+ * Ownership: a call is created by rpc_dispatch and freed when it finishes
+ * (rpc_reply/rpc_fail, or rpc_call_reply/rpc_call_fail for a pending one).
+ * The done callback runs once per call, at that moment, while attached. */
+#ifndef MSB_RPC_H
+#define MSB_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#include "errors.h"
+#include "jsonrpc.h"
+
+struct rpc_call;
+struct rpc_result;
+
+struct rpc_peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* Called once when the call finishes, unless detached. reply is stolen;
+ * NULL for a notification (nothing to send). */
+typedef void rpc_done_fn(struct rpc_call *call, json_t *reply, void *arg);
+
+typedef struct rpc_result *rpc_handler(struct rpc_call *call, const void *params);
+
+enum rpc_param_type {
+	RPC_PARAM_STRING,   /* const char * (borrowed from the request) */
+	RPC_PARAM_INT,      /* int64_t */
+	RPC_PARAM_BOOL,     /* bool */
+	RPC_PARAM_OBJECT,   /* json_t * (borrowed) */
+	RPC_PARAM_ARRAY,    /* json_t * (borrowed) */
+	RPC_PARAM_JSON,     /* json_t * (borrowed), any type */
+	_RPC_PARAM_TYPE_MAX,
+};
+
+/* A custom check after the type check; returns 0 or -EINVAL with a
+ * malloc'd *reterr_message. */
+typedef int rpc_param_check(const json_t *value, char **reterr_message);
+
+struct rpc_param {
+	const char *name;
+	enum rpc_param_type type;
+	bool required;
+	size_t offset;            /* into the method's params struct */
+	rpc_param_check *check;   /* NULL = none */
+};
+
+struct rpc_method {
+	const char *name;
+	rpc_handler *handler;
+	const struct rpc_param *params;   /* terminated by a NULL name; NULL = none */
+	size_t params_size;               /* sizeof the params struct */
+};
+
+const char *rpc_param_type_to_string(enum rpc_param_type t);
+
+/* Validates and runs one request against a table. req is borrowed (the
+ * call keeps its own reference to what it needs). ctx is handed to the
+ * handler through rpc_call_ctx(). Returns the call if it is still pending
+ * (the caller may detach it later), NULL if it finished. */
+struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
+			      const struct jsonrpc_request *req, const struct rpc_peer *peer,
+			      void *ctx, rpc_done_fn *done, void *done_arg);
+
+struct rpc_result *rpc_reply(struct rpc_call *call, json_t *result) __attribute__((warn_unused_result));
+struct rpc_result *rpc_fail(struct rpc_call *call, int code, json_t *data, const char *fmt, ...)
+	__attribute__((warn_unused_result, format(printf, 4, 5)));
+struct rpc_result *rpc_fail_error(struct rpc_call *call, const struct msb_error *e)
+	__attribute__((warn_unused_result));
+struct rpc_result *rpc_pending(struct rpc_call *call) __attribute__((warn_unused_result));
+
+/* Finish a pending call (frees it). result/data stolen. */
+void rpc_call_reply(struct rpc_call *call, json_t *result);
+void rpc_call_fail(struct rpc_call *call, int code, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void rpc_call_fail_error(struct rpc_call *call, const struct msb_error *e);
+
+/* The client left: drop the reply when it comes. */
+void rpc_call_detach(struct rpc_call *call);
+bool rpc_call_is_detached(const struct rpc_call *call);
+void *rpc_call_ctx(const struct rpc_call *call);
+const struct rpc_peer *rpc_call_peer(const struct rpc_call *call);
+const char *rpc_call_method(const struct rpc_call *call);
+/* A daemon-unique number for log lines. */
+uint64_t rpc_call_seq(const struct rpc_call *call);
+
+#endif

@@ -1,0 +1,695 @@
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+
+#include "cleanup.h"
+#include "frame.h"
+#include "jsonrpc.h"
+#include "log.h"
+#include "sd.h"
+#include "server.h"
+#include "xmalloc.h"
+
+struct conn {
+	struct server *srv;
+	uint64_t id;
+	struct bufferevent *bev;
+	struct frame_buf in;
+	size_t accounted;           /* bytes of `in` counted in srv->stats.buffered_bytes */
+	struct rpc_peer peer;
+	struct rpc_call **calls;    /* pending calls, to detach on close */
+	size_t n_calls;
+	unsigned inflight;          /* calls dispatched and not finished */
+	struct event *frame_ev;     /* deadline for the frame under way */
+	struct event *resume_ev;    /* takes held-back frames at the loop boundary */
+	struct event *free_ev;      /* frees the connection at the loop boundary */
+	bool eof;                   /* the client closed its side */
+	bool closing;               /* flush the output, then close */
+	bool dead;                  /* torn down; freed by free_ev */
+	TAILQ_ENTRY(conn) entry;
+};
+
+struct server {
+	struct msbd *d;
+	struct evconnlistener *listener;
+	struct event *accept_retry_ev;
+	struct event *drained_ev;
+	char *path;
+	bool activated;
+	bool bound;                 /* we created the socket file */
+	dev_t bound_dev;
+	ino_t bound_ino;
+	bool budget_spent;
+	bool draining;
+	server_drained_fn *drained;
+	void *drained_arg;
+	uint64_t next_conn_id;
+	struct server_stats stats;
+	TAILQ_HEAD(, conn) conns;
+};
+
+static void conn_process(struct conn *c);
+static void conn_close(struct conn *c, const char *reason);
+
+/* ---- sending ---------------------------------------------------------- */
+
+/* Queues one reply frame. reply stolen. */
+static void conn_send(struct conn *c, json_t *reply)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+
+	if (c->dead) {
+		json_decref(reply);
+		return;
+	}
+	if (json_object_get(reply, "error"))
+		c->srv->stats.requests_errors++;
+	buf = frame_encode(reply, &len);
+	json_decref(reply);
+	if (!buf || bufferevent_write(c->bev, buf, len) < 0)
+		conn_close(c, "cannot queue a reply");
+}
+
+/* Replies with an error that ends the connection, then closes after flushing. */
+static void conn_fail_protocol(struct conn *c, int code, json_t *data)
+{
+	conn_send(c, jsonrpc_reply_error(NULL, msb_error_object(code, NULL, data)));
+	c->closing = true;
+	bufferevent_disable(c->bev, EV_READ);
+	if (c->frame_ev)
+		evtimer_del(c->frame_ev);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c, msb_error_name(code));
+}
+
+/* ---- accounting and interest (G16 step 4) ----------------------------- */
+
+static void server_check_drained(struct server *srv)
+{
+	struct conn *c;
+
+	if (!srv->draining || !srv->drained || srv->stats.requests_in_flight > 0)
+		return;
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
+			return;
+	event_active(srv->drained_ev, EV_TIMEOUT, 0);
+}
+
+static bool conn_may_read(const struct conn *c)
+{
+	const struct msbd_config *cfg = c->srv->d->config;
+
+	return !c->dead && !c->closing && !c->eof && !c->srv->draining && !c->srv->budget_spent &&
+	       c->inflight < (unsigned)cfg->max_inflight &&
+	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
+}
+
+static void conn_update_read(struct conn *c)
+{
+	if (c->dead)
+		return;
+	if (conn_may_read(c))
+		bufferevent_enable(c->bev, EV_READ);
+	else
+		bufferevent_disable(c->bev, EV_READ);
+}
+
+static void server_update_budget(struct server *srv)
+{
+	size_t budget = srv->d->config->buffer_budget_bytes;
+	bool spent = srv->stats.buffered_bytes >= budget;
+	struct conn *c;
+
+	if (spent == srv->budget_spent)
+		return;
+	srv->budget_spent = spent;
+	if (spent)
+		log_warnx("buffer budget of %zu bytes spent; reading paused on all connections", budget);
+	else
+		log_info("buffer budget available again; reading resumed");
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		conn_update_read(c);
+}
+
+static void conn_account(struct conn *c)
+{
+	size_t now = c->dead ? 0 : frame_buf_pending(&c->in);
+
+	c->srv->stats.buffered_bytes = c->srv->stats.buffered_bytes - c->accounted + now;
+	c->accounted = now;
+	server_update_budget(c->srv);
+}
+
+/* Arms the frame deadline when part of a frame is held; a frame that just
+ * started (frames were taken in this pass) gets a fresh deadline. */
+static void conn_update_frame_timer(struct conn *c, unsigned taken)
+{
+	struct timeval tv;
+	long ms = c->srv->d->config->frame_timeout_ms;
+
+	if (c->dead || c->closing || !frame_buf_in_frame(&c->in)) {
+		if (c->frame_ev)
+			evtimer_del(c->frame_ev);
+		return;
+	}
+	if (taken == 0 && evtimer_pending(c->frame_ev, NULL))
+		return;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(c->frame_ev, &tv);
+}
+
+/* ---- calls ------------------------------------------------------------ */
+
+static void conn_forget_call(struct conn *c, struct rpc_call *call)
+{
+	for (size_t i = 0; i < c->n_calls; i++)
+		if (c->calls[i] == call) {
+			c->calls[i] = c->calls[--c->n_calls];
+			return;
+		}
+}
+
+static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
+{
+	struct conn *c = arg;
+	struct server *srv = c->srv;
+
+	conn_forget_call(c, call);
+	assert(c->inflight > 0 && srv->stats.requests_in_flight > 0);
+	c->inflight--;
+	srv->stats.requests_in_flight--;
+	if (reply)
+		conn_send(c, reply);
+	/* Frames held back by the in-flight limit are taken at the loop
+	 * boundary, never from inside a dispatch. */
+	if (!c->dead)
+		event_active(c->resume_ev, EV_TIMEOUT, 0);
+	server_check_drained(srv);
+}
+
+static void conn_handle_frame(struct conn *c, const char *line, size_t len)
+{
+	struct server *srv = c->srv;
+	struct jsonrpc_request req;
+	struct rpc_call *call;
+	json_t *err_reply = NULL;
+
+	srv->stats.requests_total++;
+	if (jsonrpc_request_parse(line, len, &req, &err_reply) < 0) {
+		log_debug("conn", "connection %llu: bad frame: %s", (unsigned long long)c->id,
+			  json_string_value(json_object_get(json_object_get(err_reply, "error"), "message")));
+		conn_send(c, err_reply);
+		return;
+	}
+	c->inflight++;
+	srv->stats.requests_in_flight++;
+	call = rpc_dispatch(msbd_methods, msbd_n_methods, &req, &c->peer, srv->d, conn_call_done, c);
+	if (call) {
+		c->calls = xrealloc(c->calls, (c->n_calls + 1) * sizeof(*c->calls));
+		c->calls[c->n_calls++] = call;
+	}
+	jsonrpc_request_release(&req);
+}
+
+/* ---- connection events ------------------------------------------------ */
+
+static void conn_process(struct conn *c)
+{
+	unsigned taken = 0;
+
+	while (conn_may_read(c) || (c->eof && !c->dead && !c->closing &&
+				    c->inflight < (unsigned)c->srv->d->config->max_inflight)) {
+		const char *line;
+		size_t len;
+		int r = frame_buf_next(&c->in, &line, &len);
+
+		if (r == 0)
+			break;
+		if (r < 0) {
+			conn_fail_protocol(c, MSB_ERR_FRAME_TOO_LARGE,
+					   json_pack("{s:I}", "limit", (json_int_t)c->srv->d->config->max_frame_bytes));
+			break;
+		}
+		taken++;
+		conn_handle_frame(c, line, len);
+	}
+	conn_account(c);
+	conn_update_frame_timer(c, taken);
+	conn_update_read(c);
+	if (c->eof && !c->dead && c->inflight == 0 &&
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c, "client closed the connection");
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct evbuffer *input = bufferevent_get_input(bev);
+	struct evbuffer_iovec v;
+
+	if (c->dead || c->closing) {
+		evbuffer_drain(input, evbuffer_get_length(input));
+		return;
+	}
+	while (evbuffer_peek(input, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
+		int r = frame_buf_append(&c->in, v.iov_base, v.iov_len);
+
+		evbuffer_drain(input, v.iov_len);
+		if (r < 0) {
+			log_warnx("connection %llu (uid %u): frame over %zu bytes, closing",
+				  (unsigned long long)c->id, (unsigned)c->peer.uid,
+				  c->srv->d->config->max_frame_bytes);
+			evbuffer_drain(input, evbuffer_get_length(input));
+			frame_buf_release(&c->in);
+			conn_account(c);
+			conn_fail_protocol(c, MSB_ERR_FRAME_TOO_LARGE,
+					   json_pack("{s:I}", "limit", (json_int_t)c->srv->d->config->max_frame_bytes));
+			return;
+		}
+	}
+	conn_process(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)bev;
+	if (c->dead)
+		return;
+	if (c->closing) {
+		conn_close(c, "closed after a protocol error");
+		return;
+	}
+	conn_process(c);
+	server_check_drained(c->srv);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)bev;
+	if (c->dead)
+		return;
+	if (what & BEV_EVENT_ERROR) {
+		conn_close(c, "connection error");
+		return;
+	}
+	if (what & BEV_EVENT_EOF) {
+		/* Answer what was sent before the EOF, then close. */
+		c->eof = true;
+		if (frame_buf_in_frame(&c->in))
+			log_debug("conn", "connection %llu: EOF inside a frame, ignoring its %zu bytes",
+				  (unsigned long long)c->id, c->in.tail);
+		conn_process(c);
+	}
+}
+
+static void conn_frame_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd, (void)what;
+	if (c->dead || c->closing)
+		return;
+	log_warnx("connection %llu (uid %u): a frame did not arrive whole within %ld ms, closing",
+		  (unsigned long long)c->id, (unsigned)c->peer.uid, c->srv->d->config->frame_timeout_ms);
+	frame_buf_release(&c->in);
+	conn_account(c);
+	conn_fail_protocol(c, MSB_ERR_FRAME_TIMEOUT,
+			   json_pack("{s:I}", "timeout_ms", (json_int_t)c->srv->d->config->frame_timeout_ms));
+}
+
+static void conn_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	conn_process(arg);
+}
+
+static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd, (void)what;
+	TAILQ_REMOVE(&c->srv->conns, c, entry);
+	event_free(c->frame_ev);
+	event_free(c->resume_ev);
+	event_free(c->free_ev);
+	free(c->calls);
+	free(c);
+}
+
+/* The one teardown (G5.6): detaches pending calls, drops the socket, and
+ * frees the struct at the loop boundary. */
+static void conn_close(struct conn *c, const char *reason)
+{
+	struct server *srv = c->srv;
+
+	if (c->dead)
+		return;
+	log_debug("conn", "connection %llu (uid %u pid %d) closed: %s", (unsigned long long)c->id,
+		  (unsigned)c->peer.uid, (int)c->peer.pid, reason);
+	c->dead = true;
+	for (size_t i = 0; i < c->n_calls; i++)
+		rpc_call_detach(c->calls[i]);
+	srv->stats.requests_in_flight -= c->inflight;
+	c->inflight = 0;
+	c->n_calls = 0;
+	bufferevent_free(c->bev);
+	c->bev = NULL;
+	frame_buf_release(&c->in);
+	conn_account(c);
+	evtimer_del(c->frame_ev);
+	event_del(c->resume_ev);
+	srv->stats.connections_current--;
+	event_active(c->free_ev, EV_TIMEOUT, 0);
+	server_check_drained(srv);
+}
+
+/* ---- accepting -------------------------------------------------------- */
+
+static void server_reject(struct server *srv, int fd)
+{
+	json_t *reply = jsonrpc_reply_error(NULL, msb_error_object(MSB_ERR_TOO_MANY_CONNECTIONS, NULL,
+		json_pack("{s:I}", "limit", (json_int_t)srv->d->config->max_connections)));
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+
+	srv->stats.connections_rejected++;
+	buf = frame_encode(reply, &len);
+	json_decref(reply);
+	/* Best effort: the socket is new, its buffer is empty. */
+	if (buf && send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("conn", "cannot tell a rejected client why: %s", strerror(errno));
+	close(fd);
+}
+
+static void server_peer(int fd, struct rpc_peer *peer)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		log_warn("%s: SO_PEERCRED", __func__);
+		/* Unknown peers get no identity that could pass a check. */
+		*peer = (struct rpc_peer){ .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+		return;
+	}
+	*peer = (struct rpc_peer){ .pid = cred.pid, .uid = cred.uid, .gid = cred.gid };
+}
+
+static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			     int salen, void *arg)
+{
+	struct server *srv = arg;
+	struct event_base *base = srv->d->base;
+	struct conn *c;
+
+	(void)l, (void)sa, (void)salen;
+	if (srv->draining || srv->stats.connections_current >= (unsigned)srv->d->config->max_connections) {
+		log_warnx("connection refused: %u connections open (limit %ld)",
+			  srv->stats.connections_current, srv->d->config->max_connections);
+		server_reject(srv, fd);
+		return;
+	}
+	c = xcalloc(1, sizeof(*c));
+	c->srv = srv;
+	c->id = ++srv->next_conn_id;
+	server_peer(fd, &c->peer);
+	frame_buf_init(&c->in, srv->d->config->max_frame_bytes);
+	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->frame_ev = evtimer_new(base, conn_frame_timeout_cb, c);
+	c->resume_ev = event_new(base, -1, 0, conn_resume_cb, c);
+	c->free_ev = event_new(base, -1, 0, conn_free_cb, c);
+	if (!c->bev || !c->frame_ev || !c->resume_ev || !c->free_ev) {
+		log_warnx("%s: cannot set up a connection, closing it", __func__);
+		if (c->bev)
+			bufferevent_free(c->bev);
+		else
+			close(fd);
+		event_free(c->frame_ev), event_free(c->resume_ev), event_free(c->free_ev);
+		free(c);
+		return;
+	}
+	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
+	srv->stats.connections_accepted++;
+	srv->stats.connections_current++;
+	log_debug("conn", "connection %llu from uid %u gid %u pid %d", (unsigned long long)c->id,
+		  (unsigned)c->peer.uid, (unsigned)c->peer.gid, (int)c->peer.pid);
+}
+
+static void server_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+
+	(void)fd, (void)what;
+	if (!srv->draining)
+		evconnlistener_enable(srv->listener);
+}
+
+static void server_accept_error_cb(struct evconnlistener *l, void *arg)
+{
+	struct server *srv = arg;
+	struct timeval tv = { MSB_ACCEPT_RETRY_MS / 1000, (MSB_ACCEPT_RETRY_MS % 1000) * 1000 };
+	int e = EVUTIL_SOCKET_ERROR();
+
+	errno = e;
+	log_warn("accept");
+	if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+		evconnlistener_disable(l);
+		evtimer_add(srv->accept_retry_ev, &tv);
+	}
+}
+
+static void server_drained_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+
+	(void)fd, (void)what;
+	if (srv->drained)
+		srv->drained(srv->drained_arg);
+}
+
+struct server *server_new(struct msbd *d)
+{
+	struct server *srv = xcalloc(1, sizeof(*srv));
+
+	srv->d = d;
+	TAILQ_INIT(&srv->conns);
+	srv->accept_retry_ev = evtimer_new(d->base, server_accept_retry_cb, srv);
+	srv->drained_ev = event_new(d->base, -1, 0, server_drained_cb, srv);
+	if (!srv->accept_retry_ev || !srv->drained_ev)
+		fatalx("%s: cannot create events", __func__);
+	return srv;
+}
+
+/* ---- the socket file -------------------------------------------------- */
+
+/* Removes a stale socket at path; refuses a live one or a non-socket. */
+static int server_clear_path(const char *path, char **reterr_message)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		*reterr_message = xasprintf("%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		*reterr_message = xasprintf("%s exists and is not a socket; refusing to replace it", path);
+		return -EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*reterr_message = xasprintf("socket: %s", strerror(errno));
+		return -errno;
+	}
+	strncpy(sun.sun_path, path, sizeof(sun.sun_path) - 1);
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+		*reterr_message = xasprintf("%s is served by another running process; refusing to take "
+					    "it over", path);
+		return -EADDRINUSE;
+	}
+	if (errno != ECONNREFUSED) {
+		*reterr_message = xasprintf("%s: cannot tell whether it is in use: %s", path,
+					    strerror(errno));
+		return -errno;
+	}
+	if (unlink(path) < 0 && errno != ENOENT) {
+		*reterr_message = xasprintf("cannot remove the stale socket %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	log_info("removed the stale socket %s", path);
+	return 0;
+}
+
+static int server_set_perms(const struct msbd_config *cfg, char **reterr_message)
+{
+	if (cfg->socket_group) {
+		struct group *gr = getgrnam(cfg->socket_group);
+
+		if (!gr || chown(cfg->socket_path, (uid_t)-1, gr->gr_gid) < 0) {
+			*reterr_message = xasprintf("cannot give %s to group %s: %s", cfg->socket_path,
+						    cfg->socket_group, gr ? strerror(errno) : "no such group");
+			return -EPERM;
+		}
+	}
+	if (chmod(cfg->socket_path, cfg->socket_mode) < 0) {
+		*reterr_message = xasprintf("chmod %s: %s", cfg->socket_path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+static int server_bind(struct server *srv, char **reterr_message)
+{
+	const struct msbd_config *cfg = srv->d->config;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	mode_t old;
+	int r;
+
+	r = server_clear_path(cfg->socket_path, reterr_message);
+	if (r < 0)
+		return r;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		*reterr_message = xasprintf("socket: %s", strerror(errno));
+		return -errno;
+	}
+	strncpy(sun.sun_path, cfg->socket_path, sizeof(sun.sun_path) - 1);
+	old = umask(0177);      /* born 0600: nobody else connects before chmod */
+	r = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+	umask(old);
+	if (r < 0) {
+		*reterr_message = xasprintf("bind %s: %s", cfg->socket_path, strerror(errno));
+		return -errno;
+	}
+	srv->bound = true;
+	srv->path = xstrdup(cfg->socket_path);
+	if (stat(cfg->socket_path, &st) == 0)
+		srv->bound_dev = st.st_dev, srv->bound_ino = st.st_ino;
+	r = server_set_perms(cfg, reterr_message);
+	if (r < 0)
+		return r;
+	if (listen(fd, SOMAXCONN) < 0) {
+		*reterr_message = xasprintf("listen %s: %s", cfg->socket_path, strerror(errno));
+		return -errno;
+	}
+	return TAKE_FD(fd);
+}
+
+static char *server_fd_path(int fd)
+{
+	struct sockaddr_un sun;
+	socklen_t len = sizeof(sun);
+
+	if (getsockname(fd, (struct sockaddr *)&sun, &len) < 0 || len <= sizeof(sa_family_t) ||
+	    sun.sun_path[0] == '\0')
+		return NULL;
+	return xstrndup(sun.sun_path, len - sizeof(sa_family_t));
+}
+
+int server_listen(struct server *srv, char **reterr_message)
+{
+	int fd = sd_activated_socket(reterr_message);
+
+	if (fd >= 0) {
+		srv->activated = true;
+		srv->path = server_fd_path(fd);
+		(void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		log_info("serving the socket-activated socket %s", srv->path ? srv->path : "(unnamed)");
+	} else if (fd == -ENOENT) {
+		fd = server_bind(srv, reterr_message);
+		if (fd < 0)
+			return fd;
+		log_info("listening on %s", srv->path);
+	} else {
+		return fd;
+	}
+	srv->listener = evconnlistener_new(srv->d->base, server_accept_cb, srv,
+					   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+	if (!srv->listener) {
+		close(fd);
+		*reterr_message = xstrdup("cannot watch the listening socket");
+		return -EIO;
+	}
+	evconnlistener_set_error_cb(srv->listener, server_accept_error_cb);
+	return 0;
+}
+
+void server_drain(struct server *srv, server_drained_fn *drained, void *arg)
+{
+	struct conn *c;
+
+	srv->draining = true;
+	srv->drained = drained;
+	srv->drained_arg = arg;
+	if (srv->listener)
+		evconnlistener_disable(srv->listener);
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		conn_update_read(c);
+	server_check_drained(srv);
+}
+
+struct server *server_free(struct server *srv)
+{
+	struct conn *c;
+	struct stat st;
+
+	if (!srv)
+		return NULL;
+	while ((c = TAILQ_FIRST(&srv->conns))) {
+		conn_close(c, "daemon stopping");
+		event_del(c->free_ev);
+		conn_free_cb(-1, 0, c);
+	}
+	if (srv->listener)
+		evconnlistener_free(srv->listener);
+	/* Unlink only the file we bound, not one a successor put there. */
+	if (srv->bound && srv->path && lstat(srv->path, &st) == 0 && st.st_dev == srv->bound_dev &&
+	    st.st_ino == srv->bound_ino)
+		unlink(srv->path);
+	event_free(srv->accept_retry_ev);
+	event_free(srv->drained_ev);
+	free(srv->path);
+	free(srv);
+	return NULL;
+}
+
+const struct server_stats *server_get_stats(const struct server *srv)
+{
+	return &srv->stats;
+}
+
+const char *server_get_path(const struct server *srv)
+{
+	return srv->path;
+}
+
+bool server_is_activated(const struct server *srv)
+{
+	return srv->activated;
+}

@@ -1,0 +1,53 @@
+/* server.h — the listener and client connections (STYLE G11–G13, G16).
+ *
+ * A connection reads bytes into a frame buffer (limit enforced as bytes
+ * arrive), dispatches each complete frame, and writes replies in order of
+ * completion. Reading on a connection stops while it has max_inflight calls
+ * in flight or a large reply queued, and on all connections while the
+ * daemon-wide buffer budget is spent. Protocol violations (an oversize
+ * frame, a frame that does not arrive whole in time) get an error reply with
+ * id null and close the connection; anything else gets a reply and the
+ * connection stays. Ownership: server_new → server_free; connections are
+ * owned by the server and freed at the loop boundary. */
+#ifndef MSB_SERVER_H
+#define MSB_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon.h"
+
+/* Stop taking new frames from a connection while this much of its output is queued. */
+#define MSB_CONN_OUTPUT_PAUSE_BYTES (1024 * 1024)
+/* After EMFILE/ENFILE on accept, wait this long before accepting again. */
+#define MSB_ACCEPT_RETRY_MS 1000
+
+struct server_stats {
+	uint64_t connections_accepted;
+	uint64_t connections_rejected;  /* over limits.max_connections */
+	unsigned connections_current;
+	uint64_t requests_total;        /* frames that parsed as requests or failed to */
+	uint64_t requests_errors;       /* replies that were errors */
+	unsigned requests_in_flight;
+	size_t buffered_bytes;          /* held from clients, counted against the budget */
+};
+
+typedef void server_drained_fn(void *arg);
+
+struct server *server_new(struct msbd *d);
+/* Takes the socket-activated fd if there is one, else binds config's
+ * socket.path (stale file removed, live one refused), then listens. */
+int server_listen(struct server *srv, char **reterr_message);
+/* Stops accepting and reading; calls drained (from the loop) once no call
+ * is in flight and every reply is written. */
+void server_drain(struct server *srv, server_drained_fn *drained, void *arg);
+/* Closes every connection (pending calls are detached), the listener, and
+ * unlinks the socket file it bound. NULL-safe; returns NULL. */
+struct server *server_free(struct server *srv);
+
+const struct server_stats *server_get_stats(const struct server *srv);
+/* The path served (bound or activated), or NULL if unknown. */
+const char *server_get_path(const struct server *srv);
+bool server_is_activated(const struct server *srv);
+
+#endif

@@ -1,0 +1,110 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "errors.h"
+#include "xmalloc.h"
+
+static const struct msb_error_info error_table[] = {
+	{ MSB_ERR_PARSE, "ParseError", "invalid JSON" },
+	{ MSB_ERR_INVALID_REQUEST, "InvalidRequest", "not a valid JSON-RPC 2.0 request" },
+	{ MSB_ERR_METHOD_NOT_FOUND, "MethodNotFound", "no such method" },
+	{ MSB_ERR_INVALID_PARAMS, "InvalidParams", "invalid params" },
+	{ MSB_ERR_INTERNAL, "InternalError", "internal error" },
+
+	{ MSB_ERR_ENGINE_UNAVAILABLE, "EngineUnavailable", "the Docker engine is not reachable" },
+	{ MSB_ERR_ENGINE_ERROR, "EngineError", "the Docker engine refused the request" },
+	{ MSB_ERR_ENGINE_TIMEOUT, "EngineTimeout", "the Docker engine did not answer in time" },
+	{ MSB_ERR_ENGINE_VERSION, "EngineVersionNotSupported",
+	  "the Docker engine's API version is older than this daemon supports" },
+
+	{ MSB_ERR_CAPABILITY_NOT_SUPPORTED, "SandboxCapabilityNotSupported",
+	  "the backend does not declare a capability the spec requires" },
+	{ MSB_ERR_EGRESS_NOT_ENFORCED, "SandboxEgressNotEnforced",
+	  "the backend cannot enforce the spec's egress mode" },
+	{ MSB_ERR_OS_FAMILY_NOT_SUPPORTED, "SandboxOsFamilyNotSupported",
+	  "the backend does not serve the spec's OS family" },
+	{ MSB_ERR_TRANSFER_LIMITS_NOT_PERMITTED, "SandboxTransferLimitsNotPermitted",
+	  "the spec's transfer limits exceed the backend's" },
+	{ MSB_ERR_SCOPE_NOT_ENFORCED, "SandboxScopeNotEnforced",
+	  "the backend does not enforce the spec's isolation scope" },
+	{ MSB_ERR_BACKEND_NOT_PERMITTED, "SandboxBackendNotPermitted",
+	  "the backend's isolation is below the spec's floor" },
+
+	{ MSB_ERR_PERMISSION_DENIED, "PermissionDenied", "permission denied" },
+	{ MSB_ERR_FRAME_TOO_LARGE, "FrameTooLarge", "frame exceeds the size limit" },
+	{ MSB_ERR_TOO_MANY_CONNECTIONS, "TooManyConnections", "too many connections" },
+	{ MSB_ERR_SHUTTING_DOWN, "ShuttingDown", "the daemon is shutting down" },
+	{ MSB_ERR_FRAME_TIMEOUT, "FrameTimeout", "a frame did not arrive whole in time" },
+};
+
+const struct msb_error_info *msb_error_table(size_t *ret_n)
+{
+	*ret_n = ELEMENTSOF(error_table);
+	return error_table;
+}
+
+const struct msb_error_info *msb_error_lookup(int code)
+{
+	for (size_t i = 0; i < ELEMENTSOF(error_table); i++)
+		if (error_table[i].code == code)
+			return &error_table[i];
+	return NULL;
+}
+
+const char *msb_error_name(int code)
+{
+	const struct msb_error_info *info = msb_error_lookup(code);
+
+	return info ? info->name : "UnknownError";
+}
+
+json_t *msb_error_object(int code, const char *message, json_t *data)
+{
+	const struct msb_error_info *info = msb_error_lookup(code);
+	const char *fallback = info ? info->message : "error";
+	json_t *d = json_object(), *err = json_object(), *msg;
+
+	if (data && json_is_object(data))
+		json_object_update(d, data);
+	json_decref(data);
+	json_object_set_new(d, "type", json_string(msb_error_name(code)));
+	/* json_string refuses text that is not UTF-8 (engine text may not be). */
+	msg = message ? json_string(message) : NULL;
+	if (!msg)
+		msg = json_string(fallback);
+	json_object_set_new(err, "code", json_integer(code));
+	json_object_set_new(err, "message", msg);
+	json_object_set_new(err, "data", d);
+	return err;
+}
+
+void msb_error_set(struct msb_error *e, int code, json_t *data, const char *fmt, ...)
+{
+	char *message = NULL;
+	va_list ap;
+
+	/* Format before clearing: the arguments may point into e->message
+	 * (wrapping the previous error's text). */
+	if (fmt) {
+		va_start(ap, fmt);
+		message = xvasprintf(fmt, ap);
+		va_end(ap);
+	}
+	msb_error_clear(e);
+	e->code = code;
+	e->data = data;
+	e->message = message;
+}
+
+void msb_error_clear(struct msb_error *e)
+{
+	free(e->message);
+	json_decref(e->data);
+	*e = (struct msb_error){ 0 };
+}
+
+json_t *msb_error_to_json(const struct msb_error *e)
+{
+	return msb_error_object(e->code, e->message, e->data ? json_incref(e->data) : NULL);
+}

@@ -1,0 +1,122 @@
+#include <errno.h>
+#include <string.h>
+
+#include "frame.h"
+#include "xmalloc.h"
+
+void frame_buf_init(struct frame_buf *fb, size_t max)
+{
+	*fb = (struct frame_buf){ .max = max };
+}
+
+void frame_buf_release(struct frame_buf *fb)
+{
+	free(fb->data);
+	*fb = (struct frame_buf){ .max = fb->max };
+}
+
+static void frame_buf_compact(struct frame_buf *fb)
+{
+	if (fb->start == 0)
+		return;
+	memmove(fb->data, fb->data + fb->start, fb->len - fb->start);
+	fb->len -= fb->start;
+	fb->start = 0;
+}
+
+int frame_buf_append(struct frame_buf *fb, const void *p, size_t n)
+{
+	size_t need;
+
+	if (n == 0)
+		return 0;
+	frame_buf_compact(fb);
+	need = fb->len + n + 1;
+	if (need > fb->cap) {
+		size_t cap = fb->cap ? fb->cap : 4096;
+
+		while (cap < need)
+			cap *= 2;
+		fb->data = xrealloc(fb->data, cap);
+		fb->cap = cap;
+	}
+	memcpy(fb->data + fb->len, p, n);
+	fb->len += n;
+	fb->data[fb->len] = '\0';
+	/* Enforce the limit on the unterminated tail while bytes arrive. */
+	{
+		const char *lf = memrchr(p, '\n', n);
+
+		fb->tail = lf ? n - (size_t)(lf - (const char *)p) - 1 : fb->tail + n;
+	}
+	if (fb->tail > fb->max)
+		return -EMSGSIZE;
+	return 0;
+}
+
+static bool line_is_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			return false;
+	return true;
+}
+
+int frame_buf_next(struct frame_buf *fb, const char **ret_line, size_t *ret_len)
+{
+	for (;;) {
+		size_t avail = fb->len - fb->start;
+		char *base, *lf;
+		size_t n;
+
+		/* Before forming base: data is NULL until the first append. */
+		if (avail == 0) {
+			fb->start = fb->len = fb->scanned = fb->tail = 0;
+			return 0;
+		}
+		base = fb->data + fb->start;
+		lf = memchr(base + fb->scanned, '\n', avail - fb->scanned);
+		if (!lf) {
+			fb->scanned = avail;
+			return avail > fb->max ? -EMSGSIZE : 0;
+		}
+		n = (size_t)(lf - base);
+		if (n > fb->max)
+			return -EMSGSIZE;
+		fb->start += n + 1;
+		fb->scanned = 0;
+		if (n > 0 && base[n - 1] == '\r')
+			n--;
+		if (line_is_blank(base, n))
+			continue;
+		base[n] = '\0';
+		*ret_line = base;
+		*ret_len = n;
+		return 1;
+	}
+}
+
+size_t frame_buf_pending(const struct frame_buf *fb)
+{
+	return fb->len - fb->start;
+}
+
+bool frame_buf_in_frame(const struct frame_buf *fb)
+{
+	return fb->tail > 0;
+}
+
+char *frame_encode(const json_t *v, size_t *ret_len)
+{
+	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	size_t n;
+
+	if (!s)
+		return NULL;
+	n = strlen(s);
+	s = xrealloc(s, n + 2);
+	s[n] = '\n';
+	s[n + 1] = '\0';
+	*ret_len = n + 1;
+	return s;
+}

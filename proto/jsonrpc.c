@@ -1,0 +1,186 @@
+#include <errno.h>
+#include <string.h>
+
+#include "errors.h"
+#include "jsonrpc.h"
+#include "xmalloc.h"
+
+bool jsonrpc_id_is_valid(const json_t *id)
+{
+	return json_is_string(id) || json_is_integer(id) || json_is_null(id);
+}
+
+/* Sets *out to the error reply for code; returns code. data stolen. */
+static int fail(json_t **out, int code, json_t *id, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static int fail(json_t **out, int code, json_t *id, json_t *data, const char *fmt, ...)
+{
+	char *msg = NULL;
+	va_list ap;
+
+	if (fmt) {
+		va_start(ap, fmt);
+		msg = xvasprintf(fmt, ap);
+		va_end(ap);
+	}
+	*out = jsonrpc_reply_error(id, msb_error_object(code, msg, data));
+	free(msg);
+	return code;
+}
+
+static int validate_members(json_t *root, json_t *id, json_t **out)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(root, key, v) {
+		if (strcmp(key, "jsonrpc") && strcmp(key, "id") && strcmp(key, "method") &&
+		    strcmp(key, "params"))
+			return fail(out, MSB_ERR_INVALID_REQUEST, id,
+				    json_pack("{s:s}", "member", key),
+				    "unknown member \"%s\" in the request", key);
+	}
+	return 0;
+}
+
+static int validate_envelope(json_t *root, struct jsonrpc_request *req, json_t **out)
+{
+	json_t *version = json_object_get(root, "jsonrpc");
+	json_t *id = json_object_get(root, "id");
+	json_t *method = json_object_get(root, "method");
+	int r;
+
+	if (id && !jsonrpc_id_is_valid(id))
+		return fail(out, MSB_ERR_INVALID_REQUEST, NULL, NULL,
+			    "\"id\" must be a string, an integer or null");
+	if (!json_is_string(version) || strcmp(json_string_value(version), "2.0"))
+		return fail(out, MSB_ERR_INVALID_REQUEST, id, NULL, "\"jsonrpc\" must be \"2.0\"");
+	if (!json_is_string(method))
+		return fail(out, MSB_ERR_INVALID_REQUEST, id, NULL, "\"method\" must be a string");
+	r = validate_members(root, id, out);
+	if (r < 0)
+		return r;
+	req->id = id;
+	req->method = json_string_value(method);
+	req->params = json_object_get(root, "params");
+	return 0;
+}
+
+int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *ret,
+			  json_t **reterr_reply)
+{
+	struct jsonrpc_request req = { 0 };
+	json_error_t jerr;
+	int r;
+
+	/* JSON_DECODE_ANY: a scalar frame is valid JSON, so it is an invalid
+	 * request (-32600), not a parse error (-32700). */
+	req.root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	if (!req.root) {
+		r = fail(reterr_reply, MSB_ERR_PARSE, NULL,
+			 json_pack("{s:s, s:i}", "detail", jerr.text, "position", jerr.position),
+			 NULL);
+		goto err;
+	}
+	if (json_is_array(req.root)) {
+		r = fail(reterr_reply, MSB_ERR_INVALID_REQUEST, NULL, NULL, "batch requests are not supported");
+		goto err;
+	}
+	if (!json_is_object(req.root)) {
+		r = fail(reterr_reply, MSB_ERR_INVALID_REQUEST, NULL, NULL, "a request must be a JSON object");
+		goto err;
+	}
+	r = validate_envelope(req.root, &req, reterr_reply);
+	if (r < 0)
+		goto err;
+	*ret = req;
+	return 0;
+err:
+	json_decref(req.root);
+	return r;
+}
+
+void jsonrpc_request_release(struct jsonrpc_request *req)
+{
+	json_decref(req->root);
+	*req = (struct jsonrpc_request){ 0 };
+}
+
+json_t *jsonrpc_reply_result(json_t *id, json_t *result)
+{
+	json_t *r = json_object();
+
+	json_object_set_new(r, "jsonrpc", json_string("2.0"));
+	json_object_set(r, "id", id ? id : json_null());
+	json_object_set_new(r, "result", result ? result : json_null());
+	return r;
+}
+
+json_t *jsonrpc_reply_error(json_t *id, json_t *error)
+{
+	json_t *r = json_object();
+
+	json_object_set_new(r, "jsonrpc", json_string("2.0"));
+	json_object_set(r, "id", id ? id : json_null());
+	json_object_set_new(r, "error", error);
+	return r;
+}
+
+json_t *jsonrpc_request_new(json_int_t id, const char *method, json_t *params)
+{
+	json_t *r = json_object();
+
+	json_object_set_new(r, "jsonrpc", json_string("2.0"));
+	json_object_set_new(r, "id", json_integer(id));
+	json_object_set_new(r, "method", json_string(method));
+	if (params)
+		json_object_set_new(r, "params", params);
+	return r;
+}
+
+static int response_error(json_t *err, struct jsonrpc_response *resp)
+{
+	json_t *code = json_object_get(err, "code");
+	json_t *msg = json_object_get(err, "message");
+	json_t *data = json_object_get(err, "data");
+
+	if (!json_is_object(err) || !json_is_integer(code) || !json_is_string(msg))
+		return -EPROTO;
+	resp->error = err;
+	resp->error_code = (int)json_integer_value(code);
+	resp->error_message = json_string_value(msg);
+	resp->error_type = json_string_value(json_object_get(data, "type"));
+	return 0;
+}
+
+int jsonrpc_response_parse(const char *buf, size_t len, struct jsonrpc_response *ret)
+{
+	struct jsonrpc_response resp = { 0 };
+	json_t *version, *result, *err;
+
+	resp.root = json_loadb(buf, len, 0, NULL);
+	if (!json_is_object(resp.root))
+		goto proto;
+	version = json_object_get(resp.root, "jsonrpc");
+	resp.id = json_object_get(resp.root, "id");
+	result = json_object_get(resp.root, "result");
+	err = json_object_get(resp.root, "error");
+	if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") ||
+	    !resp.id || !jsonrpc_id_is_valid(resp.id) || !result == !err)
+		goto proto;
+	if (err && response_error(err, &resp) < 0)
+		goto proto;
+	resp.result = result;
+	*ret = resp;
+	return 0;
+proto:
+	json_decref(resp.root);
+	return -EPROTO;
+}
+
+void jsonrpc_response_release(struct jsonrpc_response *resp)
+{
+	json_decref(resp->root);
+	*resp = (struct jsonrpc_response){ 0 };
+}

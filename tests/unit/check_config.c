@@ -1,0 +1,276 @@
+/* check_config.c — defaults → file → flags, the file format, validation. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "msb-limits.h"
+
+static char tmpdir[] = "/tmp/check-config-XXXXXX";
+
+static void setup(void)
+{
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static char *write_file(const char *text)
+{
+	static char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/maf-sandboxd.conf", tmpdir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+/* Loads the given file text, then the sets. */
+static int load(const char *text, char **sets, size_t n, struct msbd_config **ret, char **err)
+{
+	struct msbd_cmdline c = { .config_file = write_file(text), .sets = sets, .n_sets = n };
+
+	return config_load(&c, ret, err);
+}
+
+START_TEST(defaults_are_the_named_limits)
+{
+	struct msbd_config *cfg = config_new_defaults();
+
+	ck_assert_uint_eq(cfg->max_frame_bytes, MSB_FRAME_MAX_BYTES);
+	ck_assert_int_eq(cfg->max_connections, MSB_MAX_CONNECTIONS);
+	ck_assert_int_eq(cfg->max_inflight, MSB_MAX_INFLIGHT);
+	ck_assert_uint_eq(cfg->buffer_budget_bytes, MSB_BUFFER_BUDGET_BYTES);
+	ck_assert_int_eq(cfg->frame_timeout_ms, MSB_FRAME_TIMEOUT_MS);
+	ck_assert_int_eq(cfg->drain_ms, MSB_DRAIN_TIMEOUT_MS);
+	ck_assert_uint_eq(cfg->socket_mode, 0660);
+	ck_assert_ptr_null(cfg->engine_host);
+	/* The frame limit admits a 64 MiB file in base64 plus an envelope. */
+	ck_assert_uint_gt(cfg->max_frame_bytes, (MSB_TRANSFER_MAX_FILE_BYTES + 2) / 3 * 4 + 4096);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(default_socket_path_follows_the_user)
+{
+	struct msbd_config *cfg;
+
+	if (geteuid() == 0) {
+		cfg = config_new_defaults();
+		ck_assert_str_eq(cfg->socket_path, "/run/maf-sandbox.sock");
+		config_free(cfg);
+		return;
+	}
+	setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+	cfg = config_new_defaults();
+	ck_assert_str_eq(cfg->socket_path, "/run/user/1234/maf-sandbox.sock");
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(file_with_comments_quotes_and_blank_lines)
+{
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+	int r = load("# maf-sandboxd.conf\n"
+		     "\n"
+		     "   # indented comment\n"
+		     "socket.path = /tmp/x.sock   # trailing comment\n"
+		     "engine.host=\"unix:///var/run/my docker.sock\"  # quoted, with a space\n"
+		     "limits.max_frame_bytes = 8M\n"
+		     "limits.buffer_budget_bytes = 1GiB\n"
+		     "limits.max_inflight = 7\r\n"
+		     "socket.mode = 0600\n"
+		     "log.debug = yes\n"
+		     "engine.timeout_ms = 1500\n",
+		     NULL, 0, &cfg, &err);
+
+	ck_assert_msg(r == 0, "load failed: %s", err);
+	ck_assert_str_eq(cfg->socket_path, "/tmp/x.sock");
+	ck_assert_str_eq(cfg->engine_host, "unix:///var/run/my docker.sock");
+	ck_assert_uint_eq(cfg->max_frame_bytes, 8u << 20);
+	ck_assert_uint_eq(cfg->buffer_budget_bytes, 1u << 30);
+	ck_assert_int_eq(cfg->max_inflight, 7);
+	ck_assert_uint_eq(cfg->socket_mode, 0600);
+	ck_assert(cfg->debug);
+	ck_assert_int_eq(cfg->engine_timeout_ms, 1500);
+	ck_assert_ptr_nonnull(cfg->file);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(flags_override_the_file)
+{
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+	char *sets[] = { "limits.max_inflight=3", "socket.path=/tmp/flag.sock" };
+	int r = load("limits.max_inflight = 9\nsocket.path = /tmp/file.sock\n", sets, 2, &cfg, &err);
+
+	ck_assert_msg(r == 0, "load failed: %s", err);
+	ck_assert_int_eq(cfg->max_inflight, 3);
+	ck_assert_str_eq(cfg->socket_path, "/tmp/flag.sock");
+	config_free(cfg);
+}
+END_TEST
+
+struct bad_row {
+	const char *file;
+	const char *expect;   /* a part of the message */
+};
+
+static const struct bad_row bad_rows[] = {
+	{ "no.such.key = 1\n", "conf:1: unknown setting \"no.such.key\"" },
+	{ "\nlimits.max_inflight = many\n", "conf:2: limits.max_inflight" },
+	{ "limits.max_inflight = 0\n", "from 1 to" },
+	{ "limits.max_inflight = 12x\n", "limits.max_inflight" },
+	{ "limits.max_frame_bytes = 1K\n", "limits.max_frame_bytes" },   /* below the minimum */
+	{ "limits.max_frame_bytes = 5Q\n", "limits.max_frame_bytes" },
+	{ "limits.max_frame_bytes = -5\n", "limits.max_frame_bytes" },
+	{ "socket.mode = 999\n", "octal" },
+	{ "log.debug = maybe\n", "boolean" },
+	{ "just some words\n", "expected \"key = value\"" },
+	{ "= 5\n", "expected \"key = value\"" },
+	{ "engine.host = \"unterminated\n", "expected \"key = value\"" },
+	{ "socket.path = relative.sock\n", "absolute" },
+	{ "socket.group = no-such-group-xyz\n", "no group named" },
+	{ "limits.max_frame_bytes = 64M\nlimits.buffer_budget_bytes = 32M\n", "buffer_budget_bytes" },
+	{ "engine.reconnect_min_ms = 5000\nengine.reconnect_max_ms = 100\n", "reconnect_min_ms" },
+};
+
+START_TEST(bad_files_are_refused_with_a_message)
+{
+	const struct bad_row *row = &bad_rows[_i];
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+	int r = load(row->file, NULL, 0, &cfg, &err);
+
+	ck_assert_int_lt(r, 0);
+	ck_assert_ptr_null(cfg);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_msg(strstr(err, row->expect), "message \"%s\" lacks \"%s\"", err, row->expect);
+	free(err);
+}
+END_TEST
+
+START_TEST(an_explicit_missing_file_is_an_error)
+{
+	struct msbd_cmdline c = { .config_file = "/nonexistent/maf.conf" };
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+
+	ck_assert_int_lt(config_load(&c, &cfg, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/maf.conf"));
+	free(err);
+}
+END_TEST
+
+START_TEST(set_without_equals_is_an_error)
+{
+	char *sets[] = { "limits.max_inflight" };
+	struct msbd_cmdline c = { .config_file = write_file(""), .sets = sets, .n_sets = 1 };
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+
+	ck_assert_int_lt(config_load(&c, &cfg, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "key=value"));
+	free(err);
+}
+END_TEST
+
+START_TEST(limit_edges)
+{
+	struct msbd_config *cfg = config_new_defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(config_set(cfg, "limits.max_connections", "1", &err), 0);
+	ck_assert_int_eq(config_set(cfg, "limits.max_connections", "65536", &err), 0);
+	ck_assert_int_lt(config_set(cfg, "limits.max_connections", "65537", &err), 0);
+	free(err), err = NULL;
+	ck_assert_int_eq(config_set(cfg, "limits.max_frame_bytes", "4096", &err), 0);
+	ck_assert_uint_eq(cfg->max_frame_bytes, MSB_FRAME_MIN_BYTES);
+	ck_assert_int_lt(config_set(cfg, "limits.max_frame_bytes", "4095", &err), 0);
+	free(err), err = NULL;
+	ck_assert_int_lt(config_set(cfg, "limits.max_frame_bytes", "99999999999999999999999", &err), 0);
+	free(err);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(restart_keys_are_reported)
+{
+	struct msbd_config *a = config_new_defaults(), *b = config_new_defaults();
+	char *err = NULL, *changed;
+
+	ck_assert_ptr_null(config_restart_keys_changed(a, b));
+	config_set(b, "limits.max_inflight", "2", &err);        /* live: not listed */
+	ck_assert_ptr_null(config_restart_keys_changed(a, b));
+	config_set(b, "socket.path", "/tmp/other.sock", &err);
+	config_set(b, "engine.host", "tcp://h:2376", &err);
+	changed = config_restart_keys_changed(a, b);
+	ck_assert_str_eq(changed, "socket.path, engine.host");
+	free(changed);
+	config_free(a);
+	config_free(b);
+}
+END_TEST
+
+START_TEST(dump_lists_every_key)
+{
+	struct msbd_config *cfg = config_new_defaults();
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	config_dump(cfg, f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(buf, "\nlimits.max_frame_bytes = 100663296\n"));
+	ck_assert_ptr_nonnull(strstr(buf, "\nsocket.mode = 0660\n"));
+	ck_assert_ptr_nonnull(strstr(buf, "\nshutdown.drain_ms = 10000\n"));
+	free(buf);
+	config_free(cfg);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("load");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, defaults_are_the_named_limits);
+	tcase_add_test(tc, default_socket_path_follows_the_user);
+	tcase_add_test(tc, file_with_comments_quotes_and_blank_lines);
+	tcase_add_test(tc, flags_override_the_file);
+	tcase_add_loop_test(tc, bad_files_are_refused_with_a_message, 0,
+			    sizeof(bad_rows) / sizeof(bad_rows[0]));
+	tcase_add_test(tc, an_explicit_missing_file_is_an_error);
+	tcase_add_test(tc, set_without_equals_is_an_error);
+	tcase_add_test(tc, limit_edges);
+	tcase_add_test(tc, restart_keys_are_reported);
+	tcase_add_test(tc, dump_lists_every_key);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
