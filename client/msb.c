@@ -1,0 +1,383 @@
+/* msb.c — libmaf-sandbox: synchronous JSON-RPC 2.0 calls over the daemon's
+ * Unix socket. Framing and the envelope come from proto/; this file only
+ * moves bytes, bounded by one deadline per call. */
+#include "msb-build.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "frame.h"
+#include "jsonrpc.h"
+#include "msb-limits.h"
+#include "msb.h"
+#include "types.h"
+#include "xmalloc.h"
+
+/* Bytes asked of one recv(). */
+#define MSB_READ_CHUNK_BYTES (64 * MSB_KIB)
+/* The socket's file name in $XDG_RUNTIME_DIR. */
+#define MSB_SOCKET_NAME "maf-sandbox.sock"
+
+struct msb_conn {
+	int fd;               /* -1 once the connection is unusable */
+	int timeout_ms;       /* per call; 0 = none */
+	json_int_t next_id;
+	struct frame_buf in;  /* received bytes not yet handed out as frames */
+	json_t *last_error;   /* owned: the error object of the last MSB_E_REMOTE, or NULL */
+};
+
+static const char *const error_strings[] = {
+	[-MSB_OK] = "success",
+	[-MSB_E_NOMEM] = "out of memory",
+	[-MSB_E_INVAL] = "invalid argument",
+	[-MSB_E_CONNECT] = "cannot connect to the daemon",
+	[-MSB_E_IO] = "I/O error on the connection",
+	[-MSB_E_PROTO] = "protocol error: not a valid reply from the daemon",
+	[-MSB_E_REMOTE] = "the daemon answered with an error",
+	[-MSB_E_TIMEOUT] = "timed out waiting for the daemon",
+	[-MSB_E_CLOSED] = "the connection to the daemon is closed",
+};
+
+const char *msb_strerror(int err)
+{
+	if (err > 0 || err <= -(int)ELEMENTSOF(error_strings))
+		return "unknown error";
+	return error_strings[-err];
+}
+
+char *msb_default_socket_path(void)
+{
+	const char *env = getenv("MAF_SANDBOX_SOCKET");
+
+	if (env && *env)
+		return xstrdup(env);
+	if (geteuid() == 0)
+		return xstrdup(MSB_DEFAULT_SOCKET);
+	env = getenv("XDG_RUNTIME_DIR");
+	if (env && *env)
+		return xasprintf("%s/%s", env, MSB_SOCKET_NAME);
+	return NULL;
+}
+
+static int socket_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(path);
+	int fd;
+
+	if (n == 0 || n >= sizeof(sa.sun_path))
+		return MSB_E_INVAL;
+	memcpy(sa.sun_path, path, n + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return MSB_E_CONNECT;
+	/* A Unix stream connect() interrupted by a signal leaves the socket
+	 * unconnected on Linux, so it is simply retried. */
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno != EINTR) {
+			closep(&fd);  /* keeps errno */
+			return MSB_E_CONNECT;
+		}
+	}
+	return fd;
+}
+
+int msb_connect(const char *path, struct msb_conn **ret_conn)
+{
+	_cleanup_free_ char *dflt = NULL;
+	struct msb_conn *conn;
+	int fd;
+
+	if (!ret_conn)
+		return MSB_E_INVAL;
+	if (!path) {
+		path = dflt = msb_default_socket_path();
+		if (!path) {
+			errno = ENOENT;
+			return MSB_E_CONNECT;
+		}
+	}
+	fd = socket_connect(path);
+	if (fd < 0)
+		return fd;
+	conn = xcalloc(1, sizeof(*conn));
+	conn->fd = fd;
+	conn->timeout_ms = MSB_DEFAULT_TIMEOUT_MS;
+	conn->next_id = 1;
+	frame_buf_init(&conn->in, MSB_FRAME_MAX_BYTES);
+	*ret_conn = conn;
+	return MSB_OK;
+}
+
+/* Closes the socket: the connection is unusable from now on. Keeps errno. */
+static void conn_close(struct msb_conn *conn)
+{
+	int saved = errno;
+
+	if (conn->fd >= 0)
+		(void)close(conn->fd);
+	conn->fd = -1;
+	frame_buf_release(&conn->in);
+	errno = saved;
+}
+
+struct msb_conn *msb_conn_free(struct msb_conn *conn)
+{
+	if (!conn)
+		return NULL;
+	conn_close(conn);
+	json_decref(conn->last_error);
+	free(conn);
+	return NULL;
+}
+
+void msb_set_timeout(struct msb_conn *conn, int timeout_ms)
+{
+	if (conn)
+		conn->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until fd is ready for events or deadline (ms, 0 = none) passes.
+ * Returns MSB_OK, MSB_E_TIMEOUT or MSB_E_IO. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd pfd = { .fd = fd, .events = events };
+
+	for (;;) {
+		int64_t left = deadline ? deadline - now_ms() : -1;
+		int r;
+
+		if (deadline && left <= 0)
+			return MSB_E_TIMEOUT;
+		r = poll(&pfd, 1, (int)left);
+		if (r > 0)
+			return MSB_OK;
+		if (r == 0)
+			return MSB_E_TIMEOUT;
+		if (errno != EINTR)
+			return MSB_E_IO;
+	}
+}
+
+static bool errno_is_closed(void)
+{
+	return errno == EPIPE || errno == ECONNRESET;
+}
+
+/* Sends all n bytes of p, however the kernel splits them. */
+static int send_all(int fd, const char *p, size_t n, int64_t deadline)
+{
+	while (n > 0) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int r;
+
+		if (k >= 0) {
+			p += k;
+			n -= (size_t)k;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
+		r = wait_fd(fd, POLLOUT, deadline);
+		if (r < 0)
+			return r;
+	}
+	return MSB_OK;
+}
+
+/* Reads what the socket holds into conn->in, waiting for it if need be. */
+static int recv_some(struct msb_conn *conn, int64_t deadline)
+{
+	char buf[MSB_READ_CHUNK_BYTES];
+
+	for (;;) {
+		ssize_t k = recv(conn->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		int r;
+
+		if (k > 0)
+			return frame_buf_append(&conn->in, buf, (size_t)k) < 0 ? MSB_E_PROTO : MSB_OK;
+		if (k == 0)
+			return MSB_E_CLOSED;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
+		r = wait_fd(conn->fd, POLLIN, deadline);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* True when the frame is a notification: an object with "method" and no "id". */
+static bool frame_is_notification(const char *line, size_t len)
+{
+	json_auto_t *v = json_loadb(line, len, 0, NULL);
+
+	return json_is_object(v) && json_object_get(v, "method") && !json_object_get(v, "id");
+}
+
+/* Takes the reply to call id from one frame. Returns 1 when the frame was a
+ * notification (skipped), else MSB_OK, MSB_E_REMOTE or MSB_E_PROTO. */
+static int take_reply(struct msb_conn *conn, const char *line, size_t len, json_int_t id,
+		      json_t **ret_result)
+{
+	struct jsonrpc_response resp;
+	bool null_error;
+	int r;
+
+	if (jsonrpc_response_parse(line, len, &resp) < 0)
+		return frame_is_notification(line, len) ? 1 : MSB_E_PROTO;
+	null_error = resp.error && json_is_null(resp.id);
+	if (!null_error && !(json_is_integer(resp.id) && json_integer_value(resp.id) == id)) {
+		r = MSB_E_PROTO;
+	} else if (resp.error) {
+		conn->last_error = json_incref(resp.error);
+		r = MSB_E_REMOTE;
+	} else {
+		if (ret_result)
+			*ret_result = json_incref(resp.result);
+		r = MSB_OK;
+	}
+	jsonrpc_response_release(&resp);
+	return r;
+}
+
+static int await_reply(struct msb_conn *conn, json_int_t id, int64_t deadline, json_t **ret_result)
+{
+	for (;;) {
+		const char *line;
+		size_t len;
+		int r = frame_buf_next(&conn->in, &line, &len);
+
+		if (r < 0)
+			return MSB_E_PROTO;
+		if (r > 0) {
+			r = take_reply(conn, line, len, id, ret_result);
+			if (r <= 0)
+				return r;
+			continue;
+		}
+		r = recv_some(conn, deadline);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Builds the request frame. Returns MSB_OK, MSB_E_INVAL or MSB_E_NOMEM. */
+static int encode_request(json_int_t id, const char *method, json_t *params,
+			  char **ret_frame, size_t *ret_len)
+{
+	json_auto_t *req = jsonrpc_request_new(id, method, params);
+	char *frame;
+	size_t len;
+
+	if (!req)
+		return MSB_E_NOMEM;
+	/* jansson refuses a method name that is not UTF-8, leaving no member. */
+	if (!json_is_string(json_object_get(req, "method")))
+		return MSB_E_INVAL;
+	frame = frame_encode(req, &len);
+	if (!frame)
+		return MSB_E_NOMEM;
+	if (len - 1 > MSB_FRAME_MAX_BYTES) {
+		free(frame);
+		return MSB_E_INVAL;
+	}
+	*ret_frame = frame;
+	*ret_len = len;
+	return MSB_OK;
+}
+
+static int call_checked(struct msb_conn *conn, const char *method, json_t *params,
+			json_t **ret_result)
+{
+	_cleanup_free_ char *frame = NULL;
+	int64_t deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
+	json_int_t id = conn->next_id;
+	size_t len;
+	int r;
+
+	r = encode_request(id, method, params, &frame, &len);
+	if (r < 0)
+		return r;
+	conn->next_id++;  /* ids of requests sent are consecutive */
+	r = send_all(conn->fd, frame, len, deadline);
+	/* A daemon that hung up may have said why first (an error with id
+	 * null, e.g. TooManyConnections): read what it sent before giving up. */
+	if (r < 0 && r != MSB_E_CLOSED)
+		return r;
+	return await_reply(conn, id, deadline, ret_result);
+}
+
+int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result)
+{
+	int r;
+
+	if (!conn || !method || (params && !json_is_object(params))) {
+		json_decref(params);
+		return MSB_E_INVAL;
+	}
+	json_decref(conn->last_error);
+	conn->last_error = NULL;
+	if (conn->fd < 0) {
+		json_decref(params);
+		return MSB_E_CLOSED;
+	}
+	r = call_checked(conn, method, params, ret_result);
+	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED)
+		conn_close(conn);
+	return r;
+}
+
+int msb_last_error_code(const struct msb_conn *conn)
+{
+	return conn ? (int)json_integer_value(json_object_get(conn->last_error, "code")) : 0;
+}
+
+const char *msb_last_error_type(const struct msb_conn *conn)
+{
+	return json_string_value(json_object_get(msb_last_error_data(conn), "type"));
+}
+
+const char *msb_last_error_message(const struct msb_conn *conn)
+{
+	return conn ? json_string_value(json_object_get(conn->last_error, "message")) : NULL;
+}
+
+json_t *msb_last_error_data(const struct msb_conn *conn)
+{
+	return conn ? json_object_get(conn->last_error, "data") : NULL;
+}
+
+int msb_describe(struct msb_conn *conn, json_t **ret_result)
+{
+	return msb_call(conn, MSB_METHOD_DAEMON_DESCRIBE, NULL, ret_result);
+}
+
+int msb_status(struct msb_conn *conn, json_t **ret_result)
+{
+	return msb_call(conn, MSB_METHOD_DAEMON_STATUS, NULL, ret_result);
+}
+
+int msb_engine(struct msb_conn *conn, json_t **ret_result)
+{
+	return msb_call(conn, MSB_METHOD_DAEMON_ENGINE, NULL, ret_result);
+}

@@ -1,0 +1,93 @@
+/* msb.h — libmaf-sandbox: a synchronous C client for maf-sandboxd.
+ *
+ * One struct msb_conn is one Unix stream connection to the daemon. Calls are
+ * synchronous: msb_call() sends one JSON-RPC 2.0 request and waits for its
+ * reply, skipping any notification the daemon sends meanwhile. A connection
+ * is not thread-safe; use one per thread.
+ *
+ * Errors are the negative MSB_E_* codes below (msb_strerror() names them).
+ * After MSB_E_IO, MSB_E_PROTO, MSB_E_TIMEOUT or MSB_E_CLOSED the connection is
+ * unusable: it is closed, every later call returns MSB_E_CLOSED, and the only
+ * thing left to do is msb_conn_free(). MSB_E_REMOTE, MSB_E_INVAL and
+ * MSB_E_NOMEM leave it usable.
+ *
+ * Small allocations abort on out-of-memory (as everywhere in maf-sandbox);
+ * MSB_E_NOMEM reports a JSON value that could not be built or encoded.
+ *
+ * This header stands alone: it needs only jansson. */
+#ifndef MSB_CLIENT_H
+#define MSB_CLIENT_H
+
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct msb_conn;
+
+enum {
+	MSB_OK        =  0,
+	MSB_E_NOMEM   = -1,  /* a JSON value could not be built or encoded */
+	MSB_E_INVAL   = -2,  /* a bad argument: NULL, non-object params, path too long */
+	MSB_E_CONNECT = -3,  /* the socket is missing, refuses or is not permitted; see errno */
+	MSB_E_IO      = -4,  /* a read or write failed; see errno */
+	MSB_E_PROTO   = -5,  /* the daemon sent something that is not a valid reply */
+	MSB_E_REMOTE  = -6,  /* the daemon answered with an error; see msb_last_error_*() */
+	MSB_E_TIMEOUT = -7,  /* no whole reply within the call's timeout */
+	MSB_E_CLOSED  = -8,  /* the daemon closed the connection, or it was already unusable */
+};
+
+/* The per-call timeout a new connection starts with. */
+#define MSB_DEFAULT_TIMEOUT_MS 120000
+
+/* A static description of err (any int). Never NULL; distinct per code. */
+const char *msb_strerror(int err);
+
+/* The default socket: $MAF_SANDBOX_SOCKET if set and non-empty; else
+ * /run/maf-sandbox.sock when the effective uid is 0; else
+ * $XDG_RUNTIME_DIR/maf-sandbox.sock when XDG_RUNTIME_DIR is set and
+ * non-empty; else NULL. Returns a malloc'd string the caller frees. */
+char *msb_default_socket_path(void);
+
+/* Connects to path (borrowed; NULL = msb_default_socket_path()). On MSB_OK
+ * *ret_conn is a new connection the caller frees with msb_conn_free().
+ * MSB_E_CONNECT when the socket cannot be reached or no default exists
+ * (errno tells which: ENOENT, ECONNREFUSED, EACCES, ...); MSB_E_INVAL when
+ * path is empty or too long for a Unix socket address. */
+int msb_connect(const char *path, struct msb_conn **ret_conn);
+
+/* Closes and frees conn (owned). NULL-safe; returns NULL. */
+struct msb_conn *msb_conn_free(struct msb_conn *conn);
+
+/* Sets the timeout of each later call, in ms: sending the request and
+ * receiving its whole reply. 0 or negative = wait forever.
+ * Default MSB_DEFAULT_TIMEOUT_MS. */
+void msb_set_timeout(struct msb_conn *conn, int timeout_ms);
+
+/* Calls method (borrowed) with params (steals, even on failure; NULL = no
+ * "params" member; otherwise it must be an object). On MSB_OK *ret_result is
+ * a new reference the caller owns (ret_result may be NULL to discard it).
+ * On MSB_E_REMOTE the daemon's error is available through the
+ * msb_last_error_*() accessors until the next call on conn; an error reply
+ * with id null is taken as the answer to this call (only one is ever in
+ * flight). A reply with any other id than this call's is MSB_E_PROTO. */
+int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result);
+
+/* The last MSB_E_REMOTE error of conn (borrowed from conn; valid until the
+ * next call or msb_conn_free). When there is none: code 0, NULL otherwise. */
+int msb_last_error_code(const struct msb_conn *conn);          /* error.code */
+const char *msb_last_error_type(const struct msb_conn *conn);  /* error.data.type, or NULL */
+const char *msb_last_error_message(const struct msb_conn *conn); /* error.message */
+json_t *msb_last_error_data(const struct msb_conn *conn);      /* error.data, or NULL */
+
+/* Shorthands for msb_call(conn, "daemon.*", NULL, ret_result); same ownership. */
+int msb_describe(struct msb_conn *conn, json_t **ret_result);  /* daemon.describe */
+int msb_status(struct msb_conn *conn, json_t **ret_result);    /* daemon.status */
+int msb_engine(struct msb_conn *conn, json_t **ret_result);    /* daemon.engine */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
