@@ -226,8 +226,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 	if (!cfg->socket_path || cfg->socket_path[0] != '/') {
 		*reterr_message = xstrdup(cfg->socket_path ?
 			"socket.path must be an absolute path" :
-			"socket.path is not set: not running as root and XDG_RUNTIME_DIR is unset; "
-			"use --socket PATH");
+			"socket.path is not set: give --socket PATH (the default needs root, or "
+			"XDG_RUNTIME_DIR)");
 		return -EINVAL;
 	}
 	if (strlen(cfg->socket_path) >= 108) {

@@ -234,6 +234,10 @@ static int start(struct msbd_main *m)
 
 static void stop(struct msbd_main *m)
 {
+	/* Past the loop a second TERM must not kill us half-way through teardown
+	 * (freeing the signal events restores the default action). */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
 	m->d.server = server_free(m->d.server);
 	m->d.engine = engine_free(m->d.engine);
 	if (m->sig_term)

@@ -32,9 +32,11 @@ struct conn {
 	size_t n_calls;
 	unsigned inflight;          /* calls dispatched and not finished */
 	struct event *frame_ev;     /* deadline for the frame under way */
+	struct event *closed_ev;    /* while reading is paused: the peer closed (EV_CLOSED) */
 	struct event *resume_ev;    /* takes held-back frames at the loop boundary */
 	struct event *free_ev;      /* frees the connection at the loop boundary */
 	bool eof;                   /* the client closed its side */
+	bool peer_closed;           /* seen closed while paused: read it to EOF */
 	bool closing;               /* flush the output, then close */
 	bool dead;                  /* torn down; freed by free_ev */
 	TAILQ_ENTRY(conn) entry;
@@ -108,23 +110,43 @@ static void server_check_drained(struct server *srv)
 	event_active(srv->drained_ev, EV_TIMEOUT, 0);
 }
 
-static bool conn_may_read(const struct conn *c)
+/* May the connection dispatch frames it already holds? */
+static bool conn_may_take(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
-	return !c->dead && !c->closing && !c->eof && !c->srv->draining && !c->srv->budget_spent &&
+	return !c->dead && !c->closing && !c->srv->draining &&
 	       c->inflight < (unsigned)cfg->max_inflight &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
+}
+
+/* May it read more bytes from its socket? Not while the budget is spent:
+ * dispatching what is held is what frees it. */
+static bool conn_may_read(const struct conn *c)
+{
+	if (c->dead || c->closing || c->eof)
+		return false;
+	/* A peer that closed can send no more than its socket buffer holds:
+	 * read it to EOF whatever the budget, so its bytes are freed. */
+	if (c->peer_closed)
+		return true;
+	return conn_may_take(c) && !c->srv->budget_spent;
 }
 
 static void conn_update_read(struct conn *c)
 {
 	if (c->dead)
 		return;
-	if (conn_may_read(c))
+	if (conn_may_read(c)) {
 		bufferevent_enable(c->bev, EV_READ);
-	else
-		bufferevent_disable(c->bev, EV_READ);
+		if (c->closed_ev)
+			event_del(c->closed_ev);
+		return;
+	}
+	bufferevent_disable(c->bev, EV_READ);
+	/* Paused, a connection still learns that its peer left. */
+	if (c->closed_ev && !c->eof && !c->closing && !c->peer_closed)
+		event_add(c->closed_ev, NULL);
 }
 
 static void server_update_budget(struct server *srv)
@@ -231,8 +253,7 @@ static void conn_process(struct conn *c)
 {
 	unsigned taken = 0;
 
-	while (conn_may_read(c) || (c->eof && !c->dead && !c->closing &&
-				    c->inflight < (unsigned)c->srv->d->config->max_inflight)) {
+	while (conn_may_take(c)) {
 		const char *line;
 		size_t len;
 		int r = frame_buf_next(&c->in, &line, &len);
@@ -335,6 +356,19 @@ static void conn_frame_timeout_cb(evutil_socket_t fd, short what, void *arg)
 			   json_pack("{s:I}", "timeout_ms", (json_int_t)c->srv->d->config->frame_timeout_ms));
 }
 
+static void conn_peer_closed_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd, (void)what;
+	if (c->dead)
+		return;
+	log_debug("conn", "connection %llu: peer closed while reading was paused",
+		  (unsigned long long)c->id);
+	c->peer_closed = true;
+	conn_update_read(c);
+}
+
 static void conn_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -348,6 +382,8 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	TAILQ_REMOVE(&c->srv->conns, c, entry);
 	event_free(c->frame_ev);
+	if (c->closed_ev)
+		event_free(c->closed_ev);
 	event_free(c->resume_ev);
 	event_free(c->free_ev);
 	free(c->calls);
@@ -375,6 +411,8 @@ static void conn_close(struct conn *c, const char *reason)
 	frame_buf_release(&c->in);
 	conn_account(c);
 	evtimer_del(c->frame_ev);
+	if (c->closed_ev)
+		event_del(c->closed_ev);
 	event_del(c->resume_ev);
 	srv->stats.connections_current--;
 	event_active(c->free_ev, EV_TIMEOUT, 0);
@@ -436,6 +474,8 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 	c->frame_ev = evtimer_new(base, conn_frame_timeout_cb, c);
 	c->resume_ev = event_new(base, -1, 0, conn_resume_cb, c);
 	c->free_ev = event_new(base, -1, 0, conn_free_cb, c);
+	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
+		c->closed_ev = event_new(base, fd, EV_CLOSED, conn_peer_closed_cb, c);
 	if (!c->bev || !c->frame_ev || !c->resume_ev || !c->free_ev) {
 		log_warnx("%s: cannot set up a connection, closing it", __func__);
 		if (c->bev)
