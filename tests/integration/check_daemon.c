@@ -1,0 +1,878 @@
+/* check_daemon.c — maf-sandboxd on a private socket against the real engine:
+ * describe/status through the C client and the CLI, socket activation, bad
+ * input on a raw socket, every wire limit, engine loss and recovery, signals. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define ENGINE_WAIT_MS 15000
+#define RECV_MS 10000
+
+/* Our highest API version (daemon/engine/engine.h MSB_ENGINE_API_MAX). */
+#define OUR_API_MAX "1.51"
+
+static int api_cmp(const char *a, const char *b)
+{
+	int amaj = 0, amin = 0, bmaj = 0, bmin = 0;
+
+	sscanf(a, "%d.%d", &amaj, &amin);
+	sscanf(b, "%d.%d", &bmaj, &bmin);
+	return amaj != bmaj ? amaj - bmaj : amin - bmin;
+}
+
+static const char *error_type(json_t *reply)
+{
+	return jstr(reply, "error.data.type");
+}
+
+static json_int_t error_code(json_t *reply)
+{
+	return jint(reply, "error.code");
+}
+
+/* ---- describe and status against the real engine ---------------------- */
+
+START_TEST(describe_declares_the_docker_backend)
+{
+	struct msbd_proc d = { 0 };
+	json_t *st, *desc, *fam;
+
+	msbd_start(&d, NULL);
+	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_str_eq(jstr(desc, "isolation"), "container");
+	ck_assert_str_eq(jstr(desc, "backend"), "docker");
+	ck_assert_str_eq(jstr(desc, "protocol_version"), "1");
+	fam = jget(desc, "os_families");
+	ck_assert_uint_eq(json_array_size(fam), 1);
+	ck_assert_str_eq(json_string_value(json_array_get(fam, 0)), "posix");
+	ck_assert_str_eq(jstr(st, "engine.os"), "linux");
+	ck_assert_uint_eq(json_array_size(jget(desc, "egress_modes")), 1);
+	ck_assert_str_eq(json_string_value(json_array_get(jget(desc, "egress_modes"), 0)), "closed");
+	ck_assert_uint_eq(json_array_size(jget(desc, "isolation_scopes")), 2);
+	ck_assert_int_eq(jint(desc, "limits.files_in.max_bytes_per_file"), 64 << 20);
+	ck_assert_int_eq(jint(desc, "limits.files_in.max_total_bytes"), 256 << 20);
+	ck_assert_int_eq(jint(desc, "limits.files_out.max_files"), 256);
+	json_decref(st);
+	json_decref(desc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(status_reports_the_negotiated_engine)
+{
+	struct msbd_proc d = { 0 };
+	char *engine_api = NULL, *body;
+	json_t *st, *version, *eng;
+	const char *expect;
+
+	msbd_start(&d, NULL);
+	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
+	/* Ask the engine ourselves, bypassing the daemon. */
+	json_decref(json_loads(engine_get("/_ping", "Api-Version", &engine_api), 0, NULL));
+	body = engine_get("/version", NULL, NULL);
+	version = json_loads(body, 0, NULL);
+	free(body);
+	expect = api_cmp(engine_api, OUR_API_MAX) < 0 ? engine_api : OUR_API_MAX;
+	ck_assert_str_eq(jstr(st, "engine.api_version"), expect);
+	ck_assert_str_eq(jstr(st, "engine.engine_api_version"), engine_api);
+	ck_assert_str_eq(jstr(st, "engine.version"), jstr(version, "Version"));
+	ck_assert(json_is_true(jget(st, "engine.reachable")));
+	ck_assert_ptr_nonnull(strstr(jstr(st, "engine.endpoint"), "unix://"));
+	ck_assert_str_eq(jstr(st, "daemon.socket"), d.sock);
+	ck_assert_int_ge(jint(st, "engine.requests"), 2);     /* /_ping and /version */
+	ck_assert_int_eq(jint(st, "connections.current"), 1);
+	/* daemon.engine asks the engine now and agrees. */
+	eng = call(d.sock, "daemon.engine", NULL, NULL, NULL);
+	ck_assert_str_eq(jstr(eng, "version"), jstr(version, "Version"));
+	ck_assert_str_eq(jstr(eng, "os"), "linux");
+	ck_assert_str_eq(jstr(eng, "api_version"), expect);
+	json_decref(eng);
+	json_decref(st);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	ck_assert_int_ge(jint(st, "engine.call_requests"), 1);
+	free(engine_api);
+	json_decref(version);
+	json_decref(st);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- the CLI ---------------------------------------------------------- */
+
+START_TEST(cli_describe_json_and_status)
+{
+	struct msbd_proc d = { 0 };
+	char *out = NULL, *err = NULL;
+	json_t *desc, *st;
+
+	msbd_start(&d, NULL);
+	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "describe", "--json", NULL }, &out, &err), 0);
+	desc = json_loads(out, 0, NULL);
+	ck_assert_msg(desc, "describe --json printed no JSON: %s", out);
+	ck_assert_str_eq(json_string_value(json_array_get(jget(desc, "os_families"), 0)), "posix");
+	json_decref(desc);
+	free(out), free(err);
+	ck_assert_int_eq(run_cli((const char *[]){ "--json", "--socket", d.sock, "status", NULL }, &out, NULL), 0);
+	ck_assert_ptr_nonnull(json_loads(out, 0, NULL) ? out : NULL);
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "status", NULL }, &out, NULL), 0);
+	ck_assert_msg(strstr(out, "reachable") && strstr(out, jstr(st, "engine.version")) &&
+		      strstr(out, jstr(st, "engine.api_version")),
+		      "status output lacks the engine: %s", out);
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "describe", NULL }, &out, NULL), 0);
+	ck_assert_msg(strstr(out, "container") && strstr(out, "posix"), "describe output: %s", out);
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "engine", NULL }, &out, NULL), 0);
+	ck_assert_msg(strstr(out, jstr(st, "engine.version")), "engine output: %s", out);
+	free(out);
+	json_decref(st);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(cli_exit_codes)
+{
+	char *out = NULL, *err = NULL;
+
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", "/nonexistent/msb.sock", "status", NULL }, NULL, &err), 3);
+	ck_assert_msg(strstr(err, "/nonexistent/msb.sock"), "message does not name the socket: %s", err);
+	free(err);
+	ck_assert_int_eq(run_cli((const char *[]){ "no-such-command", NULL }, NULL, NULL), 2);
+	ck_assert_int_eq(run_cli((const char *[]){ "--bogus-flag", "status", NULL }, NULL, NULL), 2);
+	ck_assert_int_eq(run_cli((const char *[]){ NULL }, NULL, NULL), 2);
+	ck_assert_int_eq(run_cli((const char *[]){ "--help", NULL }, &out, NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "describe"));
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "status", "--help", NULL }, &out, NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "status"));
+	free(out);
+}
+END_TEST
+
+/* ---- bad input on a raw socket --------------------------------------- */
+
+static struct msbd_proc bad;
+
+static void bad_setup(void)
+{
+	msbd_start(&bad, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
+					   "--set", "limits.frame_timeout_ms=400",
+					   "--set", "limits.max_connections=4", NULL });
+}
+
+static void bad_teardown(void)
+{
+	ck_assert_int_eq(msbd_stop(&bad), 0);
+}
+
+/* The connection still serves: a describe gets its reply with id "alive". */
+static void assert_alive(int fd)
+{
+	json_t *r;
+
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":\"alive\",\"method\":\"daemon.describe\"}\n");
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_msg(r, "connection closed or silent after an error it should survive");
+	ck_assert_str_eq(jstr(r, "id"), "alive");
+	ck_assert_str_eq(jstr(r, "result.isolation"), "container");
+	json_decref(r);
+}
+
+struct bad_row {
+	const char *frame;         /* sent as is (each ends in LF) */
+	int code;
+	const char *type;
+	const char *id;            /* expected id as JSON text */
+	const char *data_member;   /* "key=value" expected in error.data, or NULL */
+};
+
+static const struct bad_row bad_rows[] = {
+	{ "{not json\n", -32700, "ParseError", "null", NULL },
+	{ "\x01\x02\xff\xfe garbage\n", -32700, "ParseError", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"} trailing\n", -32700, "ParseError", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"daemon.describe\"}\n", -32700, "ParseError", "null", NULL },
+	{ "[]\n", -32600, "InvalidRequest", "null", NULL },
+	{ "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"}]\n", -32600, "InvalidRequest", "null", NULL },
+	{ "42\n", -32600, "InvalidRequest", "null", NULL },
+	{ "\"a string\"\n", -32600, "InvalidRequest", "null", NULL },
+	{ "null\n", -32600, "InvalidRequest", "null", NULL },
+	{ "{\"id\":5,\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "5", NULL },
+	{ "{\"jsonrpc\":\"1.0\",\"id\":\"v\",\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "\"v\"", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":6}\n", -32600, "InvalidRequest", "6", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":42}\n", -32600, "InvalidRequest", "7", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"daemon.describe\"}\n", -32600, "InvalidRequest", "null", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"daemon.describe\",\"extra\":1}\n", -32600, "InvalidRequest", "8", "member=extra" },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"no.such.method\"}\n", -32601, "MethodNotFound", "9", "method=no.such.method" },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"daemon.status\",\"params\":[1]}\n", -32602, "InvalidParams", "10", NULL },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"daemon.status\",\"params\":{\"verbose\":true}}\n", -32602, "InvalidParams", "11", "field=verbose" },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":\"\",\"method\":\"daemon.describe\",\"params\":null}\n", -32602, "InvalidParams", "\"\"", NULL },
+};
+
+START_TEST(bad_input_gets_an_error_and_the_connection_stays)
+{
+	const struct bad_row *row = &bad_rows[_i];
+	int fd = raw_connect(bad.sock);
+	json_t *r, *want_id;
+
+	ck_assert_int_ge(fd, 0);
+	raw_send_str(fd, row->frame);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_msg(r, "no reply to %s", row->frame);
+	ck_assert_int_eq(error_code(r), row->code);
+	ck_assert_str_eq(error_type(r), row->type);
+	ck_assert_str_eq(jstr(r, "jsonrpc"), "2.0");
+	want_id = json_loads(row->id, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(json_equal(json_object_get(r, "id"), want_id), "reply id is wrong for %s", row->frame);
+	json_decref(want_id);
+	if (row->data_member) {
+		char key[64];
+		const char *eq = strchr(row->data_member, '=');
+
+		snprintf(key, sizeof(key), "error.data.%.*s", (int)(eq - row->data_member), row->data_member);
+		ck_assert_str_eq(jstr(r, key), eq + 1);
+	}
+	json_decref(r);
+	assert_alive(fd);
+	close(fd);
+}
+END_TEST
+
+START_TEST(every_id_type_is_echoed)
+{
+	static const char *const ids[] = { "0", "-1", "9007199254740991", "\"x\"", "\"\"", "null" };
+	int fd = raw_connect(bad.sock);
+
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		char frame[256];
+		json_t *r, *want = json_loads(ids[i], JSON_DECODE_ANY, NULL);
+
+		snprintf(frame, sizeof(frame), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"daemon.describe\"}\n", ids[i]);
+		raw_send_str(fd, frame);
+		r = raw_recv(fd, RECV_MS);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_msg(json_equal(json_object_get(r, "id"), want), "id %s not echoed", ids[i]);
+		ck_assert_ptr_nonnull(jget(r, "result"));
+		json_decref(r);
+		json_decref(want);
+	}
+	close(fd);
+}
+END_TEST
+
+START_TEST(notifications_and_blank_lines_get_no_reply)
+{
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	raw_send_str(fd, "\n\r\n   \n{\"jsonrpc\":\"2.0\",\"method\":\"daemon.describe\"}\n"
+			 "{\"jsonrpc\":\"2.0\",\"method\":\"no.such\"}\n"
+			 "{\"jsonrpc\":\"2.0\",\"id\":\"after\",\"method\":\"daemon.status\"}\r\n");
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(jstr(r, "id"), "after");
+	json_decref(r);
+	close(fd);
+}
+END_TEST
+
+START_TEST(split_and_pipelined_frames)
+{
+	const char *frame = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"}\n";
+	int fd = raw_connect(bad.sock);
+	char many[4096] = "";
+	json_t *r;
+
+	for (const char *p = frame; *p; p++) {     /* one byte at a time */
+		raw_send(fd, p, 1);
+		usleep(1000);
+	}
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_int_eq(jint(r, "id"), 1);
+	json_decref(r);
+	for (int i = 0; i < 40; i++) {             /* more than max_inflight, in one write */
+		char one[128];
+
+		snprintf(one, sizeof(one), "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"daemon.status\"}\n", i);
+		strcat(many, one);
+	}
+	raw_send_str(fd, many);
+	for (int i = 0; i < 40; i++) {
+		r = raw_recv(fd, RECV_MS);
+		ck_assert_msg(r, "reply %d missing", i);
+		ck_assert_int_eq(jint(r, "id"), i);
+		json_decref(r);
+	}
+	close(fd);
+}
+END_TEST
+
+START_TEST(oversize_frame_is_refused_and_closed)
+{
+	size_t n = 65536 + 100;
+	char *big = malloc(n + 1);
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	memset(big, 'x', n);
+	big[n] = '\0';
+	raw_send(fd, big, n);                      /* no LF: refused while it arrives */
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_msg(r, "no FrameTooLarge reply");
+	ck_assert_int_eq(error_code(r), 1301);
+	ck_assert_str_eq(error_type(r), "FrameTooLarge");
+	ck_assert(json_is_null(json_object_get(r, "id")));
+	ck_assert_int_eq(jint(r, "error.data.limit"), 65536);
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+	free(big);
+}
+END_TEST
+
+START_TEST(oversize_frame_with_its_lf_in_one_write)
+{
+	size_t n = 65536 + 1;
+	char *big = malloc(n + 2);
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	memset(big, ' ', n);
+	big[n] = '\n';
+	raw_send(fd, big, n + 1);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(error_type(r), "FrameTooLarge");
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+	free(big);
+}
+END_TEST
+
+START_TEST(frame_at_the_limit_is_served)
+{
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
+	const char *tail = "\"}}";
+	size_t n = 65536, pad = n - strlen(head) - strlen(tail);
+	char *frame = malloc(n + 2);
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'p', pad);
+	strcpy(frame + strlen(head) + pad, tail);
+	strcat(frame, "\n");
+	ck_assert_uint_eq(strlen(frame), n + 1);
+	raw_send_str(fd, frame);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	/* Admitted whole: the answer is about its params, not its size. */
+	ck_assert_str_eq(error_type(r), "InvalidParams");
+	ck_assert_str_eq(jstr(r, "error.data.field"), "pad");
+	json_decref(r);
+	assert_alive(fd);
+	close(fd);
+	free(frame);
+}
+END_TEST
+
+START_TEST(stalled_frame_times_out)
+{
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":1,");
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_msg(r, "no FrameTimeout reply");
+	ck_assert_int_eq(error_code(r), 1304);
+	ck_assert_str_eq(error_type(r), "FrameTimeout");
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+}
+END_TEST
+
+START_TEST(connection_limit)
+{
+	int fds[4], extra;
+	json_t *r, *st;
+
+	/* Wait until the harness's readiness probes are gone: ours is the only one. */
+	fds[0] = raw_connect(bad.sock);
+	for (int i = 0; i < 200; i++) {
+		raw_send_str(fds[0], "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"daemon.status\"}\n");
+		st = raw_recv(fds[0], RECV_MS);
+		ck_assert_ptr_nonnull(st);
+		if (jint(st, "result.connections.current") == 1)
+			i = 1000;
+		json_decref(st);
+		if (i < 1000)
+			usleep(10 * 1000);
+	}
+	for (int i = 1; i < 4; i++) {
+		fds[i] = raw_connect(bad.sock);
+		ck_assert_int_ge(fds[i], 0);
+	}
+	assert_alive(fds[3]);                      /* all four are accepted */
+	extra = raw_connect(bad.sock);
+	r = raw_recv(extra, RECV_MS);
+	ck_assert_msg(r, "the fifth connection got no error");
+	ck_assert_str_eq(error_type(r), "TooManyConnections");
+	ck_assert_int_eq(jint(r, "error.data.limit"), 4);
+	json_decref(r);
+	ck_assert(raw_is_closed(extra, RECV_MS));
+	close(extra);
+	close(fds[0]);
+	usleep(200 * 1000);
+	raw_send_str(fds[1], "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"}\n");
+	st = raw_recv(fds[1], RECV_MS);
+	ck_assert_int_eq(jint(st, "result.connections.rejected"), 1);
+	ck_assert_int_eq(jint(st, "result.connections.current"), 3);
+	json_decref(st);
+	for (int i = 1; i < 4; i++)
+		close(fds[i]);
+}
+END_TEST
+
+START_TEST(replies_survive_a_half_close)
+{
+	int fd = raw_connect(bad.sock);
+	json_t *r;
+
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"}\n"
+			 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\"}\n{\"unterminated");
+	shutdown(fd, SHUT_WR);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_int_eq(jint(r, "id"), 1);
+	json_decref(r);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_int_eq(jint(r, "id"), 2);
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+}
+END_TEST
+
+START_TEST(a_64_mib_file_frame_is_admitted_by_default)
+{
+	/* 64 MiB in base64 is 89,478,488 bytes: the default frame limit must take it. */
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\",\"params\":{\"content_b64\":\"";
+	size_t b64 = ((size_t)64 << 20) / 3 * 4 + 4;
+	size_t n = strlen(head) + b64 + 4;
+	char *frame = malloc(n + 1);
+	int fd;
+	json_t *r;
+
+	msbd_start(&d, NULL);
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'A', b64);
+	strcpy(frame + strlen(head) + b64, "\"}}\n");
+	fd = raw_connect(d.sock);
+	raw_send(fd, frame, strlen(frame));
+	r = raw_recv(fd, 60000);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(error_type(r), "InvalidParams");
+	ck_assert_str_eq(jstr(r, "error.data.field"), "content_b64");
+	json_decref(r);
+	close(fd);
+	free(frame);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(spent_buffer_budget_pauses_reading)
+{
+	struct msbd_proc d = { 0 };
+	char *part = malloc(40001);
+	int a, b, c;
+	json_t *r;
+
+	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
+					 "--set", "limits.buffer_budget_bytes=65536",
+					 "--set", "limits.frame_timeout_ms=60000", NULL });
+	memset(part, ' ', 40000);
+	part[40000] = '\0';
+	a = raw_connect(d.sock);
+	b = raw_connect(d.sock);
+	c = raw_connect(d.sock);
+	raw_send_str(a, part);                     /* 40000 + 40000 > 65536: spent */
+	raw_send_str(b, part);
+	usleep(300 * 1000);
+	raw_send_str(c, "{\"jsonrpc\":\"2.0\",\"id\":\"c\",\"method\":\"daemon.describe\"}\n");
+	r = raw_recv(c, 1000);
+	ck_assert_msg(r == NULL, "a request was read while the buffer budget was spent");
+	close(a);                                  /* frees its bytes: reading resumes */
+	r = raw_recv(c, RECV_MS);
+	ck_assert_msg(r, "reading did not resume once the budget was available");
+	ck_assert_str_eq(jstr(r, "id"), "c");
+	json_decref(r);
+	close(b);
+	close(c);
+	free(part);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(held_frames_are_served_while_the_budget_is_spent)
+{
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
+	char *part = malloc(60001), *frame = malloc(8000);
+	int a, b;
+	json_t *r;
+
+	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
+					 "--set", "limits.buffer_budget_bytes=65536",
+					 "--set", "limits.frame_timeout_ms=60000", NULL });
+	memset(part, ' ', 60000);
+	part[60000] = '\0';
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'p', 6000);
+	strcpy(frame + strlen(head) + 6000, "\"}}\n");
+	a = raw_connect(d.sock);
+	b = raw_connect(d.sock);
+	raw_send_str(a, part);                     /* 60000 held, half a frame */
+	usleep(300 * 1000);
+	raw_send_str(b, frame);                    /* + ~6 KB complete: the budget is spent */
+	/* Dispatching b's complete frame is what frees the budget: it must not
+	 * wait for a's frame deadline (60 s). */
+	r = raw_recv(b, RECV_MS);
+	ck_assert_msg(r, "a complete frame was held while the budget was spent");
+	ck_assert_str_eq(jstr(r, "id"), "b");
+	json_decref(r);
+	assert_alive(b);
+	close(a);
+	close(b);
+	free(part);
+	free(frame);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- the engine goes away and comes back ----------------------------- */
+
+START_TEST(engine_down_at_start_then_recovers)
+{
+	struct msbd_proc d = { 0 };
+	char host[160], link[128], *type = NULL, *out = NULL, *err = NULL;
+	json_t *st, *desc, *eng;
+	int code;
+
+	msbd_prepare(&d);
+	snprintf(link, sizeof(link), "%s/docker.sock", d.dir);
+	snprintf(host, sizeof(host), "unix://%s", link);
+	msbd_start(&d, (const char *[]){ "--engine-host", host,
+					 "--set", "engine.reconnect_min_ms=50",
+					 "--set", "engine.reconnect_max_ms=200", NULL });
+	st = wait_engine_state(d.sock, "unreachable", ENGINE_WAIT_MS);
+	ck_assert(json_is_false(jget(st, "engine.reachable")));
+	ck_assert_str_eq(jstr(st, "engine.endpoint"), host);
+	ck_assert_str_eq(jstr(st, "engine.endpoint_source"), "engine.host");
+	ck_assert_ptr_nonnull(jstr(st, "engine.last_error"));
+	ck_assert(json_is_null(jget(st, "engine.version")));
+	json_decref(st);
+	/* Nothing was read, so nothing is claimed. */
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_uint_eq(json_array_size(jget(desc, "os_families")), 0);
+	json_decref(desc);
+	/* Calls that need the engine fail with EngineUnavailable. */
+	eng = call(d.sock, "daemon.engine", NULL, &code, &type);
+	ck_assert_ptr_null(eng);
+	ck_assert_int_eq(code, 1000);
+	ck_assert_str_eq(type, "EngineUnavailable");
+	free(type);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "engine", NULL }, &out, &err), 1);
+	ck_assert_msg(strstr(err, "EngineUnavailable"), "CLI error: %s", err);
+	free(out), free(err);
+	/* The engine appears at that path: the daemon recovers without a restart. */
+	ck_assert_int_eq(symlink(engine_socket_path(), link), 0);
+	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
+	ck_assert_str_eq(jstr(st, "engine.os"), "linux");
+	json_decref(st);
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_str_eq(json_string_value(json_array_get(jget(desc, "os_families"), 0)), "posix");
+	json_decref(desc);
+	eng = call(d.sock, "daemon.engine", NULL, &code, NULL);
+	ck_assert_int_eq(code, 0);
+	ck_assert_str_eq(jstr(eng, "os"), "linux");
+	json_decref(eng);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- the socket ------------------------------------------------------- */
+
+START_TEST(socket_activation_serves_describe)
+{
+	struct msbd_proc d = { 0 };
+	json_t *desc, *st;
+	struct stat sb;
+
+	msbd_prepare(&d);
+	msbd_start_with(&d, (const char *[]){ "/usr/bin/systemd-socket-activate", "-l", d.sock, NULL },
+			(const char *[]){ "--set", "socket.path=/nonexistent/ignored.sock", NULL }, false);
+	/* systemd-socket-activate binds d.sock; the daemon starts on the first connection. */
+	for (int i = 0; i < 200 && stat(d.sock, &sb) < 0; i++)
+		usleep(20 * 1000);
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_str_eq(jstr(desc, "isolation"), "container");
+	json_decref(desc);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	ck_assert_str_eq(jstr(st, "daemon.socket"), d.sock);
+	json_decref(st);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* Runs a command through sh and returns its stdout+stderr and "exit=N". */
+static char *sh(const char *cmd)
+{
+	char full[1024], *out = calloc(1, 8192);
+	FILE *p;
+
+	snprintf(full, sizeof(full), "%s 2>&1; echo \"exit=$?\"", cmd);
+	p = popen(full, "r");
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_gt(fread(out, 1, 8191, p), 0);
+	pclose(p);
+	return out;
+}
+
+START_TEST(stale_socket_is_replaced_live_one_refused)
+{
+	struct msbd_proc d = { 0 };
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct stat sb;
+	char cmd[512], *out;
+	json_t *st;
+
+	msbd_prepare(&d);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", d.sock);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);                                 /* a stale socket file stays behind */
+	msbd_start(&d, NULL);
+	ck_assert_int_eq(stat(d.sock, &sb), 0);
+	ck_assert(S_ISSOCK(sb.st_mode));
+	ck_assert_int_eq(sb.st_mode & 0777, 0660);
+	/* A second daemon on the live socket refuses to start, and leaves it alone. */
+	snprintf(cmd, sizeof(cmd), "%s --socket %s", getenv("MSB_DAEMON"), d.sock);
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "another running process") && strstr(out, "exit=1"),
+		      "second daemon said: %s", out);
+	free(out);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	ck_assert_ptr_nonnull(st);
+	json_decref(st);
+	/* A regular file where the socket should be is not replaced. */
+	snprintf(cmd, sizeof(cmd), "touch %s/file.sock && %s --socket %s/file.sock", d.dir,
+		 getenv("MSB_DAEMON"), d.dir);
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "not a socket") && strstr(out, "exit=1"), "daemon said: %s", out);
+	free(out);
+	/* Stopped, the daemon removes the socket it bound. */
+	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
+	ck_assert_int_lt(stat(d.sock, &sb), 0);
+	msbd_stop(&d);
+}
+END_TEST
+
+START_TEST(check_config_prints_and_refuses)
+{
+	char cmd[512], *out;
+	char dir[] = "/tmp/msb-conf-XXXXXX";
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "%s/good.conf", dir);
+	f = fopen(cmd, "w");
+	fputs("# test\nlimits.max_inflight = 5  # five\nsocket.path = /tmp/x.sock\n", f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "%s --check-config -f %s/good.conf", getenv("MSB_DAEMON"), dir);
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "limits.max_inflight = 5\n") && strstr(out, "exit=0"), "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "printf 'limits.max_inflight = lots\\n' > %s/bad.conf; "
+		 "%s --check-config -f %s/bad.conf", dir, getenv("MSB_DAEMON"), dir);
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "bad.conf:1: limits.max_inflight") && strstr(out, "exit=1"), "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "%s --check-config --set no.such=1", getenv("MSB_DAEMON"));
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "unknown setting \"no.such\"") && strstr(out, "exit=1"), "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(unresolvable_endpoint_refuses_to_start)
+{
+	char cmd[512], *out;
+
+	snprintf(cmd, sizeof(cmd), "%s --socket /tmp/msb-never.sock --engine-host ssh://user@host",
+		 getenv("MSB_DAEMON"));
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "ssh://") && strstr(out, "exit=1"), "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "env -u DOCKER_HOST DOCKER_CONTEXT=no-such-context-xyz "
+		 "HOME=/nonexistent %s --socket /tmp/msb-never.sock", getenv("MSB_DAEMON"));
+	out = sh(cmd);
+	ck_assert_msg(strstr(out, "no-such-context-xyz") && strstr(out, "exit=1"), "%s", out);
+	free(out);
+	ck_assert_int_ne(access("/tmp/msb-never.sock", F_OK), 0);
+}
+END_TEST
+
+/* ---- signals ---------------------------------------------------------- */
+
+START_TEST(sighup_reloads_and_keeps_a_good_config)
+{
+	struct msbd_proc d = { 0 };
+	char path[160], arg[200];
+	json_t *desc;
+	FILE *f;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	f = fopen(path, "w");
+	fputs("limits.max_inflight = 4\n", f);
+	fclose(f);
+	snprintf(arg, sizeof(arg), "%s", path);
+	msbd_start(&d, (const char *[]){ "-f", arg, NULL });
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 4);
+	json_decref(desc);
+	f = fopen(path, "w");
+	fputs("limits.max_inflight = 6\n", f);
+	fclose(f);
+	msbd_signal(&d, SIGHUP);
+	for (int i = 0; i < 100; i++) {
+		desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+		if (jint(desc, "wire.max_inflight") == 6)
+			break;
+		json_decref(desc);
+		desc = NULL;
+		usleep(50 * 1000);
+	}
+	ck_assert_msg(desc, "SIGHUP did not reload the configuration");
+	json_decref(desc);
+	f = fopen(path, "w");
+	fputs("limits.max_inflight = not-a-number\n", f);
+	fclose(f);
+	msbd_signal(&d, SIGHUP);
+	usleep(300 * 1000);
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);   /* the old one is kept */
+	json_decref(desc);
+	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
+	{
+		char cmd[256], *log;
+
+		snprintf(cmd, sizeof(cmd), "cat %s", d.log);
+		log = sh(cmd);
+		ck_assert_msg(strstr(log, "keeping the old configuration"), "log: %s", log);
+		free(log);
+	}
+	msbd_stop(&d);
+}
+END_TEST
+
+START_TEST(sigterm_drains_and_exits_zero)
+{
+	struct msbd_proc d = { 0 };
+	int fd;
+	json_t *r;
+
+	msbd_start(&d, NULL);
+	fd = raw_connect(d.sock);
+	/* A call to the engine in flight when SIGTERM lands still gets its reply. */
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.engine\"}\n");
+	msbd_signal(&d, SIGTERM);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_msg(r, "no reply to a call in flight at SIGTERM");
+	ck_assert_int_eq(jint(r, "id"), 1);
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+	/* It exits by itself, with status 0, and removes its socket. */
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_ne(access(d.sock, F_OK), 0);
+	msbd_stop(&d);
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *engine = tcase_create("engine");
+	TCase *cli = tcase_create("cli");
+	TCase *bad_input = tcase_create("bad_input");
+	TCase *limits = tcase_create("limits");
+	TCase *lifecycle = tcase_create("lifecycle");
+
+	tcase_set_timeout(engine, 90);
+	tcase_add_test(engine, describe_declares_the_docker_backend);
+	tcase_add_test(engine, status_reports_the_negotiated_engine);
+	tcase_add_test(engine, engine_down_at_start_then_recovers);
+	tcase_set_timeout(cli, 60);
+	tcase_add_test(cli, cli_describe_json_and_status);
+	tcase_add_test(cli, cli_exit_codes);
+	tcase_set_timeout(bad_input, 60);
+	tcase_add_checked_fixture(bad_input, bad_setup, bad_teardown);
+	tcase_add_loop_test(bad_input, bad_input_gets_an_error_and_the_connection_stays, 0,
+			    sizeof(bad_rows) / sizeof(bad_rows[0]));
+	tcase_add_test(bad_input, every_id_type_is_echoed);
+	tcase_add_test(bad_input, notifications_and_blank_lines_get_no_reply);
+	tcase_add_test(bad_input, split_and_pipelined_frames);
+	tcase_add_test(bad_input, oversize_frame_is_refused_and_closed);
+	tcase_add_test(bad_input, oversize_frame_with_its_lf_in_one_write);
+	tcase_add_test(bad_input, frame_at_the_limit_is_served);
+	tcase_add_test(bad_input, stalled_frame_times_out);
+	tcase_add_test(bad_input, connection_limit);
+	tcase_add_test(bad_input, replies_survive_a_half_close);
+	tcase_set_timeout(limits, 180);
+	tcase_add_test(limits, a_64_mib_file_frame_is_admitted_by_default);
+	tcase_add_test(limits, spent_buffer_budget_pauses_reading);
+	tcase_add_test(limits, held_frames_are_served_while_the_budget_is_spent);
+	tcase_set_timeout(lifecycle, 60);
+	tcase_add_test(lifecycle, socket_activation_serves_describe);
+	tcase_add_test(lifecycle, stale_socket_is_replaced_live_one_refused);
+	tcase_add_test(lifecycle, check_config_prints_and_refuses);
+	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
+	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
+	tcase_add_test(lifecycle, sigterm_drains_and_exits_zero);
+	suite_add_tcase(s, engine);
+	suite_add_tcase(s, cli);
+	suite_add_tcase(s, bad_input);
+	suite_add_tcase(s, limits);
+	suite_add_tcase(s, lifecycle);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(daemon_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,75 @@
+/* harness.h — integration test harness: a real maf-sandboxd on a private
+ * socket in a private temp dir, the CLI, and raw socket helpers.
+ *
+ * Cleanup does not depend on the test passing: every daemon gets
+ * PR_SET_PDEATHSIG, and an atexit handler (run when Check's forked test
+ * exits, pass or fail) kills what is left and removes the temp dirs. */
+#ifndef MSB_HARNESS_H
+#define MSB_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+struct msbd_proc {
+	pid_t pid;
+	char dir[64];      /* private temp dir */
+	char sock[100];    /* dir/msb.sock; fits sun_path */
+	char log[128];     /* dir/daemon.log: the daemon's stderr */
+};
+
+/* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
+void msbd_prepare(struct msbd_proc *p);
+/* Starts maf-sandboxd --socket p->sock plus args (NULL-terminated) and waits
+ * until the socket accepts. prefix (NULL-terminated, may be NULL) is a
+ * command put before the daemon (e.g. systemd-socket-activate ...); then the
+ * daemon is not given --socket. */
+void msbd_start(struct msbd_proc *p, const char *const *args);
+void msbd_start_with(struct msbd_proc *p, const char *const *prefix, const char *const *args,
+		     bool wait_for_socket);
+/* SIGTERM, wait up to 20 s (then SIGKILL); returns the exit status, 128+sig
+ * if killed by a signal. Removes the private dir. */
+int msbd_stop(struct msbd_proc *p);
+/* Like msbd_stop but keeps the private dir (msbd_stop removes it later). */
+int msbd_stop_keep_dir(struct msbd_proc *p);
+/* Waits up to timeout_ms for the daemon to exit by itself; returns its
+ * status as msbd_stop does, or -1 if it is still running. */
+int msbd_wait(struct msbd_proc *p, int timeout_ms);
+/* Sends a signal. */
+void msbd_signal(struct msbd_proc *p, int sig);
+/* Prints the daemon's log to stderr (for a failing test). */
+void msbd_dump_log(const struct msbd_proc *p);
+
+/* One call through the C client; returns the result (new ref) or NULL and
+ * fills *ret_code with the error code (0 on success). */
+json_t *call(const char *sock, const char *method, json_t *params, int *ret_code, char **ret_type);
+/* Polls daemon.status until engine.state == state, up to timeout_ms. Returns the last status. */
+json_t *wait_engine_state(const char *sock, const char *state, int timeout_ms);
+
+/* Runs the CLI with args (NULL-terminated); returns its exit status and,
+ * if wanted, its stdout and stderr (malloc'd). */
+int run_cli(const char *const *args, char **ret_out, char **ret_err);
+
+/* Raw socket helpers for bad-input tests. */
+int raw_connect(const char *path);
+void raw_send(int fd, const void *buf, size_t len);
+void raw_send_str(int fd, const char *s);
+/* Reads one frame and parses it; NULL on EOF or timeout. */
+json_t *raw_recv(int fd, int timeout_ms);
+/* True if the peer closed the connection within timeout_ms (no more frames). */
+bool raw_is_closed(int fd, int timeout_ms);
+
+/* The engine socket the real engine listens on (from DOCKER_HOST if unix://,
+ * else /var/run/docker.sock). */
+const char *engine_socket_path(void);
+/* GET path on the real engine, bypassing the daemon; returns the body and,
+ * if wanted, the value of header (malloc'd). */
+char *engine_get(const char *path, const char *header, char **ret_header_value);
+
+/* Helpers on results. */
+const char *jstr(json_t *root, const char *path);   /* "a.b.c" */
+json_int_t jint(json_t *root, const char *path);
+json_t *jget(json_t *root, const char *path);
+
+#endif
