@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# contrib/dev.sh — set up, build, run and test maf-sandbox on Debian 12.
+#
+#   sudo contrib/dev.sh run [maf-sandboxd options]   install what is missing, start a Docker
+#                                                  engine if none answers, build, run the daemon
+#   sudo contrib/dev.sh test                       the same set-up, then every test: a -Dwerror
+#                                                  build, then again under ASan+UBSan
+#
+# Idempotent: packages already installed are not reinstalled, a running engine is reused.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+PACKAGES=(
+	gcc libc6-dev pkg-config meson ninja-build
+	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev check
+	docker.io busybox-static python3 systemd curl ca-certificates iproute2
+)
+ENGINE_SOCKET=/var/run/docker.sock
+ENGINE_WAIT_SECONDS=90
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'contrib/dev.sh: %s\n' "$*" >&2; exit 1; }
+
+need_root() {
+	[ "$(id -u)" -eq 0 ] || die "run me as root (sudo $0 $*): I install packages and start dockerd"
+}
+
+install_packages() {
+	local missing=() p
+	for p in "${PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	say "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+engine_answers() {
+	[ -S "$ENGINE_SOCKET" ] &&
+		[ "$(curl -s --max-time 3 --unix-socket "$ENGINE_SOCKET" http://docker/_ping 2>/dev/null)" = OK ]
+}
+
+ensure_engine() {
+	local i
+	if engine_answers; then
+		say "Docker engine answers on $ENGINE_SOCKET"
+		return 0
+	fi
+	say "starting dockerd (log: /var/log/dockerd.log)"
+	setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+	for ((i = 0; i < ENGINE_WAIT_SECONDS; i++)); do
+		engine_answers && { say "Docker engine is up"; return 0; }
+		sleep 1
+	done
+	echo "--- last lines of /var/log/dockerd.log ---" >&2
+	tail -n 40 /var/log/dockerd.log >&2 || true
+	die "dockerd did not answer on $ENGINE_SOCKET within ${ENGINE_WAIT_SECONDS}s"
+}
+
+# build DIR [meson options...]
+build() {
+	local dir=$1; shift
+	if [ -f "$dir/build.ninja" ]; then
+		meson configure "$dir" "$@" >/dev/null
+	else
+		meson setup "$dir" "$@" >/dev/null
+	fi
+	ninja -C "$dir" >/dev/null || { ninja -C "$dir"; die "build in $dir failed"; }
+}
+
+# Counts meson's results in DIR's test log: prints "passed failed".
+count_results() {
+	python3 - "$1/meson-logs/testlog.json" <<'PY'
+import json, sys
+ok = bad = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line).get("result")
+    if r in ("OK", "EXPECTEDFAIL", "SKIP"):
+        ok += 1
+    else:
+        bad += 1
+print(ok, bad)
+PY
+}
+
+run_suites() {
+	local dir=$1 label=$2 rc=0
+	say "tests ($label)"
+	meson test -C "$dir" --num-processes 2 --print-errorlogs -v || rc=1
+	return $rc
+}
+
+cmd_test() {
+	need_root "$@"
+	install_packages
+	ensure_engine
+	local rc=0 p1 f1 p2 f2
+	build build -Dwerror=true -Dtests=enabled -Dsystemd=enabled
+	run_suites build "werror build" || rc=1
+	read -r p1 f1 < <(count_results build)
+	build build-asan -Dwerror=true -Dtests=enabled -Dsystemd=enabled \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	run_suites build-asan "ASan+UBSan build" || rc=1
+	read -r p2 f2 < <(count_results build-asan)
+	echo
+	echo "werror build: $p1 passed, $f1 failed"
+	echo "sanitizer build: $p2 passed, $f2 failed"
+	echo "summary: $((p1 + p2)) passed, $((f1 + f2)) failed"
+	return $rc
+}
+
+cmd_run() {
+	need_root "$@"
+	install_packages
+	ensure_engine
+	build build -Dwerror=true
+	say "running build/daemon/maf-sandboxd $* (Ctrl-C stops it; try: build/client/maf-sandbox status)"
+	exec "$ROOT/build/daemon/maf-sandboxd" "$@"
+}
+
+case "${1:-}" in
+	run) shift; cmd_run "$@" ;;
+	test) shift; cmd_test "$@" ;;
+	*) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
