@@ -78,7 +78,7 @@ START_TEST(status_reports_the_negotiated_engine)
 	msbd_start(&d, NULL);
 	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
 	/* Ask the engine ourselves, bypassing the daemon. */
-	json_decref(json_loads(engine_get("/_ping", "Api-Version", &engine_api), 0, NULL));
+	free(engine_get("/_ping", "Api-Version", &engine_api));
 	body = engine_get("/version", NULL, NULL);
 	version = json_loads(body, 0, NULL);
 	free(body);
@@ -124,7 +124,10 @@ START_TEST(cli_describe_json_and_status)
 	json_decref(desc);
 	free(out), free(err);
 	ck_assert_int_eq(run_cli((const char *[]){ "--json", "--socket", d.sock, "status", NULL }, &out, NULL), 0);
-	ck_assert_ptr_nonnull(json_loads(out, 0, NULL) ? out : NULL);
+	desc = json_loads(out, 0, NULL);
+	ck_assert_msg(desc, "status --json printed no JSON: %s", out);
+	ck_assert_str_eq(jstr(desc, "engine.state"), "reachable");
+	json_decref(desc);
 	free(out);
 	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "status", NULL }, &out, NULL), 0);
 	ck_assert_msg(strstr(out, "reachable") && strstr(out, jstr(st, "engine.version")) &&
@@ -818,6 +821,55 @@ START_TEST(sigterm_drains_and_exits_zero)
 }
 END_TEST
 
+/* Collects sd_notify datagrams until one contains want, or timeout_ms. */
+static bool notify_wait(int fd, const char *want, int timeout_ms, char *seen, size_t seen_size)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 50) {
+		char buf[4096];
+		ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+
+		if (n > 0) {
+			buf[n] = '\0';
+			strncat(seen, buf, seen_size - strlen(seen) - 2);
+			strcat(seen, "|");
+			if (strstr(buf, want))
+				return true;
+			waited -= 50;
+			continue;
+		}
+		usleep(50 * 1000);
+	}
+	return false;
+}
+
+START_TEST(sd_notify_ready_status_reloading_stopping)
+{
+	struct msbd_proc d = { 0 };
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	char seen[16384] = "";
+	int fd;
+
+	msbd_prepare(&d);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/notify", d.dir);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", sun.sun_path, 1), 0);
+	msbd_start(&d, NULL);
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert_msg(notify_wait(fd, "READY=1", 10000, seen, sizeof(seen)), "no READY=1: %s", seen);
+	ck_assert_msg(notify_wait(fd, "STATUS=serving; engine reachable: Docker", 15000, seen, sizeof(seen)),
+		      "no STATUS with the engine's state: %s", seen);
+	msbd_signal(&d, SIGHUP);
+	ck_assert_msg(notify_wait(fd, "RELOADING=1", 10000, seen, sizeof(seen)), "no RELOADING=1: %s", seen);
+	ck_assert_msg(notify_wait(fd, "READY=1", 10000, seen, sizeof(seen)), "no READY=1 after reload: %s", seen);
+	msbd_signal(&d, SIGTERM);
+	ck_assert_msg(notify_wait(fd, "STOPPING=1", 10000, seen, sizeof(seen)), "no STOPPING=1: %s", seen);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	close(fd);
+	msbd_stop(&d);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -858,6 +910,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
 	tcase_add_test(lifecycle, sigterm_drains_and_exits_zero);
+	tcase_add_test(lifecycle, sd_notify_ready_status_reloading_stopping);
 	suite_add_tcase(s, engine);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, bad_input);
