@@ -56,8 +56,9 @@ struct engine;
 typedef void engine_state_cb(struct engine *e, enum engine_state old_state,
 			     enum engine_state new_state, void *arg);
 
-/* Takes ownership of endpoint. state_cb may be NULL. Does not contact the
- * engine until engine_start(). Returns NULL if the http layer cannot be set up. */
+/* Takes ownership of endpoint (freed here if NULL is returned). state_cb may
+ * be NULL, and may free the engine. Does not contact the engine until
+ * engine_start(). Returns NULL if the http layer cannot be set up. */
 struct engine *engine_new(struct event_base *base, struct engine_endpoint *endpoint,
 			  const struct engine_options *opts, engine_state_cb *state_cb, void *arg);
 /* Starts the first probe (state ENGINE_CONNECTING). */
@@ -85,7 +86,9 @@ uint64_t engine_call_requests_made(const struct engine *e);
  * call->timeout_ms 0 means opts.timeout_ms unless call->on_data is set.
  * Returns -ENOTCONN (nothing sent, cb never called) unless ENGINE_REACHABLE.
  * A transport failure (-ECONNREFUSED, -ECONNRESET) of the call marks the
- * engine unreachable and starts probing, then the callback fires. */
+ * engine unreachable and starts probing, then the callback fires. The
+ * callbacks follow http.h's re-entrancy rules (on_data must not cancel or
+ * free; the done callback may, engine_free included). */
 int engine_call_start(struct engine *e, const struct engine_call *call, engine_done_cb *cb,
 		      void *arg, struct engine_req **ret_req);
 

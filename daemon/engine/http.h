@@ -12,6 +12,7 @@
  * reply filled), -ETIMEDOUT (deadline or idle deadline), -ECANCELED
  * (engine_req_cancel or engine_http_free), -ECONNREFUSED (nothing listens,
  * socket missing, host unresolvable, TLS handshake or verification failed),
+ * -EACCES (connecting to the socket was not permitted),
  * -ECONNRESET (peer closed before or mid-reply), -EMSGSIZE (buffered body
  * over max_body, or response headers over ENGINE_HTTP_MAX_HEADER_BYTES),
  * -EPROTO (not HTTP), the on_data callback's own negative value, or -EIO.
