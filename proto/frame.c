@@ -72,6 +72,11 @@ int frame_buf_next(struct frame_buf *fb, const char **ret_line, size_t *ret_len)
 		/* Before forming base: data is NULL until the first append. */
 		if (avail == 0) {
 			fb->start = fb->len = fb->scanned = fb->tail = 0;
+			if (fb->cap > MSB_FRAME_BUF_KEEP_BYTES) {
+				free(fb->data);
+				fb->data = NULL;
+				fb->cap = 0;
+			}
 			return 0;
 		}
 		base = fb->data + fb->start;
@@ -94,6 +99,16 @@ int frame_buf_next(struct frame_buf *fb, const char **ret_line, size_t *ret_len)
 		*ret_len = n;
 		return 1;
 	}
+}
+
+void frame_buf_drop_partial(struct frame_buf *fb)
+{
+	fb->len -= fb->tail;
+	fb->tail = 0;
+	if (fb->scanned > fb->len - fb->start)
+		fb->scanned = fb->len - fb->start;
+	if (fb->data)
+		fb->data[fb->len] = '\0';
 }
 
 size_t frame_buf_pending(const struct frame_buf *fb)

@@ -23,6 +23,10 @@ struct frame_buf {
 	size_t max;      /* frame limit, LF excluded */
 };
 
+/* An emptied buffer bigger than this gives its memory back, so an idle
+ * connection does not keep the largest frame it ever received. */
+#define MSB_FRAME_BUF_KEEP_BYTES (64 * 1024)
+
 void frame_buf_init(struct frame_buf *fb, size_t max);
 /* Frees the buffer; the struct may be reused after frame_buf_init. */
 void frame_buf_release(struct frame_buf *fb);
@@ -35,6 +39,10 @@ int frame_buf_append(struct frame_buf *fb, const void *p, size_t n);
  * it (borrowed, NUL-terminated, valid until the next append or next call),
  * 0 when no complete frame is held, -EMSGSIZE when one is over the limit. */
 int frame_buf_next(struct frame_buf *fb, const char **ret_line, size_t *ret_len);
+
+/* Discards the bytes after the last LF (part of a frame that will never be
+ * finished, e.g. at EOF); complete frames not yet taken stay. */
+void frame_buf_drop_partial(struct frame_buf *fb);
 
 /* Bytes held that belong to frames not yet handed out. */
 size_t frame_buf_pending(const struct frame_buf *fb);

@@ -635,6 +635,66 @@ START_TEST(test_many_small_frames)
 }
 END_TEST
 
+START_TEST(test_emptied_buffer_gives_memory_back)
+{
+	struct frame_buf fb;
+	size_t big = 1 << 20, len;
+	char *frame = malloc(big + 1);
+	const char *line;
+
+	memset(frame, 'x', big);
+	frame[big] = '\n';
+	frame_buf_init(&fb, 2 * big);
+	ck_assert_int_eq(frame_buf_append(&fb, frame, big + 1), 0);
+	ck_assert_uint_gt(fb.cap, big);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_uint_eq(len, big);
+	/* Taken and emptied: the next look finds nothing and frees the memory. */
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 0);
+	ck_assert_uint_le(fb.cap, MSB_FRAME_BUF_KEEP_BYTES);
+	/* A small frame keeps its small buffer. */
+	ck_assert_int_eq(frame_buf_append(&fb, "{}\n", 3), 0);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 0);
+	ck_assert_uint_le(fb.cap, MSB_FRAME_BUF_KEEP_BYTES);
+	ck_assert_int_eq(frame_buf_append(&fb, "{}\n", 3), 0);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	frame_buf_release(&fb);
+	free(frame);
+}
+END_TEST
+
+START_TEST(test_drop_partial_keeps_whole_frames)
+{
+	struct frame_buf fb;
+	const char *line;
+	size_t len;
+
+	frame_buf_init(&fb, 1024);
+	frame_buf_drop_partial(&fb);               /* nothing held: harmless */
+	ck_assert_int_eq(frame_buf_append(&fb, "{\"a\":1}\n{\"b\":2}\n{\"unfinished", 29), 0);
+	ck_assert(frame_buf_in_frame(&fb));
+	frame_buf_drop_partial(&fb);
+	ck_assert(!frame_buf_in_frame(&fb));
+	ck_assert_uint_eq(frame_buf_pending(&fb), 16);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_str_eq(line, "{\"a\":1}");
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_str_eq(line, "{\"b\":2}");
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 0);
+	/* After a scan that stopped in the fragment, dropping it is still exact. */
+	ck_assert_int_eq(frame_buf_append(&fb, "{\"c\":3}\nxyz", 11), 0);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 0);
+	frame_buf_drop_partial(&fb);
+	ck_assert_uint_eq(frame_buf_pending(&fb), 0);
+	ck_assert_int_eq(frame_buf_append(&fb, "{}\n", 3), 0);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_str_eq(line, "{}");
+	frame_buf_release(&fb);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
 	Suite *s = suite_create("frame");
@@ -658,6 +718,8 @@ static Suite *frame_suite(void)
 	tc = tcase_create("state");
 	tcase_add_test(tc, test_pending_in_frame);
 	tcase_add_test(tc, test_release_reinit);
+	tcase_add_test(tc, test_emptied_buffer_gives_memory_back);
+	tcase_add_test(tc, test_drop_partial_keeps_whole_frames);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("encode");
