@@ -233,9 +233,12 @@ static int rpc_params_fill(const struct rpc_method *m, json_t *given, void *para
 	}
 	json_object_foreach(given, key, v) {
 		if (!rpc_param_find(m->params, key)) {
-			*reterr = msb_error_object(MSB_ERR_INVALID_PARAMS, NULL, json_pack("{s:s}", "field", key));
+			int n = msb_echo_len(key);
+
+			*reterr = msb_error_object(MSB_ERR_INVALID_PARAMS, NULL,
+						   json_pack("{s:s%}", "field", key, (size_t)n));
 			json_object_set_new(*reterr, "message",
-					    json_sprintf("unknown param \"%s\" for %s", key, m->name));
+					    json_sprintf("unknown param \"%.*s\" for %s", n, key, m->name));
 			return -EINVAL;
 		}
 	}
@@ -278,9 +281,12 @@ struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 	call->done_arg = done_arg;
 	call->method = rpc_method_find(table, n_methods, req->method);
 	if (!call->method) {
+		int n = msb_echo_len(req->method);
+
 		err = msb_error_object(MSB_ERR_METHOD_NOT_FOUND, NULL,
-				       json_pack("{s:s}", "method", req->method));
-		json_object_set_new(err, "message", json_sprintf("no such method \"%s\"", req->method));
+				       json_pack("{s:s%}", "method", req->method, (size_t)n));
+		json_object_set_new(err, "message",
+				    json_sprintf("no such method \"%.*s\"", n, req->method));
 		rpc_call_finish(call, NULL, err);
 		return NULL;
 	}

@@ -59,6 +59,19 @@ const char *msb_error_name(int code)
 	return info ? info->name : "UnknownError";
 }
 
+int msb_echo_len(const char *s)
+{
+	size_t n = strnlen(s, MSB_ECHO_MAX_BYTES + 1);
+
+	if (n <= MSB_ECHO_MAX_BYTES)
+		return (int)n;
+	n = MSB_ECHO_MAX_BYTES;
+	/* Back off over continuation bytes (10xxxxxx) to a lead byte, and drop it. */
+	while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+		n--;
+	return (int)n;
+}
+
 json_t *msb_error_object(int code, const char *message, json_t *data)
 {
 	const struct msb_error_info *info = msb_error_lookup(code);

@@ -52,6 +52,15 @@ const struct msb_error_info *msb_error_lookup(int code);
 /* data.type for code; "UnknownError" for a code not in the table. */
 const char *msb_error_name(int code);
 
+/* Client text echoed in an error (a method, member or param name) is cut to
+ * this many bytes, at a UTF-8 character boundary, so an error never costs
+ * more than the request that caused it. */
+#define MSB_ECHO_MAX_BYTES 128
+
+/* The length of s's longest prefix of at most MSB_ECHO_MAX_BYTES bytes that
+ * ends on a UTF-8 character boundary. */
+int msb_echo_len(const char *s);
+
 /* Builds a JSON-RPC error object {"code","message","data":{"type",...}}.
  * message NULL → the table's default. data (steals; NULL or an object) is
  * merged into "data" beside "type". Returns a new reference. */

@@ -38,8 +38,8 @@ static int validate_members(json_t *root, json_t *id, json_t **out)
 		if (strcmp(key, "jsonrpc") && strcmp(key, "id") && strcmp(key, "method") &&
 		    strcmp(key, "params"))
 			return fail(out, MSB_ERR_INVALID_REQUEST, id,
-				    json_pack("{s:s}", "member", key),
-				    "unknown member \"%s\" in the request", key);
+				    json_pack("{s:s%}", "member", key, (size_t)msb_echo_len(key)),
+				    "unknown member \"%.*s\" in the request", msb_echo_len(key), key);
 	}
 	return 0;
 }

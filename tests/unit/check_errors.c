@@ -376,6 +376,38 @@ START_TEST(test_error_message_not_utf8)
 }
 END_TEST
 
+START_TEST(test_echo_len_cuts_at_a_character)
+{
+	char s[MSB_ECHO_MAX_BYTES + 64];
+	size_t i;
+
+	ck_assert_int_eq(msb_echo_len(""), 0);
+	ck_assert_int_eq(msb_echo_len("daemon.describe"), 15);
+	memset(s, 'a', sizeof(s) - 1);
+	s[sizeof(s) - 1] = '\0';
+	ck_assert_int_eq(msb_echo_len(s), MSB_ECHO_MAX_BYTES);
+	s[MSB_ECHO_MAX_BYTES] = '\0';
+	ck_assert_int_eq(msb_echo_len(s), MSB_ECHO_MAX_BYTES);      /* exactly at the edge */
+	memset(s, 'a', sizeof(s) - 1);
+	/* "é" (2 bytes) straddling the edge is dropped whole. */
+	s[MSB_ECHO_MAX_BYTES - 1] = (char)0xC3;
+	s[MSB_ECHO_MAX_BYTES] = (char)0xA9;
+	ck_assert_int_eq(msb_echo_len(s), MSB_ECHO_MAX_BYTES - 1);
+	/* A 4-byte character ending exactly at the edge is kept. */
+	memset(s, 'a', sizeof(s) - 1);
+	for (i = 0; i < 4; i++)
+		s[MSB_ECHO_MAX_BYTES - 4 + i] = (char)(i == 0 ? 0xF0 : 0x9F);
+	ck_assert_int_eq(msb_echo_len(s), MSB_ECHO_MAX_BYTES);
+	/* Every cut is valid UTF-8 for jansson. */
+	{
+		json_t *j = json_stringn(s, (size_t)msb_echo_len(s));
+
+		ck_assert_ptr_nonnull(j);
+		json_decref(j);
+	}
+}
+END_TEST
+
 static Suite *errors_suite(void)
 {
 	Suite *s = suite_create("errors");
@@ -404,6 +436,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, test_error_set_wraps_own_message);
 	tcase_add_test(tc, test_error_clear);
 	tcase_add_test(tc, test_error_message_not_utf8);
+	tcase_add_test(tc, test_echo_len_cuts_at_a_character);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -213,6 +213,33 @@ START_TEST(unknown_method)
 }
 END_TEST
 
+START_TEST(echoed_names_are_bounded)
+{
+	size_t n = 100000;
+	char *line = malloc(n + 256), *name = malloc(n + 1);
+	json_t *err;
+
+	memset(name, 'm', n);
+	name[n] = '\0';
+	reset();
+	snprintf(line, n + 256, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"%s\"}", name);
+	ck_assert_ptr_null(run(line));
+	err = json_object_get(last_reply, "error");
+	ck_assert_uint_eq(strlen(json_string_value(json_object_get(json_object_get(err, "data"), "method"))),
+			  MSB_ECHO_MAX_BYTES);
+	ck_assert_uint_lt(strlen(reply_message()), MSB_ECHO_MAX_BYTES + 64);
+	reset();
+	snprintf(line, n + 256, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.echo\","
+		 "\"params\":{\"name\":\"a\",\"%s\":1}}", name);
+	ck_assert_ptr_null(run(line));
+	ck_assert_uint_eq(strlen(reply_field()), MSB_ECHO_MAX_BYTES);
+	ck_assert_uint_lt(strlen(reply_message()), MSB_ECHO_MAX_BYTES + 64);
+	reset();
+	free(line);
+	free(name);
+}
+END_TEST
+
 START_TEST(handler_failure_renders_the_table)
 {
 	reset();
@@ -338,6 +365,7 @@ static Suite *rpc_suite(void)
 	tcase_add_loop_test(params, bad_params_name_the_field, 0,
 			    sizeof(bad_params_rows) / sizeof(bad_params_rows[0]));
 	tcase_add_test(params, unknown_method);
+	tcase_add_test(params, echoed_names_are_bounded);
 	tcase_add_test(params, daemon_methods_take_no_params);
 	tcase_add_test(contract, handler_failure_renders_the_table);
 	tcase_add_test(contract, notifications_get_no_reply);
