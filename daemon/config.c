@@ -50,6 +50,7 @@ static const struct config_key config_keys[] = {
 	K("limits.max_inflight", CONFIG_LONG, max_inflight, 1, 4096, false, "requests in flight per connection"),
 	K("limits.buffer_budget_bytes", CONFIG_SIZE, buffer_budget_bytes, MSB_FRAME_MIN_BYTES, 1LL << 40, false, "bytes buffered from all clients"),
 	K("limits.frame_timeout_ms", CONFIG_LONG, frame_timeout_ms, 100, 3600000, false, "time for one frame to arrive whole"),
+	K("limits.write_timeout_ms", CONFIG_LONG, write_timeout_ms, 100, 3600000, false, "time a client may leave its replies unread"),
 	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
 	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
 };
@@ -83,6 +84,7 @@ struct msbd_config *config_new_defaults(void)
 	cfg->max_inflight = MSB_MAX_INFLIGHT;
 	cfg->buffer_budget_bytes = MSB_BUFFER_BUDGET_BYTES;
 	cfg->frame_timeout_ms = MSB_FRAME_TIMEOUT_MS;
+	cfg->write_timeout_ms = MSB_WRITE_TIMEOUT_MS;
 	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
 	return cfg;
 }

@@ -27,6 +27,7 @@ struct msbd_config {
 	long max_inflight;          /* limits.max_inflight */
 	size_t buffer_budget_bytes; /* limits.buffer_budget_bytes */
 	long frame_timeout_ms;      /* limits.frame_timeout_ms */
+	long write_timeout_ms;      /* limits.write_timeout_ms */
 	long drain_ms;              /* shutdown.drain_ms */
 	bool debug;                 /* log.debug */
 	char *file;                 /* the file read, or NULL */

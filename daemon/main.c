@@ -15,6 +15,7 @@
 #include "engine.h"
 #include "log.h"
 #include "msb-build.h"
+#include "msb-limits.h"
 #include "sd.h"
 #include "server.h"
 #include "xmalloc.h"
@@ -24,6 +25,7 @@ struct msbd_main {
 	struct msbd_cmdline cmdline;
 	struct event *sig_term, *sig_int, *sig_hup;
 	struct event *drain_timer;
+	struct event *flush_timer;
 	bool stopping;
 };
 
@@ -144,6 +146,7 @@ static void reload(struct msbd_main *m)
 	log_set_debug(cfg->debug);
 	eo = engine_options_from(cfg);
 	engine_set_options(m->d.engine, &eo);
+	server_config_changed(m->d.server);
 	log_info("configuration reloaded%s%s", cfg->file ? " from " : "", cfg->file ? cfg->file : "");
 	sd_notify_ready("serving; configuration reloaded");
 }
@@ -156,14 +159,27 @@ static void drained_cb(void *arg)
 	event_base_loopexit(m->d.base, NULL);
 }
 
-static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+static void final_flush_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct msbd_main *m = arg;
 
 	(void)fd, (void)what;
+	log_warnx("replies still unwritten after %d ms, exiting", MSB_FINAL_FLUSH_MS);
+	event_base_loopexit(m->d.base, NULL);
+}
+
+/* The drain deadline: cancel what is still in flight (its callers get
+ * ShuttingDown), then give the replies a moment to be written. */
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+	struct timeval tv = { MSB_FINAL_FLUSH_MS / 1000, (MSB_FINAL_FLUSH_MS % 1000) * 1000 };
+
+	(void)fd, (void)what;
 	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
 		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
-	event_base_loopexit(m->d.base, NULL);
+	evtimer_add(m->flush_timer, &tv);
+	m->d.engine = engine_free(m->d.engine);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -173,7 +189,10 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 	(void)what;
 	if (sig == SIGHUP) {
-		reload(m);
+		if (m->stopping)
+			log_info("SIGHUP while stopping, ignoring");
+		else
+			reload(m);
 		return;
 	}
 	if (m->stopping)
@@ -196,7 +215,8 @@ static int setup_signals(struct msbd_main *m)
 	m->sig_int = evsignal_new(b, SIGINT, signal_cb, m);
 	m->sig_hup = evsignal_new(b, SIGHUP, signal_cb, m);
 	m->drain_timer = evtimer_new(b, drain_timeout_cb, m);
-	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer ||
+	m->flush_timer = evtimer_new(b, final_flush_timeout_cb, m);
+	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer || !m->flush_timer ||
 	    evsignal_add(m->sig_term, NULL) < 0 || evsignal_add(m->sig_int, NULL) < 0 ||
 	    evsignal_add(m->sig_hup, NULL) < 0)
 		return -EIO;
@@ -248,6 +268,8 @@ static void stop(struct msbd_main *m)
 		event_free(m->sig_hup);
 	if (m->drain_timer)
 		event_free(m->drain_timer);
+	if (m->flush_timer)
+		event_free(m->flush_timer);
 	m->d.config = config_free(m->d.config);
 	if (m->d.base)
 		event_base_free(m->d.base);

@@ -37,6 +37,7 @@ struct conn {
 	struct event *free_ev;      /* frees the connection at the loop boundary */
 	bool eof;                   /* the client closed its side */
 	bool peer_closed;           /* seen closed while paused: read it to EOF */
+	uint64_t partial_seq;       /* when its current partial frame began (0: none) */
 	bool closing;               /* flush the output, then close */
 	bool dead;                  /* torn down; freed by free_ev */
 	TAILQ_ENTRY(conn) entry;
@@ -53,6 +54,8 @@ struct server {
 	dev_t bound_dev;
 	ino_t bound_ino;
 	bool budget_spent;
+	struct conn *budget_reader; /* while spent: the one connection still read */
+	uint64_t next_partial_seq;
 	bool draining;
 	server_drained_fn *drained;
 	void *drained_arg;
@@ -63,6 +66,7 @@ struct server {
 
 static void conn_process(struct conn *c);
 static void conn_close(struct conn *c, const char *reason);
+static void conn_free_events(struct conn *c);
 
 /* ---- sending ---------------------------------------------------------- */
 
@@ -88,12 +92,23 @@ static void conn_send(struct conn *c, json_t *reply)
 static void conn_fail_protocol(struct conn *c, int code, json_t *data)
 {
 	conn_send(c, jsonrpc_reply_error(NULL, msb_error_object(code, NULL, data)));
+	if (c->dead)
+		return;
 	c->closing = true;
 	bufferevent_disable(c->bev, EV_READ);
-	if (c->frame_ev)
-		evtimer_del(c->frame_ev);
+	evtimer_del(c->frame_ev);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_close(c, msb_error_name(code));
+}
+
+static void conn_account(struct conn *c);
+
+/* A frame that broke a limit: drop what is held of it, say why, close. */
+static void conn_abandon_frame(struct conn *c, int code, json_t *data)
+{
+	frame_buf_release(&c->in);
+	conn_account(c);
+	conn_fail_protocol(c, code, data);
 }
 
 /* ---- accounting and interest (G16 step 4) ----------------------------- */
@@ -120,8 +135,10 @@ static bool conn_may_take(const struct conn *c)
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
 }
 
-/* May it read more bytes from its socket? Not while the budget is spent:
- * dispatching what is held is what frees it. */
+/* May it read more bytes from its socket? While the budget is spent only
+ * one connection is read, the one whose partial frame is oldest: budget >=
+ * max_frame_bytes lets it finish, so concurrent large frames cannot starve
+ * each other; memory stays under budget + one frame. */
 static bool conn_may_read(const struct conn *c)
 {
 	if (c->dead || c->closing || c->eof)
@@ -130,7 +147,7 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && !c->srv->budget_spent;
+	return conn_may_take(c) && (!c->srv->budget_spent || c->srv->budget_reader == c);
 }
 
 static void conn_update_read(struct conn *c)
@@ -149,17 +166,37 @@ static void conn_update_read(struct conn *c)
 		event_add(c->closed_ev, NULL);
 }
 
+static struct conn *server_oldest_partial(const struct server *srv)
+{
+	struct conn *c, *best = NULL;
+
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead && c->partial_seq && conn_may_take(c) &&
+		    (!best || c->partial_seq < best->partial_seq))
+			best = c;
+	return best;
+}
+
 static void server_update_budget(struct server *srv)
 {
 	size_t budget = srv->d->config->buffer_budget_bytes;
 	bool spent = srv->stats.buffered_bytes >= budget;
-	struct conn *c;
+	struct conn *old_reader = srv->budget_reader, *c;
 
-	if (spent == srv->budget_spent)
+	srv->budget_reader = spent ? server_oldest_partial(srv) : NULL;
+	if (spent == srv->budget_spent) {
+		if (old_reader != srv->budget_reader) {
+			if (old_reader)
+				conn_update_read(old_reader);
+			if (srv->budget_reader)
+				conn_update_read(srv->budget_reader);
+		}
 		return;
+	}
 	srv->budget_spent = spent;
 	if (spent)
-		log_warnx("buffer budget of %zu bytes spent; reading paused on all connections", budget);
+		log_warnx("buffer budget of %zu bytes spent; reading only the oldest partial frame",
+			  budget);
 	else
 		log_info("buffer budget available again; reading resumed");
 	TAILQ_FOREACH(c, &srv->conns, entry)
@@ -175,16 +212,18 @@ static void conn_account(struct conn *c)
 	server_update_budget(c->srv);
 }
 
-/* Arms the frame deadline when part of a frame is held; a frame that just
- * started (frames were taken in this pass) gets a fresh deadline. */
+/* The frame deadline runs only while the daemon waits on the client: part
+ * of a frame is held and the daemon would take it (reading, or paused by the
+ * budget). While it holds back for its own reasons (calls in flight, replies
+ * queued, draining) there is no deadline; a frame that restarts (frames
+ * were taken in this pass) gets a fresh one. */
 static void conn_update_frame_timer(struct conn *c, unsigned taken)
 {
 	struct timeval tv;
 	long ms = c->srv->d->config->frame_timeout_ms;
 
-	if (c->dead || c->closing || !frame_buf_in_frame(&c->in)) {
-		if (c->frame_ev)
-			evtimer_del(c->frame_ev);
+	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c)) {
+		evtimer_del(c->frame_ev);
 		return;
 	}
 	if (taken == 0 && evtimer_pending(c->frame_ev, NULL))
@@ -192,6 +231,15 @@ static void conn_update_frame_timer(struct conn *c, unsigned taken)
 	tv.tv_sec = ms / 1000;
 	tv.tv_usec = (ms % 1000) * 1000;
 	evtimer_add(c->frame_ev, &tv);
+}
+
+/* Numbers a partial frame when it begins, so the budget can favour the oldest. */
+static void conn_update_partial(struct conn *c, unsigned taken)
+{
+	if (c->dead || !frame_buf_in_frame(&c->in))
+		c->partial_seq = 0;
+	else if (taken > 0 || c->partial_seq == 0)
+		c->partial_seq = ++c->srv->next_partial_seq;
 }
 
 /* ---- calls ------------------------------------------------------------ */
@@ -261,13 +309,14 @@ static void conn_process(struct conn *c)
 		if (r == 0)
 			break;
 		if (r < 0) {
-			conn_fail_protocol(c, MSB_ERR_FRAME_TOO_LARGE,
-					   json_pack("{s:I}", "limit", (json_int_t)c->srv->d->config->max_frame_bytes));
+			conn_abandon_frame(c, MSB_ERR_FRAME_TOO_LARGE,
+					   json_pack("{s:I}", "limit", (json_int_t)c->in.max));
 			break;
 		}
 		taken++;
 		conn_handle_frame(c, line, len);
 	}
+	conn_update_partial(c, taken);
 	conn_account(c);
 	conn_update_frame_timer(c, taken);
 	conn_update_read(c);
@@ -292,13 +341,10 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		evbuffer_drain(input, v.iov_len);
 		if (r < 0) {
 			log_warnx("connection %llu (uid %u): frame over %zu bytes, closing",
-				  (unsigned long long)c->id, (unsigned)c->peer.uid,
-				  c->srv->d->config->max_frame_bytes);
+				  (unsigned long long)c->id, (unsigned)c->peer.uid, c->in.max);
 			evbuffer_drain(input, evbuffer_get_length(input));
-			frame_buf_release(&c->in);
-			conn_account(c);
-			conn_fail_protocol(c, MSB_ERR_FRAME_TOO_LARGE,
-					   json_pack("{s:I}", "limit", (json_int_t)c->srv->d->config->max_frame_bytes));
+			conn_abandon_frame(c, MSB_ERR_FRAME_TOO_LARGE,
+					   json_pack("{s:I}", "limit", (json_int_t)c->in.max));
 			return;
 		}
 	}
@@ -331,12 +377,21 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 		conn_close(c, "connection error");
 		return;
 	}
+	if (what & BEV_EVENT_TIMEOUT) {
+		log_warnx("connection %llu (uid %u): replies unread for %ld ms, closing",
+			  (unsigned long long)c->id, (unsigned)c->peer.uid,
+			  c->srv->d->config->write_timeout_ms);
+		conn_close(c, "write timeout");
+		return;
+	}
 	if (what & BEV_EVENT_EOF) {
-		/* Answer what was sent before the EOF, then close. */
+		/* Answer what was sent whole before the EOF, then close; a
+		 * trailing fragment will never be finished. */
 		c->eof = true;
 		if (frame_buf_in_frame(&c->in))
 			log_debug("conn", "connection %llu: EOF inside a frame, ignoring its %zu bytes",
 				  (unsigned long long)c->id, c->in.tail);
+		frame_buf_drop_partial(&c->in);
 		conn_process(c);
 	}
 }
@@ -350,9 +405,7 @@ static void conn_frame_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	log_warnx("connection %llu (uid %u): a frame did not arrive whole within %ld ms, closing",
 		  (unsigned long long)c->id, (unsigned)c->peer.uid, c->srv->d->config->frame_timeout_ms);
-	frame_buf_release(&c->in);
-	conn_account(c);
-	conn_fail_protocol(c, MSB_ERR_FRAME_TIMEOUT,
+	conn_abandon_frame(c, MSB_ERR_FRAME_TIMEOUT,
 			   json_pack("{s:I}", "timeout_ms", (json_int_t)c->srv->d->config->frame_timeout_ms));
 }
 
@@ -375,17 +428,24 @@ static void conn_resume_cb(evutil_socket_t fd, short what, void *arg)
 	conn_process(arg);
 }
 
+static void conn_free_events(struct conn *c)
+{
+	struct event **evs[] = { &c->frame_ev, &c->closed_ev, &c->resume_ev, &c->free_ev };
+
+	for (size_t i = 0; i < ELEMENTSOF(evs); i++)
+		if (*evs[i]) {
+			event_free(*evs[i]);
+			*evs[i] = NULL;
+		}
+}
+
 static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
 
 	(void)fd, (void)what;
 	TAILQ_REMOVE(&c->srv->conns, c, entry);
-	event_free(c->frame_ev);
-	if (c->closed_ev)
-		event_free(c->closed_ev);
-	event_free(c->resume_ev);
-	event_free(c->free_ev);
+	conn_free_events(c);
 	free(c->calls);
 	free(c);
 }
@@ -401,6 +461,9 @@ static void conn_close(struct conn *c, const char *reason)
 	log_debug("conn", "connection %llu (uid %u pid %d) closed: %s", (unsigned long long)c->id,
 		  (unsigned)c->peer.uid, (int)c->peer.pid, reason);
 	c->dead = true;
+	if (srv->budget_reader == c)
+		srv->budget_reader = NULL;
+	c->partial_seq = 0;
 	for (size_t i = 0; i < c->n_calls; i++)
 		rpc_call_detach(c->calls[i]);
 	srv->stats.requests_in_flight -= c->inflight;
@@ -421,10 +484,12 @@ static void conn_close(struct conn *c, const char *reason)
 
 /* ---- accepting -------------------------------------------------------- */
 
-static void server_reject(struct server *srv, int fd)
+/* Tells a connection we will not serve it why, and closes it. */
+static void server_reject(struct server *srv, int fd, int code)
 {
-	json_t *reply = jsonrpc_reply_error(NULL, msb_error_object(MSB_ERR_TOO_MANY_CONNECTIONS, NULL,
-		json_pack("{s:I}", "limit", (json_int_t)srv->d->config->max_connections)));
+	json_t *data = code == MSB_ERR_TOO_MANY_CONNECTIONS ?
+		json_pack("{s:I}", "limit", (json_int_t)srv->d->config->max_connections) : NULL;
+	json_t *reply = jsonrpc_reply_error(NULL, msb_error_object(code, NULL, data));
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
 
@@ -435,6 +500,14 @@ static void server_reject(struct server *srv, int fd)
 	if (buf && send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 		log_debug("conn", "cannot tell a rejected client why: %s", strerror(errno));
 	close(fd);
+}
+
+static void conn_set_timeouts(struct conn *c)
+{
+	long ms = c->srv->d->config->write_timeout_ms;
+	struct timeval wt = { ms / 1000, (ms % 1000) * 1000 };
+
+	bufferevent_set_timeouts(c->bev, NULL, &wt);
 }
 
 static void server_peer(int fd, struct rpc_peer *peer)
@@ -459,10 +532,14 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 	struct conn *c;
 
 	(void)l, (void)sa, (void)salen;
-	if (srv->draining || srv->stats.connections_current >= (unsigned)srv->d->config->max_connections) {
+	if (srv->draining) {
+		server_reject(srv, fd, MSB_ERR_SHUTTING_DOWN);
+		return;
+	}
+	if (srv->stats.connections_current >= (unsigned)srv->d->config->max_connections) {
 		log_warnx("connection refused: %u connections open (limit %ld)",
 			  srv->stats.connections_current, srv->d->config->max_connections);
-		server_reject(srv, fd);
+		server_reject(srv, fd, MSB_ERR_TOO_MANY_CONNECTIONS);
 		return;
 	}
 	c = xcalloc(1, sizeof(*c));
@@ -482,10 +559,11 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 			bufferevent_free(c->bev);
 		else
 			close(fd);
-		event_free(c->frame_ev), event_free(c->resume_ev), event_free(c->free_ev);
+		conn_free_events(c);
 		free(c);
 		return;
 	}
+	conn_set_timeouts(c);
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
@@ -680,6 +758,33 @@ int server_listen(struct server *srv, char **reterr_message)
 	return 0;
 }
 
+/* Complete frames a connection held back will not be served: each request
+ * among them is answered ShuttingDown; the partial frame is dropped. */
+static void conn_refuse_held(struct conn *c)
+{
+	const char *line;
+	size_t len;
+
+	while (!c->dead && frame_buf_next(&c->in, &line, &len) == 1) {
+		struct jsonrpc_request req;
+		json_t *err = NULL;
+
+		if (jsonrpc_request_parse(line, len, &req, &err) < 0) {
+			conn_send(c, err);
+			continue;
+		}
+		if (req.id)
+			conn_send(c, jsonrpc_reply_error(req.id, msb_error_object(MSB_ERR_SHUTTING_DOWN,
+										   NULL, NULL)));
+		jsonrpc_request_release(&req);
+	}
+	frame_buf_drop_partial(&c->in);
+	conn_update_partial(c, 0);
+	conn_account(c);
+	conn_update_frame_timer(c, 0);
+	conn_update_read(c);
+}
+
 void server_drain(struct server *srv, server_drained_fn *drained, void *arg)
 {
 	struct conn *c;
@@ -690,8 +795,24 @@ void server_drain(struct server *srv, server_drained_fn *drained, void *arg)
 	if (srv->listener)
 		evconnlistener_disable(srv->listener);
 	TAILQ_FOREACH(c, &srv->conns, entry)
-		conn_update_read(c);
+		if (!c->dead)
+			conn_refuse_held(c);
 	server_check_drained(srv);
+}
+
+void server_config_changed(struct server *srv)
+{
+	struct conn *c;
+
+	TAILQ_FOREACH(c, &srv->conns, entry) {
+		if (c->dead)
+			continue;
+		c->in.max = srv->d->config->max_frame_bytes;
+		conn_set_timeouts(c);
+	}
+	server_update_budget(srv);
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		conn_update_read(c);
 }
 
 struct server *server_free(struct server *srv)
@@ -703,7 +824,6 @@ struct server *server_free(struct server *srv)
 		return NULL;
 	while ((c = TAILQ_FIRST(&srv->conns))) {
 		conn_close(c, "daemon stopping");
-		event_del(c->free_ev);
 		conn_free_cb(-1, 0, c);
 	}
 	if (srv->listener)

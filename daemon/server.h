@@ -38,9 +38,13 @@ struct server *server_new(struct msbd *d);
 /* Takes the socket-activated fd if there is one, else binds config's
  * socket.path (stale file removed, live one refused), then listens. */
 int server_listen(struct server *srv, char **reterr_message);
-/* Stops accepting and reading; calls drained (from the loop) once no call
- * is in flight and every reply is written. */
+/* Stops accepting (new clients get ShuttingDown) and reading; requests
+ * held back unread are answered ShuttingDown; calls drained (from the loop)
+ * once no call is in flight and every reply is written. */
 void server_drain(struct server *srv, server_drained_fn *drained, void *arg);
+/* The configuration was replaced (SIGHUP): open connections take the new
+ * frame limit and write timeout; budget and reading are re-evaluated. */
+void server_config_changed(struct server *srv);
 /* Closes every connection (pending calls are detached), the listener, and
  * unlinks the socket file it bound. NULL-safe; returns NULL. */
 struct server *server_free(struct server *srv);

@@ -23,6 +23,9 @@
 #define MSB_MAX_INFLIGHT             32           /* limits.max_inflight, per connection */
 #define MSB_BUFFER_BUDGET_BYTES      (512 * MSB_MIB) /* limits.buffer_budget_bytes, daemon-wide */
 #define MSB_FRAME_TIMEOUT_MS         30000        /* limits.frame_timeout_ms: one frame, first byte to LF */
+#define MSB_WRITE_TIMEOUT_MS         60000        /* limits.write_timeout_ms: replies queued, none read */
 #define MSB_DRAIN_TIMEOUT_MS         10000        /* shutdown.drain_ms */
+/* After the drain deadline cancels what is left, replies get this long to be written. */
+#define MSB_FINAL_FLUSH_MS           2000
 
 #endif

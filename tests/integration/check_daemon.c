@@ -3,6 +3,7 @@
  * input on a raw socket, every wire limit, engine loss and recovery, signals. */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fake_engine.h"
 #include "harness.h"
 
 #define ENGINE_WAIT_MS 15000
@@ -821,6 +823,260 @@ START_TEST(sigterm_drains_and_exits_zero)
 }
 END_TEST
 
+/* ---- a slow engine: the real daemon against the fake engine ----------- */
+
+#define SLOW_MS 3000
+
+static const struct fake_reply slow_script[] = {
+	{ .method = "GET", .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK",
+	  .repeat = true },
+	/* The daemon's probe gets its answer at once, every call after waits. */
+	{ .method = "GET", .path = "/v1.41/version",
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\",\"Arch\":\"amd64\"}" },
+	{ .method = "GET", .path = "/v1.41/version", .delay_ms = SLOW_MS, .repeat = true,
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\",\"Arch\":\"amd64\"}" },
+};
+
+/* Starts the daemon against the slow fake engine, with extra settings. */
+static void start_slow(struct msbd_proc *d, const char *const *sets)
+{
+	char host[160];
+	const char *args[24] = { "--engine-host", host };
+	size_t n = 2;
+	json_t *st;
+
+	snprintf(host, sizeof(host), "unix://%s", fake_engine_start(slow_script, 3));
+	for (; sets && *sets && n < 22; sets++) {
+		args[n++] = "--set";
+		args[n++] = *sets;
+	}
+	args[n] = NULL;
+	msbd_start(d, args);
+	st = wait_engine_state(d->sock, "reachable", ENGINE_WAIT_MS);
+	ck_assert_str_eq(jstr(st, "engine.version"), "99.0.0-fake");
+	json_decref(st);
+}
+
+static void stop_slow(struct msbd_proc *d)
+{
+	ck_assert_int_eq(msbd_stop(d), 0);
+	fake_engine_cleanup();
+}
+
+static const char *const engine_call = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.engine\"}\n";
+
+START_TEST(in_flight_back_pressure_is_not_a_frame_timeout)
+{
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\",\"params\":{\"pad\":\"";
+	size_t pad = 200000;
+	char *frame = malloc(strlen(head) + pad + 8);
+	int fd;
+	json_t *r;
+
+	start_slow(&d, (const char *[]){ "limits.max_inflight=1", "limits.frame_timeout_ms=500", NULL });
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'p', pad);
+	strcpy(frame + strlen(head) + pad, "\"}}\n");
+	fd = raw_connect(d.sock);
+	raw_send_str(fd, engine_call);
+	raw_send_str(fd, frame);       /* held back while the slow call is in flight */
+	r = raw_recv(fd, SLOW_MS + RECV_MS);
+	ck_assert_msg(r && json_object_get(r, "result"), "no result for the slow call");
+	ck_assert_int_eq(jint(r, "id"), 1);
+	json_decref(r);
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(r, "id"), 2);
+	ck_assert_str_eq(error_type(r), "InvalidParams");   /* served, not timed out */
+	json_decref(r);
+	close(fd);
+	free(frame);
+	stop_slow(&d);
+}
+END_TEST
+
+START_TEST(half_close_with_a_fragment_keeps_the_reply)
+{
+	struct msbd_proc d = { 0 };
+	int fd;
+	json_t *r;
+
+	start_slow(&d, (const char *[]){ "limits.frame_timeout_ms=500", NULL });
+	fd = raw_connect(d.sock);
+	raw_send_str(fd, engine_call);
+	raw_send_str(fd, "{\"jsonrpc\"");
+	shutdown(fd, SHUT_WR);
+	r = raw_recv(fd, SLOW_MS + RECV_MS);
+	ck_assert_msg(r, "no reply after a half-close with a trailing fragment");
+	ck_assert_int_eq(jint(r, "id"), 1);
+	ck_assert_ptr_nonnull(json_object_get(r, "result"));
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+	stop_slow(&d);
+}
+END_TEST
+
+START_TEST(drain_deadline_answers_shutting_down)
+{
+	struct msbd_proc d = { 0 };
+	int fd;
+	json_t *r;
+
+	start_slow(&d, (const char *[]){ "shutdown.drain_ms=300", "limits.max_inflight=1", NULL });
+	fd = raw_connect(d.sock);
+	raw_send_str(fd, engine_call);
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\"}\n");
+	usleep(200 * 1000);
+	msbd_signal(&d, SIGTERM);
+	/* The request held back unread is refused at once... */
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(r, "id"), 2);
+	ck_assert_str_eq(error_type(r), "ShuttingDown");
+	json_decref(r);
+	/* ...and the call still in flight at the deadline is cancelled, with an answer. */
+	r = raw_recv(fd, SLOW_MS);
+	ck_assert_msg(r, "no answer for the call cancelled at the drain deadline");
+	ck_assert_int_eq(jint(r, "id"), 1);
+	ck_assert_int_eq(error_code(r), 1303);
+	json_decref(r);
+	ck_assert(raw_is_closed(fd, RECV_MS));
+	close(fd);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	msbd_stop(&d);
+	fake_engine_cleanup();
+}
+END_TEST
+
+/* ---- more limits -------------------------------------------------------- */
+
+START_TEST(unread_replies_hit_the_write_timeout)
+{
+	struct msbd_proc d = { 0 };
+	const char *req = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"}\n";
+	int fd, other, rcvbuf = 4096;
+	size_t sent = 0;
+	json_t *st = NULL;
+
+	msbd_start(&d, (const char *[]){ "--set", "limits.write_timeout_ms=500", NULL });
+	fd = raw_connect(d.sock);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	/* Ask for far more than the socket buffers hold, and never read: send
+	 * until the daemon stops reading (nothing drains for 300 ms). */
+	for (int i = 0; i < 100000; i++) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		ssize_t n = send(fd, req, strlen(req), MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN)
+			break;
+		if (poll(&pfd, 1, 300) <= 0)
+			break;
+	}
+	ck_assert_uint_gt(sent, 100000);
+	other = raw_connect(d.sock);
+	for (int i = 0; i < 100; i++) {
+		json_decref(st);
+		raw_send_str(other, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"daemon.status\"}\n");
+		st = raw_recv(other, RECV_MS);
+		ck_assert_ptr_nonnull(st);
+		if (jint(st, "result.connections.current") == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_msg(jint(st, "result.connections.current") == 1,
+		      "a client that never reads kept its connection");
+	json_decref(st);
+	close(fd);
+	close(other);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(reload_applies_the_frame_limit_to_open_connections)
+{
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
+	char path[160], *frame = malloc(200000);
+	int fd;
+	json_t *r;
+	FILE *f;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	f = fopen(path, "w");
+	fputs("limits.max_frame_bytes = 64K\n", f);
+	fclose(f);
+	msbd_start(&d, (const char *[]){ "-f", path, NULL });
+	fd = raw_connect(d.sock);
+	assert_alive(fd);
+	f = fopen(path, "w");
+	fputs("limits.max_frame_bytes = 256K\nlimits.buffer_budget_bytes = 1M\n", f);
+	fclose(f);
+	msbd_signal(&d, SIGHUP);
+	for (int i = 0; i < 100; i++) {
+		r = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+		if (jint(r, "wire.max_frame_bytes") == 256 * 1024)
+			i = 1000;
+		json_decref(r);
+		usleep(20 * 1000);
+	}
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'p', 100000);
+	strcpy(frame + strlen(head) + 100000, "\"}}\n");
+	raw_send_str(fd, frame);      /* over the old limit, under the new one */
+	r = raw_recv(fd, RECV_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(error_type(r), "InvalidParams");
+	json_decref(r);
+	close(fd);
+	free(frame);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(concurrent_frames_over_the_budget_all_complete)
+{
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
+	size_t pad = 60000, len, chunk = 4096;
+	char *frame = malloc(pad + 256);
+	int fds[3];
+
+	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
+					 "--set", "limits.buffer_budget_bytes=65536",
+					 "--set", "limits.frame_timeout_ms=20000", NULL });
+	strcpy(frame, head);
+	memset(frame + strlen(head), 'p', pad);
+	strcpy(frame + strlen(head) + pad, "\"}}\n");
+	len = strlen(frame);
+	for (int i = 0; i < 3; i++)
+		fds[i] = raw_connect(d.sock);
+	/* Interleaved: together they are far over the budget. */
+	for (size_t off = 0; off < len; off += chunk)
+		for (int i = 0; i < 3; i++) {
+			raw_send(fds[i], frame + off, off + chunk < len ? chunk : len - off);
+			usleep(2000);
+		}
+	for (int i = 0; i < 3; i++) {
+		json_t *r = raw_recv(fds[i], RECV_MS);
+
+		ck_assert_msg(r, "frame %d never completed while the budget was spent", i);
+		ck_assert_str_eq(error_type(r), "InvalidParams");
+		ck_assert_str_eq(jstr(r, "error.data.field"), "pad");
+		json_decref(r);
+		close(fds[i]);
+	}
+	free(frame);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* Collects sd_notify datagrams until one contains want, or timeout_ms. */
 static bool notify_wait(int fd, const char *want, int timeout_ms, char *seen, size_t seen_size)
 {
@@ -911,6 +1167,18 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
 	tcase_add_test(lifecycle, sigterm_drains_and_exits_zero);
 	tcase_add_test(lifecycle, sd_notify_ready_status_reloading_stopping);
+	{
+		TCase *slow = tcase_create("slow_engine");
+
+		tcase_set_timeout(slow, 60);
+		tcase_add_test(slow, in_flight_back_pressure_is_not_a_frame_timeout);
+		tcase_add_test(slow, half_close_with_a_fragment_keeps_the_reply);
+		tcase_add_test(slow, drain_deadline_answers_shutting_down);
+		suite_add_tcase(s, slow);
+	}
+	tcase_add_test(limits, unread_replies_hit_the_write_timeout);
+	tcase_add_test(limits, reload_applies_the_frame_limit_to_open_connections);
+	tcase_add_test(limits, concurrent_frames_over_the_budget_all_complete);
 	suite_add_tcase(s, engine);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, bad_input);
