@@ -3,6 +3,7 @@
  * input on a raw socket, every wire limit, engine loss and recovery, signals. */
 #include <check.h>
 #include <errno.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -575,13 +576,22 @@ END_TEST
 START_TEST(engine_down_at_start_then_recovers)
 {
 	struct msbd_proc d = { 0 };
-	char host[160], link[128], *type = NULL, *out = NULL, *err = NULL;
+	char host[160], link[100], *type = NULL, *out = NULL, *err = NULL;
 	json_t *st, *desc, *eng;
 	int code;
 
 	msbd_prepare(&d);
 	snprintf(link, sizeof(link), "%s/docker.sock", d.dir);
 	snprintf(host, sizeof(host), "unix://%s", link);
+	/* As a stopped engine leaves it: a socket file nobody listens on. */
+	{
+		struct sockaddr_un sun = { .sun_family = AF_UNIX };
+		int dead = socket(AF_UNIX, SOCK_STREAM, 0);
+
+		snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", link);
+		ck_assert_int_eq(bind(dead, (struct sockaddr *)&sun, sizeof(sun)), 0);
+		close(dead);
+	}
 	msbd_start(&d, (const char *[]){ "--engine-host", host,
 					 "--set", "engine.reconnect_min_ms=50",
 					 "--set", "engine.reconnect_max_ms=200", NULL });
@@ -606,6 +616,7 @@ START_TEST(engine_down_at_start_then_recovers)
 	ck_assert_msg(strstr(err, "EngineUnavailable"), "CLI error: %s", err);
 	free(out), free(err);
 	/* The engine appears at that path: the daemon recovers without a restart. */
+	ck_assert_int_eq(unlink(link), 0);
 	ck_assert_int_eq(symlink(engine_socket_path(), link), 0);
 	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
 	ck_assert_str_eq(jstr(st, "engine.os"), "linux");
@@ -694,6 +705,31 @@ START_TEST(stale_socket_is_replaced_live_one_refused)
 	/* Stopped, the daemon removes the socket it bound. */
 	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
 	ck_assert_int_lt(stat(d.sock, &sb), 0);
+	msbd_stop(&d);
+}
+END_TEST
+
+START_TEST(socket_group_and_journal_log_prefixes)
+{
+	struct msbd_proc d = { 0 };
+	struct group *gr = getgrnam("nogroup");
+	struct stat sb;
+	char cmd[256], *log;
+
+	ck_assert_msg(gr, "this test needs the group nogroup");
+	msbd_prepare(&d);
+	ck_assert_int_eq(setenv("JOURNAL_STREAM", "8:12345", 1), 0);
+	msbd_start(&d, (const char *[]){ "--set", "socket.group=nogroup", NULL });
+	unsetenv("JOURNAL_STREAM");
+	ck_assert_int_eq(stat(d.sock, &sb), 0);
+	ck_assert_int_eq(sb.st_gid, gr->gr_gid);
+	ck_assert_int_eq(sb.st_mode & 0777, 0660);
+	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
+	snprintf(cmd, sizeof(cmd), "cat %s", d.log);
+	log = sh(cmd);
+	/* Under journald every line carries its priority: <6> info. */
+	ck_assert_msg(strncmp(log, "<6>", 3) == 0 && strstr(log, "\n<6>listening on"), "log: %s", log);
+	free(log);
 	msbd_stop(&d);
 }
 END_TEST
@@ -1163,6 +1199,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, socket_activation_serves_describe);
 	tcase_add_test(lifecycle, stale_socket_is_replaced_live_one_refused);
 	tcase_add_test(lifecycle, check_config_prints_and_refuses);
+	tcase_add_test(lifecycle, socket_group_and_journal_log_prefixes);
 	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
 	tcase_add_test(lifecycle, sigterm_drains_and_exits_zero);

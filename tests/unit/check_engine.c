@@ -300,6 +300,8 @@ START_TEST(test_bad_probe_replies)
 		{ { .path = "/_ping", .headers = "Api-Version: 1.45\r\n", .status = 404, .repeat = true },
 		  { .status = 0 }, "HTTP 404" },
 		{ PING("1.45"), { .path = "/v1.45/version", .body = "[1,2]", .repeat = true }, "not a version object" },
+		{ PING("1.45"), { .path = "/v1.45/version", .body = "{\"Version\": \"20.10", .repeat = true },
+		  "not a version object" },
 		{ PING("1.45"), { .path = "/v1.45/version", .body = "{\"Version\":7}", .repeat = true },
 		  "not a version object" },
 	};
