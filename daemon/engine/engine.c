@@ -302,8 +302,8 @@ static long engine_probe_timeout(const struct engine *e)
 	return e->opts.timeout_ms > 0 ? e->opts.timeout_ms : ENGINE_PROBE_DEFAULT_TIMEOUT_MS;
 }
 
-static void engine_version_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
-				   void *arg);
+static void engine_probe_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
+				 void *arg);
 
 static void engine_probe_version(struct engine *e)
 {
@@ -315,7 +315,7 @@ static void engine_probe_version(struct engine *e)
 	int r;
 
 	e->probe_step = ENGINE_PROBE_VERSION;
-	r = engine_req_start(e->http, &call, engine_version_done_cb, e, &e->probe_req);
+	r = engine_req_start(e->http, &call, engine_probe_done_cb, e, &e->probe_req);
 	if (r < 0) {
 		engine_set_error(e, "GET %s: cannot start: %s", path, strerror(-r));
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
@@ -360,21 +360,6 @@ static void engine_ping_result(struct engine *e, int error, const struct engine_
 	engine_probe_version(e);
 }
 
-static void engine_ping_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
-				void *arg)
-{
-	struct engine *e = arg;
-
-	e->probe_req = NULL;
-	if (e->dead) {
-		e->probe_step = ENGINE_PROBE_IDLE;
-		return;
-	}
-	engine_enter(e);
-	engine_ping_result(e, error, reply);
-	engine_leave(e);
-}
-
 /* /vX.Y/version → info and ENGINE_REACHABLE. */
 static void engine_version_result(struct engine *e, int error, const struct engine_reply *reply)
 {
@@ -409,10 +394,12 @@ static void engine_version_result(struct engine *e, int error, const struct engi
 	engine_set_state(e, ENGINE_REACHABLE);
 }
 
-static void engine_version_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
-				   void *arg)
+/* One completion for both probe steps: the step says which result it is. */
+static void engine_probe_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
+				 void *arg)
 {
 	struct engine *e = arg;
+	enum engine_probe_step step = e->probe_step;
 
 	e->probe_req = NULL;
 	if (e->dead) {
@@ -420,12 +407,12 @@ static void engine_version_done_cb(struct engine_req *req, int error, const stru
 		return;
 	}
 	engine_enter(e);
-	engine_version_result(e, error, reply);
+	if (step == ENGINE_PROBE_PING)
+		engine_ping_result(e, error, reply);
+	else
+		engine_version_result(e, error, reply);
 	engine_leave(e);
 }
-
-static void engine_ping_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
-				void *arg);
 
 static void engine_probe_start(struct engine *e)
 {
@@ -439,7 +426,7 @@ static void engine_probe_start(struct engine *e)
 		return;
 	evtimer_del(e->retry_timer);
 	e->probe_step = ENGINE_PROBE_PING;
-	r = engine_req_start(e->http, &call, engine_ping_done_cb, e, &e->probe_req);
+	r = engine_req_start(e->http, &call, engine_probe_done_cb, e, &e->probe_req);
 	if (r < 0) {
 		engine_set_error(e, "GET /_ping: cannot start: %s", strerror(-r));
 		engine_probe_failed(e, ENGINE_UNREACHABLE);

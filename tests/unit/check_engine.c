@@ -13,6 +13,7 @@
 #include "endpoint.h"
 #include "engine.h"
 #include "fake_engine.h"
+#include "loop.h"
 #include "xmalloc.h"
 
 #define RUN_MAX_MS   2000
@@ -33,29 +34,9 @@ static struct {
 	int reachable, unreachable, unsupported;
 } changes;
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-}
-
 static void run_until(const int *counter, int want, int max_ms)
 {
-	struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
-	struct timeval tv = { 0, 5000 };
-	long deadline = now_ms() + max_ms;
-
-	ck_assert_ptr_nonnull(tick);
-	ck_assert_int_eq(event_add(tick, &tv), 0);
-	while ((!counter || *counter < want) && now_ms() < deadline)
-		event_base_loop(base, EVLOOP_ONCE);
-	event_free(tick);
+	loop_run_until(base, counter, want, max_ms);
 }
 
 static void run_for(int ms)
@@ -395,9 +376,9 @@ START_TEST(test_call_timeout_keeps_state)
 	start_and_wait_reachable();
 	opts.timeout_ms = 100;
 	engine_set_options(engine, &opts);
-	t0 = now_ms();
+	t0 = loop_now_ms();
 	run_call(&call, &r, -ETIMEDOUT);
-	ck_assert_int_lt(now_ms() - t0, 1000);
+	ck_assert_int_lt(loop_now_ms() - t0, 1000);
 	ck_assert_int_eq(engine_get_state(engine), ENGINE_REACHABLE);
 	ck_assert_int_eq(changes.n, 1);
 }

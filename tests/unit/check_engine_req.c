@@ -16,6 +16,7 @@
 #include "cleanup.h"
 #include "endpoint.h"
 #include "fake_engine.h"
+#include "loop.h"
 #include "http.h"
 #include "xmalloc.h"
 
@@ -49,30 +50,9 @@ struct result {
 	int next_start_ret;
 };
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-}
-
-/* Runs the loop until *counter reaches want or max_ms pass. */
 static void run_until(const int *counter, int want, int max_ms)
 {
-	struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
-	struct timeval tv = { 0, 5000 };
-	long deadline = now_ms() + max_ms;
-
-	ck_assert_ptr_nonnull(tick);
-	ck_assert_int_eq(event_add(tick, &tv), 0);
-	while ((!counter || *counter < want) && now_ms() < deadline)
-		event_base_loop(base, EVLOOP_ONCE);
-	event_free(tick);
+	loop_run_until(base, counter, want, max_ms);
 }
 
 static void run_for(int ms)
@@ -481,11 +461,11 @@ START_TEST(test_deadline)
 	static const struct fake_reply script[] = { { .body = "late", .delay_ms = 3000 } };
 	struct engine_call call = { .method = "GET", .path = "/slow", .timeout_ms = 100 };
 	struct result r = { 0 };
-	long t0 = now_ms();
+	long t0 = loop_now_ms();
 
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
-	ck_assert_int_lt(now_ms() - t0, 1000);
+	ck_assert_int_lt(loop_now_ms() - t0, 1000);
 	result_release(&r);
 }
 END_TEST
@@ -499,12 +479,12 @@ START_TEST(test_idle_stream)
 	struct result r = { 0 };
 	struct engine_call call = { .method = "POST", .path = "/images/create", .idle_timeout_ms = 150,
 				    .on_data = data_cb, .data_arg = &r };
-	long t0 = now_ms();
+	long t0 = loop_now_ms();
 
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
 	ck_assert_str_eq(r.data, script[0].body);
-	ck_assert_int_lt(now_ms() - t0, 1000);
+	ck_assert_int_lt(loop_now_ms() - t0, 1000);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
 	result_release(&r);
 }
