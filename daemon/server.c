@@ -325,29 +325,46 @@ static void conn_process(struct conn *c)
 		conn_close(c, "client closed the connection");
 }
 
+/* Appends bytes to the frame buffer; an oversize frame ends the connection.
+ * Returns 0, or -EMSGSIZE after closing. */
+static int conn_append(struct conn *c, const void *p, size_t n)
+{
+	if (frame_buf_append(&c->in, p, n) == 0)
+		return 0;
+	log_warnx("connection %llu (uid %u): frame over %zu bytes, closing",
+		  (unsigned long long)c->id, (unsigned)c->peer.uid, c->in.max);
+	conn_abandon_frame(c, MSB_ERR_FRAME_TOO_LARGE,
+			   json_pack("{s:I}", "limit", (json_int_t)c->in.max));
+	return -EMSGSIZE;
+}
+
+/* Moves what the bufferevent has read into the frame buffer. */
+static int conn_take_input(struct conn *c)
+{
+	struct evbuffer *input = bufferevent_get_input(c->bev);
+	struct evbuffer_iovec v;
+
+	while (evbuffer_peek(input, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
+		int r = conn_append(c, v.iov_base, v.iov_len);
+
+		if (r < 0)
+			return r;
+		evbuffer_drain(input, v.iov_len);
+	}
+	return 0;
+}
+
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 	struct evbuffer *input = bufferevent_get_input(bev);
-	struct evbuffer_iovec v;
 
 	if (c->dead || c->closing) {
 		evbuffer_drain(input, evbuffer_get_length(input));
 		return;
 	}
-	while (evbuffer_peek(input, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
-		int r = frame_buf_append(&c->in, v.iov_base, v.iov_len);
-
-		evbuffer_drain(input, v.iov_len);
-		if (r < 0) {
-			log_warnx("connection %llu (uid %u): frame over %zu bytes, closing",
-				  (unsigned long long)c->id, (unsigned)c->peer.uid, c->in.max);
-			evbuffer_drain(input, evbuffer_get_length(input));
-			conn_abandon_frame(c, MSB_ERR_FRAME_TOO_LARGE,
-					   json_pack("{s:I}", "limit", (json_int_t)c->in.max));
-			return;
-		}
-	}
+	if (conn_take_input(c) < 0)
+		return;
 	conn_process(c);
 }
 
@@ -763,8 +780,17 @@ int server_listen(struct server *srv, char **reterr_message)
 static void conn_refuse_held(struct conn *c)
 {
 	const char *line;
+	char buf[16384];
 	size_t len;
+	ssize_t n;
 
+	/* What the client had sent when the drain began counts as received,
+	 * even if the loop had not read it yet: read it now, without waiting. */
+	if (conn_take_input(c) < 0)
+		return;
+	while (!c->eof && (n = recv(bufferevent_getfd(c->bev), buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		if (conn_append(c, buf, (size_t)n) < 0)
+			return;
 	while (!c->dead && frame_buf_next(&c->in, &line, &len) == 1) {
 		struct jsonrpc_request req;
 		json_t *err = NULL;
