@@ -30,6 +30,8 @@ static const struct msb_error_info error_table[] = {
 	  "the backend does not enforce the spec's isolation scope" },
 	{ MSB_ERR_BACKEND_NOT_PERMITTED, "SandboxBackendNotPermitted",
 	  "the backend's isolation is below the spec's floor" },
+	{ MSB_ERR_SANDBOX_CONFLICT, "SandboxConflict",
+	  "the container under this sandbox's name cannot be served as asked" },
 
 	{ MSB_ERR_PERMISSION_DENIED, "PermissionDenied", "permission denied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, "FrameTooLarge", "frame exceeds the size limit" },

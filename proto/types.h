@@ -14,6 +14,13 @@
 #define MSB_METHOD_DAEMON_DESCRIBE "daemon.describe"
 #define MSB_METHOD_DAEMON_STATUS   "daemon.status"
 #define MSB_METHOD_DAEMON_ENGINE   "daemon.engine"
+#define MSB_METHOD_SANDBOX_ACQUIRE       "sandbox.acquire"
+#define MSB_METHOD_SANDBOX_DISPOSE       "sandbox.dispose"
+#define MSB_METHOD_SANDBOX_DISPOSE_SCOPE "sandbox.dispose_scope"
+#define MSB_METHOD_SANDBOX_LIST          "sandbox.list"
+#define MSB_METHOD_SANDBOX_REAP          "sandbox.reap"
+/* Notifications the daemon sends during a call. */
+#define MSB_NOTIFY_PULL_PROGRESS         "sandbox.pull_progress"
 
 enum msb_isolation {
 	MSB_ISOLATION_NONE,

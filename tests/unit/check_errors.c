@@ -35,6 +35,7 @@ static const struct pin pins[] = {
 	{ MSB_ERR_TRANSFER_LIMITS_NOT_PERMITTED, 1103, "SandboxTransferLimitsNotPermitted" },
 	{ MSB_ERR_SCOPE_NOT_ENFORCED, 1104, "SandboxScopeNotEnforced" },
 	{ MSB_ERR_BACKEND_NOT_PERMITTED, 1105, "SandboxBackendNotPermitted" },
+	{ MSB_ERR_SANDBOX_CONFLICT, 1106, "SandboxConflict" },
 
 	{ MSB_ERR_PERMISSION_DENIED, 1300, "PermissionDenied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, 1301, "FrameTooLarge" },
@@ -58,7 +59,7 @@ static const struct block blocks[] = {
 static const int standard_codes[] = { -32700, -32600, -32601, -32602, -32603 };
 
 /* Codes the table does not hold. */
-static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1106, 1200, 1305, -32000, -32604, 4242 };
+static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1200, 1305, -32000, -32604, 4242 };
 
 static json_t *parse(const char *s)
 {
