@@ -1,0 +1,115 @@
+/* docker.h — typed Engine API calls on top of engine_call_start (versioned
+ * paths, JSON in and out), the image pull progress stream, and the /events
+ * follower. Callers never build URLs by hand: every name, id and ref that
+ * goes into a path or query is percent-encoded here.
+ *
+ * Contract (libuv's, as engine.h): if a docker_* start function returns < 0
+ * (-ENOTCONN when the engine is not reachable, -EINVAL for a bad argument),
+ * its callback is never called; otherwise it fires exactly once, from the
+ * loop. A request can be cancelled with engine_req_cancel(*ret_req) (the
+ * callback then fires with -ECANCELED). */
+#ifndef MSB_DOCKER_H
+#define MSB_DOCKER_H
+
+#include <stdbool.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "engine.h"
+
+/* Buffered JSON replies larger than this fail with -EMSGSIZE. */
+#define DOCKER_MAX_JSON_REPLY (8u * 1024 * 1024)
+/* One line of a progress or events stream; longer → the stream fails -EMSGSIZE. */
+#define DOCKER_MAX_STREAM_LINE (256u * 1024)
+
+struct docker_reply {
+	int error;            /* 0, or the transport error (-ETIMEDOUT, -ECONNRESET, ...) */
+	long status;          /* HTTP status when error == 0 */
+	json_t *body;         /* parsed body (borrowed), NULL if empty or not JSON */
+	const char *message;  /* Docker's {"message": ...} on an error status, else NULL */
+};
+
+typedef void docker_cb(const struct docker_reply *reply, void *arg);
+
+/* Percent-encodes s (RFC 3986 unreserved kept). malloc'd. */
+char *docker_escape(const char *s);
+
+/* method + unversioned path (already escaped) + optional JSON body
+ * (borrowed; sent with Content-Type: application/json). timeout_ms 0 = the
+ * engine's default. */
+int docker_call(struct engine *e, const char *method, const char *path, const json_t *body,
+		long timeout_ms, docker_cb *cb, void *arg, struct engine_req **ret_req);
+
+/* GET /containers/json?all=1&filters=<filters as JSON> (filters borrowed, may be NULL). */
+int docker_containers_list(struct engine *e, const json_t *filters, docker_cb *cb, void *arg,
+			   struct engine_req **ret_req);
+/* GET /containers/{id_or_name}/json (404 = absent). */
+int docker_container_inspect(struct engine *e, const char *id_or_name, docker_cb *cb, void *arg,
+			     struct engine_req **ret_req);
+/* POST /containers/create?name=NAME with config (borrowed). 201 {"Id"}; 409 name in use. */
+int docker_container_create(struct engine *e, const char *name, const json_t *config, docker_cb *cb,
+			    void *arg, struct engine_req **ret_req);
+/* POST /containers/{id}/start: 204 started, 304 already running. */
+int docker_container_start(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			   struct engine_req **ret_req);
+/* POST /containers/{id}/unpause: 204. */
+int docker_container_unpause(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			     struct engine_req **ret_req);
+/* DELETE /containers/{id}?force=1 (force) : 204 removed, 404 absent. */
+int docker_container_remove(struct engine *e, const char *id, bool force, docker_cb *cb, void *arg,
+			    struct engine_req **ret_req);
+/* GET /images/{ref}/json: 200 present, 404 absent. */
+int docker_image_inspect(struct engine *e, const char *ref, docker_cb *cb, void *arg,
+			 struct engine_req **ret_req);
+/* GET /networks?filters=..., GET /networks/{id}, DELETE /networks/{id}. */
+int docker_networks_list(struct engine *e, const json_t *filters, docker_cb *cb, void *arg,
+			 struct engine_req **ret_req);
+int docker_network_inspect(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			   struct engine_req **ret_req);
+int docker_network_remove(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			  struct engine_req **ret_req);
+/* GET /version. */
+int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req **ret_req);
+
+/* Pull: POST /images/create?fromImage=REPO&tag=TAG, where a ref
+ * "repo[:tag][@digest]" is split as docker does (the tag is after the last
+ * ':' that follows the last '/'; a digest goes whole into fromImage; no tag
+ * means "latest"). The 200 body is JSON lines: each object goes to progress
+ * (borrowed); an object with "error" or "errorDetail" ends the pull with
+ * done(-EIO, its message). A non-200 status ends it with done(-EIO,
+ * Docker's message). idle_timeout_ms bounds the wait for each line. done
+ * fires exactly once: 0 and NULL on success. progress runs inside the
+ * transfer, under http.h's on_data rules (no cancel, no free; a request it
+ * starts is refused with -EBUSY). */
+typedef void docker_progress_cb(const json_t *line, void *arg);
+typedef void docker_pull_done_cb(int error, const char *message, void *arg);
+int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long idle_timeout_ms,
+		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      struct engine_req **ret_req);
+
+/* The /events follower. Keeps one GET /events?since=T&filters=F stream open
+ * while the engine is reachable. Each time it (re)connects it first calls
+ * resync (the caller re-lists what it follows), having taken T just before,
+ * so events between the listing and the stream are replayed, never lost
+ * (handlers must be idempotent). Each event object goes to event
+ * (borrowed). When the stream ends or fails it retries after a backoff from
+ * DOCKER_EVENTS_RETRY_MIN_MS to DOCKER_EVENTS_RETRY_MAX_MS. event and resync
+ * run from the loop: they may start requests and free the follower. Free it
+ * before its engine. */
+#define DOCKER_EVENTS_RETRY_MIN_MS 100
+#define DOCKER_EVENTS_RETRY_MAX_MS 5000
+
+struct docker_events;
+typedef void docker_event_cb(const json_t *event, void *arg);
+typedef void docker_resync_cb(void *arg);
+
+/* filters borrowed (copied). */
+struct docker_events *docker_events_new(struct event_base *base, struct engine *e, const json_t *filters,
+					docker_event_cb *event, docker_resync_cb *resync, void *arg);
+void docker_events_start(struct docker_events *ev);
+/* True while a stream is open. */
+bool docker_events_is_connected(const struct docker_events *ev);
+/* Stops and frees (no callback fires afterwards). NULL-safe; returns NULL. */
+struct docker_events *docker_events_free(struct docker_events *ev);
+
+#endif
