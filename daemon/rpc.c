@@ -22,8 +22,8 @@ struct rpc_call {
 	void *params;          /* the filled params struct */
 	struct rpc_peer peer;
 	void *ctx;
-	rpc_done_fn *done;     /* NULL once detached */
-	void *done_arg;
+	const struct rpc_call_ops *ops;  /* NULL once detached */
+	void *ops_arg;
 	bool pending;
 };
 
@@ -64,8 +64,8 @@ static void rpc_call_finish(struct rpc_call *call, json_t *result, json_t *error
 		json_decref(result);
 		json_decref(error);
 	}
-	if (call->done)
-		call->done(call, reply, call->done_arg);
+	if (call->ops)
+		call->ops->done(call, reply, call->ops_arg);
 	else {
 		log_debug("rpc", "%s: call %llu (%s) finished after its client left, reply dropped",
 			  __func__, (unsigned long long)call->seq, call->method ? call->method->name : "?");
@@ -135,15 +135,30 @@ void rpc_call_fail_error(struct rpc_call *call, const struct msb_error *e)
 	rpc_call_finish(call, NULL, msb_error_to_json(e));
 }
 
+void rpc_call_notify(struct rpc_call *call, const char *method, json_t *params)
+{
+	json_t *n;
+
+	if (!call->ops || !call->ops->notify) {
+		json_decref(params);
+		return;
+	}
+	n = json_object();
+	json_object_set_new(n, "jsonrpc", json_string("2.0"));
+	json_object_set_new(n, "method", json_string(method));
+	json_object_set_new(n, "params", params ? params : json_object());
+	call->ops->notify(call, n, call->ops_arg);
+}
+
 void rpc_call_detach(struct rpc_call *call)
 {
-	call->done = NULL;
-	call->done_arg = NULL;
+	call->ops = NULL;
+	call->ops_arg = NULL;
 }
 
 bool rpc_call_is_detached(const struct rpc_call *call)
 {
-	return call->done == NULL;
+	return call->ops == NULL;
 }
 
 void *rpc_call_ctx(const struct rpc_call *call)
@@ -266,7 +281,7 @@ static int rpc_params_fill(const struct rpc_method *m, json_t *given, void *para
 
 struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 			      const struct jsonrpc_request *req, const struct rpc_peer *peer,
-			      void *ctx, rpc_done_fn *done, void *done_arg)
+			      void *ctx, const struct rpc_call_ops *ops, void *ops_arg)
 {
 	struct rpc_call *call = xcalloc(1, sizeof(*call));
 	json_t *err = NULL;
@@ -277,8 +292,8 @@ struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 	call->id = req->id;
 	call->peer = *peer;
 	call->ctx = ctx;
-	call->done = done;
-	call->done_arg = done_arg;
+	call->ops = ops;
+	call->ops_arg = ops_arg;
 	call->method = rpc_method_find(table, n_methods, req->method);
 	if (!call->method) {
 		int n = msb_echo_len(req->method);

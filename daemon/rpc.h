@@ -35,6 +35,14 @@ struct rpc_peer {
 /* Called once when the call finishes, unless detached. reply is stolen;
  * NULL for a notification (nothing to send). */
 typedef void rpc_done_fn(struct rpc_call *call, json_t *reply, void *arg);
+/* Sends a notification frame (stolen) to the call's client. */
+typedef void rpc_notify_fn(struct rpc_call *call, json_t *notification, void *arg);
+
+/* How a call reaches its client (the server's connection). */
+struct rpc_call_ops {
+	rpc_done_fn *done;
+	rpc_notify_fn *notify;   /* NULL: notifications are dropped */
+};
 
 typedef struct rpc_result *rpc_handler(struct rpc_call *call, const void *params);
 
@@ -75,7 +83,7 @@ const char *rpc_param_type_to_string(enum rpc_param_type t);
  * (the caller may detach it later), NULL if it finished. */
 struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 			      const struct jsonrpc_request *req, const struct rpc_peer *peer,
-			      void *ctx, rpc_done_fn *done, void *done_arg);
+			      void *ctx, const struct rpc_call_ops *ops, void *ops_arg);
 
 struct rpc_result *rpc_reply(struct rpc_call *call, json_t *result) __attribute__((warn_unused_result));
 struct rpc_result *rpc_fail(struct rpc_call *call, int code, json_t *data, const char *fmt, ...)
@@ -89,6 +97,10 @@ void rpc_call_reply(struct rpc_call *call, json_t *result);
 void rpc_call_fail(struct rpc_call *call, int code, json_t *data, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void rpc_call_fail_error(struct rpc_call *call, const struct msb_error *e);
+
+/* Sends {"jsonrpc":"2.0","method":method,"params":params} to the call's
+ * client while it is attached; params stolen. */
+void rpc_call_notify(struct rpc_call *call, const char *method, json_t *params);
 
 /* The client left: drop the reply when it comes. */
 void rpc_call_detach(struct rpc_call *call);

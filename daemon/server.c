@@ -271,6 +271,17 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 	server_check_drained(srv);
 }
 
+static void conn_call_notify(struct rpc_call *call, json_t *notification, void *arg)
+{
+	(void)call;
+	conn_send(arg, notification);
+}
+
+static const struct rpc_call_ops conn_call_ops = {
+	.done = conn_call_done,
+	.notify = conn_call_notify,
+};
+
 static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 {
 	struct server *srv = c->srv;
@@ -287,7 +298,7 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 	}
 	c->inflight++;
 	srv->stats.requests_in_flight++;
-	call = rpc_dispatch(msbd_methods, msbd_n_methods, &req, &c->peer, srv->d, conn_call_done, c);
+	call = rpc_dispatch(msbd_methods, msbd_n_methods, &req, &c->peer, srv->d, &conn_call_ops, c);
 	if (call) {
 		c->calls = xrealloc(c->calls, (c->n_calls + 1) * sizeof(*c->calls));
 		c->calls[c->n_calls++] = call;
