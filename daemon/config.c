@@ -22,6 +22,7 @@ enum config_type {
 	CONFIG_SIZE,     /* size_t within [min, max], suffixes K M G (binary) */
 	CONFIG_MODE,     /* unsigned, octal, within [0, 0777] */
 	CONFIG_BOOL,     /* true/false/yes/no/on/off/1/0 */
+	CONFIG_DOUBLE,   /* double within [min, max] */
 	_CONFIG_TYPE_MAX,
 };
 
@@ -53,6 +54,15 @@ static const struct config_key config_keys[] = {
 	K("limits.write_timeout_ms", CONFIG_LONG, write_timeout_ms, 100, 3600000, false, "time a client may leave its replies unread"),
 	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
 	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
+	K("sandbox.pids_limit", CONFIG_LONG, pids_limit, 1, 4194304, false, "processes one sandbox may run"),
+	K("sandbox.memory", CONFIG_SIZE, memory_bytes, 0, 1LL << 50, false, "memory of one sandbox (0: no limit)"),
+	K("sandbox.cpus", CONFIG_DOUBLE, cpus, 0, 1024, false, "CPUs of one sandbox (0: no limit)"),
+	K("sandbox.init", CONFIG_BOOL, init, 0, 1, false, "run docker-init as PID 1 in each sandbox"),
+	K("sandbox.cap_drop_all", CONFIG_BOOL, cap_drop_all, 0, 1, false, "drop every Linux capability"),
+	K("sandbox.pull_timeout_ms", CONFIG_LONG, pull_timeout_ms, 1000, 86400000, false, "deadline of one image pull"),
+	K("sandbox.admin_group", CONFIG_STRING, admin_group, 0, 0, false, "members may reap and see every sandbox"),
+	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
+	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
 };
 
 static const char *default_socket_path(void)
@@ -86,6 +96,11 @@ struct msbd_config *config_new_defaults(void)
 	cfg->frame_timeout_ms = MSB_FRAME_TIMEOUT_MS;
 	cfg->write_timeout_ms = MSB_WRITE_TIMEOUT_MS;
 	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
+	cfg->pids_limit = MSB_PIDS_LIMIT;
+	cfg->init = true;
+	cfg->cap_drop_all = true;
+	cfg->pull_timeout_ms = MSB_PULL_TIMEOUT_MS;
+	cfg->reap_interval_s = MSB_REAP_INTERVAL_S;
 	return cfg;
 }
 
@@ -96,6 +111,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->socket_path);
 	free(cfg->socket_group);
 	free(cfg->engine_host);
+	free(cfg->admin_group);
 	free(cfg->file);
 	free(cfg);
 	return NULL;
@@ -162,6 +178,23 @@ static int parse_bool(const char *s, bool *ret)
 	return -EINVAL;
 }
 
+static int set_double(struct msbd_config *cfg, const struct config_key *k, const char *value,
+		      char **reterr_message)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(value, &end);
+	if (errno || end == value || *end || !(v >= (double)k->min && v <= (double)k->max)) {
+		*reterr_message = xasprintf("%s: \"%s\" is not a number from %lld to %lld", k->name,
+					    value, k->min, k->max);
+		return -EINVAL;
+	}
+	*(double *)((char *)cfg + k->offset) = v;
+	return 0;
+}
+
 static int set_number(struct msbd_config *cfg, const struct config_key *k, const char *value,
 		      char **reterr_message)
 {
@@ -217,6 +250,8 @@ int config_set(struct msbd_config *cfg, const char *key, const char *value, char
 	case CONFIG_SIZE:
 	case CONFIG_MODE:
 		return set_number(cfg, k, value, reterr_message);
+	case CONFIG_DOUBLE:
+		return set_double(cfg, k, value, reterr_message);
 	default:
 		assert(!"unreachable");
 		return -EINVAL;
@@ -236,6 +271,10 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 		*reterr_message = xasprintf("socket.path is longer than a Unix socket path may be "
 					    "(107 bytes): %s", cfg->socket_path);
 		return -ENAMETOOLONG;
+	}
+	if (cfg->admin_group && !getgrnam(cfg->admin_group)) {
+		*reterr_message = xasprintf("sandbox.admin_group: no group named \"%s\"", cfg->admin_group);
+		return -ENOENT;
 	}
 	if (cfg->socket_group && !getgrnam(cfg->socket_group)) {
 		*reterr_message = xasprintf("socket.group: no group named \"%s\"", cfg->socket_group);
@@ -405,6 +444,9 @@ static void config_format(const struct msbd_config *cfg, const struct config_key
 		break;
 	case CONFIG_BOOL:
 		snprintf(buf, size, "%s", *(const bool *)base ? "true" : "false");
+		break;
+	case CONFIG_DOUBLE:
+		snprintf(buf, size, "%g", *(const double *)base);
 		break;
 	default:
 		assert(!"unreachable");

@@ -29,6 +29,15 @@ struct msbd_config {
 	long frame_timeout_ms;      /* limits.frame_timeout_ms */
 	long write_timeout_ms;      /* limits.write_timeout_ms */
 	long drain_ms;              /* shutdown.drain_ms */
+	long pids_limit;            /* sandbox.pids_limit */
+	size_t memory_bytes;        /* sandbox.memory: 0 = no limit */
+	double cpus;                /* sandbox.cpus: 0 = no limit */
+	bool init;                  /* sandbox.init: docker-init as PID 1 */
+	bool cap_drop_all;          /* sandbox.cap_drop_all */
+	long pull_timeout_ms;       /* sandbox.pull_timeout_ms */
+	char *admin_group;          /* sandbox.admin_group: NULL = only root is admin */
+	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
+	long reap_interval_s;       /* reap.interval_s */
 	bool debug;                 /* log.debug */
 	char *file;                 /* the file read, or NULL */
 };
@@ -44,6 +53,9 @@ struct msbd_cmdline {
 #define MSB_ENGINE_RECONNECT_MIN_MS  250
 #define MSB_ENGINE_RECONNECT_MAX_MS  10000
 #define MSB_SOCKET_MODE              0660
+#define MSB_PIDS_LIMIT               512
+#define MSB_PULL_TIMEOUT_MS          600000
+#define MSB_REAP_INTERVAL_S          3600
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "docker.h"
 #include "errmap.h"
 #include "log.h"
 
@@ -48,4 +49,18 @@ void errmap_engine(int error, const struct engine_reply *reply, const char *what
 			      "the Docker engine is not reachable");
 		return;
 	}
+}
+
+void errmap_docker(const struct docker_reply *r, const char *what, struct msb_error *reterr)
+{
+	struct engine_reply er = { .status = r->status, .body = "", .body_len = 0 };
+
+	if (r->error == 0 && r->message) {
+		log_warnx("%s: the engine answered %ld: %.512s", what, r->status, r->message);
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+			      json_pack("{s:i}", "engine_status", (int)r->status),
+			      "the Docker engine refused %s (HTTP %ld)", what, r->status);
+		return;
+	}
+	errmap_engine(r->error, &er, what, reterr);
 }

@@ -13,4 +13,8 @@
 void errmap_engine(int error, const struct engine_reply *reply, const char *what,
 		   struct msb_error *reterr);
 
+/* The same for a docker.h reply (Docker's message is already extracted). */
+struct docker_reply;
+void errmap_docker(const struct docker_reply *r, const char *what, struct msb_error *reterr);
+
 #endif

@@ -1,5 +1,7 @@
 /* m_daemon.c — the daemon.* methods: describe, status, engine. */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include "errmap.h"
 #include "msb-limits.h"
 #include "log.h"
+#include "m_sandbox.h"
 #include "msb-build.h"
 #include "server.h"
 #include "types.h"
@@ -16,11 +19,53 @@
 
 /* What the Docker backend serves (behaviour-docker §1): never files_list,
  * run_code, snapshot. */
-#define DOCKER_CAPABILITIES                                                        \
-	(MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_HOST_TOOLS) | MSB_BIT(MSB_CAP_FILES_IN) | \
-	 MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM))
-#define DOCKER_EGRESS_MODES (MSB_BIT(MSB_EGRESS_CLOSED))
-#define DOCKER_SCOPES (MSB_BIT(MSB_SCOPE_CONVERSATION) | MSB_BIT(MSB_SCOPE_CALL))
+uint32_t msbd_capabilities(void)
+{
+	return MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_HOST_TOOLS) | MSB_BIT(MSB_CAP_FILES_IN) |
+	       MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM);
+}
+
+uint32_t msbd_egress_modes(void)
+{
+	return MSB_BIT(MSB_EGRESS_CLOSED);
+}
+
+uint32_t msbd_scopes(void)
+{
+	return MSB_BIT(MSB_SCOPE_CONVERSATION) | MSB_BIT(MSB_SCOPE_CALL);
+}
+
+/* posix iff the engine reported Os linux (any case); nothing read → none. */
+uint32_t msbd_os_families(const struct msbd *d)
+{
+	const struct engine_info *info = d->engine ? engine_get_info(d->engine) : NULL;
+
+	return info && info->os && strcasecmp(info->os, "linux") == 0 ? MSB_BIT(MSB_OS_POSIX) : 0;
+}
+
+bool msbd_peer_is_admin(const struct msbd *d, const struct rpc_peer *peer)
+{
+	const char *group = d->config->admin_group;
+	struct group *gr;
+	struct passwd *pw;
+	gid_t groups[256];
+	int n = 256;
+
+	if (peer->uid == 0)
+		return true;
+	if (!group || !(gr = getgrnam(group)))
+		return false;
+	if (peer->gid == gr->gr_gid)
+		return true;
+	/* Supplementary groups, from the user database. */
+	pw = getpwuid(peer->uid);
+	if (!pw || getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) < 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gr->gr_gid)
+			return true;
+	return false;
+}
 
 /* Largest /version reply we read. */
 #define MSB_ENGINE_VERSION_MAX_BODY (64 * 1024)
@@ -44,14 +89,6 @@ static json_t *json_string_or_null(const char *s)
 	return j ? j : json_null();
 }
 
-/* posix iff the engine reported Os linux (any case); nothing read → none. */
-static uint32_t engine_os_families(const struct engine *e)
-{
-	const struct engine_info *info = engine_get_info(e);
-
-	return info && info->os && strcasecmp(info->os, "linux") == 0 ? MSB_BIT(MSB_OS_POSIX) : 0;
-}
-
 static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *params)
 {
 	const struct msbd *d = rpc_call_ctx(call);
@@ -66,11 +103,11 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 		      "protocol_version", MSB_PROTOCOL_VERSION,
 		      "backend", "docker",
 		      "isolation", msb_isolation_to_string(MSB_ISOLATION_CONTAINER),
-		      "capabilities", msb_capability_set_encode(DOCKER_CAPABILITIES),
-		      "egress_modes", msb_egress_set_encode(DOCKER_EGRESS_MODES),
+		      "capabilities", msb_capability_set_encode(msbd_capabilities()),
+		      "egress_modes", msb_egress_set_encode(msbd_egress_modes()),
 		      "observes_egress", 0,
-		      "isolation_scopes", msb_scope_set_encode(DOCKER_SCOPES),
-		      "os_families", msb_os_family_set_encode(engine_os_families(d->engine)),
+		      "isolation_scopes", msb_scope_set_encode(msbd_scopes()),
+		      "os_families", msb_os_family_set_encode(msbd_os_families(d)),
 		      "limits", "files_in", msb_transfer_limits_encode(&lim),
 		      "files_out", msb_transfer_limits_encode(&lim),
 		      "wire", "max_frame_bytes", (json_int_t)d->config->max_frame_bytes,
@@ -191,5 +228,15 @@ const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params) },
 	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params) },
 	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params) },
+	{ MSB_METHOD_SANDBOX_ACQUIRE, m_sandbox_acquire, m_sandbox_acquire_spec,
+	  sizeof(struct m_sandbox_acquire_params) },
+	{ MSB_METHOD_SANDBOX_DISPOSE, m_sandbox_dispose, m_sandbox_dispose_spec,
+	  sizeof(struct m_sandbox_dispose_params) },
+	{ MSB_METHOD_SANDBOX_DISPOSE_SCOPE, m_sandbox_dispose_scope, m_sandbox_dispose_scope_spec,
+	  sizeof(struct m_sandbox_scope_params) },
+	{ MSB_METHOD_SANDBOX_LIST, m_sandbox_list, m_sandbox_list_spec,
+	  sizeof(struct m_sandbox_scope_params) },
+	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
+	  sizeof(struct m_sandbox_reap_params) },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);

@@ -12,7 +12,11 @@
 #include "cleanup.h"
 #include "config.h"
 #include "daemon.h"
+#include "acquire.h"
+#include "docker.h"
 #include "engine.h"
+#include "reap.h"
+#include "registry.h"
 #include "log.h"
 #include "msb-build.h"
 #include "msb-limits.h"
@@ -26,6 +30,8 @@ struct msbd_main {
 	struct event *sig_term, *sig_int, *sig_hup;
 	struct event *drain_timer;
 	struct event *flush_timer;
+	struct event *reap_timer;
+	bool reap_running;
 	bool stopping;
 };
 
@@ -126,6 +132,109 @@ static void engine_state_changed_cb(struct engine *e, enum engine_state old_stat
 	sd_notify_status(status);
 }
 
+/* ---- the registry: listed at each (re)connection, then followed ------ */
+
+static void thaw_done_cb(const struct docker_reply *r, void *arg)
+{
+	char *id = arg;
+
+	if (r->error == 0 && r->status == 204)
+		log_info("thawed sandbox %.12s, which a previous daemon left frozen", id);
+	else if (r->error != -ECANCELED)
+		log_warnx("could not thaw sandbox %.12s, which a previous daemon left frozen: %s", id,
+			  r->message ? r->message : r->error ? strerror(-r->error) : "refused");
+	free(id);
+}
+
+/* A container found paused with no acquire on it was frozen by a dead
+ * daemon (this one holds no freeze yet): thaw it. */
+static void thaw_orphans(struct msbd *d)
+{
+	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
+		char *id;
+
+		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->acquires, sb->name))
+			continue;
+		id = xstrdup(sb->id);
+		if (docker_container_unpause(d->engine, id, thaw_done_cb, id, NULL) < 0)
+			free(id);
+	}
+}
+
+static void registry_listed_cb(const struct docker_reply *r, void *arg)
+{
+	struct msbd *d = arg;
+
+	if (r->error || r->status != 200 || !json_is_array(r->body)) {
+		if (r->error != -ECANCELED)
+			log_warnx("could not list sandboxes to rebuild the registry; retrying with the events stream");
+		return;
+	}
+	registry_replace_all(d->registry, r->body);
+	d->registry_synced = true;
+	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
+	thaw_orphans(d);
+}
+
+static void registry_resync_cb(void *arg)
+{
+	struct msbd *d = arg;
+	json_t *filters = json_pack("{s:{s:b}}", "label", "maf-sandbox.kind", 1);
+
+	d->registry_synced = false;
+	if (docker_containers_list(d->engine, filters, registry_listed_cb, d, NULL) < 0)
+		log_debug("engine", "registry listing not started: the engine is not reachable");
+	json_decref(filters);
+}
+
+static void registry_event_cb(const json_t *event, void *arg)
+{
+	struct msbd *d = arg;
+
+	registry_apply_event(d->registry, event);
+}
+
+/* ---- the timed sweep (reap.max_age_s, off by default) ---------------- */
+
+static void reap_timer_arm(struct msbd_main *m)
+{
+	struct timeval tv = { m->d.config->reap_interval_s, 0 };
+
+	if (m->d.config->reap_max_age_s > 0 && !m->stopping)
+		evtimer_add(m->reap_timer, &tv);
+	else
+		evtimer_del(m->reap_timer);
+}
+
+static void timed_reap_done_cb(const struct reap_result *r, void *arg)
+{
+	struct msbd_main *m = arg;
+
+	m->reap_running = false;
+	log_info("timed sweep: removed %zu sandbox(es), %zu proxy container(s), %zu network(s); "
+		 "%zu failure(s)", r->disposed, r->proxies_removed, r->networks_removed,
+		 json_array_size(r->failures));
+}
+
+static void reap_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+	struct timespec now;
+	int r;
+
+	(void)fd, (void)what;
+	reap_timer_arm(m);
+	if (m->reap_running)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	r = reap_start(&m->d, m->d.config->reap_max_age_s, NULL, (double)now.tv_sec + now.tv_nsec / 1e9,
+		       timed_reap_done_cb, m);
+	if (r < 0)
+		log_warnx("timed sweep not started: %s", strerror(-r));
+	else
+		m->reap_running = true;
+}
+
 static void reload(struct msbd_main *m)
 {
 	struct msbd_config *cfg = NULL;
@@ -147,6 +256,7 @@ static void reload(struct msbd_main *m)
 	eo = engine_options_from(cfg);
 	engine_set_options(m->d.engine, &eo);
 	server_config_changed(m->d.server);
+	reap_timer_arm(m);
 	log_info("configuration reloaded%s%s", cfg->file ? " from " : "", cfg->file ? cfg->file : "");
 	sd_notify_ready("serving; configuration reloaded");
 }
@@ -179,6 +289,7 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
 		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
 	evtimer_add(m->flush_timer, &tv);
+	m->d.events = docker_events_free(m->d.events);
 	m->d.engine = engine_free(m->d.engine);
 }
 
@@ -200,6 +311,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	m->stopping = true;
 	log_info("%s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	sd_notify_stopping();
+	evtimer_del(m->reap_timer);
 	tv.tv_sec = m->d.config->drain_ms / 1000;
 	tv.tv_usec = (m->d.config->drain_ms % 1000) * 1000;
 	evtimer_add(m->drain_timer, &tv);
@@ -216,7 +328,9 @@ static int setup_signals(struct msbd_main *m)
 	m->sig_hup = evsignal_new(b, SIGHUP, signal_cb, m);
 	m->drain_timer = evtimer_new(b, drain_timeout_cb, m);
 	m->flush_timer = evtimer_new(b, final_flush_timeout_cb, m);
+	m->reap_timer = evtimer_new(b, reap_timer_cb, m);
 	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer || !m->flush_timer ||
+	    !m->reap_timer ||
 	    evsignal_add(m->sig_term, NULL) < 0 || evsignal_add(m->sig_int, NULL) < 0 ||
 	    evsignal_add(m->sig_hup, NULL) < 0)
 		return -EIO;
@@ -239,6 +353,16 @@ static int start(struct msbd_main *m)
 		log_warnx("cannot set up the engine client");
 		return -EIO;
 	}
+	m->d.registry = registry_new();
+	m->d.acquires = acquire_table_new();
+	{
+		json_t *filters = json_pack("{s:{s:b}, s:{s:b}}", "type", "container", 1, "label",
+					    "maf-sandbox.kind", 1);
+
+		m->d.events = docker_events_new(m->d.base, m->d.engine, filters, registry_event_cb,
+						registry_resync_cb, &m->d);
+		json_decref(filters);
+	}
 	m->d.server = server_new(&m->d);
 	if (server_listen(m->d.server, &err) < 0) {
 		log_warnx("cannot listen: %s", err);
@@ -249,6 +373,8 @@ static int start(struct msbd_main *m)
 		return -EIO;
 	}
 	engine_start(m->d.engine);
+	docker_events_start(m->d.events);
+	reap_timer_arm(m);
 	return 0;
 }
 
@@ -259,7 +385,14 @@ static void stop(struct msbd_main *m)
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGINT, SIG_IGN);
 	m->d.server = server_free(m->d.server);
+	m->d.events = docker_events_free(m->d.events);
+	/* Cancels every engine request: operations complete (with ShuttingDown,
+	 * to clients already gone) at the next turn of the loop. */
 	m->d.engine = engine_free(m->d.engine);
+	if (m->d.base)
+		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
+	m->d.acquires = acquire_table_free(m->d.acquires);
+	m->d.registry = registry_free(m->d.registry);
 	if (m->sig_term)
 		event_free(m->sig_term);
 	if (m->sig_int)
@@ -270,6 +403,8 @@ static void stop(struct msbd_main *m)
 		event_free(m->drain_timer);
 	if (m->flush_timer)
 		event_free(m->flush_timer);
+	if (m->reap_timer)
+		event_free(m->reap_timer);
 	m->d.config = config_free(m->d.config);
 	if (m->d.base)
 		event_base_free(m->d.base);

@@ -1,0 +1,666 @@
+/* m_sandbox.c — sandbox.acquire, sandbox.dispose, sandbox.dispose_scope,
+ * sandbox.list. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+#include "acquire.h"
+#include "cleanup.h"
+#include "daemon.h"
+#include "docker.h"
+#include "engine.h"
+#include "log.h"
+#include "m_sandbox.h"
+#include "msb-limits.h"
+#include "names.h"
+#include "reap.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "xmalloc.h"
+
+const struct rpc_param m_sandbox_acquire_spec[] = {
+	{ "key", RPC_PARAM_OBJECT, true, offsetof(struct m_sandbox_acquire_params, key), NULL },
+	{ "spec", RPC_PARAM_OBJECT, true, offsetof(struct m_sandbox_acquire_params, spec), NULL },
+	{ NULL },
+};
+
+const struct rpc_param m_sandbox_dispose_spec[] = {
+	{ "key", RPC_PARAM_OBJECT, true, offsetof(struct m_sandbox_dispose_params, key), NULL },
+	{ "kind", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_dispose_params, kind), NULL },
+	{ "sandbox", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_dispose_params, sandbox), NULL },
+	{ NULL },
+};
+
+const struct rpc_param m_sandbox_dispose_scope_spec[] = {
+	{ "scope", RPC_PARAM_STRING, true, offsetof(struct m_sandbox_scope_params, scope), NULL },
+	{ "thread_id", RPC_PARAM_STRING, true, offsetof(struct m_sandbox_scope_params, thread_id), NULL },
+	{ NULL },
+};
+
+const struct rpc_param m_sandbox_list_spec[] = {
+	{ "scope", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_scope_params, scope), NULL },
+	{ "thread_id", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_scope_params, thread_id), NULL },
+	{ NULL },
+};
+
+/* A bad key or spec: data.field is "spec.<member>" (or "key.<member>"). */
+const struct rpc_param m_sandbox_reap_spec[] = {
+	{ "older_than_seconds", RPC_PARAM_INT, true,
+	  offsetof(struct m_sandbox_reap_params, older_than_seconds), NULL },
+	{ "scope", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_reap_params, scope), NULL },
+	{ NULL },
+};
+
+static struct rpc_result *fail_params(struct rpc_call *call, const char *param, const char *member,
+				      char *msg)
+{
+	_cleanup_free_ char *field = member && *member ? xasprintf("%s.%s", param, member) : xstrdup(param);
+	struct rpc_result *r = rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", field),
+					"%s: %s", param, msg ? msg : "invalid");
+
+	free(msg);
+	return r;
+}
+
+/* behaviour-core §3.2, in the seed's order; the first refusal wins. */
+static int match_declarations(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)
+{
+	const struct msb_transfer_limits ceiling = {
+		MSB_TRANSFER_MAX_FILE_BYTES, MSB_TRANSFER_MAX_TOTAL_BYTES, MSB_TRANSFER_MAX_FILES
+	};
+	uint32_t missing = spec->requires & ~msbd_capabilities();
+
+	if (spec->min_isolation > MSB_ISOLATION_CONTAINER) {
+		msb_error_set(err, MSB_ERR_BACKEND_NOT_PERMITTED, NULL,
+			      "the spec asks for isolation %s; this backend is container",
+			      msb_isolation_to_string(spec->min_isolation));
+		return -EPERM;
+	}
+	if (missing) {
+		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:o, s:o}", "missing", msb_capability_set_encode(missing),
+					"declared", msb_capability_set_encode(msbd_capabilities())),
+			      "the spec requires capabilities this backend does not declare");
+		return -EPERM;
+	}
+	if (spec->requires_os_family >= 0 &&
+	    !(msbd_os_families(d) & MSB_BIT(spec->requires_os_family))) {
+		msb_error_set(err, MSB_ERR_OS_FAMILY_NOT_SUPPORTED,
+			      json_pack("{s:o}", "declared", msb_os_family_set_encode(msbd_os_families(d))),
+			      "the spec requires OS family %s, which this backend does not serve",
+			      msb_os_family_to_string(spec->requires_os_family));
+		return -EPERM;
+	}
+	if (!msb_transfer_limits_within(&spec->files_in, &ceiling) ||
+	    !msb_transfer_limits_within(&spec->files_out, &ceiling)) {
+		msb_error_set(err, MSB_ERR_TRANSFER_LIMITS_NOT_PERMITTED,
+			      json_pack("{s:o}", "ceiling", msb_transfer_limits_encode(&ceiling)),
+			      "the spec's transfer limits exceed this backend's");
+		return -EPERM;
+	}
+	if (!(msbd_egress_modes() & MSB_BIT(spec->egress))) {
+		msb_error_set(err, MSB_ERR_EGRESS_NOT_ENFORCED,
+			      json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes())),
+			      "this backend cannot enforce egress %s", msb_egress_to_string(spec->egress));
+		return -EPERM;
+	}
+	if (!(msbd_scopes() & MSB_BIT(spec->isolation_scope))) {
+		msb_error_set(err, MSB_ERR_SCOPE_NOT_ENFORCED, NULL,
+			      "this backend does not enforce isolation scope %s",
+			      msb_scope_to_string(spec->isolation_scope));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Serves a running, registered, unlocked sandbox without an engine request. */
+static struct rpc_result *acquire_warm(struct rpc_call *call, const struct msbd *d,
+				       const struct sandbox *sb, const struct msb_key *key,
+				       const struct msb_spec *spec)
+{
+	struct msb_error err = { 0 };
+	struct rpc_result *r;
+
+	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, &err) < 0) {
+		r = rpc_fail_error(call, &err);
+		msb_error_clear(&err);
+		return r;
+	}
+	log_debug("op", "sandbox %s reused (warm)", sb->name);
+	return rpc_reply(call, acquire_result(sb, msb_spec_work_dir(spec), false));
+}
+
+static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
+					  const struct m_sandbox_acquire_params *p,
+					  const struct msb_key *key, const struct msb_spec *spec)
+{
+	struct msb_error err = { 0 };
+	char name[NAMES_CONTAINER_MAX];
+	_cleanup_free_ char *egress_id = names_egress_id(spec, false);
+	const struct sandbox *sb;
+	struct rpc_result *r;
+
+	if (spec->isolation_scope == MSB_SCOPE_CALL && !key->call_id[0])
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "key"),
+				"isolation scope call needs a key with a call_id");
+	if (spec->isolation_scope == MSB_SCOPE_CONVERSATION && key->call_id[0])
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "key"),
+				"isolation scope conversation refuses a key with a call_id");
+	if (match_declarations(d, spec, &err) < 0) {
+		r = rpc_fail_error(call, &err);
+		msb_error_clear(&err);
+		return r;
+	}
+	if (!msb_spec_image_ref(spec))
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "spec"),
+				"the spec has neither image nor image_id");
+	if (engine_get_state(d->engine) != ENGINE_REACHABLE)
+		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+	names_container(key, spec->kind, egress_id, name);
+	sb = registry_find_name(d->registry, name);
+	if (d->registry_synced && docker_events_is_connected(d->events) && sb && sb->state == SANDBOX_RUNNING &&
+	    !acquire_in_flight(d->acquires, name))
+		return acquire_warm(call, d, sb, key, spec);
+	return acquire_start(d, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
+}
+
+struct rpc_result *m_sandbox_acquire(struct rpc_call *call, const void *params)
+{
+	const struct m_sandbox_acquire_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct msb_key key;
+	struct msb_spec spec;
+	const char *field = NULL;
+	char *msg = NULL;
+	struct rpc_result *r;
+
+	if (msb_key_decode(p->key, &key, &field, &msg) < 0)
+		return fail_params(call, "key", field, msg);
+	if (msb_spec_decode(p->spec, &spec, &field, &msg) < 0) {
+		msb_key_release(&key);
+		return fail_params(call, "spec", field, msg);
+	}
+	r = acquire_decided(call, d, p, &key, &spec);
+	msb_key_release(&key);
+	msb_spec_release(&spec);
+	return r;
+}
+
+/* ---- disposal: the sweep (behaviour-docker §2.10–2.12) ---------------- */
+
+enum sweep_mode {
+	SWEEP_KEY,        /* sandbox.dispose by key: null or {code, detail} */
+	SWEEP_SCOPE,      /* sandbox.dispose_scope: {disposed, undisposed} */
+};
+
+struct sweep_op {
+	struct msbd *d;
+	struct rpc_call *call;
+	enum sweep_mode mode;
+	json_t *filters;          /* label filter for the listing */
+	char **ids;               /* to remove, in order */
+	size_t n_ids, next;
+	size_t disposed;          /* workloads removed (not proxies, not already absent) */
+	json_t *failures;         /* [{code, detail}] */
+};
+
+/* Precedence, most actionable first (behaviour-core §1.3). */
+static const char *const disposal_codes[] = { "unreachable", "timeout", "refused", "unlisted", "unknown" };
+
+/* fold_disposal_failures: none → NULL; one → itself; several → the first
+ * code of the precedence present, details joined with "; ". */
+static json_t *fold_failures(const json_t *failures)
+{
+	size_t n = json_array_size(failures), i;
+	json_t *f;
+	char *detail = NULL;
+	const char *code = "unknown";
+
+	if (n == 0)
+		return NULL;
+	if (n == 1)
+		return json_incref(json_array_get(failures, 0));
+	for (size_t c = ELEMENTSOF(disposal_codes); c-- > 0;)
+		json_array_foreach(failures, i, f)
+			if (strcmp(json_string_value(json_object_get(f, "code")), disposal_codes[c]) == 0)
+				code = disposal_codes[c];
+	json_array_foreach(failures, i, f) {
+		char *grown = xasprintf("%s%s%s", detail ? detail : "", detail ? "; " : "",
+					json_string_value(json_object_get(f, "detail")));
+
+		free(detail);
+		detail = grown;
+	}
+	f = json_pack("{s:s, s:s}", "code", code, "detail", detail);
+	free(detail);
+	return f;
+}
+
+static void sweep_add_failure(struct sweep_op *op, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void sweep_add_failure(struct sweep_op *op, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	char *detail;
+
+	va_start(ap, fmt);
+	detail = xvasprintf(fmt, ap);
+	va_end(ap);
+	log_warnx("disposal: %s: %s", code, detail);
+	json_array_append_new(op->failures, json_pack("{s:s, s:s}", "code", code, "detail", detail));
+	free(detail);
+}
+
+static void sweep_free(struct sweep_op *op)
+{
+	for (size_t i = 0; i < op->n_ids; i++)
+		free(op->ids[i]);
+	free(op->ids);
+	json_decref(op->filters);
+	json_decref(op->failures);
+	free(op);
+}
+
+static void sweep_finish(struct sweep_op *op)
+{
+	json_t *folded = fold_failures(op->failures);
+
+	if (op->mode == SWEEP_KEY)
+		rpc_call_reply(op->call, folded ? folded : json_null());
+	else
+		rpc_call_reply(op->call, json_pack("{s:I, s:o}", "disposed", (json_int_t)op->disposed,
+						   "undisposed", folded ? folded : json_null()));
+	sweep_free(op);
+}
+
+static void sweep_add_id(struct sweep_op *op, const char *id)
+{
+	for (size_t i = 0; i < op->n_ids; i++)
+		if (strcmp(op->ids[i], id) == 0)
+			return;
+	op->ids = xrealloc(op->ids, (op->n_ids + 1) * sizeof(*op->ids));
+	op->ids[op->n_ids++] = xstrdup(id);
+}
+
+static void sweep_remove_next(struct sweep_op *op);
+
+static void sweep_removed_cb(const struct docker_reply *r, void *arg)
+{
+	struct sweep_op *op = arg;
+	const char *id = op->ids[op->next];
+	struct sandbox *sb = registry_find_id(op->d->registry, id);
+
+	if (r->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
+		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed", id);
+		op->next = op->n_ids;
+		sweep_finish(op);
+		return;
+	}
+	if (r->error == 0 && r->status == 204) {
+		op->disposed++;
+		if (sb)
+			registry_remove(op->d->registry, sb);
+	} else if (r->error == 0 && r->status == 404) {
+		if (sb)
+			registry_remove(op->d->registry, sb);  /* silently absent: not counted */
+	} else if (r->error == -ETIMEDOUT) {
+		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", id);
+	} else if (r->error) {
+		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", id);
+	} else {
+		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld): %s", id,
+				  r->status, r->message ? r->message : "");
+	}
+	op->next++;
+	sweep_remove_next(op);
+}
+
+/* Force removal, never stop; one at a time, by id. */
+static void sweep_remove_next(struct sweep_op *op)
+{
+	while (op->next < op->n_ids) {
+		int r = docker_container_remove(op->d->engine, op->ids[op->next], true, sweep_removed_cb,
+						op, NULL);
+
+		if (r >= 0)
+			return;
+		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s",
+				  op->ids[op->next]);
+		op->next++;
+	}
+	sweep_finish(op);
+}
+
+/* Does a registry entry match the sweep's label filter? (the fallback when
+ * the listing fails, and names a listing may miss) */
+static bool sweep_matches(const struct sweep_op *op, const struct sandbox *sb)
+{
+	const char *cond;
+	json_t *v;
+
+	json_object_foreach(json_object_get(op->filters, "label"), cond, v) {
+		_cleanup_free_ char *k = xstrdup(cond);
+		char *eq = strchr(k, '=');
+		const char *have;
+
+		if (!eq)
+			return false;
+		*eq = '\0';
+		have = sandbox_label(sb, k);
+		if (!have || strcmp(have, eq + 1))
+			return false;
+	}
+	return true;
+}
+
+static void sweep_listed_cb(const struct docker_reply *r, void *arg)
+{
+	struct sweep_op *op = arg;
+	size_t i;
+	json_t *item;
+	struct sandbox *sb;
+
+	if (r->error == -ECANCELED) {
+		sweep_add_failure(op, "unknown", "the daemon stopped before the sweep ran");
+		sweep_finish(op);
+		return;
+	}
+	if (r->error || r->status != 200 || !json_is_array(r->body)) {
+		sweep_add_failure(op, "unlisted", "could not list containers, so the sweep may be partial");
+	} else {
+		json_array_foreach(r->body, i, item)
+			if (json_string_value(json_object_get(item, "Id")))
+				sweep_add_id(op, json_string_value(json_object_get(item, "Id")));
+	}
+	for (sb = registry_first(op->d->registry); sb; sb = registry_next(sb))
+		if (sweep_matches(op, sb))
+			sweep_add_id(op, sb->id);
+	sweep_remove_next(op);
+}
+
+/* Starts a sweep over the containers matching filters (stolen). */
+static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mode, json_t *filters)
+{
+	struct sweep_op *op = xcalloc(1, sizeof(*op));
+
+	op->d = rpc_call_ctx(call);
+	op->call = call;
+	op->mode = mode;
+	op->filters = filters;
+	op->failures = json_array();
+	if (docker_containers_list(op->d->engine, filters, sweep_listed_cb, op, NULL) < 0) {
+		/* The engine is away: the fallback still names what we know, but
+		 * nothing can be removed; answer now. */
+		struct rpc_result *res;
+		json_t *failure = json_pack("{s:s, s:s}", "code", "unreachable",
+					    "detail", "the Docker engine is not reachable; nothing was removed");
+
+		res = rpc_reply(call, mode == SWEEP_KEY ? failure :
+				json_pack("{s:i, s:o}", "disposed", 0, "undisposed", failure));
+		sweep_free(op);
+		return res;
+	}
+	return rpc_pending(call);
+}
+
+/* Non-admins only ever select their own sandboxes. */
+static uid_t owner_filter(const struct rpc_call *call)
+{
+	const struct msbd *d = rpc_call_ctx(call);
+
+	return msbd_peer_is_admin(d, rpc_call_peer(call)) ? (uid_t)-1 : rpc_call_peer(call)->uid;
+}
+
+/* ---- sandbox.dispose by instance id ----------------------------------- */
+
+struct instance_op {
+	struct msbd *d;
+	struct rpc_call *call;
+	struct msb_key key;
+	char *kind;      /* NULL: any */
+	char *id;
+	bool removing;
+};
+
+static void instance_free(struct instance_op *op)
+{
+	msb_key_release(&op->key);
+	free(op->kind);
+	free(op->id);
+	free(op);
+}
+
+static void instance_reply_failure(struct instance_op *op, const char *code, const char *detail)
+{
+	log_warnx("disposal of %.12s: %s: %s", op->id, code, detail);
+	rpc_call_reply(op->call, json_pack("{s:s, s:s}", "code", code, "detail", detail));
+	instance_free(op);
+}
+
+/* The instance must be this key's (and kind's) and the caller's; anything
+ * else is treated as absent, so no one learns of another's sandbox. */
+static bool instance_is_callers(struct instance_op *op, const json_t *inspect)
+{
+	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
+	const char *name = json_string_value(json_object_get(inspect, "Name"));
+	const struct {
+		const char *label;
+		const char *value;
+	} want[] = {
+		{ LABEL_SCOPE, op->key.scope }, { LABEL_THREAD, op->key.thread_id },
+		{ LABEL_AGENT, op->key.agent_dir }, { LABEL_KIND, op->kind },
+		{ LABEL_CALL, op->key.call_id[0] ? op->key.call_id : NULL },
+	};
+	uid_t owner = owner_filter(op->call);
+	char uid[32];
+
+	if (!name || !names_is_ours(name[0] == '/' ? name + 1 : name, NULL) ||
+	    !json_string_value(json_object_get(inspect, "Id")) ||
+	    strcmp(json_string_value(json_object_get(inspect, "Id")), op->id))
+		return false;
+	for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+		_cleanup_free_ char *v = want[i].value ? names_label_value(want[i].value) : NULL;
+		const char *have = json_string_value(json_object_get(labels, want[i].label));
+
+		if (v && (!have || strcmp(have, v)))
+			return false;
+	}
+	snprintf(uid, sizeof(uid), "%u", (unsigned)owner);
+	return owner == (uid_t)-1 ||
+	       (json_string_value(json_object_get(labels, LABEL_OWNER)) &&
+		strcmp(json_string_value(json_object_get(labels, LABEL_OWNER)), uid) == 0);
+}
+
+/* Returns the failure code and detail for a failed step, or NULL. */
+static const char *instance_failure(const struct instance_op *op, const struct docker_reply *r,
+				    const char **ret_detail)
+{
+	if (r->error == -ECANCELED)
+		return *ret_detail = "the daemon stopped before the disposal ran", "unknown";
+	if (r->error == -ETIMEDOUT)
+		return *ret_detail = "the engine did not answer in time", "timeout";
+	if (r->error)
+		return *ret_detail = "could not reach the engine", "unreachable";
+	if (!op->removing && r->status != 200 && r->status != 404)
+		return *ret_detail = "could not inspect the sandbox", "unlisted";
+	if (op->removing && r->status != 204 && r->status != 404)
+		return *ret_detail = r->message ? r->message : "the engine refused", "refused";
+	return NULL;
+}
+
+static void instance_cb(const struct docker_reply *r, void *arg)
+{
+	struct instance_op *op = arg;
+	const char *detail = NULL, *code = instance_failure(op, r, &detail);
+	struct sandbox *sb;
+
+	if (code) {
+		instance_reply_failure(op, code, detail);
+		return;
+	}
+	if (!op->removing && (r->status == 404 || !instance_is_callers(op, r->body))) {
+		rpc_call_reply(op->call, json_null());      /* absent, or not the caller's */
+		instance_free(op);
+		return;
+	}
+	if (!op->removing) {
+		op->removing = true;
+		if (docker_container_remove(op->d->engine, op->id, true, instance_cb, op, NULL) < 0)
+			instance_reply_failure(op, "unreachable", "could not reach the engine");
+		return;
+	}
+	sb = registry_find_id(op->d->registry, op->id);
+	if (sb)
+		registry_remove(op->d->registry, sb);
+	rpc_call_reply(op->call, json_null());
+	instance_free(op);
+}
+
+static bool id_is_full(const char *id)
+{
+	size_t n = strspn(id, "0123456789abcdef");
+
+	return n == 64 && id[n] == '\0';
+}
+
+static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key *key,
+					   const char *kind, const char *id)
+{
+	struct instance_op *op;
+
+	if (!id_is_full(id)) {
+		msb_key_release(key);
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
+				"sandbox must be a full 64-hex container id");
+	}
+	op = xcalloc(1, sizeof(*op));
+	op->d = rpc_call_ctx(call);
+	op->call = call;
+	op->key = *key;
+	op->kind = kind ? xstrdup(kind) : NULL;
+	op->id = xstrdup(id);
+	if (docker_container_inspect(op->d->engine, id, instance_cb, op, NULL) < 0) {
+		struct rpc_result *res = rpc_reply(call, json_pack("{s:s, s:s}", "code", "unreachable",
+			"detail", "the Docker engine is not reachable; nothing was removed"));
+
+		instance_free(op);
+		return res;
+	}
+	return rpc_pending(call);
+}
+
+struct rpc_result *m_sandbox_dispose(struct rpc_call *call, const void *params)
+{
+	const struct m_sandbox_dispose_params *p = params;
+	struct msb_key key;
+	const char *field = NULL;
+	char *msg = NULL;
+	json_t *filters;
+
+	if (msb_key_decode(p->key, &key, &field, &msg) < 0)
+		return fail_params(call, "key", field, msg);
+	if (p->sandbox)
+		return dispose_instance(call, &key, p->kind, p->sandbox);   /* takes the key */
+	filters = names_label_filter(key.scope, key.thread_id, key.agent_dir, key.call_id, p->kind,
+				     owner_filter(call));
+	msb_key_release(&key);
+	return sweep_start(call, SWEEP_KEY, filters);
+}
+
+struct rpc_result *m_sandbox_dispose_scope(struct rpc_call *call, const void *params)
+{
+	const struct m_sandbox_scope_params *p = params;
+
+	if (!*p->scope || !*p->thread_id)
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+				json_pack("{s:s}", "field", *p->scope ? "thread_id" : "scope"),
+				"scope and thread_id must not be empty");
+	/* Selected by labels read back from the engine, never from memory. */
+	return sweep_start(call, SWEEP_SCOPE,
+			   names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL, owner_filter(call)));
+}
+
+/* ---- sandbox.list ----------------------------------------------------- */
+
+static json_t *list_entry(const struct sandbox *sb)
+{
+	const char *raw = sandbox_label(sb, LABEL_KEY_JSON);
+	json_t *k = raw ? json_loads(raw, 0, NULL) : NULL;
+	json_t *key, *e;
+	char created[32] = "";
+	struct tm tm;
+
+	if (json_is_array(k) && json_array_size(k) == 5)
+		key = json_pack("{s:O, s:O, s:O, s:O}", "scope", json_array_get(k, 0), "thread_id",
+				json_array_get(k, 1), "agent_dir", json_array_get(k, 2), "call_id",
+				json_array_get(k, 3));
+	else   /* made by the seed: the labels, which may be digests */
+		key = json_pack("{s:s?, s:s?, s:s?, s:s}", "scope", sandbox_label(sb, LABEL_SCOPE),
+				"thread_id", sandbox_label(sb, LABEL_THREAD), "agent_dir",
+				sandbox_label(sb, LABEL_AGENT), "call_id",
+				sandbox_label(sb, LABEL_CALL) ? sandbox_label(sb, LABEL_CALL) : "");
+	if (sb->created && gmtime_r(&sb->created, &tm))
+		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	e = json_pack("{s:s, s:s, s:o, s:s?, s:s, s:s?, s:s?, s:s?}", "sandbox", sb->id, "name", sb->name,
+		      "key", key ? key : json_null(),
+		      "kind", json_is_array(k) ? json_string_value(json_array_get(k, 4)) : sandbox_label(sb, LABEL_KIND),
+		      "state", sandbox_state_to_string(sb->state), "created", created[0] ? created : NULL,
+		      "image", sb->image, "owner", sandbox_label(sb, LABEL_OWNER));
+	json_decref(k);
+	return e;
+}
+
+struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)
+{
+	const struct m_sandbox_scope_params *p = params;
+	const struct msbd *d = rpc_call_ctx(call);
+	json_t *filters = names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL, owner_filter(call));
+	struct sweep_op match = { .filters = filters };
+	json_t *out = json_array();
+	const struct sandbox *sb;
+
+	if (engine_get_state(d->engine) != ENGINE_REACHABLE || !d->registry_synced ||
+	    !docker_events_is_connected(d->events)) {
+		json_decref(filters);
+		json_decref(out);
+		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+	}
+	for (sb = registry_first(d->registry); sb; sb = registry_next(sb))
+		if (sweep_matches(&match, sb))
+			json_array_append_new(out, list_entry(sb));
+	json_decref(filters);
+	return rpc_reply(call, out);
+}
+
+/* ---- sandbox.reap (administrators) ------------------------------------ */
+
+static void m_reap_done_cb(const struct reap_result *result, void *arg)
+{
+	rpc_call_reply(arg, reap_result_to_json(result));
+}
+
+struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
+{
+	const struct m_sandbox_reap_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct timespec now;
+	int r;
+
+	if (!msbd_peer_is_admin(d, rpc_call_peer(call)))
+		return rpc_fail(call, MSB_ERR_PERMISSION_DENIED, NULL, "reap is for administrators");
+	if (p->older_than_seconds <= 0)
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
+				"older_than_seconds must be a positive number of seconds");
+	clock_gettime(CLOCK_REALTIME, &now);
+	r = reap_start(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
+		       m_reap_done_cb, call);
+	if (r == -ENOTCONN)
+		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+	if (r < 0)
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
+				"reap cannot start: %s", strerror(-r));
+	return rpc_pending(call);
+}

@@ -1,0 +1,589 @@
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
+
+#include "acquire.h"
+#include "cleanup.h"
+#include "daemon.h"
+#include "docker.h"
+#include "errmap.h"
+#include "log.h"
+#include "names.h"
+#include "registry.h"
+#include "xmalloc.h"
+
+struct acquire_op {
+	struct msbd *d;
+	struct acquire_table *table;
+	TAILQ_ENTRY(acquire_op) entry;
+	char name[NAMES_CONTAINER_MAX];
+	json_t *key_json, *spec_json;
+	struct msb_key key;
+	struct msb_spec spec;
+	uid_t owner;
+	struct rpc_peer peer;        /* the first caller's */
+	enum acq_state state;
+	struct engine_req *req;
+	char *id;                    /* the container, once known */
+	bool created;                /* this op created it: a failure removes it */
+	bool adopting;               /* re-inspecting after a 409 (once) */
+	struct msb_error err;        /* the failure to report */
+	struct rpc_call **waiters;
+	size_t n_waiters;
+	struct event *finish_ev;     /* completes the op from the loop */
+};
+
+struct acquire_table {
+	TAILQ_HEAD(, acquire_op) ops;
+	size_t count;
+};
+
+static const char *const acq_state_names[_ACQ_STATE_MAX] = {
+	[ACQ_INSPECT] = "inspect",
+	[ACQ_UNPAUSE] = "unpause",
+	[ACQ_OS_CHECK] = "os-check",
+	[ACQ_IMAGE_INSPECT] = "image-inspect",
+	[ACQ_PULL] = "pull",
+	[ACQ_CREATE] = "create",
+	[ACQ_START] = "start",
+	[ACQ_REMOVE_STALE] = "remove-stale",
+	[ACQ_INSPECT_FINAL] = "inspect-final",
+	[ACQ_ROLLBACK_REMOVE] = "rollback-remove",
+	[ACQ_DONE] = "done",
+	[ACQ_FAILED] = "failed",
+};
+
+const char *acq_state_to_string(enum acq_state s)
+{
+	return s < _ACQ_STATE_MAX ? acq_state_names[s] : NULL;
+}
+
+struct acquire_table *acquire_table_new(void)
+{
+	struct acquire_table *t = xcalloc(1, sizeof(*t));
+
+	TAILQ_INIT(&t->ops);
+	return t;
+}
+
+struct acquire_table *acquire_table_free(struct acquire_table *t)
+{
+	if (!t)
+		return NULL;
+	assert(TAILQ_EMPTY(&t->ops));
+	free(t);
+	return NULL;
+}
+
+size_t acquire_table_count(const struct acquire_table *t)
+{
+	return t->count;
+}
+
+static struct acquire_op *acquire_find(const struct acquire_table *t, const char *name)
+{
+	struct acquire_op *op;
+
+	TAILQ_FOREACH(op, &t->ops, entry)
+		if (strcmp(op->name, name) == 0)
+			return op;
+	return NULL;
+}
+
+bool acquire_in_flight(const struct acquire_table *t, const char *name)
+{
+	return acquire_find(t, name) != NULL;
+}
+
+json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created)
+{
+	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s}", "sandbox", sb->id, "name", sb->name,
+			 "kind", sandbox_label(sb, LABEL_KIND), "work_dir", work_dir,
+			 "created", created, "state", sandbox_state_to_string(sb->state));
+}
+
+static void acq_enter(struct acquire_op *op, enum acq_state state);
+
+/* ---- completion ------------------------------------------------------- */
+
+static void acq_free(struct acquire_op *op)
+{
+	TAILQ_REMOVE(&op->table->ops, op, entry);
+	op->table->count--;
+	event_free(op->finish_ev);
+	msb_key_release(&op->key);
+	msb_spec_release(&op->spec);
+	json_decref(op->key_json);
+	json_decref(op->spec_json);
+	msb_error_clear(&op->err);
+	free(op->id);
+	free(op->waiters);
+	free(op);
+}
+
+/* Answers every waiter and frees the op (from the loop, via finish_ev). */
+static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct acquire_op *op = arg;
+	struct sandbox *sb = op->state == ACQ_DONE ? registry_find_name(op->d->registry, op->name) : NULL;
+
+	(void)fd, (void)what;
+	if (op->state == ACQ_DONE && !sb)
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
+			      "the sandbox %s vanished as it was acquired", op->name);
+	for (size_t i = 0; i < op->n_waiters; i++) {
+		if (sb)
+			rpc_call_reply(op->waiters[i], acquire_result(sb, msb_spec_work_dir(&op->spec),
+								      op->created));
+		else
+			rpc_call_fail_error(op->waiters[i], &op->err);
+	}
+	if (sb)
+		log_info("sandbox %s: container=%s kind=%s image=%s", op->created ? "created" : "ready",
+			 op->name, op->spec.kind, msb_spec_image_ref(&op->spec));
+	else
+		log_info("sandbox %s: acquire failed: %s", op->name,
+			 op->err.message ? op->err.message : msb_error_name(op->err.code));
+	acq_free(op);
+}
+
+static void acq_complete(struct acquire_op *op, enum acq_state final)
+{
+	op->state = final;
+	op->req = NULL;
+	event_active(op->finish_ev, EV_TIMEOUT, 0);
+}
+
+/* A failure: roll back what this op created, then report. */
+static void acq_fail(struct acquire_op *op)
+{
+	if (op->created && op->id && op->state != ACQ_ROLLBACK_REMOVE &&
+	    op->err.code != MSB_ERR_SHUTTING_DOWN) {
+		acq_enter(op, ACQ_ROLLBACK_REMOVE);
+		return;
+	}
+	acq_complete(op, ACQ_FAILED);
+}
+
+/* The first failure is the one reported; a failed rollback is only logged. */
+static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r, const char *what)
+{
+	if (!op->err.code)
+		errmap_docker(r, what, &op->err);
+	else
+		log_warnx("sandbox %s: %s failed too (%s), the container may remain", op->name, what,
+			  r->error ? strerror(-r->error) : r->message ? r->message : "engine refused");
+	acq_fail(op);
+}
+
+/* ---- facts read from a container ------------------------------------- */
+
+/* The identity labels must be the key's: a container under our name that
+ * is not this key's (a foreign look-alike, a hash collision) is refused. */
+static bool labels_match_key(const struct msb_key *key, const char *kind, const json_t *labels)
+{
+	const struct {
+		const char *label;
+		const char *value;
+	} want[] = {
+		{ LABEL_SCOPE, key->scope }, { LABEL_THREAD, key->thread_id },
+		{ LABEL_AGENT, key->agent_dir }, { LABEL_KIND, kind },
+	};
+	const char *call = json_string_value(json_object_get(labels, LABEL_CALL));
+
+	for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+		_cleanup_free_ char *v = names_label_value(want[i].value);
+		const char *have = json_string_value(json_object_get(labels, want[i].label));
+
+		if (!have || strcmp(have, v))
+			return false;
+	}
+	if (!key->call_id[0])
+		return call == NULL;
+	{
+		_cleanup_free_ char *v = names_label_value(key->call_id);
+
+		return call && strcmp(call, v) == 0;
+	}
+}
+
+int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
+		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
+		  struct msb_error *reterr)
+{
+	const char *wd = json_string_value(json_object_get(labels, LABEL_WORK_DIR));
+	const char *owner = json_string_value(json_object_get(labels, LABEL_OWNER));
+	char uid[32];
+
+	if (!labels_match_key(key, spec->kind, labels)) {
+		msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
+			      "a container named %s exists but is not this key's sandbox; refusing it",
+			      name);
+		return -EEXIST;
+	}
+	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
+	if ((!owner || strcmp(owner, uid)) && !msbd_peer_is_admin(d, peer)) {
+		msb_error_set(reterr, MSB_ERR_PERMISSION_DENIED, NULL,
+			      "this sandbox key is not available to the caller");
+		return -EPERM;
+	}
+	if (!wd || strcmp(wd, msb_spec_work_dir(spec))) {
+		msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:s?}", "work_dir", wd),
+			      "sandbox %s has a different or unrecorded storage base; dispose it "
+			      "before requesting another base", name);
+		return -EEXIST;
+	}
+	return 0;
+}
+
+static bool acq_may_serve(struct acquire_op *op, const json_t *inspect)
+{
+	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
+
+	return acquire_check(op->d, op->name, &op->key, &op->spec, &op->peer, labels, &op->err) == 0;
+}
+
+/* ---- the state machine ----------------------------------------------- */
+
+static void acq_docker_cb(const struct docker_reply *r, void *arg);
+
+static json_t *acq_create_config(const struct acquire_op *op)
+{
+	const struct msbd_config *cfg = op->d->config;
+	const char *keepalive[] = ACQUIRE_KEEPALIVE_CMD;
+	json_t *labels = names_workload_labels(&op->key, &op->spec, op->owner);
+	json_t *host = json_object(), *cmd = json_array();
+	json_t *raw_key = json_pack("[s, s, s, s, s]", op->key.scope, op->key.thread_id,
+				    op->key.agent_dir, op->key.call_id, op->spec.kind);
+	char *raw = json_dumps(raw_key, JSON_COMPACT);
+
+	json_object_set_new(labels, LABEL_KEY_JSON, json_string(raw));
+	free(raw);
+	json_decref(raw_key);
+	for (size_t i = 0; i < ELEMENTSOF(keepalive); i++)
+		json_array_append_new(cmd, json_string(keepalive[i]));
+	/* No binds, no mounts, no host paths, never the engine socket. */
+	json_object_set_new(host, "NetworkMode", json_string("none"));
+	json_object_set_new(host, "SecurityOpt", json_pack("[s]", "no-new-privileges"));
+	json_object_set_new(host, "PidsLimit", json_integer(cfg->pids_limit));
+	json_object_set_new(host, "Init", json_boolean(cfg->init));
+	if (cfg->cap_drop_all)
+		json_object_set_new(host, "CapDrop", json_pack("[s]", "ALL"));
+	if (cfg->memory_bytes)
+		json_object_set_new(host, "Memory", json_integer((json_int_t)cfg->memory_bytes));
+	if (cfg->cpus > 0)
+		json_object_set_new(host, "NanoCpus", json_integer((json_int_t)(cfg->cpus * 1e9 + 0.5)));
+	return json_pack("{s:s, s:o, s:o, s:b, s:b, s:o}", "Image", msb_spec_image_ref(&op->spec),
+			 "Cmd", cmd, "Labels", labels, "Tty", 0, "OpenStdin", 0, "HostConfig", host);
+}
+
+static void acq_pull_progress_cb(const json_t *line, void *arg)
+{
+	struct acquire_op *op = arg;
+
+	for (size_t i = 0; i < op->n_waiters; i++) {
+		json_t *p = json_pack("{s:s, s:s}", "name", op->name, "image", msb_spec_image_ref(&op->spec));
+		static const char *const keep[] = { "status", "id", "progress" };
+		json_t *detail = json_object_get(line, "progressDetail");
+
+		for (size_t k = 0; k < ELEMENTSOF(keep); k++) {
+			json_t *v = json_object_get(line, keep[k]);
+
+			if (json_is_string(v))
+				json_object_set(p, keep[k], v);
+		}
+		if (json_is_integer(json_object_get(detail, "current")))
+			json_object_set(p, "current", json_object_get(detail, "current"));
+		if (json_is_integer(json_object_get(detail, "total")))
+			json_object_set(p, "total", json_object_get(detail, "total"));
+		rpc_call_notify(op->waiters[i], MSB_NOTIFY_PULL_PROGRESS, p);
+	}
+}
+
+static void acq_pull_done_cb(int error, const char *message, void *arg)
+{
+	struct acquire_op *op = arg;
+
+	op->req = NULL;
+	if (error < 0) {
+		log_warnx("sandbox %s: could not pull image %s: %s", op->name,
+			  msb_spec_image_ref(&op->spec), message ? message : strerror(-error));
+		msb_error_set(&op->err, error == -ECANCELED ? MSB_ERR_SHUTTING_DOWN : MSB_ERR_ENGINE_ERROR,
+			      json_pack("{s:s}", "image", msb_spec_image_ref(&op->spec)),
+			      "could not pull image %s: %s", msb_spec_image_ref(&op->spec),
+			      message ? message : strerror(-error));
+		acq_fail(op);
+		return;
+	}
+	acq_enter(op, ACQ_CREATE);
+}
+
+/* Issues the request of a state. A refusal to start fails the op. */
+static void acq_enter(struct acquire_op *op, enum acq_state state)
+{
+	struct engine *e = op->d->engine;
+	const char *ref = msb_spec_image_ref(&op->spec);
+	json_t *config = NULL;
+	int r;
+
+	log_debug("op", "acquire %s: %s -> %s", op->name, acq_state_to_string(op->state),
+		  acq_state_to_string(state));
+	op->state = state;
+	switch (state) {
+	case ACQ_INSPECT:
+		r = docker_container_inspect(e, op->name, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_UNPAUSE:
+		r = docker_container_unpause(e, op->id, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_OS_CHECK:
+		r = docker_version(e, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_IMAGE_INSPECT:
+		r = docker_image_inspect(e, ref, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_PULL:
+		r = docker_image_pull(e, ref, op->d->config->pull_timeout_ms, op->d->config->pull_timeout_ms,
+				      acq_pull_progress_cb, acq_pull_done_cb, op, &op->req);
+		break;
+	case ACQ_CREATE:
+		config = acq_create_config(op);
+		r = docker_container_create(e, op->name, config, acq_docker_cb, op, &op->req);
+		json_decref(config);
+		break;
+	case ACQ_START:
+		r = docker_container_start(e, op->id, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_REMOVE_STALE:
+	case ACQ_ROLLBACK_REMOVE:
+		r = docker_container_remove(e, op->id, true, acq_docker_cb, op, &op->req);
+		break;
+	case ACQ_INSPECT_FINAL:
+		r = docker_container_inspect(e, op->id, acq_docker_cb, op, &op->req);
+		break;
+	default:
+		assert(!"unreachable");
+		return;
+	}
+	if (r < 0) {
+		struct docker_reply dr = { .error = r };
+
+		acq_fail_engine(op, &dr, acq_state_to_string(state));
+	}
+}
+
+static void acq_set_id(struct acquire_op *op, const char *id)
+{
+	free(op->id);
+	op->id = id ? xstrdup(id) : NULL;
+}
+
+/* INSPECT: what is under our name decides the path. */
+static void acq_inspect_done(struct acquire_op *op, const struct docker_reply *r)
+{
+	const json_t *state = json_object_get(r->body, "State");
+
+	if (r->error == 0 && r->status == 404) {
+		if (op->adopting) {
+			/* 409 on create, then gone: someone removed it meanwhile. */
+			msb_error_set(&op->err, MSB_ERR_SANDBOX_CONFLICT, NULL,
+				      "container %s was in use, then gone; try again", op->name);
+			acq_fail(op);
+			return;
+		}
+		acq_enter(op, ACQ_OS_CHECK);
+		return;
+	}
+	if (r->error || r->status != 200 || !json_is_object(r->body)) {
+		acq_fail_engine(op, r, "inspecting the sandbox");
+		return;
+	}
+	if (!acq_may_serve(op, r->body)) {
+		acq_fail(op);
+		return;
+	}
+	acq_set_id(op, json_string_value(json_object_get(r->body, "Id")));
+	registry_update_from_inspect(op->d->registry, r->body);
+	if (json_is_true(json_object_get(state, "Paused"))) {
+		/* Left frozen by a dead daemon: thaw it before handing it out. */
+		acq_enter(op, ACQ_UNPAUSE);
+	} else if (json_is_true(json_object_get(state, "Running"))) {
+		acq_complete(op, ACQ_DONE);
+	} else {
+		acq_enter(op, ACQ_OS_CHECK);
+	}
+}
+
+/* OS_CHECK: a cold acquire re-reads the engine's OS (it may have moved). */
+static void acq_os_check_done(struct acquire_op *op, const struct docker_reply *r)
+{
+	const char *os = json_string_value(json_object_get(r->body, "Os"));
+
+	if (r->error == 0 && r->status == 200 && os && strcasecmp(os, "linux") &&
+	    msbd_os_families(op->d)) {
+		msb_error_set(&op->err, MSB_ERR_OS_FAMILY_NOT_SUPPORTED, json_pack("{s:s}", "os", os),
+			      "the Docker engine moved under this backend: it now reports Os %s", os);
+		acq_fail(op);
+		return;
+	}
+	/* Unreadable: serve, as the seed does. */
+	acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
+}
+
+static void acq_create_done(struct acquire_op *op, const struct docker_reply *r)
+{
+	if (r->error == 0 && r->status == 409 && !op->adopting) {
+		/* Created by someone else meanwhile: adopt it if it is ours. */
+		op->adopting = true;
+		acq_enter(op, ACQ_INSPECT);
+		return;
+	}
+	if (r->error || r->status != 201 || !json_string_value(json_object_get(r->body, "Id"))) {
+		acq_fail_engine(op, r, "creating the container");
+		return;
+	}
+	acq_set_id(op, json_string_value(json_object_get(r->body, "Id")));
+	op->created = true;
+	acq_enter(op, ACQ_START);
+}
+
+static void acq_start_done(struct acquire_op *op, const struct docker_reply *r)
+{
+	if (r->error == 0 && (r->status == 204 || r->status == 304)) {
+		acq_enter(op, ACQ_INSPECT_FINAL);
+		return;
+	}
+	if (!op->created && r->error == 0) {
+		/* A stopped container that will not start: replace it. */
+		log_warnx("sandbox %s: could not restart (%s), replacing it", op->name,
+			  r->message ? r->message : "engine refused");
+		acq_enter(op, ACQ_REMOVE_STALE);
+		return;
+	}
+	acq_fail_engine(op, r, "starting the container");
+}
+
+static void acq_final_done(struct acquire_op *op, const struct docker_reply *r)
+{
+	const json_t *state = json_object_get(r->body, "State");
+
+	if (r->error || r->status != 200) {
+		acq_fail_engine(op, r, "inspecting the started container");
+		return;
+	}
+	if (!registry_update_from_inspect(op->d->registry, r->body) ||
+	    !json_is_true(json_object_get(state, "Running"))) {
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
+			      "container %s is not running after start (its image must provide sleep)",
+			      op->name);
+		acq_fail(op);
+		return;
+	}
+	acq_complete(op, ACQ_DONE);
+}
+
+static void acq_docker_cb(const struct docker_reply *r, void *arg)
+{
+	struct acquire_op *op = arg;
+
+	op->req = NULL;
+	if (r->error == -ECANCELED) {
+		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		acq_complete(op, ACQ_FAILED);
+		return;
+	}
+	switch (op->state) {
+	case ACQ_INSPECT:
+		acq_inspect_done(op, r);
+		break;
+	case ACQ_UNPAUSE:
+		if (r->error || (r->status != 204 && !(r->message && strstr(r->message, "not paused"))))
+			acq_fail_engine(op, r, "thawing a container a dead daemon left frozen");
+		else
+			acq_enter(op, ACQ_INSPECT_FINAL);
+		break;
+	case ACQ_OS_CHECK:
+		acq_os_check_done(op, r);
+		break;
+	case ACQ_IMAGE_INSPECT:
+		if (r->error == 0 && r->status == 200)
+			acq_enter(op, ACQ_CREATE);
+		else if (r->error == 0 && r->status == 404)
+			acq_enter(op, ACQ_PULL);
+		else
+			acq_fail_engine(op, r, "inspecting the image");
+		break;
+	case ACQ_CREATE:
+		acq_create_done(op, r);
+		break;
+	case ACQ_START:
+		acq_start_done(op, r);
+		break;
+	case ACQ_REMOVE_STALE:
+		if (r->error || (r->status != 204 && r->status != 404)) {
+			acq_fail_engine(op, r, "removing a container that would not start");
+			break;
+		}
+		acq_set_id(op, NULL);
+		acq_enter(op, ACQ_IMAGE_INSPECT);
+		break;
+	case ACQ_INSPECT_FINAL:
+		acq_final_done(op, r);
+		break;
+	case ACQ_ROLLBACK_REMOVE:
+		if (r->error || (r->status != 204 && r->status != 404))
+			log_warnx("sandbox %s: rollback could not remove %s, it may remain", op->name, op->id);
+		acq_complete(op, ACQ_FAILED);
+		break;
+	default:
+		assert(!"unreachable");
+	}
+}
+
+/* ---- starting and joining -------------------------------------------- */
+
+static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call)
+{
+	op->waiters = xrealloc(op->waiters, (op->n_waiters + 1) * sizeof(*op->waiters));
+	op->waiters[op->n_waiters++] = call;
+}
+
+struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
+				 json_t *key_json, json_t *spec_json, uid_t owner)
+{
+	struct acquire_op *op = acquire_find(d->acquires, name);
+	const char *field;
+	char *msg = NULL;
+
+	if (op) {
+		if (op->owner != owner && !msbd_peer_is_admin(d, rpc_call_peer(call)))
+			return rpc_fail(call, MSB_ERR_PERMISSION_DENIED, NULL,
+					"this sandbox key is not available to the caller");
+		acq_add_waiter(op, call);
+		return rpc_pending(call);
+	}
+	op = xcalloc(1, sizeof(*op));
+	op->d = d;
+	op->table = d->acquires;
+	snprintf(op->name, sizeof(op->name), "%s", name);
+	op->key_json = json_incref(key_json);
+	op->spec_json = json_incref(spec_json);
+	op->owner = owner;
+	op->peer = *rpc_call_peer(call);
+	/* Validated by the caller: these decodes cannot fail. */
+	if (msb_key_decode(key_json, &op->key, &field, &msg) < 0 ||
+	    msb_spec_decode(spec_json, &op->spec, &field, &msg) < 0)
+		assert(!"acquire_start: params were not validated");
+	op->finish_ev = event_new(d->base, -1, 0, acq_finish_cb, op);
+	if (!op->finish_ev)
+		fatalx("%s: cannot create an event", __func__);
+	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
+	d->acquires->count++;
+	acq_add_waiter(op, call);
+	acq_enter(op, ACQ_INSPECT);
+	return rpc_pending(call);
+}

@@ -1,0 +1,85 @@
+/* acquire.h — sandbox.acquire as a state machine driven by engine
+ * completions (ARCHITECTURE decision 5, STYLE G7):
+ *
+ *   INSPECT ─ absent ──────────────→ OS_CHECK → IMAGE_INSPECT ─ absent → PULL ─┐
+ *     │                                              │ present                 │
+ *     │                                              └──────────→ CREATE ←─────┘
+ *     ├ running ───────────────────→ DONE               │ 409 → INSPECT (adopt, once)
+ *     ├ paused → UNPAUSE ──────────→ DONE               ↓
+ *     └ stopped → OS_CHECK → START ─ fails → REMOVE_STALE → (create path)
+ *                              ↓ ok
+ *                       INSPECT_FINAL → DONE
+ *   Any failure after this op created the container → ROLLBACK_REMOVE → FAILED.
+ *
+ * Concurrent acquires of one container name join the op in flight; all get
+ * its outcome. An op always completes from the loop (a deferred event),
+ * never inside acquire_start, so a pending call is never finished before its
+ * handler returns. Ownership: the table owns its ops; an op frees itself
+ * when it completes. */
+#ifndef MSB_ACQUIRE_H
+#define MSB_ACQUIRE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#include "rpc.h"
+#include "sandbox.h"
+
+/* Ours, beside the seed's labels: the raw key and kind as a JSON array
+ * [scope, thread_id, agent_dir, call_id, kind], so listings can show them
+ * even where the identity labels are digests. */
+#define LABEL_KEY_JSON "maf-sandbox.key"
+/* Keep a container alive whatever the image's own command does: the
+ * entrypoint is kept (as the seed does) and the command becomes this. */
+#define ACQUIRE_KEEPALIVE_CMD { "sleep", "infinity" }
+
+struct msbd;
+struct acquire_table;
+
+enum acq_state {
+	ACQ_INSPECT,
+	ACQ_UNPAUSE,
+	ACQ_OS_CHECK,
+	ACQ_IMAGE_INSPECT,
+	ACQ_PULL,
+	ACQ_CREATE,
+	ACQ_START,
+	ACQ_REMOVE_STALE,
+	ACQ_INSPECT_FINAL,
+	ACQ_ROLLBACK_REMOVE,
+	ACQ_DONE,
+	ACQ_FAILED,
+	_ACQ_STATE_MAX,
+};
+
+const char *acq_state_to_string(enum acq_state s);
+
+struct acquire_table *acquire_table_new(void);
+/* Every op must have completed (engine_free cancels their requests first). */
+struct acquire_table *acquire_table_free(struct acquire_table *t);
+/* Ops in flight. */
+size_t acquire_table_count(const struct acquire_table *t);
+/* True if an acquire of this container name is in flight. */
+bool acquire_in_flight(const struct acquire_table *t, const char *name);
+
+/* Starts, or joins, the cold acquire of name for call. key_json and
+ * spec_json are the call's params (borrowed; the op keeps references). The
+ * caller has validated them and matched the declarations. Returns the
+ * handler's result: pending, or a failure for an owner clash. */
+struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
+				 json_t *key_json, json_t *spec_json, uid_t owner);
+
+/* May the container with these labels be served as name for key/spec to
+ * peer? 0, or -EEXIST (not this key's, or another storage base:
+ * SandboxConflict) / -EPERM (another owner's: PermissionDenied) with
+ * *reterr filled. */
+int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
+		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
+		  struct msb_error *reterr);
+
+/* The reply of a successful acquire, from a registry entry. New reference. */
+struct sandbox;
+json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created);
+
+#endif

@@ -1,0 +1,301 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "names.h"
+#include "registry.h"
+#include "xmalloc.h"
+
+struct registry {
+	TAILQ_HEAD(, sandbox) list;
+	size_t count;
+};
+
+static const char *const state_names[_SANDBOX_STATE_MAX] = {
+	[SANDBOX_CREATED] = "created",
+	[SANDBOX_RUNNING] = "running",
+	[SANDBOX_PAUSED] = "paused",
+	[SANDBOX_EXITED] = "exited",
+	[SANDBOX_OTHER] = "other",
+};
+
+const char *sandbox_state_to_string(enum sandbox_state s)
+{
+	return s < _SANDBOX_STATE_MAX ? state_names[s] : NULL;
+}
+
+enum sandbox_state sandbox_state_from_docker(const char *s)
+{
+	for (int i = 0; i < SANDBOX_OTHER; i++)
+		if (s && strcmp(s, state_names[i]) == 0)
+			return (enum sandbox_state)i;
+	return SANDBOX_OTHER;
+}
+
+struct registry *registry_new(void)
+{
+	struct registry *r = xcalloc(1, sizeof(*r));
+
+	TAILQ_INIT(&r->list);
+	return r;
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+	free(sb->id);
+	free(sb->name);
+	free(sb->image);
+	json_decref(sb->labels);
+	free(sb);
+}
+
+void registry_remove(struct registry *r, struct sandbox *sb)
+{
+	TAILQ_REMOVE(&r->list, sb, entry);
+	r->count--;
+	sandbox_free(sb);
+}
+
+struct registry *registry_free(struct registry *r)
+{
+	struct sandbox *sb;
+
+	if (!r)
+		return NULL;
+	while ((sb = TAILQ_FIRST(&r->list)))
+		registry_remove(r, sb);
+	free(r);
+	return NULL;
+}
+
+struct sandbox *registry_find_name(const struct registry *r, const char *name)
+{
+	struct sandbox *sb;
+
+	TAILQ_FOREACH(sb, &r->list, entry)
+		if (strcmp(sb->name, name) == 0)
+			return sb;
+	return NULL;
+}
+
+struct sandbox *registry_find_id(const struct registry *r, const char *id)
+{
+	struct sandbox *sb;
+
+	TAILQ_FOREACH(sb, &r->list, entry)
+		if (strcmp(sb->id, id) == 0)
+			return sb;
+	return NULL;
+}
+
+struct sandbox *registry_first(const struct registry *r)
+{
+	return TAILQ_FIRST(&r->list);
+}
+
+struct sandbox *registry_next(const struct sandbox *sb)
+{
+	return TAILQ_NEXT(sb, entry);
+}
+
+size_t registry_count(const struct registry *r)
+{
+	return r->count;
+}
+
+const char *sandbox_label(const struct sandbox *sb, const char *key)
+{
+	return json_string_value(json_object_get(sb->labels, key));
+}
+
+static bool id_is_full(const char *id)
+{
+	if (!id || strlen(id) != 64)
+		return false;
+	for (const char *p = id; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+/* Ours, and a workload: our name, the four identity labels, no proxy role. */
+static bool labels_are_workload(const char *name, const json_t *labels)
+{
+	static const char *const required[] = { LABEL_SCOPE, LABEL_THREAD, LABEL_AGENT, LABEL_KIND };
+
+	if (!json_is_object(labels) || !names_is_ours(name, NULL) || json_object_get(labels, LABEL_ROLE))
+		return false;
+	for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
+		if (json_string_length(json_object_get(labels, required[i])) == 0)
+			return false;
+	return true;
+}
+
+static void sandbox_set_owner(struct sandbox *sb)
+{
+	const char *o = sandbox_label(sb, LABEL_OWNER);
+	char *end;
+	unsigned long v;
+
+	sb->has_owner = false;
+	if (!o || !*o)
+		return;
+	errno = 0;
+	v = strtoul(o, &end, 10);
+	if (errno || *end || v > (unsigned long)(uid_t)-2)
+		return;
+	sb->has_owner = true;
+	sb->owner = (uid_t)v;
+}
+
+/* Adds or updates the entry for (id, name) with the given facts. */
+static struct sandbox *registry_put(struct registry *r, const char *id, const char *name,
+				    const json_t *labels, const char *image, time_t created,
+				    enum sandbox_state state)
+{
+	struct sandbox *sb;
+
+	if (!id_is_full(id) || !name || !labels_are_workload(name, labels))
+		return NULL;
+	sb = registry_find_id(r, id);
+	if (!sb) {
+		/* A name belongs to one container at a time: a new id replaces. */
+		struct sandbox *old = registry_find_name(r, name);
+
+		if (old)
+			registry_remove(r, old);
+		sb = xcalloc(1, sizeof(*sb));
+		sb->id = xstrdup(id);
+		sb->name = xstrdup(name);
+		TAILQ_INSERT_TAIL(&r->list, sb, entry);
+		r->count++;
+	}
+	json_decref(sb->labels);
+	sb->labels = json_deep_copy(labels);
+	free(sb->image);
+	sb->image = image ? xstrdup(image) : NULL;
+	if (created)
+		sb->created = created;
+	sb->state = state;
+	sb->seen = true;
+	sandbox_set_owner(sb);
+	return sb;
+}
+
+struct sandbox *registry_update_from_summary(struct registry *r, const json_t *item)
+{
+	const char *name = json_string_value(json_array_get(json_object_get(item, "Names"), 0));
+
+	if (name && name[0] == '/')
+		name++;
+	return registry_put(r, json_string_value(json_object_get(item, "Id")), name,
+			    json_object_get(item, "Labels"),
+			    json_string_value(json_object_get(item, "Image")),
+			    (time_t)json_integer_value(json_object_get(item, "Created")),
+			    sandbox_state_from_docker(json_string_value(json_object_get(item, "State"))));
+}
+
+/* "2026-11-29T08:54:38.123456789Z" → unix seconds (UTC); 0 if unreadable. */
+static time_t parse_rfc3339(const char *s)
+{
+	struct tm tm = { 0 };
+	const char *rest;
+
+	if (!s || !(rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm)))
+		return 0;
+	return timegm(&tm);
+}
+
+struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect)
+{
+	const char *name = json_string_value(json_object_get(inspect, "Name"));
+	const json_t *config = json_object_get(inspect, "Config");
+	const json_t *state = json_object_get(inspect, "State");
+	enum sandbox_state st = sandbox_state_from_docker(json_string_value(json_object_get(state, "Status")));
+
+	if (name && name[0] == '/')
+		name++;
+	if (json_is_true(json_object_get(state, "Paused")))
+		st = SANDBOX_PAUSED;
+	return registry_put(r, json_string_value(json_object_get(inspect, "Id")), name,
+			    json_object_get(config, "Labels"),
+			    json_string_value(json_object_get(config, "Image")),
+			    parse_rfc3339(json_string_value(json_object_get(inspect, "Created"))), st);
+}
+
+void registry_replace_all(struct registry *r, const json_t *list)
+{
+	struct sandbox *sb, *next;
+	size_t i;
+	json_t *item;
+
+	TAILQ_FOREACH(sb, &r->list, entry)
+		sb->seen = false;
+	json_array_foreach(list, i, item)
+		registry_update_from_summary(r, item);
+	for (sb = TAILQ_FIRST(&r->list); sb; sb = next) {
+		next = TAILQ_NEXT(sb, entry);
+		if (!sb->seen)
+			registry_remove(r, sb);
+	}
+}
+
+struct event_state {
+	const char *action;
+	enum sandbox_state state;
+};
+
+static const struct event_state event_states[] = {
+	{ "start", SANDBOX_RUNNING },
+	{ "restart", SANDBOX_RUNNING },
+	{ "unpause", SANDBOX_RUNNING },
+	{ "pause", SANDBOX_PAUSED },
+	{ "die", SANDBOX_EXITED },
+	{ "stop", SANDBOX_EXITED },
+	{ "kill", SANDBOX_EXITED },
+	{ "create", SANDBOX_CREATED },
+};
+
+void registry_apply_event(struct registry *r, const json_t *event)
+{
+	const json_t *actor = json_object_get(event, "Actor");
+	const json_t *attrs = json_object_get(actor, "Attributes");
+	const char *type = json_string_value(json_object_get(event, "Type"));
+	const char *action = json_string_value(json_object_get(event, "Action"));
+	const char *id = json_string_value(json_object_get(actor, "ID"));
+	struct sandbox *sb;
+
+	if (!type || strcmp(type, "container") || !action || !id)
+		return;
+	sb = registry_find_id(r, id);
+	if (strcmp(action, "destroy") == 0) {
+		if (sb)
+			registry_remove(r, sb);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(event_states) / sizeof(event_states[0]); i++) {
+		if (strcmp(action, event_states[i].action))
+			continue;
+		if (sb) {
+			sb->state = event_states[i].state;
+			return;
+		}
+		/* Not known yet (created behind our back): the attributes
+		 * carry the name, the image and every label. */
+		if (json_is_object(attrs)) {
+			json_t *labels = json_deep_copy(attrs);
+
+			static const char *const not_labels[] = { "name", "image", "exitCode",
+								  "signal", "execDuration" };
+
+			for (size_t k = 0; k < sizeof(not_labels) / sizeof(not_labels[0]); k++)
+				json_object_del(labels, not_labels[k]);
+			registry_put(r, id, json_string_value(json_object_get(attrs, "name")), labels,
+				     json_string_value(json_object_get(attrs, "image")),
+				     (time_t)json_integer_value(json_object_get(event, "time")),
+				     event_states[i].state);
+			json_decref(labels);
+		}
+		return;
+	}
+}

@@ -1,0 +1,74 @@
+/* registry.h — the daemon's view of the sandboxes (workload containers with
+ * our labels), kept in memory. Labels are the durable record (ARCHITECTURE
+ * decision 3): the registry is rebuilt from a listing at start and after a
+ * lost /events stream, and kept current by events, so a warm acquire costs
+ * no engine request. Proxies (maf-sandbox.role=proxy) are not entries.
+ *
+ * Ownership: the registry owns its entries; a pointer to an entry is valid
+ * until the next registry call that can remove (replace_all, apply_event,
+ * remove, free). Pure: no I/O. */
+#ifndef MSB_REGISTRY_H
+#define MSB_REGISTRY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <time.h>
+#include <jansson.h>
+
+enum sandbox_state {
+	SANDBOX_CREATED,
+	SANDBOX_RUNNING,
+	SANDBOX_PAUSED,
+	SANDBOX_EXITED,
+	SANDBOX_OTHER,      /* restarting, removing, dead, or unknown */
+	_SANDBOX_STATE_MAX,
+};
+
+const char *sandbox_state_to_string(enum sandbox_state s);
+/* Docker's State.Status / list "State" string → state. */
+enum sandbox_state sandbox_state_from_docker(const char *s);
+
+struct sandbox {
+	char *id;              /* 64 hex */
+	char *name;            /* without a leading '/' */
+	json_t *labels;        /* the container's labels (owned) */
+	char *image;
+	time_t created;        /* unix seconds; 0 if unknown */
+	enum sandbox_state state;
+	bool has_owner;
+	uid_t owner;
+	bool seen;             /* scratch for replace_all */
+	TAILQ_ENTRY(sandbox) entry;
+};
+
+struct registry;
+
+struct registry *registry_new(void);
+/* NULL-safe; returns NULL. */
+struct registry *registry_free(struct registry *r);
+
+struct sandbox *registry_find_name(const struct registry *r, const char *name);
+struct sandbox *registry_find_id(const struct registry *r, const char *id);
+struct sandbox *registry_first(const struct registry *r);
+struct sandbox *registry_next(const struct sandbox *sb);
+size_t registry_count(const struct registry *r);
+
+/* From one item of GET /containers/json (Id, Names, Labels, State, Created,
+ * Image) or one GET /containers/{id}/json (Id, Name, Config.Labels,
+ * State.Status / State.Paused, Created, Config.Image). Adds or updates;
+ * returns the entry, or NULL if the object is not one of our workloads. */
+struct sandbox *registry_update_from_summary(struct registry *r, const json_t *item);
+struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect);
+/* A container listing (array of summaries) replaces the whole view. */
+void registry_replace_all(struct registry *r, const json_t *list);
+/* One /events object: create/start/die/stop/kill/pause/unpause/destroy of a
+ * container with our labels. Unknown events are ignored. */
+void registry_apply_event(struct registry *r, const json_t *event);
+void registry_remove(struct registry *r, struct sandbox *sb);
+
+/* The value of label key, or NULL. */
+const char *sandbox_label(const struct sandbox *sb, const char *key);
+
+#endif
