@@ -1,0 +1,152 @@
+/* reap.h — the operator's age-based sweep (behaviour-docker §2.13): remove
+ * every sandbox topology (workload, egress proxy, internal network) whose
+ * age anchor is older than a cutoff, by engine ID, from an inventory read
+ * from the engine alone (labels are the durable record), never from memory.
+ *
+ *   LIST containers → INSPECT each → LIST networks → INSPECT each   (inventory)
+ *     → plan (group by workload name, anchor, strict cutoff)
+ *     → REVALIDATE each expired anchor by ID
+ *     → REMOVE proxies → workloads → networks, by ID                 (removal)
+ *
+ * Any inventory or revalidation failure → one "unlisted" failure and no
+ * removal at all. A removal failure is reported on its own and the sweep
+ * goes on. Requests are made one at a time (bounded memory, no storm).
+ *
+ * The pure core (time parsing, the cutoff, item validation, planning) is
+ * exposed for the unit tests; it does no I/O. */
+#ifndef MSB_REAP_H
+#define MSB_REAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "names.h"
+
+#define REAP_ID_HEX        64              /* a full engine ID: 64 lowercase hex */
+#define REAP_NAME_MAX      NAMES_CONTAINER_MAX   /* fits NAME, NAME-proxy, NAME-net and a NUL */
+/* More IDs than this in one listing → "unlisted" (the sweep is refused). */
+#define REAP_MAX_RESOURCES 65536
+/* 0001-01-01T00:00:00Z, the earliest time there is (Python's datetime.min):
+ * a cutoff before it has overflowed, and nothing expires. */
+#define REAP_TIME_MIN_S    (-62135596800LL)
+#define REAP_NSEC_PER_S    1000000000
+
+/* Failure codes (behaviour-docker §2.13). */
+#define REAP_CODE_UNLISTED    "unlisted"     /* inventory or revalidation unreadable */
+#define REAP_CODE_REFUSED     "refused"      /* the engine answered, the resource remains */
+#define REAP_CODE_UNREACHABLE "unreachable"  /* the request itself failed */
+#define REAP_CODE_TIMEOUT     "timeout"      /* the removal's outcome is unknown */
+#define REAP_CODE_UNKNOWN     "unknown"      /* the daemon stopped before it was done */
+
+/* ---- the driver ----------------------------------------------------------- */
+
+struct msbd;
+
+/* The result: counts of successful removals and the failures. */
+struct reap_result {
+	size_t disposed;            /* workload containers removed */
+	size_t proxies_removed;
+	size_t networks_removed;
+	json_t *failures;           /* [{"code", "detail"}], in the order they happened */
+};
+typedef void reap_done_cb(const struct reap_result *result, void *arg);   /* result borrowed */
+
+/* Starts a sweep of everything older than older_than_s seconds (strictly),
+ * optionally only one scope (scope raw, label_value applied; NULL = every
+ * scope). now is the clock (seconds since the epoch, fractional) — a seam
+ * for tests. Returns 0 (done fires once, from the loop) or a negative errno
+ * (-EINVAL for older_than_s <= 0 or a non-finite now, with no engine call;
+ * -ENOTCONN when the engine is unreachable) and then done never fires.
+ * Removed workloads leave d->registry. When the engine is freed mid-sweep
+ * (cancelled requests), the sweep stops starting requests and done fires
+ * with what it did and an "unlisted" or "unknown" failure. */
+int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double now,
+	       reap_done_cb *done, void *arg);
+
+/* The wire form {"disposed", "proxies_removed", "networks_removed",
+ * "failures"}. New reference. */
+json_t *reap_result_to_json(const struct reap_result *result);
+
+/* ---- the pure core ---------------------------------------------------------- */
+
+/* A point in time: seconds since the epoch (UTC) and 0 <= ns < 1e9. */
+struct reap_time {
+	int64_t s;
+	int32_t ns;
+};
+
+/* <0, 0, >0. */
+int reap_time_cmp(const struct reap_time *a, const struct reap_time *b);
+/* RFC 3339 with a timezone: YYYY-MM-DDTHH:MM:SS[.1-9 digits](Z|±hh:mm)
+ * ('t' and 'z' accepted too). 0, or -EINVAL (a missing zone included); *ret_t
+ * written only on success. */
+int reap_time_parse(const char *s, struct reap_time *ret_t);
+/* cutoff = now − older_than_s. false when there is none — older_than_s <= 0,
+ * now not finite or out of range, or the cutoff falls before REAP_TIME_MIN_S
+ * (overflow: nothing expires). */
+bool reap_cutoff(double now, int64_t older_than_s, struct reap_time *ret_cutoff);
+
+/* 64 lowercase hex characters, nothing else. */
+bool reap_id_is_valid(const char *id);
+
+enum reap_listing {
+	REAP_LISTING_CONTAINERS,
+	REAP_LISTING_NETWORKS,
+	_REAP_LISTING_MAX,
+};
+
+const char *reap_listing_to_string(enum reap_listing l);
+
+/* The listing filters: name ^maf-sandbox-docker-, the presence of the four
+ * identity labels, and scope=scope_value when scope_value is not NULL
+ * (already label_value'd). New reference. */
+json_t *reap_list_filters(const char *scope_value);
+
+enum reap_kind {
+	REAP_WORKLOAD,
+	REAP_PROXY,
+	REAP_NETWORK,
+	_REAP_KIND_MAX,
+};
+
+const char *reap_kind_to_string(enum reap_kind k);
+
+struct reap_item {
+	enum reap_kind kind;
+	char id[REAP_ID_HEX + 1];
+	char name[REAP_NAME_MAX];      /* without a leading '/' */
+	char group[REAP_NAME_MAX];     /* the workload's name: name less -proxy / -net */
+	struct reap_time created;
+	bool anchor;                   /* reap_plan: its group's age anchor */
+	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */
+	bool held;                     /* the driver: keep the rest of this group */
+};
+
+/* Validates one inspect document (borrowed) of the resource listed as
+ * listed_id, in listing l:
+ *   - the document, its Id (== listed_id, itself valid), Name (a string) or
+ *     Created (RFC 3339 with a zone) unreadable → -EBADMSG, *reterr_detail
+ *     (malloc'd) says why: the sweep must stop ("unlisted");
+ *   - not ours → 0 (skipped, never removed): a name not fully
+ *     maf-sandbox-docker-[0-9a-f]{12} (+ "-proxy" for a container, + "-net"
+ *     for a network), one of the four identity labels (Config.Labels for a
+ *     container, Labels for a network) missing or empty, scope_value given
+ *     (label_value'd) and the scope label different, or for a container
+ *     maf-sandbox.role=proxy not present exactly when the name ends in
+ *     -proxy (a workload carries no role label);
+ *   - ours → 1, *ret_item filled (anchor/expired/held false). */
+int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const json_t *inspect,
+			   const char *scope_value, struct reap_item *ret_item, char **reterr_detail);
+
+/* Groups items by workload name: sorts them by group, then kind (workload,
+ * proxy, network), then youngest first, and marks each group's age anchor —
+ * its workload if present, else its proxy, else its network (the youngest
+ * of that kind) — and, on every item of the group, expired = anchor created
+ * strictly before *cutoff (cutoff NULL: nothing expires). So a rebuilt
+ * proxy or network never extends an old workload, and a young orphan proxy
+ * keeps its older network. */
+void reap_plan(struct reap_item *items, size_t n, const struct reap_time *cutoff);
+
+#endif
