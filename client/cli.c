@@ -3,9 +3,10 @@
  *   maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS]
  *
  * A thin table of subcommands (cli_cmds[], one row per command): each row
- * names its handler, which parses its own options after the command name
- * (the global options are accepted there too). Results print in a human form
- * by default, or as the daemon's raw result with --json.
+ * names its handler, the command options it takes (long options only, the
+ * global ones are accepted there too) and, for the sandbox.* commands, how to
+ * build the params and report the result. Results print in a human form by
+ * default, or as the daemon's raw result with --json.
  *
  * Exit codes (stable; scripts rely on them; also in --help):
  *   0  success
@@ -23,12 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cleanup.h"
 #include "msb-limits.h"
 #include "msb.h"
+#include "types.h"
 
 enum cli_exit {
 	CLI_EXIT_OK = 0,
@@ -44,20 +48,63 @@ enum cli_exit {
 #define CLI_UPTIME_MAX_SECONDS 1e12
 /* A handler's "keep going" answer from parse_options(). */
 #define CLI_CONTINUE (-1)
+/* The longest --older-than: its seconds fit any integer the daemon takes. */
+#define CLI_DURATION_MAX_DAYS 36500
+#define CLI_SECONDS_PER_DAY 86400
+/* The largest --spec file. */
+#define CLI_SPEC_MAX_BYTES MSB_MIB
+/* The pull progress line: its most bytes, and the width of a terminal that
+ * does not say (a line never reaches the last column, so it never wraps). */
+#define CLI_PROGRESS_MAX_BYTES 1024
+#define CLI_PROGRESS_DEFAULT_COLUMNS 80
+/* Spaces between the columns of a table. */
+#define CLI_TABLE_GAP 2
+/* The notification sandbox.acquire sends while it pulls an image. */
+
+/* Command options: long only, each taken by the commands whose row has its
+ * CLI_OPT_BIT. A flag's value is "" when given. */
+enum cli_opt {
+	CLI_OPT_SCOPE = 0x100,  /* past any character getopt returns */
+	CLI_OPT_THREAD,
+	CLI_OPT_AGENT,
+	CLI_OPT_CALL,
+	CLI_OPT_KIND,
+	CLI_OPT_IMAGE,
+	CLI_OPT_SPEC,
+	CLI_OPT_SCOPE_CALL,
+	CLI_OPT_SANDBOX,
+	CLI_OPT_OLDER_THAN,
+	_CLI_OPT_MAX,
+};
+#define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
+#define CLI_OPT_BIT(o) (1u << ((o) - CLI_OPT_SCOPE))
+#define CLI_KEY_OPTS (CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_THREAD) | CLI_OPT_BIT(CLI_OPT_AGENT))
 
 struct cli_opts {
 	const char *socket;  /* NULL = msb_default_socket_path() */
 	bool json;
-	int timeout_ms;      /* -1 = the library's default */
+	int timeout_ms;      /* -1 = the command's default */
+	const char *arg[CLI_NOPTS];  /* command options by enum cli_opt - CLI_OPT_SCOPE; NULL = absent */
 };
 
 struct cli_cmd {
 	const char *name;
+	const char *usage;    /* the synopsis after the name; NULL = none */
 	const char *summary;  /* one line of the top-level help */
 	const char *help;     /* the text of `maf-sandbox COMMAND --help` */
 	int (*handler)(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv);
-	int (*query)(struct msb_conn *conn, json_t **ret_result);  /* for cmd_query */
-	void (*print)(const json_t *result);                        /* human output */
+	unsigned opts;        /* CLI_OPT_BIT()s of the command options taken */
+	unsigned required;    /* ... and of those that must be given */
+	/* cmd_query: */
+	int (*query)(struct msb_conn *conn, json_t **ret_result);
+	void (*print)(const json_t *result);  /* human output */
+	/* cmd_method: */
+	const char *method;
+	/* Sets *ret_params (new reference); returns CLI_CONTINUE or the exit code. */
+	int (*params)(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params);
+	/* Prints result (borrowed) as opts say; returns the exit code. */
+	int (*report)(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *result);
+	bool progress;        /* show sandbox.pull_progress on a terminal; no deadline by default */
 };
 
 static const char options_help[] =
@@ -110,21 +157,103 @@ static int parse_timeout(const char *s, int *ret_ms)
 	return 0;
 }
 
+/* "90", "90s", "15m", "24h", "7d": a whole number of seconds, minutes, hours
+ * or days, from 1 s to CLI_DURATION_MAX_DAYS. Returns 0, -EINVAL (not a
+ * duration, or zero) or -ERANGE (too long). */
+static int parse_duration(const char *s, long long *ret_secs)
+{
+	static const struct { char unit; long long secs; } units[] = {
+		{ 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', CLI_SECONDS_PER_DAY },
+	};
+	const long long max = (long long)CLI_DURATION_MAX_DAYS * CLI_SECONDS_PER_DAY;
+	long long n = 0, mult = 1;
+	const char *p = s;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (*p - '0');
+		if (n > max)
+			return -ERANGE;
+	}
+	if (p == s)
+		return -EINVAL;
+	if (*p) {
+		size_t i;
+
+		for (i = 0; i < ELEMENTSOF(units) && units[i].unit != *p; i++)
+			;
+		if (i == ELEMENTSOF(units) || p[1])
+			return -EINVAL;
+		mult = units[i].secs;
+	}
+	if (n == 0)
+		return -EINVAL;
+	if (n > max / mult)
+		return -ERANGE;
+	*ret_secs = n * mult;
+	return 0;
+}
+
 static const struct option cli_options[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "json", no_argument, NULL, 'j' },
 	{ "timeout", required_argument, NULL, 't' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
+	{ "scope", required_argument, NULL, CLI_OPT_SCOPE },
+	{ "thread", required_argument, NULL, CLI_OPT_THREAD },
+	{ "agent", required_argument, NULL, CLI_OPT_AGENT },
+	{ "call", required_argument, NULL, CLI_OPT_CALL },
+	{ "kind", required_argument, NULL, CLI_OPT_KIND },
+	{ "image", required_argument, NULL, CLI_OPT_IMAGE },
+	{ "spec", required_argument, NULL, CLI_OPT_SPEC },
+	{ "scope-call", no_argument, NULL, CLI_OPT_SCOPE_CALL },
+	{ "sandbox", required_argument, NULL, CLI_OPT_SANDBOX },
+	{ "older-than", required_argument, NULL, CLI_OPT_OLDER_THAN },
 	{ 0 },
 };
+
+/* The long name of option val. */
+static const char *opt_name(int val)
+{
+	for (const struct option *o = cli_options; o->name; o++)
+		if (o->val == val)
+			return o->name;
+	return "?";
+}
+
+/* The value of command option o, or NULL when it was not given. */
+static const char *opt_arg(const struct cli_opts *opts, enum cli_opt o)
+{
+	return opts->arg[o - CLI_OPT_SCOPE];
+}
+
+static bool is_utf8(const char *s)
+{
+	json_t *v = json_string(s);
+
+	json_decref(v);
+	return v != NULL;
+}
+
+/* Takes command option c with its value (optarg: NULL for a flag). */
+static int set_cmd_option(int c, const char *value, struct cli_opts *opts, const struct cli_cmd *cmd)
+{
+	if (!cmd)
+		return usage_error(NULL, "option '--%s' goes after the command", opt_name(c));
+	if (!(cmd->opts & CLI_OPT_BIT(c)))
+		return usage_error(cmd, "'%s' takes no option '--%s'", cmd->name, opt_name(c));
+	if (value && !is_utf8(value))
+		return usage_error(cmd, "the value of '--%s' is not valid UTF-8", opt_name(c));
+	opts->arg[c - CLI_OPT_SCOPE] = value ? value : "";
+	return CLI_CONTINUE;
+}
 
 /* Parses options up to the first operand (argv[0] is the program or the
  * command). Returns CLI_CONTINUE, or the exit code when done (help, version,
  * usage error). Leaves optind at the first operand. */
 static int parse_options(int argc, char **argv, struct cli_opts *opts, const struct cli_cmd *cmd)
 {
-	int c;
+	int c, r;
 
 	optind = 0;  /* glibc: start over, from argv[1] */
 	opterr = 0;
@@ -150,6 +279,12 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 		case ':':
 			return usage_error(cmd, "option '%s' needs an argument", argv[optind - 1]);
 		default:
+			if (c >= CLI_OPT_SCOPE && c < _CLI_OPT_MAX) {
+				r = set_cmd_option(c, optarg, opts, cmd);
+				if (r != CLI_CONTINUE)
+					return r;
+				break;
+			}
 			if (optopt)
 				return usage_error(cmd, "unknown option '-%c'", optopt);
 			return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -500,6 +635,247 @@ static void print_engine(const json_t *r)
 	line_end(&l);
 }
 
+/* --- text from the daemon, made safe for a terminal ---------------------- */
+
+/* The byte length of the character at s (not at its end), and whether it
+ * prints: control characters (C0, DEL, C1) and bytes that are not UTF-8 do
+ * not, and each of those counts one byte. */
+static size_t utf8_char(const char *s, bool *ret_printable)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = u[0] < 0x80 ? 1 : u[0] >= 0xc2 && u[0] <= 0xdf ? 2 :
+		   u[0] >= 0xe0 && u[0] <= 0xef ? 3 : u[0] >= 0xf0 && u[0] <= 0xf4 ? 4 : 0;
+
+	for (size_t i = 1; i < n; i++)
+		if ((u[i] & 0xc0) != 0x80)
+			n = 0;
+	if (n == 0) {
+		*ret_printable = false;
+		return 1;
+	}
+	*ret_printable = n == 1 ? u[0] >= 0x20 && u[0] != 0x7f : !(u[0] == 0xc2 && u[1] < 0xa0);
+	return n;
+}
+
+/* A line built within a byte and a column budget; full once a character did
+ * not fit, so a later part never lands after a cut one. */
+struct text {
+	char *buf;
+	size_t size;      /* bytes of buf, NUL included */
+	size_t len;
+	size_t cols;
+	size_t max_cols;
+	bool full;
+};
+
+/* Appends s one character at a time, each that does not print as '?'. */
+static void text_add(struct text *t, const char *s)
+{
+	while (*s && !t->full) {
+		bool printable;
+		size_t n = utf8_char(s, &printable), out = printable ? n : 1;
+
+		if (t->cols + 1 > t->max_cols || t->len + out + 1 > t->size) {
+			t->full = true;
+			break;
+		}
+		if (printable)
+			memcpy(t->buf + t->len, s, n);
+		else
+			t->buf[t->len] = '?';
+		t->len += out;
+		t->cols++;
+		t->buf[t->len] = '\0';
+		s += n;
+	}
+}
+
+/* Columns s takes once cleaned. */
+static size_t text_width(const char *s)
+{
+	size_t cols = 0;
+	bool printable;
+
+	for (; *s; cols++)
+		s += utf8_char(s, &printable);
+	return cols;
+}
+
+/* Prints s cleaned (as text_add) to f, padded with spaces to width columns. */
+static void put_clean(FILE *f, const char *s, size_t width)
+{
+	size_t cols = 0;
+	bool printable;
+
+	for (; *s; cols++) {
+		size_t n = utf8_char(s, &printable);
+
+		if (printable)
+			fwrite(s, 1, n, f);
+		else
+			fputc('?', f);
+		s += n;
+	}
+	for (; cols < width; cols++)
+		fputc(' ', f);
+}
+
+/* "512 B", "1.5 KiB", "3.2 MiB", "1.1 GiB". */
+static void format_bytes(json_int_t n, char *buf, size_t size)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	size_t i;
+
+	if (n < 1024) {
+		snprintf(buf, size, "%" JSON_INTEGER_FORMAT " B", n);
+		return;
+	}
+	for (i = 0, v /= 1024; i + 1 < ELEMENTSOF(units) && v >= 1024; i++)
+		v /= 1024;
+	snprintf(buf, size, "%.1f %s", v, units[i]);
+}
+
+/* --- pull progress on a terminal ----------------------------------------- */
+
+/* One sandbox.pull_progress as one line of at most max_cols columns:
+ * "pulling IMAGE: ID: STATUS PROGRESS", where PROGRESS is the engine's bar,
+ * or CURRENT/TOTAL when it sent none; each part only when present. */
+static void progress_format(const json_t *params, size_t max_cols, char *buf, size_t size)
+{
+	struct text t = { buf, size, 0, 0, max_cols, false };
+	const char *image = get_str(params, "image"), *id = get_str(params, "id");
+	const char *status = get_str(params, "status"), *bar = get_str(params, "progress");
+	json_int_t cur, total;
+	char a[32], b[32];
+
+	buf[0] = '\0';
+	text_add(&t, "pulling ");
+	text_add(&t, image ? image : "image");
+	if (id && *id) {
+		text_add(&t, ": ");
+		text_add(&t, id);
+	}
+	if (status && *status) {
+		text_add(&t, ": ");
+		text_add(&t, status);
+	}
+	if (bar && *bar) {
+		text_add(&t, " ");
+		text_add(&t, bar);
+	} else if (get_int(params, "current", &cur) && cur >= 0) {
+		format_bytes(cur, a, sizeof(a));
+		text_add(&t, " ");
+		text_add(&t, a);
+		if (get_int(params, "total", &total) && total > 0) {
+			format_bytes(total, b, sizeof(b));
+			text_add(&t, "/");
+			text_add(&t, b);
+		}
+	}
+}
+
+struct progress {
+	bool tty;    /* stderr is a terminal: show progress */
+	bool shown;  /* a progress line is on it */
+};
+
+static size_t terminal_columns(void)
+{
+	struct winsize ws;
+
+	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) < 0 || ws.ws_col == 0)
+		return CLI_PROGRESS_DEFAULT_COLUMNS;
+	return ws.ws_col;
+}
+
+/* msb_notify_fn: redraws the progress line (stderr is a terminal). */
+static void progress_cb(const char *method, json_t *params, void *arg)
+{
+	struct progress *p = arg;
+	char line[CLI_PROGRESS_MAX_BYTES];
+
+	if (strcmp(method, MSB_NOTIFY_PULL_PROGRESS) || !json_is_object(params))
+		return;
+	progress_format(params, terminal_columns() - 1, line, sizeof(line));
+	fprintf(stderr, "\r%s\033[K", line);
+	fflush(stderr);
+	p->shown = true;
+}
+
+/* Clears the progress line, if any, so what follows starts a clean line. */
+static void progress_clear(struct progress *p)
+{
+	if (!p->shown)
+		return;
+	fputs("\r\033[K", stderr);
+	fflush(stderr);
+	p->shown = false;
+}
+
+/* --- sandbox.list as a table --------------------------------------------- */
+
+struct ls_col {
+	const char *title;
+	const char *member;
+	bool in_key;  /* a member of the entry's "key" */
+};
+
+static const struct ls_col ls_cols[] = {
+	{ "NAME", "name", false },
+	{ "STATE", "state", false },
+	{ "KIND", "kind", false },
+	{ "SCOPE", "scope", true },
+	{ "THREAD", "thread_id", true },
+	{ "AGENT", "agent_dir", true },
+	{ "CALL", "call_id", true },
+	{ "CREATED", "created", false },
+};
+#define LS_NCOLS ELEMENTSOF(ls_cols)
+
+/* A cell: the string, or "-" when absent, empty or not a string. */
+static const char *ls_cell(const json_t *entry, const struct ls_col *c)
+{
+	const char *s = get_str(c->in_key ? json_object_get(entry, "key") : entry, c->member);
+
+	return s && *s ? s : "-";
+}
+
+static void ls_row(const json_t *entry, const size_t width[LS_NCOLS])
+{
+	for (size_t c = 0; c < LS_NCOLS; c++) {
+		const char *s = entry ? ls_cell(entry, &ls_cols[c]) : ls_cols[c].title;
+
+		put_clean(stdout, s, c + 1 < LS_NCOLS ? width[c] + CLI_TABLE_GAP : 0);
+	}
+	putchar('\n');
+}
+
+/* One line per sandbox under a header line, columns as wide as their
+ * widest cell. Entries that are not objects are skipped. */
+static void print_ls(const json_t *list)
+{
+	size_t width[LS_NCOLS], i;
+	json_t *e;
+
+	for (size_t c = 0; c < LS_NCOLS; c++)
+		width[c] = text_width(ls_cols[c].title);
+	json_array_foreach(list, i, e) {
+		if (!json_is_object(e))
+			continue;
+		for (size_t c = 0; c < LS_NCOLS; c++) {
+			size_t w = text_width(ls_cell(e, &ls_cols[c]));
+
+			if (w > width[c])
+				width[c] = w;
+		}
+	}
+	ls_row(NULL, width);
+	json_array_foreach(list, i, e)
+		if (json_is_object(e))
+			ls_row(e, width);
+}
+
 /* --- commands ------------------------------------------------------------ */
 
 /* A command that calls one method without params and prints its result. */
@@ -528,6 +904,281 @@ static int cmd_query(const struct cli_cmd *cmd, struct cli_opts *opts, int argc,
 	return r;
 }
 
+/* Parses a command's options, then checks it has no operands and every
+ * required option. Returns CLI_CONTINUE or the exit code. */
+static int parse_cmd_options(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv)
+{
+	int r = parse_options(argc, argv, opts, cmd);
+
+	if (r != CLI_CONTINUE)
+		return r;
+	if (optind < argc)
+		return usage_error(cmd, "'%s' takes no arguments", cmd->name);
+	for (int o = CLI_OPT_SCOPE; o < _CLI_OPT_MAX; o++)
+		if ((cmd->required & CLI_OPT_BIT(o)) && !opt_arg(opts, (enum cli_opt)o))
+			return usage_error(cmd, "'%s' needs --%s", cmd->name, opt_name(o));
+	return CLI_CONTINUE;
+}
+
+/* Calls cmd->method with params (stolen) and reports its result. */
+static int call_and_report(const struct cli_cmd *cmd, struct cli_opts *opts, json_t *params)
+{
+	struct progress progress = { .tty = cmd->progress && isatty(STDERR_FILENO) };
+	struct msb_conn *conn = NULL;
+	json_auto_t *result = NULL;
+	int r;
+
+	if (cmd->progress && opts->timeout_ms < 0)
+		opts->timeout_ms = 0;  /* the daemon bounds each step, the pull included */
+	r = cli_connect(opts, &conn);
+	if (r != 0) {
+		json_decref(params);
+		return r;
+	}
+	if (progress.tty)
+		msb_set_notify(conn, progress_cb, &progress);
+	r = msb_call(conn, cmd->method, params, &result);
+	progress_clear(&progress);
+	if (r < 0)
+		r = report_failure(cmd, conn, r);
+	else
+		r = cmd->report(cmd, opts, result);
+	msb_conn_free(conn);
+	return r;
+}
+
+/* A command that builds params from its options and calls one method. */
+static int cmd_method(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv)
+{
+	json_t *params = NULL;
+	int r;
+
+	r = parse_cmd_options(cmd, opts, argc, argv);
+	if (r != CLI_CONTINUE)
+		return r;
+	r = cmd->params(cmd, opts, &params);
+	if (r != CLI_CONTINUE)
+		return r;
+	return call_and_report(cmd, opts, params);
+}
+
+/* Bad input other than the command line itself (a file): exit status 2. */
+static int input_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int input_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("maf-sandbox: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return CLI_EXIT_USAGE;
+}
+
+/* --- params -------------------------------------------------------------- */
+
+/* {scope, thread_id, agent_dir[, call_id]} from the options. New reference. */
+static json_t *key_new(const struct cli_opts *opts)
+{
+	return json_pack("{s:s, s:s, s:s, s:s*}", "scope", opt_arg(opts, CLI_OPT_SCOPE),
+			 "thread_id", opt_arg(opts, CLI_OPT_THREAD),
+			 "agent_dir", opt_arg(opts, CLI_OPT_AGENT), "call_id", opt_arg(opts, CLI_OPT_CALL));
+}
+
+struct spec_reader {
+	FILE *f;
+	size_t total;
+};
+
+/* json_load_callback_t: reads at most CLI_SPEC_MAX_BYTES + 1 bytes in all. */
+static size_t spec_read_cb(void *buf, size_t len, void *arg)
+{
+	struct spec_reader *rd = arg;
+	size_t left = CLI_SPEC_MAX_BYTES + 1 - rd->total, n;
+
+	if (left == 0)
+		return (size_t)-1;
+	n = fread(buf, 1, len < left ? len : left, rd->f);
+	if (n == 0 && ferror(rd->f))
+		return (size_t)-1;
+	rd->total += n;
+	return n;
+}
+
+/* Reads the JSON object in path ("-" = stdin) into *ret_spec (new
+ * reference). Returns CLI_CONTINUE or the exit code. */
+static int spec_load(const char *path, json_t **ret_spec)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	struct spec_reader rd = { stdin, 0 };
+	json_error_t jerr;
+	json_t *spec;
+
+	if (strcmp(path, "-")) {
+		rd.f = f = fopen(path, "re");
+		if (!f)
+			return input_error("cannot read the spec %s: %s", path, strerror(errno));
+	}
+	spec = json_load_callback(spec_read_cb, &rd, JSON_REJECT_DUPLICATES, &jerr);
+	if (rd.total > CLI_SPEC_MAX_BYTES) {
+		json_decref(spec);
+		return input_error("the spec %s is larger than %zu bytes", path, CLI_SPEC_MAX_BYTES);
+	}
+	if (!spec && ferror(rd.f))
+		return input_error("cannot read the spec %s: %s", path, strerror(errno));
+	if (!spec)
+		return input_error("the spec %s is not valid JSON: line %d: %s", path, jerr.line,
+				   jerr.text);
+	if (!json_is_object(spec)) {
+		json_decref(spec);
+		return input_error("the spec %s is not a JSON object", path);
+	}
+	*ret_spec = spec;
+	return CLI_CONTINUE;
+}
+
+/* sandbox.acquire: {key, spec}, the spec from --spec with --kind, --image
+ * and --scope-call laid over it. */
+static int acquire_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	const char *path = opt_arg(opts, CLI_OPT_SPEC), *image = opt_arg(opts, CLI_OPT_IMAGE);
+	json_t *spec = NULL;
+	int r;
+
+	if (!image && !path)
+		return usage_error(cmd, "'%s' needs --image or --spec", cmd->name);
+	if (path) {
+		r = spec_load(path, &spec);
+		if (r != CLI_CONTINUE)
+			return r;
+	} else {
+		spec = json_object();
+	}
+	json_object_set_new(spec, "kind", json_string(opt_arg(opts, CLI_OPT_KIND)));
+	if (image) {
+		json_object_set_new(spec, "image", json_string(image));
+		json_object_del(spec, "image_id");
+	}
+	if (opt_arg(opts, CLI_OPT_SCOPE_CALL))
+		json_object_set_new(spec, "isolation_scope", json_string("call"));
+	*ret_params = json_pack("{s:o, s:o}", "key", key_new(opts), "spec", spec);
+	return CLI_CONTINUE;
+}
+
+static int dispose_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	*ret_params = json_pack("{s:o, s:s*, s:s*}", "key", key_new(opts),
+				"kind", opt_arg(opts, CLI_OPT_KIND), "sandbox", opt_arg(opts, CLI_OPT_SANDBOX));
+	return CLI_CONTINUE;
+}
+
+/* sandbox.dispose_scope and sandbox.list: {scope, thread_id}, each if given. */
+static int scope_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	*ret_params = json_pack("{s:s*, s:s*}", "scope", opt_arg(opts, CLI_OPT_SCOPE),
+				"thread_id", opt_arg(opts, CLI_OPT_THREAD));
+	return CLI_CONTINUE;
+}
+
+static int reap_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	const char *s = opt_arg(opts, CLI_OPT_OLDER_THAN);
+	long long secs;
+
+	if (parse_duration(s, &secs) < 0)
+		return usage_error(cmd, "invalid --older-than '%s': want a duration like 90s, 15m, "
+				   "24h or 7d, from 1s to %dd", s, CLI_DURATION_MAX_DAYS);
+	*ret_params = json_pack("{s:I, s:s*}", "older_than_seconds", (json_int_t)secs,
+				"scope", opt_arg(opts, CLI_OPT_SCOPE));
+	return CLI_CONTINUE;
+}
+
+/* --- reports ------------------------------------------------------------- */
+
+/* "maf-sandbox: LABEL: CODE: DETAIL" for a {code, detail} failure. */
+static void print_disposal_failure(const char *label, const json_t *f)
+{
+	const char *code = get_str(f, "code"), *detail = get_str(f, "detail");
+
+	fprintf(stderr, "maf-sandbox: %s: %s: %s\n", label, code ? code : "unknown",
+		detail ? detail : "");
+}
+
+static int report_acquire(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	const char *id = get_str(r, "sandbox");
+
+	if (opts->json)
+		return print_json(r);
+	if (!id) {
+		fprintf(stderr, "maf-sandbox: %s: the daemon's result names no sandbox\n", cmd->name);
+		return CLI_EXIT_FAILURE;
+	}
+	puts(id);
+	return CLI_EXIT_OK;
+}
+
+static int report_ls(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	if (opts->json || !json_is_array(r))
+		return print_json(r);
+	print_ls(r);
+	return CLI_EXIT_OK;
+}
+
+/* null: done; {code, detail}: not done, exit status 1. */
+static int report_dispose(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	int ret = opts->json ? print_json(r) : CLI_EXIT_OK;
+
+	if (json_is_null(r))
+		return ret;
+	print_disposal_failure("disposal incomplete", r);
+	return CLI_EXIT_REMOTE;
+}
+
+static int report_dispose_scope(const struct cli_cmd *cmd, const struct cli_opts *opts,
+				const json_t *r)
+{
+	const json_t *undisposed = json_object_get(r, "undisposed");
+	int ret = CLI_EXIT_OK;
+	json_int_t n;
+
+	if (opts->json)
+		ret = print_json(r);
+	else if (get_int(r, "disposed", &n))
+		printf("disposed %" JSON_INTEGER_FORMAT " sandbox(es)\n", n);
+	if (undisposed && !json_is_null(undisposed)) {
+		print_disposal_failure("disposal incomplete", undisposed);
+		ret = CLI_EXIT_REMOTE;
+	}
+	return ret;
+}
+
+static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	static const char *const keys[][2] = {
+		{ "disposed", "sandbox(es)" }, { "proxies_removed", "proxy container(s)" },
+		{ "networks_removed", "network(s)" },
+	};
+	const json_t *failures = json_object_get(r, "failures");
+	int ret = CLI_EXIT_OK;
+	size_t i;
+	json_t *f;
+
+	if (opts->json)
+		ret = print_json(r);
+	else
+		print_counters("removed: ", r, keys, ELEMENTSOF(keys));
+	json_array_foreach(failures, i, f) {
+		print_disposal_failure("not reaped", f);
+		ret = CLI_EXIT_REMOTE;
+	}
+	return ret;
+}
+
 static const struct cli_cmd cli_cmds[] = {
 	{
 		.name = "describe",
@@ -553,20 +1204,117 @@ static const struct cli_cmd cli_cmds[] = {
 			"status 1) when the engine cannot be reached.",
 		.handler = cmd_query, .query = msb_engine, .print = print_engine,
 	},
+	{
+		.name = "acquire",
+		.usage = "acquire --scope S --thread T --agent A\n"
+			 "         [--call C] --kind K (--image IMG | --spec FILE.json) [--scope-call]",
+		.summary = "get the sandbox of a key, creating it if need be; prints its id",
+		.help = "Acquire the sandbox of a key (sandbox.acquire): the warm one the key names,\n"
+			"or a new one, its image pulled first if the engine lacks it. Prints the\n"
+			"sandbox's id (with --json: the whole result).\n"
+			"\n"
+			"  --scope S         the key's scope\n"
+			"  --thread T        the key's thread id\n"
+			"  --agent A         the key's agent directory\n"
+			"  --call C          the key's call id (a call-scoped sandbox)\n"
+			"  --kind K          the sandbox's kind\n"
+			"  --image IMG       the image to run (replaces the spec's image and image_id)\n"
+			"  --spec FILE.json  spec members as a JSON object ('-' reads stdin);\n"
+			"                    --kind, --image and --scope-call are laid over it\n"
+			"  --scope-call      isolation scope \"call\" (the key needs --call)\n"
+			"\n"
+			"While an image is pulled, its progress shows on stderr if that is a\n"
+			"terminal. Unless --timeout is given, waits as long as the daemon works on\n"
+			"the call (the daemon bounds a pull by sandbox.pull_timeout_ms).",
+		.handler = cmd_method,
+		.opts = CLI_KEY_OPTS | CLI_OPT_BIT(CLI_OPT_CALL) | CLI_OPT_BIT(CLI_OPT_KIND) |
+			CLI_OPT_BIT(CLI_OPT_IMAGE) | CLI_OPT_BIT(CLI_OPT_SPEC) | CLI_OPT_BIT(CLI_OPT_SCOPE_CALL),
+		.required = CLI_KEY_OPTS | CLI_OPT_BIT(CLI_OPT_KIND),
+		.method = MSB_METHOD_SANDBOX_ACQUIRE, .params = acquire_params, .report = report_acquire,
+		.progress = true,
+	},
+	{
+		.name = "ls",
+		.usage = "ls [--scope S] [--thread T]",
+		.summary = "list sandboxes, all or those of a scope and thread",
+		.help = "List the sandboxes the daemon knows (sandbox.list), as a table of NAME,\n"
+			"STATE, KIND, the key (SCOPE, THREAD, AGENT, CALL) and CREATED; \"-\" stands\n"
+			"for a value not there. With --json: the daemon's list, which also has\n"
+			"each sandbox's id, image and owner. Non-admin users see their own only.\n"
+			"\n"
+			"  --scope S   only sandboxes of this scope\n"
+			"  --thread T  only sandboxes of this thread id",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_THREAD),
+		.method = MSB_METHOD_SANDBOX_LIST, .params = scope_params, .report = report_ls,
+	},
+	{
+		.name = "dispose",
+		.usage = "dispose --scope S --thread T --agent A\n"
+			 "         [--call C] [--kind K] [--sandbox ID]",
+		.summary = "dispose of the sandbox of a key",
+		.help = "Dispose of the sandbox of a key (sandbox.dispose): stop and remove it.\n"
+			"Prints nothing when done. When the daemon could not finish, says why on\n"
+			"stderr (\"disposal incomplete: CODE: DETAIL\") and exits with status 1.\n"
+			"\n"
+			"  --scope S     the key's scope\n"
+			"  --thread T    the key's thread id\n"
+			"  --agent A     the key's agent directory\n"
+			"  --call C      the key's call id\n"
+			"  --kind K      the sandbox's kind\n"
+			"  --sandbox ID  the sandbox's id, as acquire printed it",
+		.handler = cmd_method,
+		.opts = CLI_KEY_OPTS | CLI_OPT_BIT(CLI_OPT_CALL) | CLI_OPT_BIT(CLI_OPT_KIND) |
+			CLI_OPT_BIT(CLI_OPT_SANDBOX),
+		.required = CLI_KEY_OPTS,
+		.method = MSB_METHOD_SANDBOX_DISPOSE, .params = dispose_params, .report = report_dispose,
+	},
+	{
+		.name = "dispose-scope",
+		.usage = "dispose-scope --scope S --thread T",
+		.summary = "dispose of every sandbox of a scope and thread",
+		.help = "Dispose of every sandbox of a scope and thread (sandbox.dispose_scope).\n"
+			"Prints how many were disposed of. When some could not be, says why on\n"
+			"stderr and exits with status 1.\n"
+			"\n"
+			"  --scope S   the scope\n"
+			"  --thread T  the thread id",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_THREAD),
+		.required = CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_THREAD),
+		.method = MSB_METHOD_SANDBOX_DISPOSE_SCOPE, .params = scope_params,
+		.report = report_dispose_scope,
+	},
+	{
+		.name = "reap",
+		.usage = "reap --older-than DURATION [--scope S]",
+		.summary = "dispose of sandboxes older than a duration (admin only)",
+		.help = "Dispose of the sandboxes created longer ago than DURATION, and remove the\n"
+			"egress proxies and networks left unused (sandbox.reap; admin only).\n"
+			"Prints how many of each were removed, then each failure on stderr; exits\n"
+			"with status 1 if there was any.\n"
+			"\n"
+			"  --older-than DURATION  90s, 15m, 24h, 7d, or plain seconds\n"
+			"  --scope S              only sandboxes of this scope",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE),
+		.required = CLI_OPT_BIT(CLI_OPT_OLDER_THAN),
+		.method = MSB_METHOD_SANDBOX_REAP, .params = reap_params, .report = report_reap,
+	},
 };
 static const size_t cli_ncmds = ELEMENTSOF(cli_cmds);
 
 static void print_help(const struct cli_cmd *cmd)
 {
 	if (cmd) {
-		printf("Usage: maf-sandbox [OPTIONS] %s\n\n%s\n\n%s", cmd->name, cmd->help,
-		       options_help);
+		printf("Usage: maf-sandbox [OPTIONS] %s\n\n%s\n\n%s", cmd->usage ? cmd->usage : cmd->name,
+		       cmd->help, options_help);
 		return;
 	}
-	printf("Usage: maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND\n\n"
+	printf("Usage: maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS]\n\n"
 	       "Talk to maf-sandboxd over its Unix socket.\n\nCommands:\n");
 	for (size_t i = 0; i < cli_ncmds; i++)
-		printf("  %-10s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
+		printf("  %-13s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
 	printf("\nRun 'maf-sandbox COMMAND --help' for a command's help.\n\n%s", options_help);
 }
 

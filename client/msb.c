@@ -32,6 +32,9 @@ struct msb_conn {
 	json_int_t next_id;
 	struct frame_buf in;  /* received bytes not yet handed out as frames */
 	json_t *last_error;   /* owned: the error object of the last MSB_E_REMOTE, or NULL */
+	msb_notify_fn *notify;  /* NULL = skip notifications */
+	void *notify_arg;       /* borrowed */
+	bool in_notify;         /* the hook is running: calls on conn are refused */
 };
 
 static const char *const error_strings[] = {
@@ -139,6 +142,14 @@ struct msb_conn *msb_conn_free(struct msb_conn *conn)
 	return NULL;
 }
 
+void msb_set_notify(struct msb_conn *conn, msb_notify_fn *fn, void *arg)
+{
+	if (!conn)
+		return;
+	conn->notify = fn;
+	conn->notify_arg = arg;
+}
+
 void msb_set_timeout(struct msb_conn *conn, int timeout_ms)
 {
 	if (conn)
@@ -226,16 +237,28 @@ static int recv_some(struct msb_conn *conn, int64_t deadline)
 	}
 }
 
-/* True when the frame is a notification: an object with "method" and no "id". */
-static bool frame_is_notification(const char *line, size_t len)
+/* When the frame is a notification (an object with "method" and no "id"),
+ * hands it to conn's hook if there is one and the method is a string, and
+ * returns true. */
+static bool take_notification(struct msb_conn *conn, const char *line, size_t len)
 {
 	json_auto_t *v = json_loadb(line, len, 0, NULL);
+	const char *method;
 
-	return json_is_object(v) && json_object_get(v, "method") && !json_object_get(v, "id");
+	if (!json_is_object(v) || !json_object_get(v, "method") || json_object_get(v, "id"))
+		return false;
+	method = json_string_value(json_object_get(v, "method"));
+	if (conn->notify && method) {
+		conn->in_notify = true;
+		conn->notify(method, json_object_get(v, "params"), conn->notify_arg);
+		conn->in_notify = false;
+	}
+	return true;
 }
 
 /* Takes the reply to call id from one frame. Returns 1 when the frame was a
- * notification (skipped), else MSB_OK, MSB_E_REMOTE or MSB_E_PROTO. */
+ * notification (handed to the hook or skipped), else MSB_OK, MSB_E_REMOTE or
+ * MSB_E_PROTO. */
 static int take_reply(struct msb_conn *conn, const char *line, size_t len, json_int_t id,
 		      json_t **ret_result)
 {
@@ -244,7 +267,7 @@ static int take_reply(struct msb_conn *conn, const char *line, size_t len, json_
 	int r;
 
 	if (jsonrpc_response_parse(line, len, &resp) < 0)
-		return frame_is_notification(line, len) ? 1 : MSB_E_PROTO;
+		return take_notification(conn, line, len) ? 1 : MSB_E_PROTO;
 	null_error = resp.error && json_is_null(resp.id);
 	if (!null_error && !(json_is_integer(resp.id) && json_integer_value(resp.id) == id)) {
 		r = MSB_E_PROTO;
@@ -331,7 +354,7 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 {
 	int r;
 
-	if (!conn || !method || (params && !json_is_object(params))) {
+	if (!conn || conn->in_notify || !method || (params && !json_is_object(params))) {
 		json_decref(params);
 		return MSB_E_INVAL;
 	}

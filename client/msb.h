@@ -2,8 +2,9 @@
  *
  * One struct msb_conn is one Unix stream connection to the daemon. Calls are
  * synchronous: msb_call() sends one JSON-RPC 2.0 request and waits for its
- * reply, skipping any notification the daemon sends meanwhile. A connection
- * is not thread-safe; use one per thread.
+ * reply; notifications the daemon sends meanwhile (e.g. sandbox.pull_progress)
+ * go to the hook set with msb_set_notify(), or are skipped when none is set.
+ * A connection is not thread-safe; use one per thread.
  *
  * Errors are the negative MSB_E_* codes below (msb_strerror() names them).
  * After MSB_E_IO, MSB_E_PROTO, MSB_E_TIMEOUT or MSB_E_CLOSED the connection is
@@ -65,13 +66,33 @@ struct msb_conn *msb_conn_free(struct msb_conn *conn);
  * Default MSB_DEFAULT_TIMEOUT_MS. */
 void msb_set_timeout(struct msb_conn *conn, int timeout_ms);
 
+/* A notification the daemon sent while a call on the connection waited.
+ * method: borrowed, valid only during the hook. params: borrowed, valid only
+ * during the hook (json_incref() it to keep it); the notification's "params"
+ * member as sent, or NULL when it has none. arg: as given to msb_set_notify().
+ * Runs inside msb_call(), on its thread, once per notification, in the order
+ * the daemon sent them, before msb_call() returns. A frame that is an object
+ * with "method" and no "id" is a notification; it reaches the hook when its
+ * method is a string (else it is skipped). Notifications the daemon sent
+ * after the reply are not delivered by that call: those already read reach
+ * the hook during the next call on the connection. They do not extend a
+ * call's timeout. The hook must not free the connection; a msb_call() from
+ * the hook on the same connection is refused with MSB_E_INVAL. */
+typedef void msb_notify_fn(const char *method, json_t *params, void *arg);
+
+/* Sets the notification hook of conn: fn (NULL = skip notifications, the
+ * default) is called with arg (borrowed, passed through). Replaces any
+ * earlier hook; takes effect from the next notification read. */
+void msb_set_notify(struct msb_conn *conn, msb_notify_fn *fn, void *arg);
+
 /* Calls method (borrowed) with params (steals, even on failure; NULL = no
  * "params" member; otherwise it must be an object). On MSB_OK *ret_result is
  * a new reference the caller owns (ret_result may be NULL to discard it).
  * On MSB_E_REMOTE the daemon's error is available through the
  * msb_last_error_*() accessors until the next call on conn; an error reply
  * with id null is taken as the answer to this call (only one is ever in
- * flight). A reply with any other id than this call's is MSB_E_PROTO. */
+ * flight). A reply with any other id than this call's is MSB_E_PROTO.
+ * Notifications received while waiting go to the hook (see msb_notify_fn). */
 int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result);
 
 /* The last MSB_E_REMOTE error of conn (borrowed from conn; valid until the
