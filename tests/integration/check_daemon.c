@@ -334,6 +334,7 @@ START_TEST(oversize_frame_is_refused_and_closed)
 	int fd = raw_connect(bad.sock);
 	json_t *r;
 
+	ck_assert_ptr_nonnull(big);
 	memset(big, 'x', n);
 	big[n] = '\0';
 	raw_send(fd, big, n);                      /* no LF: refused while it arrives */
@@ -357,6 +358,7 @@ START_TEST(oversize_frame_with_its_lf_in_one_write)
 	int fd = raw_connect(bad.sock);
 	json_t *r;
 
+	ck_assert_ptr_nonnull(big);
 	memset(big, ' ', n);
 	big[n] = '\n';
 	raw_send(fd, big, n + 1);
@@ -379,6 +381,7 @@ START_TEST(frame_at_the_limit_is_served)
 	int fd = raw_connect(bad.sock);
 	json_t *r;
 
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'p', pad);
 	strcpy(frame + strlen(head) + pad, tail);
@@ -486,6 +489,7 @@ START_TEST(a_64_mib_file_frame_is_admitted_by_default)
 	json_t *r;
 
 	msbd_start(&d, NULL);
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'A', b64);
 	strcpy(frame + strlen(head) + b64, "\"}}\n");
@@ -512,6 +516,7 @@ START_TEST(spent_buffer_budget_pauses_reading)
 	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
 					 "--set", "limits.buffer_budget_bytes=65536",
 					 "--set", "limits.frame_timeout_ms=60000", NULL });
+	ck_assert_ptr_nonnull(part);
 	memset(part, ' ', 40000);
 	part[40000] = '\0';
 	a = raw_connect(d.sock);
@@ -546,8 +551,10 @@ START_TEST(held_frames_are_served_while_the_budget_is_spent)
 	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
 					 "--set", "limits.buffer_budget_bytes=65536",
 					 "--set", "limits.frame_timeout_ms=60000", NULL });
+	ck_assert_ptr_nonnull(part);
 	memset(part, ' ', 60000);
 	part[60000] = '\0';
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'p', 6000);
 	strcpy(frame + strlen(head) + 6000, "\"}}\n");
@@ -915,6 +922,7 @@ START_TEST(in_flight_back_pressure_is_not_a_frame_timeout)
 	json_t *r;
 
 	start_slow(&d, (const char *[]){ "limits.max_inflight=1", "limits.frame_timeout_ms=500", NULL });
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'p', pad);
 	strcpy(frame + strlen(head) + pad, "\"}}\n");
@@ -1066,6 +1074,7 @@ START_TEST(reload_applies_the_frame_limit_to_open_connections)
 		json_decref(r);
 		usleep(20 * 1000);
 	}
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'p', 100000);
 	strcpy(frame + strlen(head) + 100000, "\"}}\n");
@@ -1091,6 +1100,7 @@ START_TEST(concurrent_frames_over_the_budget_all_complete)
 	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=65536",
 					 "--set", "limits.buffer_budget_bytes=65536",
 					 "--set", "limits.frame_timeout_ms=20000", NULL });
+	ck_assert_ptr_nonnull(frame);
 	strcpy(frame, head);
 	memset(frame + strlen(head), 'p', pad);
 	strcpy(frame + strlen(head) + pad, "\"}}\n");

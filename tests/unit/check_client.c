@@ -1,6 +1,11 @@
-/* check_client.c — libmaf-sandbox against a fake daemon: a pthread serving
- * canned reply bytes on a temporary Unix socket under a mkdtemp directory.
- * Each test also checks that it leaves no file descriptor behind. */
+/* check_client.c — libmaf-sandbox and the maf-sandbox CLI against a fake
+ * daemon: a pthread serving canned reply bytes on a temporary Unix socket
+ * under a mkdtemp directory. Each test also checks that it leaves no file
+ * descriptor behind.
+ *
+ * The CLI's source is built in (its parsers and formatters are static), its
+ * main() renamed cli_main(); tests run it in their own forked process, with
+ * stdout and stderr captured in files (or stderr on a pseudo-terminal). */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,7 +29,10 @@
 #include "msb.h"
 #include "../../proto/msb-limits.h"
 
-#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
+int cli_main(int argc, char **argv);
+#define main cli_main
+#include "../../client/cli.c"
+#undef main
 
 /* --- the fake daemon ----------------------------------------------------- */
 
@@ -947,6 +956,695 @@ START_TEST(test_strerror_unknown)
 }
 END_TEST
 
+/* --- notifications ------------------------------------------------------- */
+
+#define NOTIFY_MAX 4
+#define PULL_NOTE(status) "{\"jsonrpc\":\"2.0\",\"method\":\"sandbox.pull_progress\"," \
+	"\"params\":{\"name\":\"n\",\"image\":\"alpine:3\",\"status\":\"" status "\"}}\n"
+
+/* What a hook saw: each method and params (kept with json_incref). */
+struct notify_log {
+	int n;
+	char *method[NOTIFY_MAX];
+	json_t *params[NOTIFY_MAX];
+	struct msb_conn *conn;  /* for a hook that calls back */
+	int nested_rc;
+};
+
+static void notify_log_free(struct notify_log *log)
+{
+	for (int i = 0; i < log->n; i++) {
+		free(log->method[i]);
+		json_decref(log->params[i]);
+	}
+}
+
+static void record_cb(const char *method, json_t *params, void *arg)
+{
+	struct notify_log *log = arg;
+
+	ck_assert_int_lt(log->n, NOTIFY_MAX);
+	log->method[log->n] = strdup(method);
+	log->params[log->n] = json_incref(params);
+	log->n++;
+}
+
+struct notify_row {
+	const char *name;
+	struct fake_script script;
+	int n;
+	const char *method[NOTIFY_MAX];
+	const char *params[NOTIFY_MAX];  /* JSON text; NULL = the hook gets NULL */
+};
+
+static const struct notify_row notify_rows[] = {
+	{ "one before the reply", ONE(PULL_NOTE("Downloading") REPLY_OK(1)),
+	  1, { "sandbox.pull_progress" },
+	  { "{\"name\":\"n\",\"image\":\"alpine:3\",\"status\":\"Downloading\"}" } },
+	{ "three in order, across writes, one split", { .replies = { { .chunks = {
+		PULL_NOTE("a"), "{\"jsonrpc\":\"2.0\",\"method\":\"x.b\",\"par",
+		"ams\":{\"k\":[1,2]}}\n" PULL_NOTE("c") REPLY_OK(1) }, .delay_ms = 20 } } },
+	  3, { "sandbox.pull_progress", "x.b", "sandbox.pull_progress" },
+	  { "{\"name\":\"n\",\"image\":\"alpine:3\",\"status\":\"a\"}", "{\"k\":[1,2]}",
+	    "{\"name\":\"n\",\"image\":\"alpine:3\",\"status\":\"c\"}" } },
+	{ "no params", ONE("{\"jsonrpc\":\"2.0\",\"method\":\"x.ping\"}\n" REPLY_OK(1)),
+	  1, { "x.ping" }, { NULL } },
+	{ "params as sent, not an object",
+	  ONE("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1,\"a\"]}\n" REPLY_OK(1)),
+	  1, { "x" }, { "[1,\"a\"]" } },
+	{ "no jsonrpc member", ONE("{\"method\":\"x\",\"params\":{}}\n" REPLY_OK(1)),
+	  1, { "x" }, { "{}" } },
+	{ "method not a string: skipped", ONE("{\"jsonrpc\":\"2.0\",\"method\":5}\n" REPLY_OK(1)),
+	  0, { NULL }, { NULL } },
+	{ "after the reply: not in this call", ONE(REPLY_OK(1) PULL_NOTE("late")), 0, { NULL }, { NULL } },
+};
+
+START_TEST(test_notify_delivered)
+{
+	const struct notify_row *row = &notify_rows[_i];
+	struct notify_log log = { 0 };
+	int fds = count_fds();
+	struct msb_conn *conn;
+	json_t *result = NULL;
+	struct fake f;
+
+	fake_start(&f, &row->script);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	ck_assert_msg(msb_call(conn, "sandbox.acquire", NULL, &result) == MSB_OK, "%s", row->name);
+	ck_assert(json_is_true(json_object_get(result, "ok")));
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+	/* The kept params outlive the connection. */
+	ck_assert_msg(log.n == row->n, "%s: %d notifications, want %d", row->name, log.n, row->n);
+	for (int i = 0; i < row->n; i++) {
+		json_t *want = row->params[i] ? json_loads(row->params[i], 0, NULL) : NULL;
+
+		ck_assert_str_eq(log.method[i], row->method[i]);
+		ck_assert_msg(row->params[i] ? json_equal(log.params[i], want) : !log.params[i],
+			      "%s: notification %d: wrong params", row->name, i);
+		json_decref(want);
+	}
+	notify_log_free(&log);
+	json_decref(result);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
+START_TEST(test_notify_unset_skips)
+{
+	/* A hook set and then unset is not called; the reply still comes. */
+	const struct fake_script s = ONE(PULL_NOTE("a") PULL_NOTE("b") REPLY_OK(1));
+	struct notify_log log = { 0 };
+	struct msb_conn *conn;
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	msb_set_notify(conn, NULL, NULL);
+	ck_assert_int_eq(msb_call(conn, "sandbox.acquire", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(log.n, 0);
+	msb_conn_free(conn);
+	msb_set_notify(NULL, record_cb, &log);  /* NULL-safe */
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
+START_TEST(test_notify_late_goes_to_next_call)
+{
+	/* A notification read with a reply is delivered during the next call. */
+	const struct fake_script s = {
+		.requests = 2,
+		.replies = { { .chunks = { REPLY_OK(1) PULL_NOTE("late") } },
+			     { .chunks = { PULL_NOTE("next") REPLY_OK(2) } } },
+	};
+	struct notify_log log = { 0 };
+	struct msb_conn *conn;
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(log.n, 0);
+	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(log.n, 2);
+	ck_assert_str_eq(get_str(log.params[0], "status"), "late");
+	ck_assert_str_eq(get_str(log.params[1], "status"), "next");
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+	notify_log_free(&log);
+}
+END_TEST
+
+static void nested_call_cb(const char *method, json_t *params, void *arg)
+{
+	struct notify_log *log = arg;
+
+	log->nested_rc = msb_call(log->conn, "daemon.status", json_object(), NULL);
+	log->n++;
+}
+
+START_TEST(test_notify_hook_may_not_call)
+{
+	/* A call from the hook is refused and sends nothing; the call it
+	 * interrupted gets its reply. */
+	const struct fake_script s = ONE(PULL_NOTE("a") REPLY_OK(1));
+	struct notify_log log = { 0 };
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &log.conn), MSB_OK);
+	msb_set_notify(log.conn, nested_call_cb, &log);
+	ck_assert_int_eq(msb_call(log.conn, "sandbox.acquire", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(log.n, 1);
+	ck_assert_int_eq(log.nested_rc, MSB_E_INVAL);
+	msb_conn_free(log.conn);
+	fake_stop(&f);
+	ck_assert_ptr_eq(memchr(f.request[0], '\n', f.request_len[0]), f.request[0] + f.request_len[0] - 1);
+	fake_free(&f);
+}
+END_TEST
+
+/* --- the CLI: durations -------------------------------------------------- */
+
+struct duration_row {
+	const char *s;
+	int rc;
+	long long secs;
+};
+
+static const struct duration_row duration_rows[] = {
+	{ "90", 0, 90 },
+	{ "90s", 0, 90 },
+	{ "15m", 0, 900 },
+	{ "24h", 0, 86400 },
+	{ "7d", 0, 604800 },
+	{ "1", 0, 1 },
+	{ "007s", 0, 7 },
+	{ "36500d", 0, 3153600000LL },
+	{ "3153600000", 0, 3153600000LL },
+	{ "3153600001", -ERANGE, 0 },
+	{ "36501d", -ERANGE, 0 },
+	{ "52560001m", -ERANGE, 0 },
+	{ "99999999999999999999999999", -ERANGE, 0 },
+	{ "", -EINVAL, 0 },
+	{ "0", -EINVAL, 0 },
+	{ "0s", -EINVAL, 0 },
+	{ "000d", -EINVAL, 0 },
+	{ "s", -EINVAL, 0 },
+	{ "-5", -EINVAL, 0 },
+	{ "+5", -EINVAL, 0 },
+	{ " 5", -EINVAL, 0 },
+	{ "5 ", -EINVAL, 0 },
+	{ "5x", -EINVAL, 0 },
+	{ "5S", -EINVAL, 0 },
+	{ "1.5h", -EINVAL, 0 },
+	{ "5sm", -EINVAL, 0 },
+	{ "1h30m", -EINVAL, 0 },
+	{ "5s\n", -EINVAL, 0 },
+};
+
+START_TEST(test_duration_parse)
+{
+	const struct duration_row *row = &duration_rows[_i];
+	long long secs = -1;
+	int rc = parse_duration(row->s, &secs);
+
+	ck_assert_msg(rc == row->rc, "'%s': %d, want %d", row->s, rc, row->rc);
+	ck_assert_msg(secs == (rc == 0 ? row->secs : -1), "'%s': %lld seconds", row->s, secs);
+}
+END_TEST
+
+/* --- the CLI: the pull progress line ------------------------------------- */
+
+struct progress_row {
+	const char *name;
+	const char *params;
+	size_t max_cols;
+	size_t size;  /* 0 = CLI_PROGRESS_MAX_BYTES */
+	const char *want;
+};
+
+static const struct progress_row progress_rows[] = {
+	{ "all parts", "{\"image\":\"alpine:3\",\"id\":\"4abc\",\"status\":\"Downloading\","
+		       "\"progress\":\"[=>  ] 1MB/2MB\",\"current\":1,\"total\":2}",
+	  79, 0, "pulling alpine:3: 4abc: Downloading [=>  ] 1MB/2MB" },
+	{ "no id", "{\"image\":\"alpine:3\",\"status\":\"Pulling from library/alpine\"}",
+	  79, 0, "pulling alpine:3: Pulling from library/alpine" },
+	{ "current and total", "{\"image\":\"a\",\"id\":\"x\",\"status\":\"Extracting\","
+			       "\"current\":1536,\"total\":3145728}",
+	  79, 0, "pulling a: x: Extracting 1.5 KiB/3.0 MiB" },
+	{ "current only", "{\"image\":\"a\",\"status\":\"Downloading\",\"current\":512}",
+	  79, 0, "pulling a: Downloading 512 B" },
+	{ "empty progress falls back", "{\"image\":\"a\",\"progress\":\"\",\"current\":5368709120,"
+				       "\"total\":5368709120}",
+	  79, 0, "pulling a 5.0 GiB/5.0 GiB" },
+	{ "nothing", "{}", 79, 0, "pulling image" },
+	{ "cut at the width", "{\"image\":\"alpine:3\",\"status\":\"Downloading\"}",
+	  12, 0, "pulling alpi" },
+	{ "control characters shown as ?", "{\"image\":\"a\",\"status\":\"x\\u001b[2J\\u009by\\r\"}",
+	  79, 0, "pulling a: x?[2J?y?" },
+	{ "UTF-8 counted by character", "{\"image\":\"\\u00e9t\\u00e9\"}", 10, 0, "pulling \xc3\xa9t" },
+	{ "UTF-8 never cut by bytes", "{\"image\":\"\\u00e9t\\u00e9\"}", 79, 10, "pulling " },
+};
+
+START_TEST(test_progress_format)
+{
+	const struct progress_row *row = &progress_rows[_i];
+	json_t *params = json_loads(row->params, 0, NULL);
+	char buf[CLI_PROGRESS_MAX_BYTES];
+
+	ck_assert_ptr_nonnull(params);
+	progress_format(params, row->max_cols, buf, row->size ? row->size : sizeof(buf));
+	ck_assert_msg(!strcmp(buf, row->want), "%s: '%s', want '%s'", row->name, buf, row->want);
+	json_decref(params);
+}
+END_TEST
+
+/* --- the CLI against the fake daemon ------------------------------------- */
+
+#define CLI_MAX_ARGS 24
+#define SANDBOX_ID "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define REPLY(result) "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":" result "}\n"
+#define ACQUIRED "{\"sandbox\":\"" SANDBOX_ID "\",\"name\":\"msb-x\",\"kind\":\"k\"," \
+	"\"work_dir\":\"/maf-sandbox/work\",\"created\":true,\"state\":\"running\"}"
+#define KEY_ARGS "--scope", "s", "--thread", "t", "--agent", "a"
+#define KEY_JSON "{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}"
+
+/* A file (or a terminal) redirected over stream's fd; capture_end()
+ * restores it. */
+struct capture {
+	FILE *stream;
+	int fd;     /* the file */
+	int saved;  /* the stream's fd before */
+};
+
+static void capture_start(struct capture *c, FILE *stream, int fd)
+{
+	c->stream = stream;
+	c->fd = fd;
+	fflush(stream);
+	c->saved = dup(fileno(stream));
+	ck_assert_int_ge(c->saved, 0);
+	ck_assert_int_ge(dup2(fd, fileno(stream)), 0);
+}
+
+/* Restores the stream and closes the file; returns what it holds (malloc'd),
+ * or NULL when it is not a regular file. */
+static char *capture_end(struct capture *c)
+{
+	struct stat st;
+	off_t size;
+	char *buf;
+
+	fflush(c->stream);
+	ck_assert_int_ge(dup2(c->saved, fileno(c->stream)), 0);
+	close(c->saved);
+	ck_assert_int_eq(fstat(c->fd, &st), 0);
+	if (!S_ISREG(st.st_mode)) {
+		close(c->fd);
+		return NULL;
+	}
+	size = lseek(c->fd, 0, SEEK_END);
+	ck_assert_int_ge(size, 0);
+	buf = malloc((size_t)size + 1);
+	ck_assert_int_eq(pread(c->fd, buf, (size_t)size, 0), size);
+	buf[size] = '\0';
+	close(c->fd);
+	return buf;
+}
+
+static int tmpfile_fd(const char *dir)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/out-XXXXXX", dir);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	return fd;
+}
+
+struct cli_result {
+	int rc;
+	char *out;  /* stdout */
+	char *err;  /* stderr; NULL when it went to err_fd */
+};
+
+/* Runs the CLI on "--socket SOCKET ARGS..." (args NULL-ended; "@SPEC" stands
+ * for spec_path), with stdout in a file, and stderr in a file or on err_fd
+ * (>= 0). Files go under dir. */
+static void cli_run(const char *dir, const char *socket, const char *const *args,
+		    const char *spec_path, int err_fd, struct cli_result *ret)
+{
+	char *argv[CLI_MAX_ARGS + 4];
+	struct capture out, err;
+	int argc = 0;
+
+	argv[argc++] = strdup("maf-sandbox");
+	argv[argc++] = strdup("--socket");
+	argv[argc++] = strdup(socket);
+	for (size_t i = 0; args[i]; i++) {
+		ck_assert_int_lt(i, CLI_MAX_ARGS);
+		argv[argc++] = strdup(!strcmp(args[i], "@SPEC") ? spec_path : args[i]);
+	}
+	argv[argc] = NULL;
+	capture_start(&out, stdout, tmpfile_fd(dir));
+	capture_start(&err, stderr, err_fd >= 0 ? dup(err_fd) : tmpfile_fd(dir));
+	ret->rc = cli_main(argc, argv);
+	ret->out = capture_end(&out);
+	ret->err = capture_end(&err);
+	for (int i = 0; i < argc; i++)
+		free(argv[i]);
+}
+
+static void cli_result_free(struct cli_result *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+struct cli_row {
+	const char *name;
+	const char *args[CLI_MAX_ARGS];  /* after --socket PATH */
+	const char *spec;                /* the @SPEC file's content, or NULL */
+	struct fake_script script;
+	const char *method;              /* the request wanted; NULL = none may be sent */
+	const char *params;              /* JSON its params must equal */
+	int rc;
+	const char *out;                 /* stdout, exactly */
+	const char *err;                 /* stderr, exactly */
+	bool out_json;                   /* compare stdout as JSON */
+};
+
+static const struct cli_row cli_rows[] = {
+	{ "acquire with --image prints the id",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--image", "alpine:3" }, NULL,
+	  ONE(REPLY(ACQUIRED)),
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image\":\"alpine:3\"}}",
+	  0, SANDBOX_ID "\n", "", false },
+	{ "acquire while pulling, stderr not a terminal: no progress",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--image", "alpine:3" }, NULL,
+	  { .replies = { { .chunks = { PULL_NOTE("Pulling fs layer"), PULL_NOTE("Downloading"),
+				       REPLY(ACQUIRED) }, .delay_ms = 10 } } },
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image\":\"alpine:3\"}}",
+	  0, SANDBOX_ID "\n", "", false },
+	{ "acquire --json prints the result",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--image", "alpine:3", "--json" }, NULL,
+	  ONE(REPLY(ACQUIRED)),
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image\":\"alpine:3\"}}",
+	  0, ACQUIRED, "", true },
+	{ "acquire --spec with --image, --call, --scope-call laid over it",
+	  { "acquire", KEY_ARGS, "--call", "c1", "--kind", "k", "--spec", "@SPEC", "--image", "img",
+	    "--scope-call" },
+	  "{\"kind\":\"old\",\"image_id\":\"sha256:aa\",\"labels\":{\"a\":\"b\"},\"egress\":\"closed\"}",
+	  ONE(REPLY(ACQUIRED)),
+	  "sandbox.acquire", "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\","
+	  "\"call_id\":\"c1\"},\"spec\":{\"kind\":\"k\",\"image\":\"img\",\"labels\":{\"a\":\"b\"},"
+	  "\"egress\":\"closed\",\"isolation_scope\":\"call\"}}",
+	  0, SANDBOX_ID "\n", "", false },
+	{ "acquire --spec alone keeps image_id",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC" }, "{\"image_id\":\"sha256:aa\"}",
+	  ONE(REPLY(ACQUIRED)),
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image_id\":\"sha256:aa\"}}",
+	  0, SANDBOX_ID "\n", "", false },
+	{ "acquire refused by the daemon",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--image", "i", "--scope-call" }, NULL,
+	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"isolation "
+	      "scope call needs a key with a call_id\",\"data\":{\"type\":\"InvalidParams\","
+	      "\"field\":\"key\"}}}\n"),
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image\":\"i\","
+	  "\"isolation_scope\":\"call\"}}",
+	  1, "", "maf-sandbox: InvalidParams: isolation scope call needs a key with a call_id\n", false },
+	{ "acquire with a result naming no sandbox",
+	  { "acquire", KEY_ARGS, "--kind", "k", "--image", "i" }, NULL, ONE(REPLY("{}")),
+	  "sandbox.acquire", "{\"key\":" KEY_JSON ",\"spec\":{\"kind\":\"k\",\"image\":\"i\"}}",
+	  4, "", "maf-sandbox: acquire: the daemon's result names no sandbox\n", false },
+	{ "ls prints a table",
+	  { "ls" }, NULL,
+	  ONE(REPLY("[{\"sandbox\":\"ab\",\"name\":\"msb-1\",\"key\":{\"scope\":\"conv\","
+		    "\"thread_id\":\"t1\",\"agent_dir\":\"/agents/a\",\"call_id\":\"\"},\"kind\":\"python\","
+		    "\"state\":\"running\",\"created\":\"2024-05-01T12:00:00Z\",\"image\":\"python:3\","
+		    "\"owner\":\"1000\"}, 5, {\"sandbox\":\"cd\",\"name\":\"msb-long-name\",\"key\":"
+		    "{\"scope\":\"call\",\"thread_id\":\"t\\u001b2\",\"agent_dir\":\"a\",\"call_id\":\"c9\"},"
+		    "\"kind\":\"sh\",\"state\":\"exited\",\"created\":null}]")),
+	  "sandbox.list", "{}", 0,
+	  "NAME           STATE    KIND    SCOPE  THREAD  AGENT      CALL  CREATED\n"
+	  "msb-1          running  python  conv   t1      /agents/a  -     2024-05-01T12:00:00Z\n"
+	  "msb-long-name  exited   sh      call   t?2     a          c9    -\n", "", false },
+	{ "ls --scope --thread, none: the header",
+	  { "ls", "--scope", "s", "--thread", "t" }, NULL, ONE(REPLY("[]")),
+	  "sandbox.list", "{\"scope\":\"s\",\"thread_id\":\"t\"}", 0,
+	  "NAME  STATE  KIND  SCOPE  THREAD  AGENT  CALL  CREATED\n", "", false },
+	{ "ls --json", { "ls", "--json", "--scope", "s" }, NULL, ONE(REPLY("[{\"name\":\"x\"}]")),
+	  "sandbox.list", "{\"scope\":\"s\"}", 0, "[{\"name\":\"x\"}]", "", true },
+	{ "dispose done: silent",
+	  { "dispose", KEY_ARGS, "--kind", "k", "--sandbox", SANDBOX_ID }, NULL, ONE(REPLY("null")),
+	  "sandbox.dispose", "{\"key\":" KEY_JSON ",\"kind\":\"k\",\"sandbox\":\"" SANDBOX_ID "\"}",
+	  0, "", "", false },
+	{ "dispose incomplete",
+	  { "dispose", KEY_ARGS, "--call", "c" }, NULL,
+	  ONE(REPLY("{\"code\":\"timeout\",\"detail\":\"the engine did not answer\"}")),
+	  "sandbox.dispose", "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\","
+	  "\"call_id\":\"c\"}}",
+	  1, "", "maf-sandbox: disposal incomplete: timeout: the engine did not answer\n", false },
+	{ "dispose-scope",
+	  { "dispose-scope", "--scope", "s", "--thread", "t" }, NULL,
+	  ONE(REPLY("{\"disposed\":2,\"undisposed\":null}")),
+	  "sandbox.dispose_scope", "{\"scope\":\"s\",\"thread_id\":\"t\"}",
+	  0, "disposed 2 sandbox(es)\n", "", false },
+	{ "dispose-scope incomplete",
+	  { "dispose-scope", "--scope", "s", "--thread", "t" }, NULL,
+	  ONE(REPLY("{\"disposed\":1,\"undisposed\":{\"code\":\"refused\",\"detail\":\"in use\"}}")),
+	  "sandbox.dispose_scope", "{\"scope\":\"s\",\"thread_id\":\"t\"}",
+	  1, "disposed 1 sandbox(es)\n", "maf-sandbox: disposal incomplete: refused: in use\n", false },
+	{ "reap",
+	  { "reap", "--older-than", "24h" }, NULL,
+	  ONE(REPLY("{\"disposed\":3,\"proxies_removed\":1,\"networks_removed\":2,\"failures\":[]}")),
+	  "sandbox.reap", "{\"older_than_seconds\":86400}",
+	  0, "removed: 3 sandbox(es), 1 proxy container(s), 2 network(s)\n", "", false },
+	{ "reap with failures",
+	  { "reap", "--scope", "s", "--older-than", "90" }, NULL,
+	  ONE(REPLY("{\"disposed\":0,\"proxies_removed\":0,\"networks_removed\":0,\"failures\":["
+		    "{\"code\":\"unreachable\",\"detail\":\"engine down\"},"
+		    "{\"code\":\"unknown\",\"detail\":\"?\"}]}")),
+	  "sandbox.reap", "{\"older_than_seconds\":90,\"scope\":\"s\"}",
+	  1, "removed: 0 sandbox(es), 0 proxy container(s), 0 network(s)\n",
+	  "maf-sandbox: not reaped: unreachable: engine down\nmaf-sandbox: not reaped: unknown: ?\n", false },
+	{ "reap by a non-admin",
+	  { "reap", "--older-than", "7d" }, NULL,
+	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1300,\"message\":\"sandbox.reap is "
+	      "for admins\",\"data\":{\"type\":\"PermissionDenied\"}}}\n"),
+	  "sandbox.reap", "{\"older_than_seconds\":604800}",
+	  1, "", "maf-sandbox: PermissionDenied: sandbox.reap is for admins\n", false },
+	/* Usage errors: nothing is sent (the socket does not even exist). */
+	{ "acquire without --scope", { "acquire", "--thread", "t", "--agent", "a", "--kind", "k",
+				       "--image", "i" }, NULL, { 0 }, NULL, NULL,
+	  2, "", "maf-sandbox: 'acquire' needs --scope\nTry 'maf-sandbox acquire --help'.\n", false },
+	{ "acquire without --image or --spec", { "acquire", KEY_ARGS, "--kind", "k" }, NULL, { 0 },
+	  NULL, NULL,
+	  2, "", "maf-sandbox: 'acquire' needs --image or --spec\nTry 'maf-sandbox acquire --help'.\n", false },
+	{ "acquire --spec not an object", { "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC" },
+	  "[1]", { 0 }, NULL, NULL, 2, "", "maf-sandbox: the spec @SPEC is not a JSON object\n", false },
+	{ "acquire --spec not JSON", { "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC" },
+	  "{\"kind\":", { 0 }, NULL, NULL, 2, "", NULL, false },
+	{ "acquire --spec with a duplicate", { "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC" },
+	  "{\"a\":1,\"a\":2}", { 0 }, NULL, NULL, 2, "", NULL, false },
+	{ "dispose-scope without --thread", { "dispose-scope", "--scope", "s" }, NULL, { 0 }, NULL,
+	  NULL, 2, "", "maf-sandbox: 'dispose-scope' needs --thread\n"
+	  "Try 'maf-sandbox dispose-scope --help'.\n", false },
+	{ "reap --older-than 0", { "reap", "--older-than", "0" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "maf-sandbox: invalid --older-than '0': want a duration like 90s, 15m, 24h or 7d, from 1s "
+	  "to 36500d\nTry 'maf-sandbox reap --help'.\n", false },
+	{ "reap --older-than 2w", { "reap", "--older-than", "2w" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  NULL, false },
+	{ "an option of another command", { "ls", "--image", "x" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "maf-sandbox: 'ls' takes no option '--image'\nTry 'maf-sandbox ls --help'.\n", false },
+	{ "a command option before the command", { "--scope", "s", "ls" }, NULL, { 0 }, NULL, NULL,
+	  2, "", "maf-sandbox: option '--scope' goes after the command\nTry 'maf-sandbox --help'.\n", false },
+	{ "an operand", { "dispose-scope", "--scope", "s", "--thread", "t", "x" }, NULL, { 0 }, NULL,
+	  NULL, 2, "", "maf-sandbox: 'dispose-scope' takes no arguments\n"
+	  "Try 'maf-sandbox dispose-scope --help'.\n", false },
+	{ "a value that is not UTF-8", { "ls", "--scope", "s\xff" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "maf-sandbox: the value of '--scope' is not valid UTF-8\nTry 'maf-sandbox ls --help'.\n", false },
+};
+
+/* stderr wanted, "@SPEC" replaced by the spec's path. */
+static char *want_err(const char *want, const char *spec_path)
+{
+	const char *at = strstr(want, "@SPEC");
+	char *s;
+
+	if (!at)
+		return strdup(want);
+	ck_assert_int_ge(asprintf(&s, "%.*s%s%s", (int)(at - want), want, spec_path,
+				  at + strlen("@SPEC")), 0);
+	return s;
+}
+
+static void check_cli_output(const struct cli_row *row, const struct cli_result *res,
+			     const char *spec_path)
+{
+	ck_assert_msg(res->rc == row->rc, "%s: exit %d, want %d (stderr: %s)", row->name, res->rc,
+		      row->rc, res->err);
+	if (row->out_json) {
+		json_t *got = json_loads(res->out, 0, NULL), *want = json_loads(row->out, 0, NULL);
+
+		ck_assert_msg(json_equal(got, want), "%s: stdout '%s'", row->name, res->out);
+		json_decref(got);
+		json_decref(want);
+	} else {
+		ck_assert_msg(!strcmp(res->out, row->out), "%s: stdout '%s'", row->name, res->out);
+	}
+	if (row->err) {
+		char *want = want_err(row->err, spec_path);
+
+		ck_assert_msg(!strcmp(res->err, want), "%s: stderr '%s'", row->name, res->err);
+		free(want);
+	} else {
+		ck_assert_msg(!strncmp(res->err, "maf-sandbox: ", strlen("maf-sandbox: ")),
+			      "%s: stderr '%s'", row->name, res->err);
+	}
+}
+
+static void write_file(const char *path, const char *content, size_t len)
+{
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, content, len), (ssize_t)len);
+	close(fd);
+}
+
+START_TEST(test_cli_command)
+{
+	const struct cli_row *row = &cli_rows[_i];
+	char dir[64], spec_path[128], missing[128];
+	struct cli_result res;
+	int fds = count_fds();
+	struct fake f;
+	json_t *req, *want;
+
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", dir);
+	snprintf(missing, sizeof(missing), "%s/none.sock", dir);
+	if (row->spec)
+		write_file(spec_path, row->spec, strlen(row->spec));
+	if (row->method)
+		fake_start(&f, &row->script);
+	cli_run(dir, row->method ? f.path : missing, row->args, spec_path, -1, &res);
+	check_cli_output(row, &res, spec_path);
+	if (row->method) {
+		fake_stop(&f);
+		req = check_request(f.request[0], f.request_len[0], row->method);
+		want = json_loads(row->params, 0, NULL);
+		ck_assert_ptr_nonnull(want);
+		ck_assert_msg(json_equal(json_object_get(req, "params"), want), "%s: wrong params",
+			      row->name);
+		json_decref(want);
+		json_decref(req);
+		fake_free(&f);
+	}
+	cli_result_free(&res);
+	unlink(spec_path);
+	rmdir(dir);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
+START_TEST(test_cli_spec_too_large)
+{
+	/* Valid JSON, but one byte over the limit: refused before connecting. */
+	static const char *const args[] = { "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC", NULL };
+	size_t len = CLI_SPEC_MAX_BYTES + 1;
+	char dir[64], spec_path[128], missing[128];
+	char *big = malloc(len);
+	struct cli_result res;
+
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", dir);
+	snprintf(missing, sizeof(missing), "%s/none.sock", dir);
+	memset(big, ' ', len);
+	memcpy(big, "{}", 2);
+	write_file(spec_path, big, len);
+	cli_run(dir, missing, args, spec_path, -1, &res);
+	ck_assert_int_eq(res.rc, CLI_EXIT_USAGE);
+	ck_assert_ptr_nonnull(strstr(res.err, "is larger than 1048576 bytes"));
+	cli_result_free(&res);
+	free(big);
+	unlink(spec_path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Reads what the terminal got, until it stays quiet. Returns it malloc'd. */
+static char *pty_drain(int master)
+{
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	struct pollfd pfd = { .fd = master, .events = POLLIN };
+	ssize_t k;
+
+	while (poll(&pfd, 1, 100) > 0 && (k = read(master, buf + len, cap - len - 1)) > 0) {
+		len += (size_t)k;
+		if (len + 1 == cap)
+			buf = realloc(buf, cap *= 2);
+	}
+	buf[len] = '\0';
+	return buf;
+}
+
+START_TEST(test_cli_progress_on_terminal)
+{
+	/* stderr on a 40-column terminal: each notification redraws one line,
+	 * cut to 39 columns; the line is cleared before the id is printed. */
+	static const char *const args[] = { "acquire", KEY_ARGS, "--kind", "k", "--image", "alpine:3",
+					    NULL };
+	const struct fake_script s = { .replies = { { .chunks = {
+		PULL_NOTE("Pulling fs layer"),
+		"{\"jsonrpc\":\"2.0\",\"method\":\"sandbox.pull_progress\",\"params\":{\"name\":\"n\","
+		"\"image\":\"alpine:3\",\"id\":\"4abc\",\"status\":\"Downloading\",\"current\":2048,"
+		"\"total\":4096}}\n",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"other.thing\",\"params\":{}}\n",
+		REPLY(ACQUIRED) }, .delay_ms = 10 } } };
+	struct winsize ws = { .ws_row = 24, .ws_col = 40 };
+	struct cli_result res;
+	char dir[64], *tty;
+	int master, slave;
+	struct fake f;
+
+	master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_int_ge(master, 0);
+	ck_assert_int_eq(grantpt(master), 0);
+	ck_assert_int_eq(unlockpt(master), 0);
+	slave = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_int_ge(slave, 0);
+	ck_assert_int_eq(ioctl(master, TIOCSWINSZ, &ws), 0);
+	tmpdir_make(dir, sizeof(dir));
+	fake_start(&f, &s);
+	cli_run(dir, f.path, args, NULL, slave, &res);
+	fake_stop(&f);
+	fake_free(&f);
+	tty = pty_drain(master);
+	ck_assert_int_eq(res.rc, 0);
+	ck_assert_str_eq(res.out, SANDBOX_ID "\n");
+	ck_assert_str_eq(tty, "\rpulling alpine:3: Pulling fs layer\033[K"
+			      "\rpulling alpine:3: 4abc: Downloading 2.0\033[K"
+			      "\r\033[K");
+	free(tty);
+	cli_result_free(&res);
+	close(slave);
+	close(master);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -1001,6 +1699,27 @@ static Suite *client_suite(void)
 
 	tc = tcase_create("default_socket_path");
 	tcase_add_loop_test(tc, test_default_socket_path, 0, ELEMENTSOF(default_path_rows));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("delivers_notifications");
+	tcase_add_loop_test(tc, test_notify_delivered, 0, ELEMENTSOF(notify_rows));
+	tcase_add_test(tc, test_notify_unset_skips);
+	tcase_add_test(tc, test_notify_late_goes_to_next_call);
+	tcase_add_test(tc, test_notify_hook_may_not_call);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli_parses_durations");
+	tcase_add_loop_test(tc, test_duration_parse, 0, ELEMENTSOF(duration_rows));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli_formats_progress");
+	tcase_add_loop_test(tc, test_progress_format, 0, ELEMENTSOF(progress_rows));
+	tcase_add_test(tc, test_cli_progress_on_terminal);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli_runs_commands");
+	tcase_add_loop_test(tc, test_cli_command, 0, ELEMENTSOF(cli_rows));
+	tcase_add_test(tc, test_cli_spec_too_large);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("strerror");

@@ -1,0 +1,743 @@
+/* check_sandbox.c — the sandbox lifecycle against the real engine: acquire
+ * (cold, warm with no engine request, concurrent, stopped, paused, removed
+ * behind our back), a daemon restart, call scope, dispose, dispose_scope,
+ * list, ownership across uids, and every refusal.
+ *
+ * Test image: Debian's static busybox imported in main() (no registry).
+ * Every container carries the spec label msb-it-run=<run>, and main()
+ * removes all of them at the end, whatever failed. */
+#include <check.h>
+#include <errno.h>
+#include <grp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "msb.h"
+
+#define ENGINE_WAIT_MS 15000
+#define RUN_LABEL "msb-it-run"
+
+static char run_id[32];
+static char image[64];
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs a shell command; returns its stdout (trailing newline cut). */
+static char *sh_out(const char *fmt, ...)
+{
+	char cmd[2048], *out = calloc(1, 65536);
+	va_list ap;
+	FILE *p;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	/* No ck_assert here: main() uses this outside any test. */
+	p = popen(cmd, "r");
+	if (!p)
+		return out;
+	n = fread(out, 1, 65535, p);
+	pclose(p);
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = '\0';
+	return out;
+}
+
+static json_t *spec_for(const char *kind, const char *img)
+{
+	return json_pack("{s:s, s:s, s:{s:s}}", "kind", kind, "image", img, "labels", RUN_LABEL, run_id);
+}
+
+static json_t *key_for(const char *scope, const char *thread, const char *agent, const char *call_id)
+{
+	return json_pack("{s:s, s:s, s:s, s:s}", "scope", scope, "thread_id", thread, "agent_dir", agent,
+			 "call_id", call_id ? call_id : "");
+}
+
+/* sandbox.acquire; params stolen. Returns the result or NULL (*ret_code set). */
+static json_t *acquire(const char *sock, json_t *key, json_t *spec, int *ret_code, char **ret_type)
+{
+	return call(sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", spec),
+		    ret_code, ret_type);
+}
+
+static json_int_t call_requests(const char *sock)
+{
+	json_t *st = call(sock, "daemon.status", NULL, NULL, NULL);
+	json_int_t n = jint(st, "engine.call_requests");
+
+	json_decref(st);
+	return n;
+}
+
+static char *docker_state(const char *id)
+{
+	return sh_out("docker inspect -f '{{.State.Status}}' %s 2>/dev/null", id);
+}
+
+static int count_run_containers(const char *extra_filter)
+{
+	char *out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s %s | wc -l", RUN_LABEL,
+			   run_id, extra_filter ? extra_filter : "");
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+/* Starts a daemon and waits until the registry has been read. */
+static void start_daemon(struct msbd_proc *d, const char *const *args)
+{
+	json_t *r;
+
+	msbd_start(d, args);
+	json_decref(wait_engine_state(d->sock, "reachable", ENGINE_WAIT_MS));
+	/* sandbox.list answers once the registry is synchronised. */
+	for (int i = 0; i < 200; i++) {
+		int code;
+
+		r = call(d->sock, "sandbox.list", NULL, &code, NULL);
+		if (r) {
+			json_decref(r);
+			return;
+		}
+		usleep(50 * 1000);
+	}
+	ck_abort_msg("the registry never synchronised");
+}
+
+/* A unique scope per test. */
+static const char *scope_of(const char *test)
+{
+	static char s[96];
+
+	snprintf(s, sizeof(s), "%s-%s", run_id, test);
+	return s;
+}
+
+/* ---- acquire ------------------------------------------------------------ */
+
+START_TEST(cold_acquire_creates_the_named_labelled_container)
+{
+	struct msbd_proc d = { 0 };
+	json_t *r, *labels;
+	char *out;
+
+	start_daemon(&d, NULL);
+	r = acquire(d.sock, key_for("scope-a", "thread-1", "devops-engineer", NULL),
+		    spec_for("bicep", image), NULL, NULL);
+	ck_assert_msg(r, "acquire failed");
+	ck_assert_str_eq(jstr(r, "name"), "maf-sandbox-docker-6f8a8ed7a21c");   /* golden */
+	ck_assert(json_is_true(jget(r, "created")));
+	ck_assert_str_eq(jstr(r, "state"), "running");
+	ck_assert_str_eq(jstr(r, "work_dir"), "/maf-sandbox/work");
+	ck_assert_uint_eq(strlen(jstr(r, "sandbox")), 64);
+	out = sh_out("docker inspect -f '{{json .Config.Labels}}' %s", jstr(r, "sandbox"));
+	labels = json_loads(out, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.scope")), "scope-a");
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.thread")), "thread-1");
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.agent")), "devops-engineer");
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.kind")), "bicep");
+	ck_assert_ptr_null(json_object_get(labels, "maf-sandbox.call"));
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.work-dir.v1")), "/maf-sandbox/work");
+	ck_assert_str_eq(json_string_value(json_object_get(labels, "maf-sandbox.owner")), "0");
+	json_decref(labels);
+	free(out);
+	/* Hardened: no network, no new privileges, capabilities dropped, pids capped. */
+	out = sh_out("docker inspect -f '{{.HostConfig.NetworkMode}} {{.HostConfig.SecurityOpt}} "
+		     "{{.HostConfig.CapDrop}} {{.HostConfig.PidsLimit}} {{len .Mounts}}' %s",
+		     jstr(r, "sandbox"));
+	ck_assert_str_eq(out, "none [no-new-privileges] [ALL] 512 0");
+	free(out);
+	ck_assert_int_eq(count_run_containers("--filter label=maf-sandbox.scope=scope-a"), 1);
+	json_decref(call(d.sock, "sandbox.dispose", json_pack("{s:o}", "key",
+		key_for("scope-a", "thread-1", "devops-engineer", NULL)), NULL, NULL));
+	json_decref(r);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(warm_acquire_makes_no_engine_request)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("warm");
+	json_t *a, *b;
+	json_int_t before;
+
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	usleep(300 * 1000);     /* let the create/start events settle */
+	before = call_requests(d.sock);
+	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
+	ck_assert(json_is_false(jget(b, "created")));
+	ck_assert_int_eq(call_requests(d.sock), before);       /* zero engine requests */
+	json_decref(a);
+	json_decref(b);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+struct concurrent {
+	const char *sock;
+	const char *scope;
+	char id[80];
+};
+
+static void *acquire_thread(void *arg)
+{
+	struct concurrent *c = arg;
+	json_t *r = acquire(c->sock, key_for(c->scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+
+	if (r)
+		snprintf(c->id, sizeof(c->id), "%s", jstr(r, "sandbox"));
+	json_decref(r);
+	return NULL;
+}
+
+START_TEST(concurrent_acquires_make_one_container)
+{
+	struct msbd_proc d = { 0 };
+	struct concurrent c[20];
+	pthread_t th[20];
+	char filter[160];
+
+	start_daemon(&d, NULL);
+	for (int i = 0; i < 20; i++) {
+		c[i] = (struct concurrent){ .sock = d.sock, .scope = scope_of("concurrent") };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, acquire_thread, &c[i]), 0);
+	}
+	for (int i = 0; i < 20; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < 20; i++) {
+		ck_assert_msg(c[i].id[0], "acquire %d failed", i);
+		ck_assert_str_eq(c[i].id, c[0].id);
+	}
+	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope_of("concurrent"));
+	ck_assert_int_eq(count_run_containers(filter), 1);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* Each row: what is done to the container behind the daemon's back, and
+ * whether the same container comes back. */
+struct behind_row {
+	const char *name;
+	const char *docker;    /* docker subcommand run on the id */
+	bool same_id;
+};
+
+static const struct behind_row behind_rows[] = {
+	{ "stopped", "stop -t 0", true },
+	{ "paused", "pause", true },
+	{ "removed", "rm -f", false },
+};
+
+START_TEST(acquire_recovers_what_was_done_behind_its_back)
+{
+	const struct behind_row *row = &behind_rows[_i];
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of(row->name);
+	json_t *a, *b;
+	char *out, *state;
+
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	out = sh_out("docker %s %s >/dev/null 2>&1; echo $?", row->docker, jstr(a, "sandbox"));
+	ck_assert_str_eq(out, "0");
+	free(out);
+	usleep(500 * 1000);     /* the event reaches the registry */
+	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_msg(b, "acquire after '%s' failed", row->docker);
+	ck_assert_str_eq(jstr(b, "state"), "running");
+	if (row->same_id)
+		ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
+	else
+		ck_assert_str_ne(jstr(a, "sandbox"), jstr(b, "sandbox"));
+	state = docker_state(jstr(b, "sandbox"));
+	ck_assert_str_eq(state, "running");
+	free(state);
+	json_decref(a);
+	json_decref(b);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(restart_rebuilds_the_registry_from_labels)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("restart");
+	json_t *a, *b, *list;
+	json_int_t before;
+
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	memset(&d, 0, sizeof(d));
+	start_daemon(&d, NULL);       /* a new daemon: nothing in memory */
+	list = call(d.sock, "sandbox.list", json_pack("{s:s}", "scope", scope), NULL, NULL);
+	ck_assert_uint_eq(json_array_size(list), 1);
+	ck_assert_str_eq(jstr(json_array_get(list, 0), "sandbox"), jstr(a, "sandbox"));
+	ck_assert_str_eq(jstr(json_array_get(list, 0), "key.scope"), scope);
+	ck_assert_str_eq(jstr(json_array_get(list, 0), "kind"), "k");
+	ck_assert_str_eq(jstr(json_array_get(list, 0), "state"), "running");
+	before = call_requests(d.sock);
+	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
+	ck_assert_int_eq(call_requests(d.sock), before);     /* warm from the rebuilt registry */
+	json_decref(list);
+	json_decref(a);
+	json_decref(b);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(call_scoped_keys_get_their_own_containers)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("call");
+	json_t *conv, *c1, *c2, *spec;
+	int code;
+
+	start_daemon(&d, NULL);
+	conv = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	spec = spec_for("k", image);
+	json_object_set_new(spec, "isolation_scope", json_string("call"));
+	c1 = acquire(d.sock, key_for(scope, "t", "agent", "call-a"), json_deep_copy(spec), NULL, NULL);
+	c2 = acquire(d.sock, key_for(scope, "t", "agent", "call-b"), json_deep_copy(spec), NULL, NULL);
+	ck_assert_ptr_nonnull(conv);
+	ck_assert_ptr_nonnull(c1);
+	ck_assert_ptr_nonnull(c2);
+	ck_assert_str_ne(jstr(conv, "sandbox"), jstr(c1, "sandbox"));
+	ck_assert_str_ne(jstr(c1, "sandbox"), jstr(c2, "sandbox"));
+	/* Scope consistency: call scope needs a call_id, conversation refuses one. */
+	ck_assert_ptr_null(acquire(d.sock, key_for(scope, "t", "agent", NULL), json_deep_copy(spec), &code, NULL));
+	ck_assert_int_eq(code, -32602);
+	ck_assert_ptr_null(acquire(d.sock, key_for(scope, "t", "agent", "call-c"), spec_for("k", image), &code, NULL));
+	ck_assert_int_eq(code, -32602);
+	/* Disposing one call's key leaves the others. */
+	ck_assert(json_is_null(call(d.sock, "sandbox.dispose", json_pack("{s:o}", "key",
+		key_for(scope, "t", "agent", "call-a")), NULL, NULL)));
+	{
+		char *s1 = docker_state(jstr(c1, "sandbox")), *s2 = docker_state(jstr(c2, "sandbox"));
+
+		ck_assert_str_eq(s1, "");
+		ck_assert_str_eq(s2, "running");
+		free(s1);
+		free(s2);
+	}
+	json_decref(spec);
+	json_decref(conv);
+	json_decref(c1);
+	json_decref(c2);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(dispose_and_dispose_scope_after_a_restart)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("dispose");
+	char filter[160];
+	json_t *a, *r;
+
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t1", "agent", NULL), spec_for("k1", image), NULL, NULL);
+	json_decref(acquire(d.sock, key_for(scope, "t1", "agent", NULL), spec_for("k2", image), NULL, NULL));
+	json_decref(acquire(d.sock, key_for(scope, "t1", "other", NULL), spec_for("k1", image), NULL, NULL));
+	json_decref(acquire(d.sock, key_for(scope, "t2", "agent", NULL), spec_for("k1", image), NULL, NULL));
+	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope);
+	ck_assert_int_eq(count_run_containers(filter), 4);
+	/* dispose with a kind: that workload only. */
+	r = call(d.sock, "sandbox.dispose", json_pack("{s:o, s:s}", "key",
+		 key_for(scope, "t1", "agent", NULL), "kind", "k2"), NULL, NULL);
+	ck_assert(json_is_null(r));
+	ck_assert_int_eq(count_run_containers(filter), 3);
+	/* dispose by instance id: only that container; a stale id is a no-op. */
+	r = call(d.sock, "sandbox.dispose", json_pack("{s:o, s:s}", "key",
+		 key_for(scope, "t1", "agent", NULL), "sandbox", jstr(a, "sandbox")), NULL, NULL);
+	ck_assert(json_is_null(r));
+	ck_assert_int_eq(count_run_containers(filter), 2);
+	r = call(d.sock, "sandbox.dispose", json_pack("{s:o, s:s}", "key",
+		 key_for(scope, "t1", "agent", NULL), "sandbox", jstr(a, "sandbox")), NULL, NULL);
+	ck_assert(json_is_null(r));
+	/* dispose_scope after a restart: selected from the engine's labels. */
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	memset(&d, 0, sizeof(d));
+	start_daemon(&d, NULL);
+	r = call(d.sock, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", scope, "thread_id", "t1"),
+		 NULL, NULL);
+	ck_assert_int_eq(jint(r, "disposed"), 1);
+	ck_assert(json_is_null(jget(r, "undisposed")));
+	json_decref(r);
+	ck_assert_int_eq(count_run_containers(filter), 1);       /* t2 stays */
+	r = call(d.sock, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", scope, "thread_id", "t2"),
+		 NULL, NULL);
+	ck_assert_int_eq(jint(r, "disposed"), 1);
+	json_decref(r);
+	ck_assert_int_eq(count_run_containers(filter), 0);
+	json_decref(a);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- ownership ---------------------------------------------------------- */
+
+/* As uid/gid 65534 (nobody/nogroup): returns 0, or the number of the first
+ * check that failed. */
+static int as_nobody(const char *sock, const char *scope, const char *root_id)
+{
+	struct msb_conn *c = NULL;
+	json_t *r = NULL;
+	int rc;
+
+	if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+		return 1;
+	if (msb_connect(sock, &c) != MSB_OK)
+		return 2;
+	/* It cannot see root's sandbox... */
+	if (msb_call(c, "sandbox.list", NULL, &r) != MSB_OK || json_array_size(r) != 0)
+		return 3;
+	json_decref(r);
+	/* ...nor dispose it, by key, by id, or by scope (nothing of its own there)... */
+	if (msb_call(c, "sandbox.dispose", json_pack("{s:o}", "key", key_for(scope, "t", "agent", NULL)), &r) != MSB_OK ||
+	    !json_is_null(r))
+		return 4;
+	if (msb_call(c, "sandbox.dispose", json_pack("{s:o, s:s}", "key", key_for(scope, "t", "agent", NULL),
+						     "sandbox", root_id), &r) != MSB_OK || !json_is_null(r))
+		return 5;
+	if (msb_call(c, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", scope, "thread_id", "t"), &r) != MSB_OK ||
+	    json_integer_value(json_object_get(r, "disposed")) != 0)
+		return 6;
+	json_decref(r);
+	/* ...nor take it over. */
+	rc = msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "agent", NULL),
+						      "spec", spec_for("k", image)), &r);
+	if (rc != MSB_E_REMOTE || msb_last_error_code(c) != 1300 ||
+	    strcmp(msb_last_error_type(c), "PermissionDenied"))
+		return 7;
+	if (strstr(msb_last_error_message(c), "exist"))
+		return 8;                  /* the wording must not tell whether it exists */
+	/* Reaping is for administrators. */
+	rc = msb_call(c, "sandbox.reap", json_pack("{s:i}", "older_than_seconds", 1), &r);
+	if (rc != MSB_E_REMOTE || (msb_last_error_code(c) != 1300 && msb_last_error_code(c) != -32601))
+		return 9;
+	/* Its own sandbox works, and is its own. */
+	if (msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "nobody", NULL),
+						     "spec", spec_for("k", image)), &r) != MSB_OK)
+		return 10;
+	json_decref(r);
+	if (msb_call(c, "sandbox.list", NULL, &r) != MSB_OK || json_array_size(r) != 1 ||
+	    strcmp(json_string_value(json_object_get(json_array_get(r, 0), "owner")), "65534"))
+		return 11;
+	json_decref(r);
+	msb_conn_free(c);
+	return 0;
+}
+
+START_TEST(another_uid_can_neither_see_nor_dispose)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("owner");
+	json_t *a, *list;
+	int status;
+	pid_t pid;
+	char *state;
+
+	start_daemon(&d, (const char *[]){ "--set", "socket.group=nogroup", NULL });
+	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);      /* nobody must reach the socket's directory */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(as_nobody(d.sock, scope, jstr(a, "sandbox")));
+	waitpid(pid, &status, 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "as uid 65534, check %d failed",
+		      WEXITSTATUS(status));
+	state = docker_state(jstr(a, "sandbox"));
+	ck_assert_str_eq(state, "running");              /* root's is untouched */
+	free(state);
+	/* root, the administrator, sees both. */
+	list = call(d.sock, "sandbox.list", json_pack("{s:s}", "scope", scope), NULL, NULL);
+	ck_assert_uint_eq(json_array_size(list), 2);
+	json_decref(list);
+	json_decref(a);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- refusals ----------------------------------------------------------- */
+
+struct refusal_row {
+	const char *spec_extra;    /* JSON members merged into the spec */
+	int code;
+	const char *type;
+	const char *field;         /* data.field for -32602, or NULL */
+};
+
+static const struct refusal_row refusal_rows[] = {
+	{ "{\"requires\":[\"exec\",\"files_list\"]}", 1100, "SandboxCapabilityNotSupported", NULL },
+	{ "{\"requires\":[\"run_code\"]}", 1100, "SandboxCapabilityNotSupported", NULL },
+	{ "{\"egress\":\"allowlist\"}", 1101, "SandboxEgressNotEnforced", NULL },
+	{ "{\"egress\":\"unrestricted\"}", 1101, "SandboxEgressNotEnforced", NULL },
+	{ "{\"requires_os_family\":\"windows\"}", 1102, "SandboxOsFamilyNotSupported", NULL },
+	{ "{\"files_in\":{\"max_bytes_per_file\":67108865,\"max_total_bytes\":1,\"max_files\":1}}",
+	  1103, "SandboxTransferLimitsNotPermitted", NULL },
+	{ "{\"files_out\":{\"max_bytes_per_file\":1,\"max_total_bytes\":1,\"max_files\":257}}",
+	  1103, "SandboxTransferLimitsNotPermitted", NULL },
+	{ "{\"min_isolation\":\"microvm\"}", 1105, "SandboxBackendNotPermitted", NULL },
+	{ "{\"egress_allow\":[\"example.org\"]}", -32602, "InvalidParams", "spec.egress_allow" },
+	{ "{\"requires\":[\"exec\",\"reclaim\"]}", -32602, "InvalidParams", "spec.requires" },
+	{ "{\"egress\":\"open\"}", -32602, "InvalidParams", "spec.egress" },
+	{ "{\"isolation_scope\":\"galaxy\"}", -32602, "InvalidParams", "spec.isolation_scope" },
+	{ "{\"min_isolation\":\"process\"}", -32602, "InvalidParams", "spec.min_isolation" },
+	{ "{\"image\":null}", -32602, "InvalidParams", "spec" },
+};
+
+START_TEST(crafted_specs_are_refused_before_anything_is_created)
+{
+	const struct refusal_row *row = &refusal_rows[_i];
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("refuse");
+	json_t *spec = spec_for("k", image), *extra = json_loads(row->spec_extra, 0, NULL), *err;
+	struct msb_conn *c;
+	char filter[160];
+	int rc;
+
+	start_daemon(&d, NULL);
+	json_object_update(spec, extra);
+	json_decref(extra);
+	ck_assert_int_eq(msb_connect(d.sock, &c), MSB_OK);
+	rc = msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "a", NULL),
+						      "spec", spec), NULL);
+	ck_assert_int_eq(rc, MSB_E_REMOTE);
+	ck_assert_int_eq(msb_last_error_code(c), row->code);
+	ck_assert_str_eq(msb_last_error_type(c), row->type);
+	err = msb_last_error_data(c);
+	if (row->field)
+		ck_assert_str_eq(json_string_value(json_object_get(err, "field")), row->field);
+	if (strstr(row->spec_extra, "example.org"))
+		ck_assert_ptr_nonnull(strstr(msb_last_error_message(c), "example.org"));
+	msb_conn_free(c);
+	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope);
+	ck_assert_int_eq(count_run_containers(filter), 0);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(an_image_no_registry_serves_fails_clearly)
+{
+	struct msbd_proc d = { 0 };
+	char *type = NULL, img[96];
+	int code;
+
+	start_daemon(&d, NULL);
+	/* A name under .invalid: no registry can serve it, and nothing is sent off this machine. */
+	snprintf(img, sizeof(img), "registry.invalid/msb-no-such-image:%s", run_id);
+	ck_assert_ptr_null(acquire(d.sock, key_for(scope_of("pull"), "t", "a", NULL), spec_for("k", img),
+				   &code, &type));
+	ck_assert_int_eq(code, 1001);
+	ck_assert_str_eq(type, "EngineError");
+	free(type);
+	{
+		char filter[160];
+
+		snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope_of("pull"));
+		ck_assert_int_eq(count_run_containers(filter), 0);
+	}
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- reap --------------------------------------------------------------- */
+
+START_TEST(reap_removes_only_what_is_old_enough)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("reap");
+	char *out, *state;
+	json_t *old, *young, *r;
+	int code;
+
+	start_daemon(&d, NULL);
+	old = acquire(d.sock, key_for(scope, "t", "old", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(old);
+	/* A look-alike with every label but a foreign name is never reaped. */
+	out = sh_out("docker run -d --network none --name maf-sandbox-wslc-%s --label maf-sandbox.scope=%s "
+		     "--label maf-sandbox.thread=t --label maf-sandbox.agent=x --label maf-sandbox.kind=k "
+		     "--label maf-sandbox.label.%s=%s %s sleep infinity", run_id, scope, RUN_LABEL, run_id, image);
+	ck_assert_uint_eq(strlen(out), 64);
+	free(out);
+	sleep(3);
+	young = acquire(d.sock, key_for(scope, "t", "young", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(young);
+	ck_assert_ptr_null(call(d.sock, "sandbox.reap", json_pack("{s:i}", "older_than_seconds", 0), &code, NULL));
+	ck_assert_int_eq(code, -32602);
+	r = call(d.sock, "sandbox.reap", json_pack("{s:i, s:s}", "older_than_seconds", 2, "scope", scope),
+		 NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(r, "disposed"), 1);
+	ck_assert_int_eq(jint(r, "proxies_removed"), 0);
+	ck_assert_int_eq(jint(r, "networks_removed"), 0);
+	ck_assert_uint_eq(json_array_size(jget(r, "failures")), 0);
+	json_decref(r);
+	state = docker_state(jstr(old, "sandbox"));
+	ck_assert_str_eq(state, "");                       /* the old one is gone */
+	free(state);
+	state = docker_state(jstr(young, "sandbox"));
+	ck_assert_str_eq(state, "running");                /* the young one stays */
+	free(state);
+	out = sh_out("docker inspect -f '{{.State.Status}}' maf-sandbox-wslc-%s", run_id);
+	ck_assert_str_eq(out, "running");                  /* the look-alike stays */
+	free(out);
+	json_decref(old);
+	json_decref(young);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(timed_sweep_reaps_by_itself)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("timed");
+	json_t *a;
+	char *state = NULL;
+
+	start_daemon(&d, (const char *[]){ "--set", "reap.max_age_s=1", "--set", "reap.interval_s=1", NULL });
+	a = acquire(d.sock, key_for(scope, "t", "a", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	for (int i = 0; i < 100; i++) {
+		free(state);
+		state = docker_state(jstr(a, "sandbox"));
+		if (!*state)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_msg(!*state, "the timed sweep did not remove a sandbox older than reap.max_age_s");
+	free(state);
+	json_decref(a);
+	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
+	state = sh_out("grep -c 'timed sweep: removed' %s", d.log);
+	ck_assert_int_ge(atoi(state), 1);
+	free(state);
+	msbd_stop(&d);
+}
+END_TEST
+
+/* ---- the CLI ------------------------------------------------------------ */
+
+START_TEST(cli_acquire_ls_dispose)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("cli");
+	char spec_path[160], *out = NULL, *err = NULL, *id;
+	FILE *f;
+
+	start_daemon(&d, NULL);
+	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", d.dir);
+	f = fopen(spec_path, "w");
+	fprintf(f, "{\"labels\":{\"%s\":\"%s\"}}", RUN_LABEL, run_id);
+	fclose(f);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "acquire", "--scope", scope, "--thread", "t",
+		"--agent", "a", "--kind", "k", "--image", image, "--spec", spec_path, NULL }, &out, &err), 0);
+	id = strndup(out, strcspn(out, "\n"));
+	ck_assert_msg(strlen(id) == 64, "acquire printed %s (stderr %s)", out, err);
+	free(out), free(err);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "ls", "--scope", scope, NULL }, &out, NULL), 0);
+	ck_assert_msg(strstr(out, "running") && strstr(out, scope), "ls: %s", out);
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "dispose", "--scope", scope, "--thread", "t",
+		"--agent", "a", NULL }, &out, NULL), 0);
+	free(out);
+	out = docker_state(id);
+	ck_assert_str_eq(out, "");                       /* gone */
+	free(out);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "dispose-scope", "--scope", scope,
+		"--thread", "t", NULL }, &out, NULL), 0);
+	ck_assert_msg(strstr(out, "disposed 0"), "dispose-scope: %s", out);
+	free(out);
+	/* A refusal reaches the user as the error's type, with exit status 1. */
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "acquire", "--scope", scope, "--thread", "t",
+		"--agent", "a", "--kind", "k", "--image", image, "--scope-call", NULL }, &out, &err), 1);
+	ck_assert_msg(strstr(err, "InvalidParams"), "stderr: %s", err);
+	free(out), free(err);
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+static Suite *sandbox_suite(void)
+{
+	Suite *s = suite_create("sandbox");
+	TCase *acq = tcase_create("acquire");
+	TCase *disp = tcase_create("dispose");
+	TCase *own = tcase_create("ownership");
+	TCase *ref = tcase_create("refusals");
+
+	tcase_set_timeout(acq, 120);
+	tcase_add_test(acq, cold_acquire_creates_the_named_labelled_container);
+	tcase_add_test(acq, warm_acquire_makes_no_engine_request);
+	tcase_add_test(acq, concurrent_acquires_make_one_container);
+	tcase_add_loop_test(acq, acquire_recovers_what_was_done_behind_its_back, 0,
+			    sizeof(behind_rows) / sizeof(behind_rows[0]));
+	tcase_add_test(acq, restart_rebuilds_the_registry_from_labels);
+	tcase_add_test(acq, call_scoped_keys_get_their_own_containers);
+	tcase_add_test(acq, an_image_no_registry_serves_fails_clearly);
+	tcase_add_test(acq, cli_acquire_ls_dispose);
+	tcase_set_timeout(disp, 120);
+	tcase_add_test(disp, dispose_and_dispose_scope_after_a_restart);
+	tcase_add_test(disp, reap_removes_only_what_is_old_enough);
+	tcase_add_test(disp, timed_sweep_reaps_by_itself);
+	tcase_set_timeout(own, 120);
+	tcase_add_test(own, another_uid_can_neither_see_nor_dispose);
+	tcase_set_timeout(ref, 60);
+	tcase_add_loop_test(ref, crafted_specs_are_refused_before_anything_is_created, 0,
+			    sizeof(refusal_rows) / sizeof(refusal_rows[0]));
+	suite_add_tcase(s, acq);
+	suite_add_tcase(s, disp);
+	suite_add_tcase(s, own);
+	suite_add_tcase(s, ref);
+	return s;
+}
+
+int main(void)
+{
+	const char *script = getenv("MSB_TESTIMAGE");
+	SRunner *sr;
+	char *out;
+	int failed;
+
+	snprintf(run_id, sizeof(run_id), "it%d", (int)getpid());
+	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
+	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
+	if (!strstr(out, "ok")) {
+		fprintf(stderr, "cannot build the test image: %s\n", out);
+		return EXIT_FAILURE;
+	}
+	free(out);
+	sr = srunner_create(sandbox_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	/* Whatever failed: nothing of this run stays. */
+	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
+		     "docker rmi -f %s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image);
+	free(out);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
