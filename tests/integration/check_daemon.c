@@ -998,6 +998,46 @@ START_TEST(drain_deadline_answers_shutting_down)
 }
 END_TEST
 
+/* The engine reports linux at the probe, then windows: a cold acquire
+ * re-reads the OS and refuses before it creates anything. */
+static const struct fake_reply moved_script[] = {
+	{ .method = "GET", .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/version",
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\",\"Arch\":\"amd64\"}" },
+	{ .method = "GET", .path = "/v1.41/containers/json", .body = "[]", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/events", .chunked = true, .stall = true, .body = "", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/containers/maf-sandbox-docker-", .status = 404,
+	  .body = "{\"message\":\"No such container\"}", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/version", .repeat = true,
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"windows\",\"Arch\":\"amd64\"}" },
+};
+
+START_TEST(an_engine_that_moved_is_refused_on_a_cold_acquire)
+{
+	struct msbd_proc d = { 0 };
+	char host[160], *type = NULL;
+	json_t *st, *r;
+	int code;
+
+	snprintf(host, sizeof(host), "unix://%s", fake_engine_start(moved_script, 6));
+	msbd_start(&d, (const char *[]){ "--engine-host", host, NULL });
+	st = wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS);
+	ck_assert_str_eq(jstr(st, "engine.os"), "linux");
+	json_decref(st);
+	r = call(d.sock, "sandbox.acquire", json_pack("{s:{s:s, s:s, s:s}, s:{s:s, s:s}}",
+		 "key", "scope", "s", "thread_id", "t", "agent_dir", "a", "spec", "kind", "k", "image", "img"),
+		 &code, &type);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(code, 1102);
+	ck_assert_str_eq(type, "SandboxOsFamilyNotSupported");
+	free(type);
+	for (size_t i = 0; i < fake_engine_request_count(); i++)
+		ck_assert_str_ne(fake_engine_request(i)->method, "POST");   /* nothing created */
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	fake_engine_cleanup();
+}
+END_TEST
+
 /* ---- more limits -------------------------------------------------------- */
 
 START_TEST(unread_replies_hit_the_write_timeout)
@@ -1225,6 +1265,7 @@ static Suite *daemon_suite(void)
 		tcase_add_test(slow, in_flight_back_pressure_is_not_a_frame_timeout);
 		tcase_add_test(slow, half_close_with_a_fragment_keeps_the_reply);
 		tcase_add_test(slow, drain_deadline_answers_shutting_down);
+		tcase_add_test(slow, an_engine_that_moved_is_refused_on_a_cold_acquire);
 		suite_add_tcase(s, slow);
 	}
 	tcase_add_test(limits, unread_replies_hit_the_write_timeout);

@@ -288,8 +288,23 @@ START_TEST(restart_rebuilds_the_registry_from_labels)
 	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
 	ck_assert_int_eq(msbd_stop(&d), 0);
+	/* As a daemon that died holding a freeze would leave it. */
+	free(sh_out("docker pause %s", jstr(a, "sandbox")));
 	memset(&d, 0, sizeof(d));
 	start_daemon(&d, NULL);       /* a new daemon: nothing in memory */
+	{
+		char *state = NULL;
+
+		for (int i = 0; i < 100; i++) {
+			free(state);
+			state = docker_state(jstr(a, "sandbox"));
+			if (strcmp(state, "running") == 0)
+				break;
+			usleep(50 * 1000);
+		}
+		ck_assert_msg(strcmp(state, "running") == 0, "a frozen orphan was not thawed at start: %s", state);
+		free(state);
+	}
 	list = call(d.sock, "sandbox.list", json_pack("{s:s}", "scope", scope), NULL, NULL);
 	ck_assert_uint_eq(json_array_size(list), 1);
 	ck_assert_str_eq(jstr(json_array_get(list, 0), "sandbox"), jstr(a, "sandbox"));
@@ -548,8 +563,9 @@ START_TEST(an_image_no_registry_serves_fails_clearly)
 	int code;
 
 	start_daemon(&d, NULL);
-	/* A name under .invalid: no registry can serve it, and nothing is sent off this machine. */
-	snprintf(img, sizeof(img), "registry.invalid/msb-no-such-image:%s", run_id);
+	/* A registry on loopback port 1, where nothing listens: the pull fails at
+	 * once and nothing leaves this machine. */
+	snprintf(img, sizeof(img), "127.0.0.1:1/msb-no-such-image:%s", run_id);
 	ck_assert_ptr_null(acquire(d.sock, key_for(scope_of("pull"), "t", "a", NULL), spec_for("k", img),
 				   &code, &type));
 	ck_assert_int_eq(code, 1001);
@@ -561,6 +577,61 @@ START_TEST(an_image_no_registry_serves_fails_clearly)
 		snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope_of("pull"));
 		ck_assert_int_eq(count_run_containers(filter), 0);
 	}
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(a_foreign_container_under_our_name_is_refused)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("foreign");
+	char *out, *type = NULL;
+	json_t *a;
+	int code;
+
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t", "a", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	ck_assert(json_is_null(call(d.sock, "sandbox.dispose", json_pack("{s:o}", "key",
+		key_for(scope, "t", "a", NULL)), NULL, NULL)));
+	/* Someone else takes the name, without our labels. */
+	out = sh_out("docker run -d --network none --name %s --label maf-sandbox.label.%s=%s %s sleep infinity",
+		     jstr(a, "name"), RUN_LABEL, run_id, image);
+	ck_assert_uint_eq(strlen(out), 64);
+	ck_assert_ptr_null(acquire(d.sock, key_for(scope, "t", "a", NULL), spec_for("k", image), &code, &type));
+	ck_assert_int_eq(code, 1106);
+	ck_assert_str_eq(type, "SandboxConflict");
+	free(type);
+	free(out);
+	out = sh_out("docker inspect -f '{{.State.Status}}' %s", jstr(a, "name"));
+	ck_assert_str_eq(out, "running");                  /* refused, and left alone */
+	free(out);
+	json_decref(a);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(a_failure_half_way_rolls_back)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("rollback");
+	char nosleep[96], *out, *type = NULL, filter[160];
+	int code;
+
+	/* An image whose command cannot run: created, started, then exited. */
+	snprintf(nosleep, sizeof(nosleep), "msb-it-nosleep:%s", run_id);
+	out = sh_out("d=$(mktemp -d) && mkdir -p $d/bin && cp /bin/busybox $d/bin/ && ln -s busybox $d/bin/sh && "
+		     "tar -C $d -c . | docker import -c 'ENV PATH=/bin' - %s >/dev/null && rm -rf $d && echo ok",
+		     nosleep);
+	ck_assert_str_eq(out, "ok");
+	free(out);
+	start_daemon(&d, NULL);
+	ck_assert_ptr_null(acquire(d.sock, key_for(scope, "t", "a", NULL), spec_for("k", nosleep), &code, &type));
+	ck_assert_int_eq(code, 1001);
+	free(type);
+	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope);
+	ck_assert_int_eq(count_run_containers(filter), 0);   /* what it created is gone */
+	free(sh_out("docker rmi -f %s", nosleep));
 	ck_assert_int_eq(msbd_stop(&d), 0);
 }
 END_TEST
@@ -700,6 +771,8 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(acq, call_scoped_keys_get_their_own_containers);
 	tcase_add_test(acq, an_image_no_registry_serves_fails_clearly);
 	tcase_add_test(acq, cli_acquire_ls_dispose);
+	tcase_add_test(acq, a_foreign_container_under_our_name_is_refused);
+	tcase_add_test(acq, a_failure_half_way_rolls_back);
 	tcase_set_timeout(disp, 120);
 	tcase_add_test(disp, dispose_and_dispose_scope_after_a_restart);
 	tcase_add_test(disp, reap_removes_only_what_is_old_enough);
