@@ -27,8 +27,15 @@ struct msbd {
 	struct docker_events *events;       /* keeps the registry current */
 	struct acquire_table *acquires;     /* acquires in flight */
 	bool registry_synced;               /* a listing has been read since the last resync */
+	uint64_t resync_gen;                /* the resync a listing reply belongs to */
+	struct event *resync_timer;         /* retries a failed listing */
+	long resync_backoff_ms;
 	struct timespec started;           /* CLOCK_MONOTONIC */
 };
+
+/* A failed registry listing is retried after a backoff between these. */
+#define MSBD_RESYNC_RETRY_MIN_MS 250
+#define MSBD_RESYNC_RETRY_MAX_MS 10000
 
 /* What the Docker backend declares (behaviour-docker §1). */
 uint32_t msbd_capabilities(void);
@@ -37,7 +44,10 @@ uint32_t msbd_scopes(void);
 /* posix iff the engine reported Os linux at its last probe, else none. */
 uint32_t msbd_os_families(const struct msbd *d);
 
-/* root, or a member of sandbox.admin_group. */
+/* root, or a member of sandbox.admin_group: looked up in the user database
+ * (which may block), so the server does it once per connection... */
+bool msbd_lookup_admin(const struct msbd *d, uid_t uid, gid_t gid);
+/* ...and this reads the answer it kept. */
 bool msbd_peer_is_admin(const struct msbd *d, const struct rpc_peer *peer);
 
 /* The method table served on the socket. */

@@ -45,20 +45,26 @@ uint32_t msbd_os_families(const struct msbd *d)
 
 bool msbd_peer_is_admin(const struct msbd *d, const struct rpc_peer *peer)
 {
+	(void)d;
+	return peer->admin;
+}
+
+bool msbd_lookup_admin(const struct msbd *d, uid_t uid, gid_t gid)
+{
 	const char *group = d->config->admin_group;
 	struct group *gr;
 	struct passwd *pw;
 	gid_t groups[256];
 	int n = 256;
 
-	if (peer->uid == 0)
+	if (uid == 0)
 		return true;
 	if (!group || !(gr = getgrnam(group)))
 		return false;
-	if (peer->gid == gr->gr_gid)
+	if (gid == gr->gr_gid)
 		return true;
 	/* Supplementary groups, from the user database. */
-	pw = getpwuid(peer->uid);
+	pw = getpwuid(uid);
 	if (!pw || getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) < 0)
 		return false;
 	for (int i = 0; i < n; i++)

@@ -201,6 +201,7 @@ struct sweep_op {
 	enum sweep_mode mode;
 	json_t *filters;          /* label filter for the listing */
 	char **ids;               /* to remove, in order */
+	bool *is_proxy;           /* proxies are removed, never counted */
 	size_t n_ids, next;
 	size_t disposed;          /* workloads removed (not proxies, not already absent) */
 	json_t *failures;         /* [{code, detail}] */
@@ -259,6 +260,7 @@ static void sweep_free(struct sweep_op *op)
 	for (size_t i = 0; i < op->n_ids; i++)
 		free(op->ids[i]);
 	free(op->ids);
+	free(op->is_proxy);
 	json_decref(op->filters);
 	json_decref(op->failures);
 	free(op);
@@ -276,12 +278,14 @@ static void sweep_finish(struct sweep_op *op)
 	sweep_free(op);
 }
 
-static void sweep_add_id(struct sweep_op *op, const char *id)
+static void sweep_add_id(struct sweep_op *op, const char *id, bool is_proxy)
 {
 	for (size_t i = 0; i < op->n_ids; i++)
 		if (strcmp(op->ids[i], id) == 0)
 			return;
 	op->ids = xrealloc(op->ids, (op->n_ids + 1) * sizeof(*op->ids));
+	op->is_proxy = xrealloc(op->is_proxy, (op->n_ids + 1) * sizeof(*op->is_proxy));
+	op->is_proxy[op->n_ids] = is_proxy;
 	op->ids[op->n_ids++] = xstrdup(id);
 }
 
@@ -300,7 +304,8 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	if (r->error == 0 && r->status == 204) {
-		op->disposed++;
+		if (!op->is_proxy[op->next])
+			op->disposed++;
 		if (sb)
 			registry_remove(op->d->registry, sb);
 	} else if (r->error == 0 && r->status == 404) {
@@ -334,14 +339,14 @@ static void sweep_remove_next(struct sweep_op *op)
 	sweep_finish(op);
 }
 
-/* Does a registry entry match the sweep's label filter? (the fallback when
- * the listing fails, and names a listing may miss) */
-static bool sweep_matches(const struct sweep_op *op, const struct sandbox *sb)
+/* Do labels match the sweep's label filter? (the registry fallback when the
+ * listing fails or misses names, and acquires in flight) */
+static bool labels_match_filter(const json_t *filters, const json_t *labels)
 {
 	const char *cond;
 	json_t *v;
 
-	json_object_foreach(json_object_get(op->filters, "label"), cond, v) {
+	json_object_foreach(json_object_get(filters, "label"), cond, v) {
 		_cleanup_free_ char *k = xstrdup(cond);
 		char *eq = strchr(k, '=');
 		const char *have;
@@ -349,11 +354,27 @@ static bool sweep_matches(const struct sweep_op *op, const struct sandbox *sb)
 		if (!eq)
 			return false;
 		*eq = '\0';
-		have = sandbox_label(sb, k);
+		have = json_string_value(json_object_get(labels, k));
 		if (!have || strcmp(have, eq + 1))
 			return false;
 	}
 	return true;
+}
+
+static bool sweep_matches(const struct sweep_op *op, const struct sandbox *sb)
+{
+	return labels_match_filter(op->filters, sb->labels);
+}
+
+/* An acquire in flight may create a sandbox this sweep selects just after
+ * it: say so, as a disposal another operation has not reported on. */
+static void sweep_note_acquire_cb(const char *name, const json_t *labels, void *arg)
+{
+	struct sweep_op *op = arg;
+
+	if (labels_match_filter(op->filters, labels))
+		sweep_add_failure(op, "unknown", "an acquire of %s is in flight; it may create that "
+				  "sandbox after this disposal", name);
 }
 
 static void sweep_listed_cb(const struct docker_reply *r, void *arg)
@@ -371,13 +392,19 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 	if (r->error || r->status != 200 || !json_is_array(r->body)) {
 		sweep_add_failure(op, "unlisted", "could not list containers, so the sweep may be partial");
 	} else {
-		json_array_foreach(r->body, i, item)
+		json_array_foreach(r->body, i, item) {
+			const char *role = json_string_value(json_object_get(json_object_get(item, "Labels"),
+									     LABEL_ROLE));
+
 			if (json_string_value(json_object_get(item, "Id")))
-				sweep_add_id(op, json_string_value(json_object_get(item, "Id")));
+				sweep_add_id(op, json_string_value(json_object_get(item, "Id")),
+					     role && strcmp(role, "proxy") == 0);
+		}
 	}
 	for (sb = registry_first(op->d->registry); sb; sb = registry_next(sb))
 		if (sweep_matches(op, sb))
-			sweep_add_id(op, sb->id);
+			sweep_add_id(op, sb->id, false);
+	acquire_foreach(op->d->acquires, sweep_note_acquire_cb, op);
 	sweep_remove_next(op);
 }
 

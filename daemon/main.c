@@ -161,30 +161,71 @@ static void thaw_orphans(struct msbd *d)
 	}
 }
 
+struct registry_listing {
+	struct msbd *d;
+	uint64_t gen;
+};
+
+static void registry_list(struct msbd *d);
+
 static void registry_listed_cb(const struct docker_reply *r, void *arg)
 {
-	struct msbd *d = arg;
+	struct registry_listing *l = arg;
+	struct msbd *d = l->d;
+	bool current = l->gen == d->resync_gen;
+	struct timeval tv;
 
+	free(l);
+	if (r->error == -ECANCELED || !current)
+		return;                 /* shutting down, or a newer resync is under way */
 	if (r->error || r->status != 200 || !json_is_array(r->body)) {
-		if (r->error != -ECANCELED)
-			log_warnx("could not list sandboxes to rebuild the registry; retrying with the events stream");
+		log_warnx("could not list sandboxes to rebuild the registry; retrying in %ld ms",
+			  d->resync_backoff_ms);
+		tv.tv_sec = d->resync_backoff_ms / 1000;
+		tv.tv_usec = (d->resync_backoff_ms % 1000) * 1000;
+		evtimer_add(d->resync_timer, &tv);
+		d->resync_backoff_ms = d->resync_backoff_ms * 2 > MSBD_RESYNC_RETRY_MAX_MS ?
+			MSBD_RESYNC_RETRY_MAX_MS : d->resync_backoff_ms * 2;
 		return;
 	}
+	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
 	registry_replace_all(d->registry, r->body);
 	d->registry_synced = true;
 	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
 	thaw_orphans(d);
 }
 
+static void registry_list(struct msbd *d)
+{
+	json_t *filters = json_pack("{s:{s:b}}", "label", "maf-sandbox.kind", 1);
+	struct registry_listing *l = xmalloc(sizeof(*l));
+
+	*l = (struct registry_listing){ .d = d, .gen = d->resync_gen };
+	if (docker_containers_list(d->engine, filters, registry_listed_cb, l, NULL) < 0) {
+		log_debug("engine", "registry listing not started: the engine is not reachable");
+		free(l);
+	}
+	json_decref(filters);
+}
+
+static void registry_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	registry_list(arg);
+}
+
+/* Before each (re)connection of the events stream: list again, keeping the
+ * events that arrive meanwhile to replay after the listing. */
 static void registry_resync_cb(void *arg)
 {
 	struct msbd *d = arg;
-	json_t *filters = json_pack("{s:{s:b}}", "label", "maf-sandbox.kind", 1);
 
 	d->registry_synced = false;
-	if (docker_containers_list(d->engine, filters, registry_listed_cb, d, NULL) < 0)
-		log_debug("engine", "registry listing not started: the engine is not reachable");
-	json_decref(filters);
+	d->resync_gen++;
+	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
+	evtimer_del(d->resync_timer);
+	registry_begin_resync(d->registry);
+	registry_list(d);
 }
 
 static void registry_event_cb(const json_t *event, void *arg)
@@ -290,6 +331,7 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
 	evtimer_add(m->flush_timer, &tv);
 	m->d.events = docker_events_free(m->d.events);
+	evtimer_del(m->d.resync_timer);
 	m->d.engine = engine_free(m->d.engine);
 }
 
@@ -355,6 +397,9 @@ static int start(struct msbd_main *m)
 	}
 	m->d.registry = registry_new();
 	m->d.acquires = acquire_table_new();
+	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
+	if (!m->d.resync_timer)
+		return -EIO;
 	{
 		json_t *filters = json_pack("{s:{s:b}, s:{s:b}}", "type", "container", 1, "label",
 					    "maf-sandbox.kind", 1);
@@ -386,6 +431,11 @@ static void stop(struct msbd_main *m)
 	signal(SIGINT, SIG_IGN);
 	m->d.server = server_free(m->d.server);
 	m->d.events = docker_events_free(m->d.events);
+	/* No timer may start engine work from here on. */
+	if (m->d.resync_timer)
+		evtimer_del(m->d.resync_timer);
+	if (m->reap_timer)
+		evtimer_del(m->reap_timer);
 	/* Cancels every engine request: operations complete (with ShuttingDown,
 	 * to clients already gone) at the next turn of the loop. */
 	m->d.engine = engine_free(m->d.engine);
@@ -393,6 +443,8 @@ static void stop(struct msbd_main *m)
 		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
 	m->d.acquires = acquire_table_free(m->d.acquires);
 	m->d.registry = registry_free(m->d.registry);
+	if (m->d.resync_timer)
+		event_free(m->d.resync_timer);
 	if (m->sig_term)
 		event_free(m->sig_term);
 	if (m->sig_int)

@@ -30,6 +30,7 @@ struct rpc_peer {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
+	bool admin;        /* resolved once, when the connection was accepted */
 };
 
 /* Called once when the call finishes, unless detached. reply is stolen;

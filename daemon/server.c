@@ -574,6 +574,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 	c->srv = srv;
 	c->id = ++srv->next_conn_id;
 	server_peer(fd, &c->peer);
+	c->peer.admin = c->peer.uid != (uid_t)-1 && msbd_lookup_admin(srv->d, c->peer.uid, c->peer.gid);
 	frame_buf_init(&c->in, srv->d->config->max_frame_bytes);
 	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->frame_ev = evtimer_new(base, conn_frame_timeout_cb, c);

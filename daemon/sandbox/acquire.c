@@ -32,9 +32,20 @@ struct acquire_op {
 	bool created;                /* this op created it: a failure removes it */
 	bool adopting;               /* re-inspecting after a 409 (once) */
 	struct msb_error err;        /* the failure to report */
-	struct rpc_call **waiters;
+	uint64_t inspect_seq;        /* registry event clock when the last inspect was sent */
+	json_t *last_inspect;        /* the last inspect of the container */
+	struct acq_waiter *waiters;
 	size_t n_waiters;
 	struct event *finish_ev;     /* completes the op from the loop */
+};
+
+/* Each caller joined to the op, with what it asked for: the container is
+ * checked against every waiter's own owner and work dir at the end. */
+struct acq_waiter {
+	struct rpc_call *call;
+	struct rpc_peer peer;
+	json_t *spec_json;
+	struct msb_spec spec;
 };
 
 struct acquire_table {
@@ -99,6 +110,18 @@ bool acquire_in_flight(const struct acquire_table *t, const char *name)
 	return acquire_find(t, name) != NULL;
 }
 
+void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *arg)
+{
+	struct acquire_op *op;
+
+	TAILQ_FOREACH(op, &t->ops, entry) {
+		json_t *labels = names_workload_labels(&op->key, &op->spec, op->owner);
+
+		fn(op->name, labels, arg);
+		json_decref(labels);
+	}
+}
+
 json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created)
 {
 	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s}", "sandbox", sb->id, "name", sb->name,
@@ -120,28 +143,55 @@ static void acq_free(struct acquire_op *op)
 	json_decref(op->key_json);
 	json_decref(op->spec_json);
 	msb_error_clear(&op->err);
+	json_decref(op->last_inspect);
 	free(op->id);
+	for (size_t i = 0; i < op->n_waiters; i++) {
+		msb_spec_release(&op->waiters[i].spec);
+		json_decref(op->waiters[i].spec_json);
+	}
 	free(op->waiters);
 	free(op);
+}
+
+/* The registry entry of a finished op; re-added from the op's last inspect
+ * if a resync dropped it meanwhile (never over a newer event). */
+static struct sandbox *acq_result_entry(struct acquire_op *op)
+{
+	struct sandbox *sb = registry_find_name(op->d->registry, op->name);
+
+	if (!sb && op->last_inspect)
+		sb = registry_update_from_inspect(op->d->registry, op->last_inspect, op->inspect_seq);
+	return sb;
+}
+
+static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct sandbox *sb)
+{
+	struct msb_error err = { 0 };
+
+	if (!sb) {
+		rpc_call_fail_error(w->call, &op->err);
+		return;
+	}
+	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, &err) < 0) {
+		rpc_call_fail_error(w->call, &err);
+		msb_error_clear(&err);
+		return;
+	}
+	rpc_call_reply(w->call, acquire_result(sb, msb_spec_work_dir(&w->spec), op->created));
 }
 
 /* Answers every waiter and frees the op (from the loop, via finish_ev). */
 static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct acquire_op *op = arg;
-	struct sandbox *sb = op->state == ACQ_DONE ? registry_find_name(op->d->registry, op->name) : NULL;
+	struct sandbox *sb = op->state == ACQ_DONE ? acq_result_entry(op) : NULL;
 
 	(void)fd, (void)what;
 	if (op->state == ACQ_DONE && !sb)
 		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
 			      "the sandbox %s vanished as it was acquired", op->name);
-	for (size_t i = 0; i < op->n_waiters; i++) {
-		if (sb)
-			rpc_call_reply(op->waiters[i], acquire_result(sb, msb_spec_work_dir(&op->spec),
-								      op->created));
-		else
-			rpc_call_fail_error(op->waiters[i], &op->err);
-	}
+	for (size_t i = 0; i < op->n_waiters; i++)
+		acq_answer(op, &op->waiters[i], sb);
 	if (sb)
 		log_info("sandbox %s: container=%s kind=%s image=%s", op->created ? "created" : "ready",
 			 op->name, op->spec.kind, msb_spec_image_ref(&op->spec));
@@ -287,6 +337,7 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 
 	for (size_t i = 0; i < op->n_waiters; i++) {
 		json_t *p = json_pack("{s:s, s:s}", "name", op->name, "image", msb_spec_image_ref(&op->spec));
+
 		static const char *const keep[] = { "status", "id", "progress" };
 		json_t *detail = json_object_get(line, "progressDetail");
 
@@ -300,7 +351,7 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 			json_object_set(p, "current", json_object_get(detail, "current"));
 		if (json_is_integer(json_object_get(detail, "total")))
 			json_object_set(p, "total", json_object_get(detail, "total"));
-		rpc_call_notify(op->waiters[i], MSB_NOTIFY_PULL_PROGRESS, p);
+		rpc_call_notify(op->waiters[i].call, MSB_NOTIFY_PULL_PROGRESS, p);
 	}
 }
 
@@ -335,6 +386,7 @@ static void acq_enter(struct acquire_op *op, enum acq_state state)
 	op->state = state;
 	switch (state) {
 	case ACQ_INSPECT:
+		op->inspect_seq = registry_event_seq(op->d->registry);
 		r = docker_container_inspect(e, op->name, acq_docker_cb, op, &op->req);
 		break;
 	case ACQ_UNPAUSE:
@@ -363,6 +415,7 @@ static void acq_enter(struct acquire_op *op, enum acq_state state)
 		r = docker_container_remove(e, op->id, true, acq_docker_cb, op, &op->req);
 		break;
 	case ACQ_INSPECT_FINAL:
+		op->inspect_seq = registry_event_seq(op->d->registry);
 		r = docker_container_inspect(e, op->id, acq_docker_cb, op, &op->req);
 		break;
 	default:
@@ -407,7 +460,9 @@ static void acq_inspect_done(struct acquire_op *op, const struct docker_reply *r
 		return;
 	}
 	acq_set_id(op, json_string_value(json_object_get(r->body, "Id")));
-	registry_update_from_inspect(op->d->registry, r->body);
+	json_decref(op->last_inspect);
+	op->last_inspect = json_incref(r->body);
+	registry_update_from_inspect(op->d->registry, r->body, op->inspect_seq);
 	if (json_is_true(json_object_get(state, "Paused"))) {
 		/* Left frozen by a dead daemon: thaw it before handing it out. */
 		acq_enter(op, ACQ_UNPAUSE);
@@ -475,8 +530,10 @@ static void acq_final_done(struct acquire_op *op, const struct docker_reply *r)
 		acq_fail_engine(op, r, "inspecting the started container");
 		return;
 	}
-	if (!registry_update_from_inspect(op->d->registry, r->body) ||
-	    !json_is_true(json_object_get(state, "Running"))) {
+	json_decref(op->last_inspect);
+	op->last_inspect = json_incref(r->body);
+	registry_update_from_inspect(op->d->registry, r->body, op->inspect_seq);
+	if (!json_is_true(json_object_get(state, "Running"))) {
 		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
 			      "container %s is not running after start (its image must provide sleep)",
 			      op->name);
@@ -546,10 +603,19 @@ static void acq_docker_cb(const struct docker_reply *r, void *arg)
 
 /* ---- starting and joining -------------------------------------------- */
 
-static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call)
+/* Joins call to op with its own spec (validated by the caller). */
+static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call, json_t *spec_json)
 {
+	struct acq_waiter *w;
+	const char *field;
+	char *msg = NULL;
+
 	op->waiters = xrealloc(op->waiters, (op->n_waiters + 1) * sizeof(*op->waiters));
-	op->waiters[op->n_waiters++] = call;
+	w = &op->waiters[op->n_waiters++];
+	*w = (struct acq_waiter){ .call = call, .peer = *rpc_call_peer(call),
+				  .spec_json = json_incref(spec_json) };
+	if (msb_spec_decode(spec_json, &w->spec, &field, &msg) < 0)
+		assert(!"acq_add_waiter: the spec was not validated");
 }
 
 struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
@@ -560,10 +626,8 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
 	char *msg = NULL;
 
 	if (op) {
-		if (op->owner != owner && !msbd_peer_is_admin(d, rpc_call_peer(call)))
-			return rpc_fail(call, MSB_ERR_PERMISSION_DENIED, NULL,
-					"this sandbox key is not available to the caller");
-		acq_add_waiter(op, call);
+		/* Owner and work dir are checked per waiter when it completes. */
+		acq_add_waiter(op, call, spec_json);
 		return rpc_pending(call);
 	}
 	op = xcalloc(1, sizeof(*op));
@@ -583,7 +647,7 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
 		fatalx("%s: cannot create an event", __func__);
 	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
 	d->acquires->count++;
-	acq_add_waiter(op, call);
+	acq_add_waiter(op, call, spec_json);
 	acq_enter(op, ACQ_INSPECT);
 	return rpc_pending(call);
 }

@@ -63,6 +63,11 @@ size_t acquire_table_count(const struct acquire_table *t);
 /* True if an acquire of this container name is in flight. */
 bool acquire_in_flight(const struct acquire_table *t, const char *name);
 
+/* Calls fn for each acquire in flight, with the labels its container has or
+ * will have (borrowed for the call). */
+typedef void acquire_visit_fn(const char *name, const json_t *labels, void *arg);
+void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *arg);
+
 /* Starts, or joins, the cold acquire of name for call. key_json and
  * spec_json are the call's params (borrowed; the op keeps references). The
  * caller has validated them and matched the declarations. Returns the

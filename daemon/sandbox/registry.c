@@ -9,6 +9,11 @@
 struct registry {
 	TAILQ_HEAD(, sandbox) list;
 	size_t count;
+	uint64_t event_seq;
+	char (*tombstones)[REGISTRY_ID_LEN + 1];   /* ring of destroyed ids */
+	size_t n_tombstones, next_tombstone;
+	bool resyncing;
+	json_t *held;                              /* events seen during a resync */
 };
 
 static const char *const state_names[_SANDBOX_STATE_MAX] = {
@@ -37,7 +42,38 @@ struct registry *registry_new(void)
 	struct registry *r = xcalloc(1, sizeof(*r));
 
 	TAILQ_INIT(&r->list);
+	r->tombstones = xcalloc(REGISTRY_TOMBSTONES, sizeof(*r->tombstones));
+	r->held = json_array();
 	return r;
+}
+
+uint64_t registry_event_seq(const struct registry *r)
+{
+	return r->event_seq;
+}
+
+static bool registry_is_tombstoned(const struct registry *r, const char *id)
+{
+	for (size_t i = 0; i < r->n_tombstones; i++)
+		if (strcmp(r->tombstones[i], id) == 0)
+			return true;
+	return false;
+}
+
+static void registry_tombstone(struct registry *r, const char *id)
+{
+	if (strlen(id) != REGISTRY_ID_LEN || registry_is_tombstoned(r, id))
+		return;
+	memcpy(r->tombstones[r->next_tombstone], id, REGISTRY_ID_LEN + 1);
+	r->next_tombstone = (r->next_tombstone + 1) % REGISTRY_TOMBSTONES;
+	if (r->n_tombstones < REGISTRY_TOMBSTONES)
+		r->n_tombstones++;
+}
+
+void registry_begin_resync(struct registry *r)
+{
+	json_array_clear(r->held);
+	r->resyncing = true;
 }
 
 static void sandbox_free(struct sandbox *sb)
@@ -64,6 +100,8 @@ struct registry *registry_free(struct registry *r)
 		return NULL;
 	while ((sb = TAILQ_FIRST(&r->list)))
 		registry_remove(r, sb);
+	free(r->tombstones);
+	json_decref(r->held);
 	free(r);
 	return NULL;
 }
@@ -155,7 +193,8 @@ static struct sandbox *registry_put(struct registry *r, const char *id, const ch
 {
 	struct sandbox *sb;
 
-	if (!id_is_full(id) || !name || !labels_are_workload(name, labels))
+	if (!id_is_full(id) || !name || !labels_are_workload(name, labels) ||
+	    registry_is_tombstoned(r, id))
 		return NULL;
 	sb = registry_find_id(r, id);
 	if (!sb) {
@@ -206,7 +245,7 @@ static time_t parse_rfc3339(const char *s)
 	return timegm(&tm);
 }
 
-struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect)
+struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect, uint64_t since)
 {
 	const char *name = json_string_value(json_object_get(inspect, "Name"));
 	const json_t *config = json_object_get(inspect, "Config");
@@ -217,6 +256,14 @@ struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *i
 		name++;
 	if (json_is_true(json_object_get(state, "Paused")))
 		st = SANDBOX_PAUSED;
+	{
+		/* An event newer than this inspect wins. */
+		const char *id = json_string_value(json_object_get(inspect, "Id"));
+		struct sandbox *known = id ? registry_find_id(r, id) : NULL;
+
+		if (known && known->event_seq > since)
+			return known;
+	}
 	return registry_put(r, json_string_value(json_object_get(inspect, "Id")), name,
 			    json_object_get(config, "Labels"),
 			    json_string_value(json_object_get(config, "Image")),
@@ -238,6 +285,11 @@ void registry_replace_all(struct registry *r, const json_t *list)
 		if (!sb->seen)
 			registry_remove(r, sb);
 	}
+	/* What happened while the listing was under way comes after it. */
+	r->resyncing = false;
+	json_array_foreach(r->held, i, item)
+		registry_apply_event(r, item);
+	json_array_clear(r->held);
 }
 
 struct event_state {
@@ -267,8 +319,12 @@ void registry_apply_event(struct registry *r, const json_t *event)
 
 	if (!type || strcmp(type, "container") || !action || !id)
 		return;
+	if (r->resyncing && json_array_size(r->held) < REGISTRY_RESYNC_EVENTS_MAX)
+		json_array_append(r->held, (json_t *)event);
+	r->event_seq++;
 	sb = registry_find_id(r, id);
 	if (strcmp(action, "destroy") == 0) {
+		registry_tombstone(r, id);
 		if (sb)
 			registry_remove(r, sb);
 		return;
@@ -278,6 +334,7 @@ void registry_apply_event(struct registry *r, const json_t *event)
 			continue;
 		if (sb) {
 			sb->state = event_states[i].state;
+			sb->event_seq = r->event_seq;
 			return;
 		}
 		/* Not known yet (created behind our back): the attributes
@@ -290,10 +347,12 @@ void registry_apply_event(struct registry *r, const json_t *event)
 
 			for (size_t k = 0; k < sizeof(not_labels) / sizeof(not_labels[0]); k++)
 				json_object_del(labels, not_labels[k]);
-			registry_put(r, id, json_string_value(json_object_get(attrs, "name")), labels,
-				     json_string_value(json_object_get(attrs, "image")),
-				     (time_t)json_integer_value(json_object_get(event, "time")),
-				     event_states[i].state);
+			sb = registry_put(r, id, json_string_value(json_object_get(attrs, "name")), labels,
+					  json_string_value(json_object_get(attrs, "image")),
+					  (time_t)json_integer_value(json_object_get(event, "time")),
+					  event_states[i].state);
+			if (sb)
+				sb->event_seq = r->event_seq;
 			json_decref(labels);
 		}
 		return;

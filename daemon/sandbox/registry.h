@@ -17,6 +17,8 @@
 #include <time.h>
 #include <jansson.h>
 
+#define REGISTRY_ID_LEN 64
+
 enum sandbox_state {
 	SANDBOX_CREATED,
 	SANDBOX_RUNNING,
@@ -40,6 +42,7 @@ struct sandbox {
 	bool has_owner;
 	uid_t owner;
 	bool seen;             /* scratch for replace_all */
+	uint64_t event_seq;    /* the registry's event count when an event last changed it */
 	TAILQ_ENTRY(sandbox) entry;
 };
 
@@ -60,11 +63,25 @@ size_t registry_count(const struct registry *r);
  * State.Status / State.Paused, Created, Config.Image). Adds or updates;
  * returns the entry, or NULL if the object is not one of our workloads. */
 struct sandbox *registry_update_from_summary(struct registry *r, const json_t *item);
-struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect);
+/* since: registry_event_seq() taken when the inspect was sent. An inspect
+ * never overrides an event that arrived after it was sent, and never brings
+ * back a destroyed id. */
+struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *inspect, uint64_t since);
+/* Events applied so far (a clock for the rule above). */
+uint64_t registry_event_seq(const struct registry *r);
+
+/* Resynchronisation: between begin and replace_all, events are applied and
+ * also kept; replace_all installs the listing, then replays them in order,
+ * so a listing taken before an event can never undo it. */
+void registry_begin_resync(struct registry *r);
 /* A container listing (array of summaries) replaces the whole view. */
 void registry_replace_all(struct registry *r, const json_t *list);
 /* One /events object: create/start/die/stop/kill/pause/unpause/destroy of a
- * container with our labels. Unknown events are ignored. */
+ * container with our labels. Unknown events are ignored. A destroyed id is
+ * remembered (the last REGISTRY_TOMBSTONES) and never re-added. */
+#define REGISTRY_TOMBSTONES 4096
+/* Events kept during one resync; past this the resync is started again. */
+#define REGISTRY_RESYNC_EVENTS_MAX 65536
 void registry_apply_event(struct registry *r, const json_t *event);
 void registry_remove(struct registry *r, struct sandbox *sb);
 

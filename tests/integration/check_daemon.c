@@ -1038,6 +1038,96 @@ START_TEST(an_engine_that_moved_is_refused_on_a_cold_acquire)
 }
 END_TEST
 
+/* One failed listing of the registry is retried (not left until the events
+ * stream happens to reconnect). */
+static const struct fake_reply relist_script[] = {
+	{ .method = "GET", .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/version", .repeat = true,
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\"}" },
+	{ .method = "GET", .path = "/v1.41/containers/json", .status = 500, .body = "{\"message\":\"busy\"}" },
+	{ .method = "GET", .path = "/v1.41/containers/json", .body = "[]", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/events", .chunked = true, .stall = true, .body = "", .repeat = true },
+};
+
+START_TEST(a_failed_registry_listing_is_retried)
+{
+	struct msbd_proc d = { 0 };
+	char host[160];
+	json_t *r = NULL;
+	int code = 0;
+
+	snprintf(host, sizeof(host), "unix://%s", fake_engine_start(relist_script, 5));
+	msbd_start(&d, (const char *[]){ "--engine-host", host, NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
+	for (int i = 0; i < 100 && !r; i++) {
+		r = call(d.sock, "sandbox.list", NULL, &code, NULL);
+		if (!r)
+			usleep(50 * 1000);
+	}
+	ck_assert_msg(r, "the registry never synchronised after one failed listing (last error %d)", code);
+	ck_assert_uint_eq(json_array_size(r), 0);
+	json_decref(r);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	fake_engine_cleanup();
+}
+END_TEST
+
+#define PROXY_ID "1111111111111111111111111111111111111111111111111111111111111111"
+
+/* A disposal while an acquire of the same conversation is in flight: the
+ * acquire may create after the sweep, so the sweep says "unknown"; a proxy
+ * it removes is not counted as a sandbox. */
+static const struct fake_reply race_script[] = {
+	{ .method = "GET", .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true },
+	{ .method = "GET", .path = "/v1.41/version", .repeat = true,
+	  .body = "{\"Version\":\"99.0.0-fake\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\"}" },
+	{ .method = "GET", .path = "/v1.41/containers/json", .repeat = true,
+	  .body = "[{\"Id\":\"" PROXY_ID "\",\"Names\":[\"/maf-sandbox-docker-000000000000-proxy\"],"
+		  "\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		  "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\",\"maf-sandbox.role\":\"proxy\"},"
+		  "\"State\":\"running\"}]" },
+	{ .method = "GET", .path = "/v1.41/events", .chunked = true, .stall = true, .body = "", .repeat = true },
+	{ .method = "DELETE", .path = "/v1.41/containers/" PROXY_ID, .status = 204, .repeat = true },
+	{ .method = "GET", .path = "/v1.41/containers/maf-sandbox-docker-", .status = 404, .delay_ms = 2000,
+	  .body = "{\"message\":\"No such container\"}", .repeat = true },
+};
+
+START_TEST(a_disposal_racing_an_acquire_says_unknown)
+{
+	struct msbd_proc d = { 0 };
+	char host[160];
+	json_t *r;
+	int fd;
+
+	snprintf(host, sizeof(host), "unix://%s", fake_engine_start(race_script, 6));
+	msbd_start(&d, (const char *[]){ "--engine-host", host, NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
+	fd = raw_connect(d.sock);
+	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.acquire\",\"params\":"
+		     "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"},"
+		     "\"spec\":{\"kind\":\"k\",\"image\":\"img\"}}}\n");
+	usleep(300 * 1000);          /* the acquire is waiting on its slow inspect */
+	r = call(d.sock, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", "s", "thread_id", "t"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(r, "disposed"), 0);            /* the proxy went, uncounted */
+	ck_assert_str_eq(jstr(r, "undisposed.code"), "unknown");
+	ck_assert_ptr_nonnull(strstr(jstr(r, "undisposed.detail"), "in flight"));
+	json_decref(r);
+	{
+		bool deleted = false;
+
+		for (size_t i = 0; i < fake_engine_request_count(); i++)
+			if (strcmp(fake_engine_request(i)->method, "DELETE") == 0)
+				deleted = true;
+		ck_assert_msg(deleted, "the listed proxy was not removed");
+	}
+	json_decref(raw_recv(fd, RECV_MS));      /* the acquire's own answer, whatever it is */
+	close(fd);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	fake_engine_cleanup();
+}
+END_TEST
+
 /* ---- more limits -------------------------------------------------------- */
 
 START_TEST(unread_replies_hit_the_write_timeout)
@@ -1266,6 +1356,8 @@ static Suite *daemon_suite(void)
 		tcase_add_test(slow, half_close_with_a_fragment_keeps_the_reply);
 		tcase_add_test(slow, drain_deadline_answers_shutting_down);
 		tcase_add_test(slow, an_engine_that_moved_is_refused_on_a_cold_acquire);
+		tcase_add_test(slow, a_failed_registry_listing_is_retried);
+		tcase_add_test(slow, a_disposal_racing_an_acquire_says_unknown);
 		suite_add_tcase(s, slow);
 	}
 	tcase_add_test(limits, unread_replies_hit_the_write_timeout);

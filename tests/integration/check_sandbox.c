@@ -232,6 +232,49 @@ START_TEST(concurrent_acquires_make_one_container)
 }
 END_TEST
 
+struct joiner {
+	const char *sock;
+	const char *scope;
+	const char *work_dir;
+	int code;
+};
+
+static void *joiner_thread(void *arg)
+{
+	struct joiner *j = arg;
+	json_t *spec = spec_for("k", image);
+	json_t *r;
+
+	if (j->work_dir)
+		json_object_set_new(spec, "work_dir", json_string(j->work_dir));
+	r = acquire(j->sock, key_for(j->scope, "t", "agent", NULL), spec, &j->code, NULL);
+	json_decref(r);
+	return NULL;
+}
+
+/* Acquires of one sandbox at once with different storage bases: the one
+ * that started it gets it, the other is refused whether it joined the
+ * acquire in flight or came after it. */
+START_TEST(concurrent_acquire_with_another_work_dir_is_refused)
+{
+	struct msbd_proc d = { 0 };
+	struct joiner j[2];
+	pthread_t th[2];
+
+	start_daemon(&d, NULL);
+	j[0] = (struct joiner){ .sock = d.sock, .scope = scope_of("joinwd") };
+	j[1] = (struct joiner){ .sock = d.sock, .scope = scope_of("joinwd"), .work_dir = "/elsewhere" };
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, joiner_thread, &j[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	/* Whichever started the container got it; the other is refused. */
+	ck_assert_msg((j[0].code == 0 && j[1].code == 1106) || (j[0].code == 1106 && j[1].code == 0),
+		      "codes %d and %d", j[0].code, j[1].code);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* Each row: what is done to the container behind the daemon's back, and
  * whether the same container comes back. */
 struct behind_row {
@@ -766,6 +809,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(acq, cold_acquire_creates_the_named_labelled_container);
 	tcase_add_test(acq, warm_acquire_makes_no_engine_request);
 	tcase_add_test(acq, concurrent_acquires_make_one_container);
+	tcase_add_test(acq, concurrent_acquire_with_another_work_dir_is_refused);
 	tcase_add_loop_test(acq, acquire_recovers_what_was_done_behind_its_back, 0,
 			    sizeof(behind_rows) / sizeof(behind_rows[0]));
 	tcase_add_test(acq, restart_rebuilds_the_registry_from_labels);

@@ -666,7 +666,7 @@ START_TEST(test_reaps_in_order)
 	json_auto_t *want = reap_list_filters(NULL);
 	json_auto_t *fc = NULL, *fn = NULL;
 
-	ck_assert_ptr_nonnull(registry_update_from_inspect(d.registry, doc));
+	ck_assert_ptr_nonnull(registry_update_from_inspect(d.registry, doc, 0));
 	serve(entries, ELEMENTSOF(entries));
 	reap(NULL, DAY_S);
 	assert_counts(2, 1, 1, 0);

@@ -1,0 +1,180 @@
+/* check_registry.c — the registry follows listings and events, and no stale
+ * snapshot (a listing or an inspect taken before an event) can undo an
+ * event: a destroyed container never comes back, a died one is not
+ * "running" again. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry.h"
+
+#define ID_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define ID_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define NAME_A "maf-sandbox-docker-aaaaaaaaaaaa"
+#define NAME_B "maf-sandbox-docker-bbbbbbbbbbbb"
+
+static json_t *labels(void)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:s}", "maf-sandbox.scope", "s", "maf-sandbox.thread", "t",
+			 "maf-sandbox.agent", "a", "maf-sandbox.kind", "k", "maf-sandbox.owner", "1000");
+}
+
+static json_t *summary(const char *id, const char *name, const char *state)
+{
+	char slash[64];
+
+	snprintf(slash, sizeof(slash), "/%s", name);
+	return json_pack("{s:s, s:[s], s:o, s:s, s:i, s:s}", "Id", id, "Names", slash, "Labels", labels(),
+			 "State", state, "Created", 1700000000, "Image", "img");
+}
+
+static json_t *inspect(const char *id, const char *name, const char *status, bool running)
+{
+	char slash[64];
+
+	snprintf(slash, sizeof(slash), "/%s", name);
+	return json_pack("{s:s, s:s, s:{s:o, s:s}, s:{s:s, s:b, s:b}, s:s}", "Id", id, "Name", slash,
+			 "Config", "Labels", labels(), "Image", "img", "State", "Status", status, "Running",
+			 running, "Paused", 0, "Created", "2026-11-29T09:00:00.123456789Z");
+}
+
+static json_t *event(const char *id, const char *action)
+{
+	return json_pack("{s:s, s:s, s:{s:s, s:o}, s:i}", "Type", "container", "Action", action, "Actor",
+			 "ID", id, "Attributes", json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "name", NAME_A,
+			 "image", "img", "maf-sandbox.scope", "s", "maf-sandbox.thread", "t",
+			 "maf-sandbox.agent", "a", "maf-sandbox.kind", "k"), "time", 1700000001);
+}
+
+static void apply(struct registry *r, json_t *ev)
+{
+	registry_apply_event(r, ev);
+	json_decref(ev);
+}
+
+START_TEST(listing_and_events)
+{
+	struct registry *r = registry_new();
+	json_t *list = json_pack("[o, o]", summary(ID_A, NAME_A, "running"), summary(ID_B, NAME_B, "exited"));
+	struct sandbox *sb;
+
+	registry_replace_all(r, list);
+	ck_assert_uint_eq(registry_count(r), 2);
+	sb = registry_find_name(r, NAME_A);
+	ck_assert_ptr_nonnull(sb);
+	ck_assert_str_eq(sb->id, ID_A);
+	ck_assert_int_eq(sb->state, SANDBOX_RUNNING);
+	ck_assert(sb->has_owner);
+	ck_assert_int_eq(sb->owner, 1000);
+	apply(r, event(ID_A, "pause"));
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_PAUSED);
+	apply(r, event(ID_A, "unpause"));
+	apply(r, event(ID_A, "die"));
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_EXITED);
+	apply(r, event(ID_A, "destroy"));
+	ck_assert_ptr_null(registry_find_id(r, ID_A));
+	ck_assert_uint_eq(registry_count(r), 1);
+	json_decref(list);
+	registry_free(r);
+}
+END_TEST
+
+START_TEST(a_destroyed_id_never_comes_back)
+{
+	struct registry *r = registry_new();
+	json_t *stale = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	json_t *ins = inspect(ID_A, NAME_A, "running", true);
+
+	apply(r, event(ID_A, "destroy"));          /* before we ever knew it */
+	registry_replace_all(r, stale);            /* a listing taken before the destroy */
+	ck_assert_ptr_null(registry_find_id(r, ID_A));
+	ck_assert_ptr_null(registry_update_from_inspect(r, ins, 0));
+	ck_assert_ptr_null(registry_find_name(r, NAME_A));
+	json_decref(stale);
+	json_decref(ins);
+	registry_free(r);
+}
+END_TEST
+
+START_TEST(events_during_a_resync_are_replayed_after_the_listing)
+{
+	struct registry *r = registry_new();
+	json_t *first = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	json_t *stale = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+
+	registry_replace_all(r, first);
+	registry_begin_resync(r);
+	apply(r, event(ID_A, "die"));              /* arrives before the slower listing */
+	registry_replace_all(r, stale);            /* the listing still says running */
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_EXITED);
+	/* After the resync, events are no longer kept. */
+	apply(r, event(ID_A, "start"));
+	registry_begin_resync(r);
+	registry_replace_all(r, first);
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_RUNNING);
+	json_decref(first);
+	json_decref(stale);
+	registry_free(r);
+}
+END_TEST
+
+START_TEST(an_inspect_never_overrides_a_newer_event)
+{
+	struct registry *r = registry_new();
+	json_t *running = inspect(ID_A, NAME_A, "running", true);
+	uint64_t since;
+
+	ck_assert_ptr_nonnull(registry_update_from_inspect(r, running, registry_event_seq(r)));
+	since = registry_event_seq(r);             /* an inspect sent now... */
+	apply(r, event(ID_A, "die"));              /* ...then the container dies... */
+	registry_update_from_inspect(r, running, since);   /* ...and the old answer arrives */
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_EXITED);
+	/* An inspect sent after the event is believed. */
+	registry_update_from_inspect(r, running, registry_event_seq(r));
+	ck_assert_int_eq(registry_find_id(r, ID_A)->state, SANDBOX_RUNNING);
+	json_decref(running);
+	registry_free(r);
+}
+END_TEST
+
+START_TEST(only_our_workloads_are_entries)
+{
+	struct registry *r = registry_new();
+	json_t *proxy = summary(ID_B, "maf-sandbox-docker-bbbbbbbbbbbb-proxy", "running");
+	json_t *foreign = summary(ID_A, "maf-sandbox-wslc-aaaaaaaaaaaa", "running");
+	json_t *short_id = summary("abc", NAME_A, "running");
+	json_t *role = summary(ID_A, NAME_A, "running");
+
+	json_object_set_new(json_object_get(role, "Labels"), "maf-sandbox.role", json_string("proxy"));
+	ck_assert_ptr_null(registry_update_from_summary(r, proxy));
+	ck_assert_ptr_null(registry_update_from_summary(r, foreign));
+	ck_assert_ptr_null(registry_update_from_summary(r, short_id));
+	ck_assert_ptr_null(registry_update_from_summary(r, role));
+	ck_assert_uint_eq(registry_count(r), 0);
+	json_decref(proxy);
+	json_decref(foreign);
+	json_decref(short_id);
+	json_decref(role);
+	registry_free(r);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("registry");
+	TCase *tc = tcase_create("consistency");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, listing_and_events);
+	tcase_add_test(tc, a_destroyed_id_never_comes_back);
+	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
+	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
+	tcase_add_test(tc, only_our_workloads_are_entries);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
