@@ -253,6 +253,12 @@ int docker_container_start(struct engine *e, const char *id, docker_cb *cb, void
 	return docker_call_on(e, "POST", "/containers/", id, "/start", NULL, cb, arg, ret_req);
 }
 
+int docker_container_pause(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			   struct engine_req **ret_req)
+{
+	return docker_call_on(e, "POST", "/containers/", id, "/pause", NULL, cb, arg, ret_req);
+}
+
 int docker_container_unpause(struct engine *e, const char *id, docker_cb *cb, void *arg,
 			     struct engine_req **ret_req)
 {

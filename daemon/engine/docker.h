@@ -52,7 +52,12 @@ int docker_container_create(struct engine *e, const char *name, const json_t *co
 /* POST /containers/{id}/start: 204 started, 304 already running. */
 int docker_container_start(struct engine *e, const char *id, docker_cb *cb, void *arg,
 			   struct engine_req **ret_req);
-/* POST /containers/{id}/unpause: 204. */
+/* POST /containers/{id}/pause: 204. 409 not running / already paused /
+ * restarting; 404 absent. */
+int docker_container_pause(struct engine *e, const char *id, docker_cb *cb, void *arg,
+			   struct engine_req **ret_req);
+/* POST /containers/{id}/unpause: 204. Not paused: 500 (409 on some
+ * engines) "Container X is not paused"; 404 absent. */
 int docker_container_unpause(struct engine *e, const char *id, docker_cb *cb, void *arg,
 			     struct engine_req **ret_req);
 /* DELETE /containers/{id}?force=1 (force) : 204 removed, 404 absent. */

@@ -187,6 +187,7 @@ enum wrapper {
 	W_CONTAINER_CREATE,
 	W_CONTAINER_CREATE_UNNAMED,
 	W_CONTAINER_START,
+	W_CONTAINER_PAUSE,
 	W_CONTAINER_UNPAUSE,
 	W_CONTAINER_REMOVE,
 	W_CONTAINER_REMOVE_FORCE,
@@ -214,6 +215,7 @@ static const struct {
 	{ W_CONTAINER_CREATE, "POST", "/containers/create?name=sbx-1", CONFIG_JSON },
 	{ W_CONTAINER_CREATE_UNNAMED, "POST", "/containers/create", CONFIG_JSON },
 	{ W_CONTAINER_START, "POST", "/containers/c0ffee/start", NULL },
+	{ W_CONTAINER_PAUSE, "POST", "/containers/c0ffee/pause", NULL },
 	{ W_CONTAINER_UNPAUSE, "POST", "/containers/c0ffee/unpause", NULL },
 	{ W_CONTAINER_REMOVE, "DELETE", "/containers/c0ffee", NULL },
 	{ W_CONTAINER_REMOVE_FORCE, "DELETE", "/containers/c0ffee?force=1", NULL },
@@ -239,6 +241,7 @@ static int wrapper_start(enum wrapper w, docker_cb *cb, void *arg)
 	case W_CONTAINER_CREATE: return docker_container_create(engine, "sbx-1", config, cb, arg, NULL);
 	case W_CONTAINER_CREATE_UNNAMED: return docker_container_create(engine, NULL, config, cb, arg, NULL);
 	case W_CONTAINER_START: return docker_container_start(engine, "c0ffee", cb, arg, NULL);
+	case W_CONTAINER_PAUSE: return docker_container_pause(engine, "c0ffee", cb, arg, NULL);
 	case W_CONTAINER_UNPAUSE: return docker_container_unpause(engine, "c0ffee", cb, arg, NULL);
 	case W_CONTAINER_REMOVE: return docker_container_remove(engine, "c0ffee", false, cb, arg, NULL);
 	case W_CONTAINER_REMOVE_FORCE: return docker_container_remove(engine, "c0ffee", true, cb, arg, NULL);

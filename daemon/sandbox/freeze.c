@@ -1,0 +1,735 @@
+/* freeze.c — the per-container freeze lock (see freeze.h).
+ *
+ * Each entry point — a public call or an engine completion — brackets the
+ * claims it touches with claim_enter()/claim_leave() (which also hold the
+ * lock): a claim that finishes is freed by the last leave, and an idle lock
+ * by its last leave, so neither is ever freed inside a callback of its own.
+ * A claim is taken off its queue before its owner is told, so an owner that
+ * acquires again from its callback queues behind whoever is still waiting.
+ *
+ * The owed callback lives in claim->cb (granted; then thawed or the orphan
+ * thaw's done) and is cleared as it fires: it fires at most once. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "cleanup.h"
+#include "docker.h"
+#include "errors.h"
+#include "freeze.h"
+#include "log.h"
+#include "xmalloc.h"
+
+enum freeze_kind {
+	FREEZE_KIND_HOLD,          /* pause, hold, unpause: a file call */
+	FREEZE_KIND_THAW,          /* unpause only: a frozen orphan */
+	_FREEZE_KIND_MAX,
+};
+
+struct freeze_claim {
+	struct freeze_lock *lock;
+	TAILQ_ENTRY(freeze_claim) entry;
+	struct engine *e;              /* borrowed */
+	enum freeze_kind kind;
+	enum freeze_claim_state state;
+	freeze_cb *cb;                 /* the callback still owed; NULL once it fired */
+	void *arg;
+	struct engine_req *req;        /* the pause or unpause in flight */
+	bool withdrawn;                /* cancelled while pausing: a pause that lands is undone */
+	unsigned busy;
+};
+
+struct freeze_lock {
+	struct freeze_table *table;
+	TAILQ_ENTRY(freeze_lock) entry;
+	TAILQ_HEAD(, freeze_claim) claims;   /* FIFO; the head is the active one */
+	size_t n_claims;
+	unsigned busy;
+	bool advancing;                /* lock_advance is on the stack */
+	int refusing;                  /* < 0 while its waiters are failed: new claims get it */
+	uint64_t confirmed_gen;        /* non-zero while our pause is confirmed */
+	char id[];
+};
+
+struct freeze_table {
+	TAILQ_HEAD(, freeze_lock) locks;
+	size_t n_locks;
+	size_t n_claims;
+	uint64_t generation;           /* the last confirmed hold's tick */
+	bool dead;                     /* freeze_table_free is running */
+};
+
+static const char *const claim_state_names[_FREEZE_CLAIM_STATE_MAX] = {
+	[FREEZE_CLAIM_WAITING] = "waiting",
+	[FREEZE_CLAIM_PAUSING] = "pausing",
+	[FREEZE_CLAIM_HELD] = "held",
+	[FREEZE_CLAIM_THAWING] = "thawing",
+	[FREEZE_CLAIM_DONE] = "done",
+};
+
+static const char *const reason_names[_FREEZE_REASON_MAX] = {
+	[FREEZE_REASON_NOT_RUNNING] = "not-running",
+	[FREEZE_REASON_ALREADY_PAUSED] = "already-paused",
+	[FREEZE_REASON_ABSENT] = "absent",
+	[FREEZE_REASON_ENGINE_ERROR] = "engine-error",
+	[FREEZE_REASON_TIMEOUT] = "timeout",
+	[FREEZE_REASON_UNREACHABLE] = "unreachable",
+	[FREEZE_REASON_CANCELLED] = "cancelled",
+};
+
+static const char *freeze_kind_to_string(enum freeze_kind k)
+{
+	static const char *const names[_FREEZE_KIND_MAX] = {
+		[FREEZE_KIND_HOLD] = "hold",
+		[FREEZE_KIND_THAW] = "orphan thaw",
+	};
+
+	if ((unsigned)k >= _FREEZE_KIND_MAX)
+		return "invalid";
+	return names[k];
+}
+
+const char *freeze_claim_state_to_string(enum freeze_claim_state s)
+{
+	if ((unsigned)s >= _FREEZE_CLAIM_STATE_MAX)
+		return "invalid";
+	return claim_state_names[s];
+}
+
+const char *freeze_reason_to_string(enum freeze_reason r)
+{
+	if ((unsigned)r >= _FREEZE_REASON_MAX)
+		return "invalid";
+	return reason_names[r];
+}
+
+static void lock_advance(struct freeze_lock *l);
+static void lock_fail_waiters(struct freeze_lock *l, int error);
+
+/* ---- the table and its locks -------------------------------------------------- */
+
+struct freeze_table *freeze_table_new(void)
+{
+	struct freeze_table *t = xcalloc(1, sizeof(*t));
+
+	TAILQ_INIT(&t->locks);
+	return t;
+}
+
+size_t freeze_table_count(const struct freeze_table *t)
+{
+	return t ? t->n_claims : 0;
+}
+
+size_t freeze_table_locks(const struct freeze_table *t)
+{
+	return t ? t->n_locks : 0;
+}
+
+static bool id_is_valid(const char *id)
+{
+	return id && *id && strnlen(id, FREEZE_ID_MAX + 1) <= FREEZE_ID_MAX;
+}
+
+static struct freeze_lock *lock_find(const struct freeze_table *t, const char *id)
+{
+	struct freeze_lock *l;
+
+	if (!t || !id)
+		return NULL;
+	TAILQ_FOREACH(l, &t->locks, entry)
+		if (strcmp(l->id, id) == 0)
+			return l;
+	return NULL;
+}
+
+static struct freeze_lock *lock_new(struct freeze_table *t, const char *id)
+{
+	size_t n = strlen(id) + 1;
+	struct freeze_lock *l = xcalloc(1, sizeof(*l) + n);
+
+	l->table = t;
+	TAILQ_INIT(&l->claims);
+	memcpy(l->id, id, n);
+	TAILQ_INSERT_TAIL(&t->locks, l, entry);
+	t->n_locks++;
+	return l;
+}
+
+static void lock_enter(struct freeze_lock *l)
+{
+	l->busy++;
+}
+
+/* The last leave of an idle lock frees it. */
+static void lock_leave(struct freeze_lock *l)
+{
+	struct freeze_table *t = l->table;
+
+	assert(l->busy > 0);
+	if (--l->busy > 0 || !TAILQ_EMPTY(&l->claims))
+		return;
+	TAILQ_REMOVE(&t->locks, l, entry);
+	t->n_locks--;
+	free(l);
+}
+
+/* ---- claims ------------------------------------------------------------------- */
+
+static void claim_enter(struct freeze_claim *c)
+{
+	c->busy++;
+	lock_enter(c->lock);
+}
+
+/* The last leave of a finished claim frees it. */
+static void claim_leave(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+
+	assert(c->busy > 0);
+	if (--c->busy == 0 && c->state == FREEZE_CLAIM_DONE)
+		free(c);
+	lock_leave(l);
+}
+
+static void claim_set_state(struct freeze_claim *c, enum freeze_claim_state s)
+{
+	assert((unsigned)s < _FREEZE_CLAIM_STATE_MAX);
+	if (c->state == s)
+		return;
+	log_debug("op", "freeze %.64s: %s: %s -> %s", c->lock->id, freeze_kind_to_string(c->kind),
+		  freeze_claim_state_to_string(c->state), freeze_claim_state_to_string(s));
+	c->state = s;
+}
+
+/* Off the queue; freed by the last claim_leave. */
+static void claim_finish(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+
+	assert(c->state != FREEZE_CLAIM_DONE && !c->req);
+	TAILQ_REMOVE(&l->claims, c, entry);
+	l->n_claims--;
+	l->table->n_claims--;
+	claim_set_state(c, FREEZE_CLAIM_DONE);
+}
+
+/* Fires the owed callback, if any, once. */
+static void claim_notify(struct freeze_claim *c, int error, const struct freeze_failure *f)
+{
+	freeze_cb *cb = c->cb;
+
+	if (!cb)
+		return;
+	c->cb = NULL;
+	claim_enter(c);
+	cb(c, error, f, c->arg);
+	claim_leave(c);
+}
+
+/* ---- outcomes ----------------------------------------------------------------- */
+
+static bool reply_is_2xx(const struct docker_reply *r)
+{
+	return r->error == 0 && r->status >= 200 && r->status < 300;
+}
+
+static bool reply_says(const struct docker_reply *r, const char *text)
+{
+	return r->error == 0 && r->message && strstr(r->message, text);
+}
+
+/* §2.6: thawed, not paused and absent all count as thawed. */
+static bool thaw_is_success(const struct docker_reply *r)
+{
+	return reply_is_2xx(r) || (r->error == 0 && r->status == 404) || reply_says(r, "is not paused");
+}
+
+/* A pause that may have landed although we saw no answer: it is undone. A
+ * request refused before it reached the engine, or an answer, is not. */
+static bool pause_outcome_is_unknown(int error)
+{
+	switch (error) {
+	case 0:
+	case -ECANCELED:
+	case -ECONNREFUSED:
+	case -EACCES:
+	case -ENOTCONN:
+		return false;
+	default:
+		return true;
+	}
+}
+
+/* -errno and *ret_reason for a failed request. */
+static int classify(const struct docker_reply *r, bool thaw, enum freeze_reason *ret_reason)
+{
+	if (r->error == 0) {
+		if (r->status == 404) {
+			*ret_reason = FREEZE_REASON_ABSENT;
+			return -ENOENT;
+		}
+		if (!thaw && r->status == 409 && reply_says(r, "already paused")) {
+			*ret_reason = FREEZE_REASON_ALREADY_PAUSED;
+			return -EBUSY;
+		}
+		if (!thaw && r->status == 409 && reply_says(r, "is not running")) {
+			*ret_reason = FREEZE_REASON_NOT_RUNNING;
+			return -ESRCH;
+		}
+		*ret_reason = FREEZE_REASON_ENGINE_ERROR;
+		return -EIO;
+	}
+	switch (r->error) {
+	case -ETIMEDOUT:
+		*ret_reason = FREEZE_REASON_TIMEOUT;
+		break;
+	case -ECANCELED:
+		*ret_reason = FREEZE_REASON_CANCELLED;
+		break;
+	case -EMSGSIZE:
+	case -EPROTO:
+		*ret_reason = FREEZE_REASON_ENGINE_ERROR;
+		break;
+	default:
+		*ret_reason = FREEZE_REASON_UNREACHABLE;
+		break;
+	}
+	return r->error;
+}
+
+/* What the engine said, bounded and printable; else what went wrong. malloc'd. */
+static char *reply_detail(const struct docker_reply *r)
+{
+	char *s;
+
+	if (r->error == -ENOTCONN)
+		return xstrdup("the Docker engine is not reachable");
+	if (r->error < 0)
+		return xstrdup(strerror(-r->error));
+	if (!r->message)
+		return xasprintf("the engine answered HTTP %ld", r->status);
+	s = xstrndup(r->message, (size_t)msb_echo_len(r->message));
+	for (char *p = s; *p; p++)
+		if ((unsigned char)*p < ' ' || *p == 0x7f)
+			*p = '?';
+	return s;
+}
+
+/* The message for a failed pause (thaw false) or unpause. malloc'd. */
+static char *failure_message(const struct freeze_claim *c, bool thaw, const char *detail)
+{
+	const char *id = c->lock->id;
+
+	if (!thaw)
+		return xasprintf("docker could not freeze %s for a file call: %s", id, detail);
+	if (c->kind == FREEZE_KIND_HOLD)
+		return xasprintf("docker could not thaw %s after a file call: %s; it is still frozen; "
+				 "the next acquire lifts it", id, detail);
+	return xasprintf("docker could not thaw %s, which a host left frozen; refusing to serve a "
+			 "container whose guest cannot run: %s", id, detail);
+}
+
+/* Reports the failed request r of c (a pause, or an unpause if thaw) to its
+ * owner. A held claim's thaw failure is also logged: nobody else will. */
+static void claim_fail(struct freeze_claim *c, const struct docker_reply *r, bool thaw)
+{
+	struct freeze_failure f = { .status = r->error == 0 ? r->status : 0 };
+	_cleanup_free_ char *detail = reply_detail(r);
+	_cleanup_free_ char *msg = failure_message(c, thaw, detail);
+	int error = classify(r, thaw, &f.reason);
+
+	if (thaw && c->kind == FREEZE_KIND_HOLD)
+		log_warnx("%s: %s", __func__, msg);
+	else
+		log_debug("op", "%s", msg);
+	f.message = msg;
+	claim_notify(c, error, &f);
+}
+
+/* Tells the owner a claim was cancelled (freeze_cancel). */
+static void claim_notify_cancelled(struct freeze_claim *c)
+{
+	_cleanup_free_ char *msg = NULL;
+	struct freeze_failure f = { .reason = FREEZE_REASON_CANCELLED };
+
+	if (!c->cb)
+		return;
+	msg = xasprintf("the %s of %s was cancelled", c->kind == FREEZE_KIND_HOLD ? "freeze" : "thaw",
+			c->lock->id);
+	f.message = msg;
+	claim_notify(c, -ECANCELED, &f);
+}
+
+/* ---- requests ------------------------------------------------------------------- */
+
+static void pause_done_cb(const struct docker_reply *r, void *arg);
+static void unpause_done_cb(const struct docker_reply *r, void *arg);
+
+/* A thaw ended with r (the claim is THAWING, its unpause done or refused). */
+static void thaw_finished(struct freeze_claim *c, const struct docker_reply *r)
+{
+	struct freeze_lock *l = c->lock;
+
+	claim_finish(c);
+	if (thaw_is_success(r)) {
+		log_debug("op", "freeze %.64s: thawed (HTTP %ld)", l->id, r->status);
+		claim_notify(c, 0, NULL);
+	} else {
+		claim_fail(c, r, true);
+	}
+	if (r->error == -ECANCELED)
+		lock_fail_waiters(l, -ECANCELED);
+	else
+		lock_advance(l);
+}
+
+/* POST unpause for c; the confirmed hold ends before it is issued. A
+ * refusal to start finishes the thaw at once; its result is returned. */
+static int claim_thaw(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+	int r;
+
+	l->confirmed_gen = 0;
+	claim_set_state(c, FREEZE_CLAIM_THAWING);
+	r = docker_container_unpause(c->e, l->id, unpause_done_cb, c, &c->req);
+	if (r < 0) {
+		struct docker_reply fr = { .error = r };
+
+		c->req = NULL;
+		thaw_finished(c, &fr);
+	}
+	return r;
+}
+
+/* Its turn: a hold pauses, an orphan thaw unpauses. < 0: not started. */
+static int claim_start(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+	int r;
+
+	assert(c->state == FREEZE_CLAIM_WAITING && TAILQ_FIRST(&l->claims) == c);
+	if (c->kind == FREEZE_KIND_HOLD) {
+		claim_set_state(c, FREEZE_CLAIM_PAUSING);
+		r = docker_container_pause(c->e, l->id, pause_done_cb, c, &c->req);
+	} else {
+		claim_set_state(c, FREEZE_CLAIM_THAWING);
+		r = docker_container_unpause(c->e, l->id, unpause_done_cb, c, &c->req);
+	}
+	if (r < 0)
+		c->req = NULL;
+	return r;
+}
+
+/* The waiters at the head go in turn; a start the engine refuses (it is not
+ * reachable) fails that claim and every claim waiting behind it. */
+static void lock_advance(struct freeze_lock *l)
+{
+	struct freeze_claim *c;
+
+	if (l->advancing || l->refusing)
+		return;
+	lock_enter(l);
+	l->advancing = true;
+	while ((c = TAILQ_FIRST(&l->claims)) && c->state == FREEZE_CLAIM_WAITING) {
+		struct docker_reply fr = { 0 };
+
+		claim_enter(c);
+		fr.error = claim_start(c);
+		if (fr.error < 0) {
+			claim_finish(c);
+			claim_fail(c, &fr, c->kind == FREEZE_KIND_THAW);
+		}
+		claim_leave(c);
+		if (fr.error < 0) {
+			lock_fail_waiters(l, fr.error);
+			break;
+		}
+	}
+	l->advancing = false;
+	lock_leave(l);
+}
+
+static struct freeze_claim *lock_first_waiting(const struct freeze_lock *l)
+{
+	struct freeze_claim *c;
+
+	TAILQ_FOREACH(c, &l->claims, entry)
+		if (c->state == FREEZE_CLAIM_WAITING)
+			return c;
+	return NULL;
+}
+
+/* Fails every waiting claim with error, starting nothing (the engine went
+ * away, or refuses). Claims asked for meanwhile are refused with it. */
+static void lock_fail_waiters(struct freeze_lock *l, int error)
+{
+	struct docker_reply fr = { .error = error };
+	int saved = l->refusing;
+	struct freeze_claim *c;
+
+	assert(error < 0);
+	lock_enter(l);
+	l->refusing = error;
+	while ((c = lock_first_waiting(l))) {
+		claim_enter(c);
+		claim_finish(c);
+		claim_fail(c, &fr, c->kind == FREEZE_KIND_THAW);
+		claim_leave(c);
+	}
+	l->refusing = saved;
+	lock_leave(l);
+}
+
+/* ---- completions -------------------------------------------------------------------- */
+
+static void pause_confirmed(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+
+	if (c->withdrawn) {
+		log_debug("op", "freeze %.64s: cancelled while pausing; thawing", l->id);
+		claim_thaw(c);
+		return;
+	}
+	l->confirmed_gen = ++l->table->generation;
+	claim_set_state(c, FREEZE_CLAIM_HELD);
+	claim_notify(c, 0, NULL);
+}
+
+/* engine_free: nothing more can be asked of the engine, for this claim or
+ * any waiting behind it. */
+static void pause_cancelled_by_engine(struct freeze_claim *c, const struct docker_reply *r)
+{
+	struct freeze_lock *l = c->lock;
+
+	log_warnx("%s: the engine went away while freezing %s; it may be left frozen; the next acquire "
+		  "lifts it", __func__, l->id);
+	claim_finish(c);
+	claim_fail(c, r, false);
+	lock_fail_waiters(l, -ECANCELED);
+}
+
+static void pause_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct freeze_claim *c = arg;
+
+	c->req = NULL;
+	if (c->lock->table->dead)
+		return;   /* freeze_table_free cancelled it */
+	assert(c->state == FREEZE_CLAIM_PAUSING);
+	claim_enter(c);
+	if (reply_is_2xx(r)) {
+		pause_confirmed(c);
+	} else if (r->error == -ECANCELED) {
+		pause_cancelled_by_engine(c, r);
+	} else if (pause_outcome_is_unknown(r->error)) {
+		/* It may have landed: fail the claim, then undo it (§2.6: a
+		 * cancellation inside pause still unpauses). */
+		claim_fail(c, r, false);
+		claim_thaw(c);
+	} else {
+		/* Refused: something else may hold it; never unpause (§2.6 step 3). */
+		claim_finish(c);
+		claim_fail(c, r, false);
+		lock_advance(c->lock);
+	}
+	claim_leave(c);
+}
+
+static void unpause_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct freeze_claim *c = arg;
+
+	c->req = NULL;
+	if (c->lock->table->dead)
+		return;
+	assert(c->state == FREEZE_CLAIM_THAWING);
+	claim_enter(c);
+	thaw_finished(c, r);
+	claim_leave(c);
+}
+
+/* ---- the public calls ----------------------------------------------------------------- */
+
+static int claim_new(struct freeze_table *t, struct engine *e, const char *id, enum freeze_kind kind,
+		     freeze_cb *cb, void *arg, struct freeze_claim **ret_claim)
+{
+	struct freeze_lock *l;
+	struct freeze_claim *c;
+	int r = 0;
+
+	if (!t || !e || !cb || !id_is_valid(id))
+		return -EINVAL;
+	if (t->dead)
+		return -ESHUTDOWN;
+	l = lock_find(t, id);
+	if (l && l->refusing)
+		return l->refusing;
+	if (l && l->n_claims >= FREEZE_MAX_CLAIMS_PER_CONTAINER)
+		return -EBUSY;
+	if (!l)
+		l = lock_new(t, id);
+	c = xcalloc(1, sizeof(*c));
+	*c = (struct freeze_claim){ .lock = l, .e = e, .kind = kind, .state = FREEZE_CLAIM_WAITING };
+	TAILQ_INSERT_TAIL(&l->claims, c, entry);
+	l->n_claims++;
+	t->n_claims++;
+	claim_enter(c);
+	if (TAILQ_FIRST(&l->claims) == c) {
+		r = claim_start(c);
+		if (r < 0)
+			claim_finish(c);   /* nothing owed: cb is not set yet */
+	} else {
+		log_debug("op", "freeze %.64s: queued behind %zu claim(s)", l->id, l->n_claims - 1);
+	}
+	if (r == 0) {
+		c->cb = cb;
+		c->arg = arg;
+		if (ret_claim)
+			*ret_claim = c;
+	}
+	claim_leave(c);
+	return r;
+}
+
+int freeze_acquire(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *granted,
+		   void *arg, struct freeze_claim **ret_claim)
+{
+	return claim_new(t, e, id, FREEZE_KIND_HOLD, granted, arg, ret_claim);
+}
+
+int freeze_table_thaw_orphan(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *done,
+			     void *arg, struct freeze_claim **ret_claim)
+{
+	return claim_new(t, e, id, FREEZE_KIND_THAW, done, arg, ret_claim);
+}
+
+int freeze_release_then(struct freeze_claim *c, freeze_cb *thawed, void *arg)
+{
+	int r;
+
+	assert(c);
+	if (c->lock->table->dead)
+		return -ESHUTDOWN;
+	assert(c->kind == FREEZE_KIND_HOLD && c->state == FREEZE_CLAIM_HELD && !c->cb);
+	claim_enter(c);
+	r = claim_thaw(c);
+	if (r == 0) {
+		c->cb = thawed;
+		c->arg = arg;
+	}
+	claim_leave(c);
+	return r;
+}
+
+void freeze_release(struct freeze_claim *c)
+{
+	(void)freeze_release_then(c, NULL, NULL);
+}
+
+void freeze_cancel(struct freeze_claim *c)
+{
+	struct freeze_lock *l;
+
+	if (!c || c->lock->table->dead)
+		return;
+	l = c->lock;
+	claim_enter(c);
+	switch (c->state) {
+	case FREEZE_CLAIM_WAITING:
+		claim_finish(c);
+		claim_notify_cancelled(c);
+		lock_advance(l);
+		break;
+	case FREEZE_CLAIM_PAUSING:
+		c->withdrawn = true;
+		claim_notify_cancelled(c);
+		break;
+	case FREEZE_CLAIM_HELD:
+		assert(!c->cb);
+		claim_thaw(c);
+		break;
+	case FREEZE_CLAIM_THAWING:
+		claim_notify_cancelled(c);
+		break;
+	case FREEZE_CLAIM_DONE:
+		break;
+	default:
+		assert(!"unreachable");
+	}
+	claim_leave(c);
+}
+
+enum freeze_claim_state freeze_claim_get_state(const struct freeze_claim *c)
+{
+	return c->state;
+}
+
+bool freeze_is_held(const struct freeze_table *t, const char *id)
+{
+	const struct freeze_lock *l = lock_find(t, id);
+	const struct freeze_claim *head = l ? TAILQ_FIRST(&l->claims) : NULL;
+
+	return head && head->kind == FREEZE_KIND_HOLD && head->state != FREEZE_CLAIM_WAITING;
+}
+
+uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *id)
+{
+	const struct freeze_lock *l = lock_find(t, id);
+
+	return l ? l->confirmed_gen : 0;
+}
+
+/* ---- teardown ------------------------------------------------------------------------- */
+
+/* Teardown of one claim: its request cancelled (its callback sees the
+ * table dead), a callback still owed told -ECANCELED, then freed. Every
+ * public call is a no-op on a dead table, so that callback cannot reenter. */
+static void claim_drop(struct freeze_claim *c)
+{
+	struct engine_req *req = TAKE_PTR(c->req);
+	_cleanup_free_ char *msg = NULL;
+	freeze_cb *cb;
+
+	if (c->kind == FREEZE_KIND_HOLD && c->state != FREEZE_CLAIM_WAITING)
+		log_warnx("%s: the daemon stops with a freeze of %s on; it may be still frozen; the next "
+			  "acquire lifts it", __func__, c->lock->id);
+	if (req)
+		engine_req_cancel(req);
+	TAILQ_REMOVE(&c->lock->claims, c, entry);
+	cb = TAKE_PTR(c->cb);
+	if (cb) {
+		struct freeze_failure f = { .reason = FREEZE_REASON_CANCELLED };
+
+		msg = xasprintf("the %s of %s was cancelled: the daemon is stopping",
+				c->kind == FREEZE_KIND_HOLD ? "freeze" : "thaw", c->lock->id);
+		f.message = msg;
+		cb(c, -ECANCELED, &f, c->arg);
+	}
+	free(c);
+}
+
+struct freeze_table *freeze_table_free(struct freeze_table *t)
+{
+	struct freeze_lock *l;
+	struct freeze_claim *c;
+
+	if (!t)
+		return NULL;
+	assert(!t->dead);
+	t->dead = true;
+	while ((l = TAILQ_FIRST(&t->locks))) {
+		assert(l->busy == 0);   /* never from inside one of its callbacks */
+		while ((c = TAILQ_FIRST(&l->claims)))
+			claim_drop(c);
+		TAILQ_REMOVE(&t->locks, l, entry);
+		free(l);
+	}
+	free(t);
+	return NULL;
+}

@@ -1,0 +1,170 @@
+/* freeze.h — the per-container freeze (pause) lock of behaviour-docker §2.6:
+ * the file plane keeps a guest paused from the start of its path check
+ * until its copy completes, and two calls on one container never overlap
+ * their freezes.
+ *
+ * One lock per container id, made on first use and freed when idle. Claims
+ * queue on it in FIFO order; only the head is active:
+ *
+ *   WAITING ──(its turn)──→ PAUSING ── 2xx ──→ HELD ──(release / cancel)──→ THAWING → DONE
+ *                             │                                              ↑
+ *                             ├ refused (409, 404, 5xx) → DONE (no unpause)  │
+ *                             └ outcome unknown (timeout, reset) ────────────┘
+ *
+ * An orphan thaw (freeze_table_thaw_orphan) queues on the same lock and goes
+ * WAITING → THAWING → DONE. When a claim is DONE the next one starts. We
+ * never pause a container twice: a second claim waits for the first's
+ * unpause. A pause refused because the container is already paused (frozen
+ * by someone else: a dead daemon, an operator) fails the claim and is never
+ * undone by us (§2.6 step 3); the orphan thaw is how acquire lifts it.
+ *
+ * Thaw results (§2.6): 2xx, 404 (absent) and "is not paused" (500, or 409 on
+ * some engines) count as thawed. Any other failure of a claim's unpause is
+ * logged as a warning ("… still frozen …; the next acquire lifts it") and
+ * the lock moves on; the claim's own outcome is the caller's.
+ *
+ * Callbacks: a claim's granted callback fires exactly once — 0 once paused,
+ * or an error (a failed pause, freeze_cancel, the engine going away) — from
+ * the loop, from engine_free, synchronously from freeze_cancel of that
+ * claim, or from the freeze_release*() / freeze_cancel() that moved the
+ * lock on when the engine refused to start its request (-ENOTCONN: every
+ * waiter then fails). Never from inside the freeze_acquire that made it;
+ * if that returns < 0 it never fires. A claim is never freed inside one of
+ * its own callbacks. The failure passed to a callback is lent to it.
+ *
+ * Engine shutdown: engine_free cancels the pause or unpause in flight. The
+ * claim fails (-ECANCELED), and so does every claim waiting behind it,
+ * without any request being started. A holder always has work of its own
+ * on the engine (the copy), so engine_free reaches it too: release or
+ * cancel the claim from that callback (the unpause is then refused with
+ * -ENOTCONN, and the lock's waiters fail the same way). Only the ordinary
+ * teardown order is assumed: the engine is freed before the table.
+ *
+ * Ownership: freeze_table_new() → freeze_table_free(). The table owns its
+ * locks and claims; a claim pointer stays valid for its owner until the
+ * granted callback reports a failure, or until freeze_release*() /
+ * freeze_cancel() returns. */
+#ifndef MSB_FREEZE_H
+#define MSB_FREEZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+/* A container id or name: 64 hex, or a name of at most this many bytes. */
+#define FREEZE_ID_MAX 255
+/* Claims queued on one container; more → freeze_acquire returns -EBUSY. */
+#define FREEZE_MAX_CLAIMS_PER_CONTAINER 256
+
+enum freeze_claim_state {
+	FREEZE_CLAIM_WAITING,    /* queued behind the lock's head */
+	FREEZE_CLAIM_PAUSING,    /* head: POST pause in flight */
+	FREEZE_CLAIM_HELD,       /* head: paused by us; granted(claim, 0) has fired */
+	FREEZE_CLAIM_THAWING,    /* head: POST unpause in flight */
+	FREEZE_CLAIM_DONE,       /* off the queue; freed once no callback of it runs */
+	_FREEZE_CLAIM_STATE_MAX,
+};
+
+const char *freeze_claim_state_to_string(enum freeze_claim_state s);
+
+/* Why a claim failed, or a thaw did not happen. */
+enum freeze_reason {
+	FREEZE_REASON_NOT_RUNNING,     /* pause: 409 "is not running" (stopped) */
+	FREEZE_REASON_ALREADY_PAUSED,  /* pause: 409 "already paused": someone else froze it */
+	FREEZE_REASON_ABSENT,          /* pause: 404, the container is gone */
+	FREEZE_REASON_ENGINE_ERROR,    /* any other refusal, or an unusable reply */
+	FREEZE_REASON_TIMEOUT,         /* the engine did not answer in time */
+	FREEZE_REASON_UNREACHABLE,     /* the request failed in transport, or was refused -ENOTCONN */
+	FREEZE_REASON_CANCELLED,       /* freeze_cancel, or the engine went away (-ECANCELED) */
+	_FREEZE_REASON_MAX,
+};
+
+const char *freeze_reason_to_string(enum freeze_reason r);
+
+struct freeze_failure {
+	enum freeze_reason reason;
+	long status;           /* the engine's HTTP status; 0 when it did not answer */
+	const char *message;   /* for the caller's error: "docker could not freeze ID for a
+				* file call: …" (the engine's text cut to MSB_ECHO_MAX_BYTES) */
+};
+
+struct freeze_table;
+struct freeze_claim;
+
+/* error: 0, or -errno with failure set (NULL when error is 0):
+ *   -ESRCH not running, -EBUSY already paused, -ENOENT absent, -EIO engine
+ *   error, -ETIMEDOUT, the transport's errno (-ECONNREFUSED, -ENOTCONN, …)
+ *   when unreachable, -ECANCELED cancelled. */
+typedef void freeze_cb(struct freeze_claim *claim, int error, const struct freeze_failure *failure,
+		       void *arg);
+
+struct freeze_table *freeze_table_new(void);
+/* Free after engine_free, never from one of its callbacks. Claims still
+ * there (a holder whose owner never released it, its waiters) are dropped:
+ * a request in flight is cancelled, a callback still owed fires once with
+ * -ECANCELED (inside this call; every freeze_* call is then a no-op,
+ * freeze_acquire -ESHUTDOWN), and a hold logs a warning. NULL-safe;
+ * returns NULL. */
+struct freeze_table *freeze_table_free(struct freeze_table *t);
+
+/* Claims alive (waiting, pausing, held, thawing): for tests and status. */
+size_t freeze_table_count(const struct freeze_table *t);
+/* Containers with at least one claim. */
+size_t freeze_table_locks(const struct freeze_table *t);
+
+/* Queues a claim on container id (copied) of engine e (borrowed: it must
+ * outlive the claim's requests; see "Engine shutdown"). When it is this
+ * claim's turn, POST /containers/{id}/pause; granted fires once as above.
+ * 0 and *ret_claim set (if ret_claim), or: -EINVAL (no table, engine,
+ * callback, or an empty id or one over FREEZE_ID_MAX), -EBUSY (over
+ * FREEZE_MAX_CLAIMS_PER_CONTAINER queued), the pause's own refusal
+ * (-ENOTCONN: the engine is not reachable) when the lock was free, or the
+ * error the lock's waiters are being failed with when asked from one of
+ * their callbacks; then granted never fires. */
+int freeze_acquire(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *granted,
+		   void *arg, struct freeze_claim **ret_claim);
+
+/* The holder is done (state HELD): POST unpause, then the next claim goes.
+ * thawed (may be NULL) fires once, from the loop: 0 when thawed, not paused
+ * or absent, else the failure ("… still frozen …", also logged as a
+ * warning). Returns 0, or < 0 when the unpause could not be started (the
+ * claim is released all the same, the warning logged, and thawed never
+ * fires). The claim pointer is the table's from here on. */
+int freeze_release_then(struct freeze_claim *claim, freeze_cb *thawed, void *arg);
+/* freeze_release_then(claim, NULL, NULL). */
+void freeze_release(struct freeze_claim *claim);
+
+/* Withdraws a claim, whatever its state; the unpause it owes still happens:
+ *   WAITING  → off the queue; granted fires now with -ECANCELED;
+ *   PAUSING  → granted fires now with -ECANCELED; if the pause then
+ *              succeeds, it is undone before the next claim goes;
+ *   HELD     → as freeze_release (no callback);
+ *   THAWING  → a thawed callback still owed fires now with -ECANCELED; the
+ *              unpause goes on.
+ * The claim pointer is the table's from here on. */
+void freeze_cancel(struct freeze_claim *claim);
+
+enum freeze_claim_state freeze_claim_get_state(const struct freeze_claim *claim);
+
+/* True while a claim of ours may have id paused (pausing, held or thawing):
+ * the claim record of §2.6 that orphan recovery consults, so the registry
+ * and acquire never thaw our own freeze. */
+bool freeze_is_held(const struct freeze_table *t, const char *id);
+/* Non-zero while the engine has confirmed our pause of id and the unpause
+ * has not been issued: the confirmed set with its generation tick (§2.6),
+ * unique per hold, for exec's retry of a "paused" refusal (§2.2). */
+uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *id);
+
+/* Thaws container id, found paused (§2.1 step 5), under its lock: queued
+ * behind our own claims, so a live freeze of ours is never lifted (by its
+ * turn ours has been undone, and "is not paused" counts as thawed). done
+ * fires once like granted: 0 when thawed (2xx, not paused, absent), else a
+ * failure whose message is "docker could not thaw ID, which a host left
+ * frozen; refusing to serve a container whose guest cannot run: …". It
+ * may be cancelled with freeze_cancel. Returns as freeze_acquire. */
+int freeze_table_thaw_orphan(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *done,
+			     void *arg, struct freeze_claim **ret_claim);
+
+#endif

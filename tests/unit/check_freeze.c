@@ -1,0 +1,1170 @@
+/* check_freeze.c — the per-container freeze lock (freeze.h, behaviour-docker
+ * §2.6) against the fake engine: FIFO order, exactly one pause and one
+ * unpause per hold and never a second pause while held, how each refusal
+ * is classified and who goes next, the thaw results that warn and those
+ * that do not, cancellation in every state, the engine freed at every
+ * point of a hold, and the orphan thaw under the same lock. Every callback
+ * is counted: each must fire exactly once. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cleanup.h"
+#include "docker.h"
+#include "endpoint.h"
+#include "engine.h"
+#include "fake_engine.h"
+#include "freeze.h"
+#include "log.h"
+#include "loop.h"
+#include "xmalloc.h"
+
+#define RUN_MAX_MS  2000
+#define SETTLE_MS   40
+#define SLOW_MS     300          /* a reply held back this long is "in flight" */
+#define API         "/v1.45"
+#define MAX_RECS    (FREEZE_MAX_CLAIMS_PER_CONTAINER + 8)
+#define TEXT_MAX    512
+#define TRACE_MAX   4096
+#define LOG_MAX     (64 * 1024)
+
+#define VERSION_BODY \
+	"{\"Version\":\"26.1.0\",\"ApiVersion\":\"1.45\",\"Os\":\"linux\",\"Arch\":\"amd64\"," \
+	"\"KernelVersion\":\"6.1.0\"}"
+#define PING    { .path = "/_ping", .headers = "Api-Version: 1.45\r\n", .body = "OK", .repeat = true }
+#define VERSION { .path = API "/version", .body = VERSION_BODY, .repeat = true }
+
+#define C1           "c1"
+#define PAUSE_PATH   API "/containers/" C1 "/pause"
+#define UNPAUSE_PATH API "/containers/" C1 "/unpause"
+/* A reply with this status to the pause / unpause of c1. */
+#define PAUSE_R(st, ...)   { .method = "POST", .path = PAUSE_PATH, .status = st, __VA_ARGS__ }
+#define UNPAUSE_R(st, ...) { .method = "POST", .path = UNPAUSE_PATH, .status = st, __VA_ARGS__ }
+#define PAUSE(...)         PAUSE_R(204, __VA_ARGS__)
+#define UNPAUSE(...)       UNPAUSE_R(204, __VA_ARGS__)
+#define PAUSES       PAUSE(.repeat = true)
+#define UNPAUSES     UNPAUSE(.repeat = true)
+#define NOT_PAUSED_500 \
+	UNPAUSE_R(500, .body = "{\"message\":\"Container c1 is not paused\"}")
+
+static struct event_base *base;
+static struct engine *engine;
+static struct freeze_table *table;
+static int reachable_count;
+
+static const struct engine_options test_opts = {
+	.timeout_ms = 2000, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
+};
+
+static void run_until(const int *counter, int want, int max_ms)
+{
+	loop_run_until(base, counter, want, max_ms);
+}
+
+static void run_for(int ms)
+{
+	run_until(NULL, 0, ms);
+}
+
+static void state_cb(struct engine *e, enum engine_state old_state, enum engine_state new_state, void *arg)
+{
+	reachable_count += new_state == ENGINE_REACHABLE;
+}
+
+/* ---- the log: stderr goes to a file for the test's length ------------------------- */
+
+static int saved_stderr = -1;
+static char log_path[PATH_MAX];
+
+static void log_capture_start(void)
+{
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	int fd;
+
+	snprintf(log_path, sizeof(log_path), "%s/freeze-log-XXXXXX", dir);
+	fd = mkstemp(log_path);
+	ck_assert_int_ge(fd, 0);
+	fflush(stderr);
+	saved_stderr = dup(STDERR_FILENO);
+	ck_assert_int_ge(saved_stderr, 0);
+	ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+	close(fd);
+}
+
+static void log_capture_stop(void)
+{
+	if (saved_stderr < 0)
+		return;
+	fflush(stderr);
+	dup2(saved_stderr, STDERR_FILENO);
+	close(saved_stderr);
+	saved_stderr = -1;
+	unlink(log_path);
+}
+
+/* What was logged so far (static buffer). */
+static const char *logged(void)
+{
+	static char buf[LOG_MAX];
+	_cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	fflush(stderr);
+	ck_assert_int_ge(fd, 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	ck_assert_int_ge(n, 0);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* ---- fixture ------------------------------------------------------------------------- */
+
+static void setup(void)
+{
+	_cleanup_free_ char *host = xasprintf("unix://%s", fake_engine_socket_path());
+	_cleanup_free_ char *err = NULL;
+	struct engine_endpoint *ep = NULL;
+
+	reachable_count = 0;
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	ck_assert_int_eq(engine_endpoint_from_host(host, "test", &ep, &err), 0);
+	engine = engine_new(base, ep, &test_opts, state_cb, NULL);
+	ck_assert_ptr_nonnull(engine);
+	table = freeze_table_new();
+	ck_assert_ptr_nonnull(table);
+	log_capture_start();
+	log_set_debug(true);   /* the debug lines are formatted too (UBSan sees them) */
+}
+
+static struct rec *copy_holder;
+
+static void records_forget(void);
+
+static void teardown(void)
+{
+	engine = engine_free(engine);
+	table = freeze_table_free(table);
+	event_base_free(base);
+	fake_engine_cleanup();
+	log_capture_stop();
+	records_forget();   /* so a claim left unfreed is a leak to LeakSanitizer */
+}
+
+static void start_reachable(const struct fake_reply *script, size_t n)
+{
+	fake_engine_start(script, n);
+	engine_start(engine);
+	run_until(&reachable_count, 1, RUN_MAX_MS);
+	ck_assert_int_eq(engine_get_state(engine), ENGINE_REACHABLE);
+}
+
+/* The container requests the fake saw, in order: "c1/pause;c1/unpause;". */
+static const char *trace(void)
+{
+	static char buf[TRACE_MAX];
+	const char *prefix = API "/containers/";
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < fake_engine_request_count(); i++) {
+		const char *p = fake_engine_request(i)->path;
+
+		if (strncmp(p, prefix, strlen(prefix)) == 0)
+			off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s;", p + strlen(prefix));
+	}
+	return buf;
+}
+
+static size_t requests_ending(const char *suffix)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < fake_engine_request_count(); i++) {
+		const char *p = fake_engine_request(i)->path;
+		size_t lp = strlen(p), ls = strlen(suffix);
+
+		n += lp >= ls && strcmp(p + lp - ls, suffix) == 0;
+	}
+	return n;
+}
+
+/* ---- recording callbacks ---------------------------------------------------------------- */
+
+enum action {
+	ACT_NONE,
+	ACT_RELEASE,         /* freeze_release from inside the callback */
+	ACT_CANCEL,          /* freeze_cancel from inside the callback */
+};
+
+struct rec {
+	struct freeze_claim *claim;   /* as freeze_acquire returned it */
+	int calls;
+	int error;
+	bool failure_null;
+	enum freeze_reason reason;
+	long status;
+	char message[TEXT_MAX];
+	int seq;                      /* this callback's place among all that fired */
+	size_t pauses, unpauses;      /* requests the fake had seen when it fired */
+	enum action action;
+};
+
+static struct rec recs[MAX_RECS];
+static int n_recs;
+static int fired;                /* callbacks so far, all records */
+
+static void records_forget(void)
+{
+	memset(recs, 0, sizeof(recs));
+	n_recs = 0;
+	copy_holder = NULL;
+}
+
+static struct rec *rec_new(enum action action)
+{
+	struct rec *r;
+
+	ck_assert_int_lt(n_recs, MAX_RECS);
+	r = &recs[n_recs++];
+	*r = (struct rec){ .action = action };
+	return r;
+}
+
+static void rec_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f, void *arg)
+{
+	struct rec *r = arg;
+
+	if (r->claim)
+		ck_assert_ptr_eq(claim, r->claim);
+	r->calls++;
+	r->seq = ++fired;
+	r->error = error;
+	r->failure_null = f == NULL;
+	ck_assert_msg((error == 0) == (f == NULL), "error %d with failure %p", error, (const void *)f);
+	if (f) {
+		r->reason = f->reason;
+		r->status = f->status;
+		ck_assert_ptr_nonnull(f->message);
+		snprintf(r->message, sizeof(r->message), "%s", f->message);
+	}
+	r->pauses = requests_ending("/pause");
+	r->unpauses = requests_ending("/unpause");
+	if (r->action == ACT_RELEASE && error == 0)
+		freeze_release(claim);
+	if (r->action == ACT_CANCEL)
+		freeze_cancel(claim);
+}
+
+/* Queues a hold on id; its record. */
+static struct rec *hold_on(const char *id, enum action action)
+{
+	struct rec *r = rec_new(action);
+
+	ck_assert_int_eq(freeze_acquire(table, engine, id, rec_cb, r, &r->claim), 0);
+	ck_assert_ptr_nonnull(r->claim);
+	ck_assert_int_eq(r->calls, 0);   /* never inside freeze_acquire */
+	return r;
+}
+
+static struct rec *hold(void)
+{
+	return hold_on(C1, ACT_NONE);
+}
+
+static void wait_calls(struct rec *r, int want)
+{
+	run_until(&r->calls, want, RUN_MAX_MS);
+	ck_assert_int_eq(r->calls, want);
+}
+
+/* Releases a granted hold and waits for the thaw; the thawed record. */
+static struct rec *release_and_wait(struct rec *h)
+{
+	struct rec *t = rec_new(ACT_NONE);
+
+	ck_assert_int_eq(h->calls, 1);
+	ck_assert_int_eq(h->error, 0);
+	ck_assert_int_eq(freeze_release_then(h->claim, rec_cb, t), 0);
+	ck_assert_int_eq(t->calls, 0);
+	wait_calls(t, 1);
+	return t;
+}
+
+/* Nothing more fires, and every record fired at most once. */
+static void settle(void)
+{
+	int before = fired;
+
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(fired, before);
+	for (int i = 0; i < n_recs; i++)
+		ck_assert_int_le(recs[i].calls, 1);
+}
+
+static void assert_idle(void)
+{
+	ck_assert_uint_eq(freeze_table_count(table), 0);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
+	ck_assert(!freeze_is_held(table, C1));
+}
+
+/* ---- names ---------------------------------------------------------------------------- */
+
+START_TEST(test_names)
+{
+	for (int i = 0; i < _FREEZE_CLAIM_STATE_MAX; i++) {
+		ck_assert_str_ne(freeze_claim_state_to_string((enum freeze_claim_state)i), "invalid");
+		for (int j = 0; j < i; j++)
+			ck_assert_str_ne(freeze_claim_state_to_string((enum freeze_claim_state)i),
+					 freeze_claim_state_to_string((enum freeze_claim_state)j));
+	}
+	for (int i = 0; i < _FREEZE_REASON_MAX; i++) {
+		ck_assert_str_ne(freeze_reason_to_string((enum freeze_reason)i), "invalid");
+		for (int j = 0; j < i; j++)
+			ck_assert_str_ne(freeze_reason_to_string((enum freeze_reason)i),
+					 freeze_reason_to_string((enum freeze_reason)j));
+	}
+	ck_assert_str_eq(freeze_claim_state_to_string(_FREEZE_CLAIM_STATE_MAX), "invalid");
+	ck_assert_str_eq(freeze_reason_to_string(_FREEZE_REASON_MAX), "invalid");
+	ck_assert_str_eq(freeze_claim_state_to_string(FREEZE_CLAIM_HELD), "held");
+	ck_assert_str_eq(freeze_reason_to_string(FREEZE_REASON_ALREADY_PAUSED), "already-paused");
+}
+END_TEST
+
+/* ---- order --------------------------------------------------------------------------------- */
+
+/* One hold: exactly one pause, then one unpause, each callback once. */
+START_TEST(test_one_hold)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *t;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_PAUSING);
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert(a->failure_null);
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_HELD);
+	ck_assert_str_eq(trace(), "c1/pause;");
+	run_for(SETTLE_MS);
+	ck_assert_str_eq(trace(), "c1/pause;");           /* held: nothing more is sent */
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
+	settle();
+	assert_idle();
+	ck_assert_ptr_null(strstr(logged(), "warning"));
+}
+END_TEST
+
+/* Three claims on one container are granted in the order they were made,
+ * each only after the previous one's unpause. */
+START_TEST(test_fifo_three_waiters)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *h[3];
+
+	start_reachable(script, ELEMENTSOF(script));
+	for (int i = 0; i < 3; i++)
+		h[i] = hold();
+	ck_assert_uint_eq(freeze_table_count(table), 3);
+	ck_assert_uint_eq(freeze_table_locks(table), 1);
+	for (int i = 0; i < 3; i++) {
+		wait_calls(h[i], 1);
+		ck_assert_int_eq(h[i]->error, 0);
+		run_for(SETTLE_MS);
+		for (int j = i + 1; j < 3; j++) {
+			ck_assert_int_eq(h[j]->calls, 0);
+			ck_assert_int_eq(freeze_claim_get_state(h[j]->claim), FREEZE_CLAIM_WAITING);
+		}
+		ck_assert_uint_eq(requests_ending("/pause"), (size_t)i + 1);
+		release_and_wait(h[i]);
+	}
+	ck_assert_int_lt(h[0]->seq, h[1]->seq);
+	ck_assert_int_lt(h[1]->seq, h[2]->seq);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;c1/unpause;c1/pause;c1/unpause;");
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Many claims released from inside their granted callback: at every grant
+ * the engine has seen exactly one more pause than unpauses, so no pause
+ * is ever sent while we hold the container. */
+START_TEST(test_never_paused_twice)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	enum { N = 6 };
+	struct rec *h[N];
+
+	start_reachable(script, ELEMENTSOF(script));
+	for (int i = 0; i < N; i++)
+		h[i] = hold_on(C1, ACT_RELEASE);
+	wait_calls(h[N - 1], 1);
+	run_until(NULL, 0, SETTLE_MS);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(h[i]->calls, 1);
+		ck_assert_int_eq(h[i]->error, 0);
+		ck_assert_uint_eq(h[i]->pauses, (size_t)i + 1);
+		ck_assert_uint_eq(h[i]->unpauses, (size_t)i);
+		if (i > 0)
+			ck_assert_int_lt(h[i - 1]->seq, h[i]->seq);
+	}
+	ck_assert_uint_eq(requests_ending("/pause"), N);
+	ck_assert_uint_eq(requests_ending("/unpause"), N);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Locks are per container: a hold on c2 does not wait for c1's. */
+START_TEST(test_containers_independent)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSES, UNPAUSES,
+		{ .method = "POST", .path = API "/containers/c2/pause", .status = 204, .repeat = true },
+		{ .method = "POST", .path = API "/containers/c2/unpause", .status = 204, .repeat = true },
+	};
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold_on(C1, ACT_NONE);
+	b = hold_on("c2", ACT_NONE);
+	wait_calls(a, 1);
+	wait_calls(b, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_uint_eq(freeze_table_locks(table), 2);
+	ck_assert(freeze_is_held(table, C1));
+	ck_assert(freeze_is_held(table, "c2"));
+	ck_assert(!freeze_is_held(table, "c3"));
+	ck_assert_uint_ne(freeze_confirmed_generation(table, C1), freeze_confirmed_generation(table, "c2"));
+	release_and_wait(a);
+	ck_assert(!freeze_is_held(table, C1));
+	ck_assert(freeze_is_held(table, "c2"));
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* The claim record (is_held) covers pausing, held and thawing; the
+ * confirmed generation only the confirmed hold, and is new for each. */
+START_TEST(test_held_and_generation)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE(.delay_ms = 100), UNPAUSE(.delay_ms = 100), PAUSES, UNPAUSES,
+	};
+	struct rec *a, *b, *t = rec_new(ACT_NONE);
+	uint64_t g1;
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert(!freeze_is_held(table, C1));
+	ck_assert_uint_eq(freeze_confirmed_generation(table, C1), 0);
+	a = hold();
+	ck_assert(freeze_is_held(table, C1));                       /* pausing */
+	ck_assert_uint_eq(freeze_confirmed_generation(table, C1), 0);
+	wait_calls(a, 1);
+	g1 = freeze_confirmed_generation(table, C1);
+	ck_assert_uint_ne(g1, 0);
+	ck_assert_int_eq(freeze_release_then(a->claim, rec_cb, t), 0);
+	ck_assert(freeze_is_held(table, C1));                       /* thawing */
+	ck_assert_uint_eq(freeze_confirmed_generation(table, C1), 0);
+	wait_calls(t, 1);
+	ck_assert(!freeze_is_held(table, C1));
+	b = hold();
+	wait_calls(b, 1);
+	ck_assert_uint_ne(freeze_confirmed_generation(table, C1), 0);
+	ck_assert_uint_ne(freeze_confirmed_generation(table, C1), g1);
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* ---- refusals --------------------------------------------------------------------------------- */
+
+START_TEST(test_not_reachable_refused)
+{
+	struct rec *r = rec_new(ACT_NONE);
+
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, rec_cb, r, &r->claim), -ENOTCONN);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, r, &r->claim), -ENOTCONN);
+	ck_assert_ptr_null(r->claim);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(r->calls, 0);
+	ck_assert_uint_eq(engine_requests_made(engine), 0);
+	assert_idle();
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	char long_id[FREEZE_ID_MAX + 2];
+	struct rec *r = rec_new(ACT_NONE);
+
+	memset(long_id, 'a', sizeof(long_id) - 1);
+	long_id[sizeof(long_id) - 1] = '\0';
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_acquire(NULL, engine, C1, rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_acquire(table, NULL, C1, rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_acquire(table, engine, NULL, rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_acquire(table, engine, "", rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_acquire(table, engine, long_id, rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, NULL, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, "", rec_cb, r, NULL), -EINVAL);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, NULL, r, NULL), -EINVAL);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(r->calls, 0);
+	ck_assert_str_eq(trace(), "");
+	assert_idle();
+	ck_assert(!freeze_is_held(NULL, C1));
+	ck_assert(!freeze_is_held(table, NULL));
+	ck_assert_uint_eq(freeze_table_count(NULL), 0);
+	long_id[FREEZE_ID_MAX] = '\0';           /* exactly the limit is fine */
+	r = hold_on(long_id, ACT_RELEASE);
+	wait_calls(r, 1);
+	ck_assert_int_eq(r->error, -ENOENT);     /* the fake has no such container */
+}
+END_TEST
+
+/* Over FREEZE_MAX_CLAIMS_PER_CONTAINER queued → -EBUSY, nothing fires for
+ * it; the engine freed then fails every queued claim once. */
+START_TEST(test_claim_cap)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSE(.delay_ms = 3000) };
+	struct rec *over = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	for (int i = 0; i < FREEZE_MAX_CLAIMS_PER_CONTAINER; i++)
+		hold();
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, rec_cb, over, NULL), -EBUSY);
+	ck_assert_uint_eq(freeze_table_count(table), FREEZE_MAX_CLAIMS_PER_CONTAINER);
+	run_for(SETTLE_MS);
+	engine = engine_free(engine);
+	for (int i = 1; i <= FREEZE_MAX_CLAIMS_PER_CONTAINER; i++) {
+		ck_assert_int_eq(recs[i].calls, 1);
+		ck_assert_int_eq(recs[i].error, -ECANCELED);
+		ck_assert_int_eq(recs[i].seq, i);           /* in FIFO order */
+	}
+	ck_assert_int_eq(over->calls, 0);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* ---- a refused pause --------------------------------------------------------------------------- */
+
+static const struct {
+	int status;
+	const char *body;
+	enum freeze_reason reason;
+	int error;
+	const char *text;            /* the engine's words in the message */
+} pause_refusal_rows[] = {
+	{ 409, "{\"message\":\"container c1 is not running\"}", FREEZE_REASON_NOT_RUNNING, -ESRCH,
+	  "is not running" },
+	{ 409, "{\"message\":\"container c1 is already paused\"}", FREEZE_REASON_ALREADY_PAUSED, -EBUSY,
+	  "already paused" },
+	{ 404, "{\"message\":\"No such container: c1\"}", FREEZE_REASON_ABSENT, -ENOENT, "No such container" },
+	{ 409, "{\"message\":\"Container c1 is restarting, wait until the container is running\"}",
+	  FREEZE_REASON_ENGINE_ERROR, -EIO, "is restarting" },
+	{ 500, "{\"message\":\"cannot pause: freezer not supported\"}", FREEZE_REASON_ENGINE_ERROR, -EIO,
+	  "freezer not supported" },
+	{ 500, "oops", FREEZE_REASON_ENGINE_ERROR, -EIO, "HTTP 500" },
+	/* only a 409 is classified: the same words in a 500 are an engine error */
+	{ 500, "{\"message\":\"container c1 is already paused\"}", FREEZE_REASON_ENGINE_ERROR, -EIO,
+	  "already paused" },
+};
+
+/* A refused pause fails its claim with the reason, is never undone (no
+ * unpause: something else may hold it), and the next claim goes. */
+START_TEST(test_pause_refused)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		PAUSE_R(pause_refusal_rows[_i].status, .body = pause_refusal_rows[_i].body),
+		PAUSES, UNPAUSES,
+	};
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, pause_refusal_rows[_i].error);
+	ck_assert_int_eq(a->reason, pause_refusal_rows[_i].reason);
+	ck_assert_int_eq(a->status, pause_refusal_rows[_i].status);
+	ck_assert_msg(strstr(a->message, "docker could not freeze c1 for a file call: "), "%s", a->message);
+	ck_assert_msg(strstr(a->message, pause_refusal_rows[_i].text), "%s", a->message);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/pause;");   /* no unpause for a */
+	release_and_wait(b);
+	ck_assert_str_eq(trace(), "c1/pause;c1/pause;c1/unpause;");
+	settle();
+	assert_idle();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+/* A pause whose answer never came may have landed: the claim fails, the
+ * pause is undone ("is not paused" is then no warning), then the next goes. */
+START_TEST(test_pause_timeout_undone)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE(.delay_ms = SLOW_MS), NOT_PAUSED_500, PAUSES, UNPAUSES,
+	};
+	const struct engine_options short_opts = { .timeout_ms = 100, .reconnect_min_ms = 20,
+						   .reconnect_max_ms = 80 };
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	engine_set_options(engine, &short_opts);
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, -ETIMEDOUT);
+	ck_assert_int_eq(a->reason, FREEZE_REASON_TIMEOUT);
+	ck_assert(strstr(a->message, "could not freeze c1"));
+	ck_assert(freeze_is_held(table, C1));         /* the undo is still owed */
+	engine_set_options(engine, &test_opts);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
+	ck_assert_ptr_null(strstr(logged(), "still frozen"));
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* The engine gone (connection refused): the claim fails "unreachable" and
+ * is not undone; the waiter behind it fails the same way without a
+ * request (the engine refuses -ENOTCONN); a new claim is refused at once. */
+START_TEST(test_pause_unreachable)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *b, *c = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	fake_engine_stop();
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, -ECONNREFUSED);
+	ck_assert_int_eq(a->reason, FREEZE_REASON_UNREACHABLE);
+	ck_assert_int_eq(a->status, 0);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, -ENOTCONN);
+	ck_assert_int_eq(b->reason, FREEZE_REASON_UNREACHABLE);
+	ck_assert_msg(strstr(b->message, "not reachable"), "%s", b->message);
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, rec_cb, c, NULL), -ENOTCONN);
+	settle();
+	ck_assert_int_eq(c->calls, 0);
+	ck_assert_uint_eq(requests_ending("/unpause"), 0);
+	assert_idle();
+}
+END_TEST
+
+/* ---- the thaw ---------------------------------------------------------------------------------- */
+
+static const struct {
+	struct fake_reply unpause;
+	int error;                    /* the thawed callback's */
+	enum freeze_reason reason;
+	bool warns;                   /* "still frozen" logged */
+} unpause_rows[] = {
+	{ UNPAUSE(), 0, 0, false },
+	{ NOT_PAUSED_500, 0, 0, false },
+	{ UNPAUSE_R(409, .body = "{\"message\":\"Container c1 is not paused\"}"), 0, 0, false },
+	{ UNPAUSE_R(404, .body = "{\"message\":\"No such container: c1\"}"), 0, 0, false },
+	{ UNPAUSE_R(500, .body = "{\"message\":\"freezer: device or resource busy\"}"), -EIO,
+	  FREEZE_REASON_ENGINE_ERROR, true },
+	{ UNPAUSE_R(409, .body = "{\"message\":\"container c1 is restarting\"}"), -EIO,
+	  FREEZE_REASON_ENGINE_ERROR, true },
+	{ UNPAUSE(.raw = "garbage\r\n\r\n"), -EPROTO, FREEZE_REASON_ENGINE_ERROR, true },
+};
+
+/* Whatever the unpause answers, the lock moves on; only a real failure
+ * warns "still frozen", and the holder's thawed callback sees it. */
+START_TEST(test_unpause_result)
+{
+	struct fake_reply script[] = { PING, VERSION, PAUSES, unpause_rows[_i].unpause, UNPAUSES };
+	struct rec *a, *b, *t;
+	const char *log;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, unpause_rows[_i].error);
+	if (t->error) {
+		ck_assert_int_eq(t->reason, unpause_rows[_i].reason);
+		ck_assert_msg(strstr(t->message, "docker could not thaw c1 after a file call"), "%s", t->message);
+		ck_assert_msg(strstr(t->message, "still frozen"), "%s", t->message);
+	}
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	log = logged();
+	if (unpause_rows[_i].warns) {
+		ck_assert_msg(strstr(log, "warning") && strstr(log, "still frozen"), "log: %s", log);
+	} else {
+		ck_assert_msg(!strstr(log, "still frozen"), "log: %s", log);
+		ck_assert_msg(!strstr(log, "warning"), "log: %s", log);
+	}
+	release_and_wait(b);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;c1/unpause;");
+	settle();
+	assert_idle();
+	fake_engine_stop();
+}
+END_TEST
+
+/* Released from inside its own granted callback: thawed with no callback
+ * owed, and the next claim goes. */
+START_TEST(test_release_in_granted_cb)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold_on(C1, ACT_RELEASE);
+	b = hold();
+	wait_calls(a, 1);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_uint_eq(b->unpauses, 1);
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* ---- cancellation --------------------------------------------------------------------------- */
+
+/* A waiter cancelled: its callback fires once, at once, with -ECANCELED;
+ * it never pauses; the one behind it goes next. */
+START_TEST(test_cancel_waiter)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *b, *c;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	c = hold();
+	wait_calls(a, 1);
+	freeze_cancel(b->claim);
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_int_eq(b->error, -ECANCELED);
+	ck_assert_int_eq(b->reason, FREEZE_REASON_CANCELLED);
+	ck_assert_uint_eq(freeze_table_count(table), 2);
+	release_and_wait(a);
+	wait_calls(c, 1);
+	ck_assert_int_eq(c->error, 0);
+	release_and_wait(c);
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;c1/unpause;");
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* The holder cancelled: unpaused (no second callback), then the next goes. */
+START_TEST(test_cancel_holder)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	freeze_cancel(a->claim);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Cancelled while its pause is in flight: the callback fires at once with
+ * -ECANCELED; the pause, once it lands, is undone before the next goes. */
+START_TEST(test_cancel_while_pausing)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE(.delay_ms = SLOW_MS), PAUSES, UNPAUSES,
+	};
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_PAUSING);
+	freeze_cancel(a->claim);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->error, -ECANCELED);
+	ck_assert(freeze_is_held(table, C1));
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_uint_eq(b->unpauses, 1);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Cancelled while thawing: the thawed callback fires at once with
+ * -ECANCELED, the unpause still completes, then the next goes. */
+START_TEST(test_cancel_while_thawing)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSES, UNPAUSE(.delay_ms = SLOW_MS), UNPAUSES,
+	};
+	struct rec *a, *b, *t = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(freeze_release_then(a->claim, rec_cb, t), 0);
+	freeze_cancel(a->claim);
+	ck_assert_int_eq(t->calls, 1);
+	ck_assert_int_eq(t->error, -ECANCELED);
+	ck_assert_int_eq(b->calls, 0);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	ck_assert_uint_eq(b->unpauses, 1);
+	release_and_wait(b);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Cancelling a claim from inside its own failure callback does nothing. */
+START_TEST(test_cancel_in_own_failure_cb)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE_R(409, .body = "{\"message\":\"container c1 is not running\"}"),
+	};
+	struct rec *a;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold_on(C1, ACT_CANCEL);
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, -ESRCH);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* ---- the engine freed ---------------------------------------------------------------------- */
+
+/* While the pause is in flight: it and every waiter fail once with
+ * -ECANCELED, inside engine_free; nothing is started; nothing after. */
+START_TEST(test_engine_freed_while_pausing)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSE(.delay_ms = 3000) };
+	struct rec *h[3];
+
+	start_reachable(script, ELEMENTSOF(script));
+	for (int i = 0; i < 3; i++)
+		h[i] = hold();
+	run_for(SETTLE_MS);
+	engine = engine_free(engine);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(h[i]->calls, 1);
+		ck_assert_int_eq(h[i]->error, -ECANCELED);
+		ck_assert_int_eq(h[i]->reason, FREEZE_REASON_CANCELLED);
+		ck_assert_int_eq(h[i]->seq, i + 1);
+	}
+	assert_idle();
+	settle();
+	ck_assert_str_eq(trace(), "c1/pause;");
+	ck_assert(strstr(logged(), "may be left frozen"));
+}
+END_TEST
+
+/* While the unpause is in flight: "still frozen" is logged, the thawed
+ * callback and the waiter fail once with -ECANCELED. */
+START_TEST(test_engine_freed_while_thawing)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSE(.delay_ms = 3000) };
+	struct rec *a, *b, *t = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(freeze_release_then(a->claim, rec_cb, t), 0);
+	run_for(SETTLE_MS);
+	engine = engine_free(engine);
+	ck_assert_int_eq(t->calls, 1);
+	ck_assert_int_eq(t->error, -ECANCELED);
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_int_eq(b->error, -ECANCELED);
+	assert_idle();
+	settle();
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
+	ck_assert(strstr(logged(), "still frozen"));
+}
+END_TEST
+
+/* Mid-hold, the holder's own work on the engine (the copy) is cancelled
+ * and it releases from that callback: the unpause is refused (-ENOTCONN,
+ * "still frozen" logged), the waiter fails "unreachable" inside
+ * engine_free, and nothing fires afterwards. */
+static int copy_calls, copy_release;
+
+static void copy_done_cb(const struct docker_reply *r, void *arg)
+{
+	copy_calls++;
+	ck_assert_int_eq(r->error, -ECANCELED);
+	copy_release = freeze_release_then(copy_holder->claim, rec_cb, arg);
+}
+
+START_TEST(test_engine_freed_mid_hold)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSES, UNPAUSES, { .path = API "/containers/c1/archive", .delay_ms = 3000 },
+	};
+	struct rec *b, *t = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	copy_holder = hold();
+	b = hold();
+	wait_calls(copy_holder, 1);
+	ck_assert_int_eq(docker_call(engine, "GET", "/containers/c1/archive?path=%2F", NULL, 0, copy_done_cb,
+				     t, NULL), 0);
+	run_for(SETTLE_MS);
+	engine = engine_free(engine);
+	ck_assert_int_eq(copy_calls, 1);
+	ck_assert_int_eq(copy_release, -ENOTCONN);
+	ck_assert_int_eq(t->calls, 0);               /* not started: thawed never fires */
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_int_eq(b->error, -ENOTCONN);
+	ck_assert_int_eq(b->reason, FREEZE_REASON_UNREACHABLE);
+	ck_assert_int_eq(copy_holder->calls, 1);
+	assert_idle();
+	settle();
+	ck_assert_str_eq(trace(), "c1/pause;c1/archive?path=%2F;");
+	ck_assert(strstr(logged(), "still frozen"));
+}
+END_TEST
+
+/* A holder never released when the table goes (its owner leaked it): the
+ * table frees it without a second callback; a waiter is told once. */
+START_TEST(test_table_freed_with_holder)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *b;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	b = hold();
+	wait_calls(a, 1);
+	engine = engine_free(engine);
+	ck_assert_int_eq(b->calls, 0);
+	table = freeze_table_free(table);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_int_eq(b->error, -ECANCELED);
+	settle();
+	ck_assert(strstr(logged(), "still frozen"));
+}
+END_TEST
+
+/* The table freed with a pause in flight and the engine alive: the request
+ * is cancelled, the claim told once, nothing else is sent. */
+START_TEST(test_table_freed_while_pausing)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSE(.delay_ms = 3000) };
+	struct rec *a;
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	run_for(SETTLE_MS);
+	table = freeze_table_free(table);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->error, -ECANCELED);
+	settle();
+	ck_assert_str_eq(trace(), "c1/pause;");
+}
+END_TEST
+
+/* ---- the orphan thaw ---------------------------------------------------------------------------- */
+
+static const struct {
+	struct fake_reply unpause;
+	int error;
+	enum freeze_reason reason;
+} orphan_rows[] = {
+	{ UNPAUSE(), 0, 0 },
+	{ NOT_PAUSED_500, 0, 0 },
+	{ UNPAUSE_R(404, .body = "{\"message\":\"No such container: c1\"}"), 0, 0 },
+	{ UNPAUSE_R(500, .body = "{\"message\":\"freezer: device or resource busy\"}"), -EIO,
+	  FREEZE_REASON_ENGINE_ERROR },
+};
+
+START_TEST(test_thaw_orphan)
+{
+	struct fake_reply script[] = { PING, VERSION, orphan_rows[_i].unpause };
+	struct rec *r = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, r, &r->claim), 0);
+	ck_assert(!freeze_is_held(table, C1));      /* not a hold of ours */
+	wait_calls(r, 1);
+	ck_assert_int_eq(r->error, orphan_rows[_i].error);
+	if (r->error) {
+		ck_assert_int_eq(r->reason, orphan_rows[_i].reason);
+		ck_assert_msg(strstr(r->message, "docker could not thaw c1, which a host left frozen; "
+					"refusing to serve a container whose guest cannot run: "), "%s", r->message);
+	}
+	ck_assert_str_eq(trace(), "c1/unpause;");
+	ck_assert_ptr_null(strstr(logged(), "warning"));   /* the caller decides what to say */
+	settle();
+	assert_idle();
+	fake_engine_stop();
+}
+END_TEST
+
+/* Our own live freeze is never lifted by an orphan thaw: it waits for the
+ * hold's unpause, and its own then finds nothing paused. */
+START_TEST(test_thaw_orphan_waits_for_our_hold)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSE(), NOT_PAUSED_500 };
+	struct rec *a, *o = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, o, &o->claim), 0);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(o->calls, 0);
+	ck_assert_str_eq(trace(), "c1/pause;");
+	release_and_wait(a);
+	wait_calls(o, 1);
+	ck_assert_int_eq(o->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/unpause;");
+	settle();
+	assert_idle();
+}
+END_TEST
+
+START_TEST(test_thaw_orphan_cancelled)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *a, *o = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, o, &o->claim), 0);
+	freeze_cancel(o->claim);
+	ck_assert_int_eq(o->calls, 1);
+	ck_assert_int_eq(o->error, -ECANCELED);
+	release_and_wait(a);
+	settle();
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
+	assert_idle();
+}
+END_TEST
+
+/* ---- the suite ---------------------------------------------------------------------------- */
+
+static TCase *fixture_tcase(const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	return tc;
+}
+
+static Suite *freeze_suite(void)
+{
+	Suite *s = suite_create("freeze");
+	TCase *tc;
+
+	tc = tcase_create("names");
+	tcase_add_test(tc, test_names);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("order");
+	tcase_add_test(tc, test_one_hold);
+	tcase_add_test(tc, test_fifo_three_waiters);
+	tcase_add_test(tc, test_never_paused_twice);
+	tcase_add_test(tc, test_containers_independent);
+	tcase_add_test(tc, test_held_and_generation);
+	tcase_add_test(tc, test_release_in_granted_cb);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("refusals");
+	tcase_add_test(tc, test_not_reachable_refused);
+	tcase_add_test(tc, test_bad_arguments);
+	tcase_add_test(tc, test_claim_cap);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("pause_failures");
+	tcase_add_loop_test(tc, test_pause_refused, 0, (int)ELEMENTSOF(pause_refusal_rows));
+	tcase_add_test(tc, test_pause_timeout_undone);
+	tcase_add_test(tc, test_pause_unreachable);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("thaw_results");
+	tcase_add_loop_test(tc, test_unpause_result, 0, (int)ELEMENTSOF(unpause_rows));
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("cancel");
+	tcase_add_test(tc, test_cancel_waiter);
+	tcase_add_test(tc, test_cancel_holder);
+	tcase_add_test(tc, test_cancel_while_pausing);
+	tcase_add_test(tc, test_cancel_while_thawing);
+	tcase_add_test(tc, test_cancel_in_own_failure_cb);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("engine_freed");
+	tcase_add_test(tc, test_engine_freed_while_pausing);
+	tcase_add_test(tc, test_engine_freed_while_thawing);
+	tcase_add_test(tc, test_engine_freed_mid_hold);
+	tcase_add_test(tc, test_table_freed_with_holder);
+	tcase_add_test(tc, test_table_freed_while_pausing);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("orphan_thaw");
+	tcase_add_loop_test(tc, test_thaw_orphan, 0, (int)ELEMENTSOF(orphan_rows));
+	tcase_add_test(tc, test_thaw_orphan_waits_for_our_hold);
+	tcase_add_test(tc, test_thaw_orphan_cancelled);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(freeze_suite());
+	int failed;
+
+	fake_run_dir_create("check-freeze");
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	fake_run_dir_remove();
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
