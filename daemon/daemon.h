@@ -16,6 +16,7 @@ struct server;
 struct registry;
 struct docker_events;
 struct acquire_table;
+struct freeze_table;
 
 struct msbd {
 	struct event_base *base;
@@ -26,6 +27,7 @@ struct msbd {
 	struct registry *registry;          /* our workloads, as the engine has them */
 	struct docker_events *events;       /* keeps the registry current */
 	struct acquire_table *acquires;     /* acquires in flight */
+	struct freeze_table *freezes;       /* the pause lock of each container */
 	bool registry_synced;               /* a listing has been read since the last resync */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */

@@ -15,6 +15,7 @@
 #include "acquire.h"
 #include "docker.h"
 #include "engine.h"
+#include "freeze.h"
 #include "reap.h"
 #include "registry.h"
 #include "log.h"
@@ -134,29 +135,31 @@ static void engine_state_changed_cb(struct engine *e, enum engine_state old_stat
 
 /* ---- the registry: listed at each (re)connection, then followed ------ */
 
-static void thaw_done_cb(const struct docker_reply *r, void *arg)
+static void thaw_done_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f,
+			 void *arg)
 {
 	char *id = arg;
 
-	if (r->error == 0 && r->status == 204)
-		log_info("thawed sandbox %.12s, which a previous daemon left frozen", id);
-	else if (r->error != -ECANCELED)
-		log_warnx("could not thaw sandbox %.12s, which a previous daemon left frozen: %s", id,
-			  r->message ? r->message : r->error ? strerror(-r->error) : "refused");
+	(void)claim;
+	if (error == 0)
+		log_info("sandbox %.12s: thawed; a previous daemon left it frozen", id);
+	else if (error != -ECANCELED)
+		log_warnx("%s", f && f->message ? f->message : strerror(-error));
 	free(id);
 }
 
-/* A container found paused with no acquire on it was frozen by a dead
- * daemon (this one holds no freeze yet): thaw it. */
+/* A container found paused that no claim of ours holds was frozen by a
+ * dead daemon: thaw it, under its lock, so a freeze of ours is never lifted. */
 static void thaw_orphans(struct msbd *d)
 {
 	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
 		char *id;
 
-		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->acquires, sb->name))
+		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->acquires, sb->name) ||
+		    freeze_is_held(d->freezes, sb->id))
 			continue;
 		id = xstrdup(sb->id);
-		if (docker_container_unpause(d->engine, id, thaw_done_cb, id, NULL) < 0)
+		if (freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, id, NULL) < 0)
 			free(id);
 	}
 }
@@ -397,6 +400,7 @@ static int start(struct msbd_main *m)
 	}
 	m->d.registry = registry_new();
 	m->d.acquires = acquire_table_new();
+	m->d.freezes = freeze_table_new();
 	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
 	if (!m->d.resync_timer)
 		return -EIO;
@@ -439,6 +443,8 @@ static void stop(struct msbd_main *m)
 	/* Cancels every engine request: operations complete (with ShuttingDown,
 	 * to clients already gone) at the next turn of the loop. */
 	m->d.engine = engine_free(m->d.engine);
+	/* After the engine: claims still queued are failed (-ECANCELED). */
+	m->d.freezes = freeze_table_free(m->d.freezes);
 	if (m->d.base)
 		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
 	m->d.acquires = acquire_table_free(m->d.acquires);

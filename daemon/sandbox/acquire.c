@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "docker.h"
 #include "errmap.h"
+#include "freeze.h"
 #include "log.h"
 #include "names.h"
 #include "registry.h"
@@ -373,6 +374,28 @@ static void acq_pull_done_cb(int error, const char *message, void *arg)
 	acq_enter(op, ACQ_CREATE);
 }
 
+static void acq_thaw_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f,
+			void *arg)
+{
+	struct acquire_op *op = arg;
+
+	(void)claim;
+	if (error == -ECANCELED) {
+		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		acq_complete(op, ACQ_FAILED);
+		return;
+	}
+	if (error < 0) {
+		log_warnx("%s", f && f->message ? f->message : strerror(-error));
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
+			      "sandbox %s was left frozen and could not be thawed; refusing to serve a "
+			      "container whose guest cannot run", op->name);
+		acq_fail(op);
+		return;
+	}
+	acq_enter(op, ACQ_INSPECT_FINAL);
+}
+
 /* Issues the request of a state. A refusal to start fails the op. */
 static void acq_enter(struct acquire_op *op, enum acq_state state)
 {
@@ -390,7 +413,8 @@ static void acq_enter(struct acquire_op *op, enum acq_state state)
 		r = docker_container_inspect(e, op->name, acq_docker_cb, op, &op->req);
 		break;
 	case ACQ_UNPAUSE:
-		r = docker_container_unpause(e, op->id, acq_docker_cb, op, &op->req);
+		/* Under the container's lock: never lifts a freeze of ours. */
+		r = freeze_table_thaw_orphan(op->d->freezes, e, op->id, acq_thaw_cb, op, NULL);
 		break;
 	case ACQ_OS_CHECK:
 		r = docker_version(e, acq_docker_cb, op, &op->req);
@@ -556,12 +580,6 @@ static void acq_docker_cb(const struct docker_reply *r, void *arg)
 	switch (op->state) {
 	case ACQ_INSPECT:
 		acq_inspect_done(op, r);
-		break;
-	case ACQ_UNPAUSE:
-		if (r->error || (r->status != 204 && !(r->message && strstr(r->message, "not paused"))))
-			acq_fail_engine(op, r, "thawing a container a dead daemon left frozen");
-		else
-			acq_enter(op, ACQ_INSPECT_FINAL);
 		break;
 	case ACQ_OS_CHECK:
 		acq_os_check_done(op, r);
