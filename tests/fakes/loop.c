@@ -1,7 +1,9 @@
 #include <check.h>
 #include <time.h>
 
+#include "cleanup.h"
 #include "loop.h"
+#include "xmalloc.h"
 
 long loop_now_ms(void)
 {
@@ -27,4 +29,37 @@ void loop_run_until(struct event_base *base, const int *counter, int want, int m
 	while ((!counter || *counter < want) && loop_now_ms() < deadline)
 		event_base_loop(base, EVLOOP_ONCE);
 	event_free(tick);
+}
+
+static void loop_state_cb(struct engine *e, enum engine_state old_state, enum engine_state new_state,
+			  void *arg)
+{
+	int *reachable = arg;
+
+	(void)e, (void)old_state;
+	*reachable += new_state == ENGINE_REACHABLE;
+}
+
+struct engine *loop_engine_new(struct event_base *base, const struct engine_options *opts, int *reachable)
+{
+	_cleanup_free_ char *host = xasprintf("unix://%s", fake_engine_socket_path());
+	_cleanup_free_ char *err = NULL;
+	struct engine_endpoint *ep = NULL;
+	struct engine *e;
+
+	ck_assert_int_eq(engine_endpoint_from_host(host, "test", &ep, &err), 0);
+	e = engine_new(base, ep, opts, loop_state_cb, reachable);
+	ck_assert_ptr_nonnull(e);
+	return e;
+}
+
+void loop_engine_start_reachable(struct event_base *base, struct engine *e, int *reachable,
+				 const struct fake_reply *script, size_t n, int max_ms)
+{
+	int want = *reachable + 1;
+
+	fake_engine_start(script, n);
+	engine_start(e);
+	loop_run_until(base, reachable, want, max_ms);
+	ck_assert_int_eq(engine_get_state(e), ENGINE_REACHABLE);
 }

@@ -2,12 +2,24 @@
 #ifndef MSB_TEST_LOOP_H
 #define MSB_TEST_LOOP_H
 
+#include <stddef.h>
 #include <event2/event.h>
+
+#include "engine.h"
+#include "fake_engine.h"
 
 /* CLOCK_MONOTONIC in milliseconds. */
 long loop_now_ms(void);
 /* Runs base until *counter reaches want (counter NULL: never) or max_ms
  * pass; a 5 ms tick keeps the loop turning when nothing else is pending. */
 void loop_run_until(struct event_base *base, const int *counter, int want, int max_ms);
+
+/* An engine on base, pointed at the fake engine's socket (not started);
+ * each move to ENGINE_REACHABLE increments *reachable. */
+struct engine *loop_engine_new(struct event_base *base, const struct engine_options *opts, int *reachable);
+/* Serves script[0..n) on the fake, starts e, and runs base until *reachable
+ * has grown by one and e is ENGINE_REACHABLE (at most max_ms). */
+void loop_engine_start_reachable(struct event_base *base, struct engine *e, int *reachable,
+				 const struct fake_reply *script, size_t n, int max_ms);
 
 #endif

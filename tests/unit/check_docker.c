@@ -51,28 +51,17 @@ static void run_for(int ms)
 	run_until(NULL, 0, ms);
 }
 
-static void state_cb(struct engine *e, enum engine_state old_state, enum engine_state new_state, void *arg)
-{
-	reachable_count += new_state == ENGINE_REACHABLE;
-}
-
 /* ---- fixture ----------------------------------------------------------------- */
 
 static struct docker_events *follower;
 
 static void setup(void)
 {
-	_cleanup_free_ char *host = xasprintf("unix://%s", fake_engine_socket_path());
-	_cleanup_free_ char *err = NULL;
-	struct engine_endpoint *ep = NULL;
-
 	reachable_count = 0;
 	follower = NULL;
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
-	ck_assert_int_eq(engine_endpoint_from_host(host, "test", &ep, &err), 0);
-	engine = engine_new(base, ep, &test_opts, state_cb, NULL);
-	ck_assert_ptr_nonnull(engine);
+	engine = loop_engine_new(base, &test_opts, &reachable_count);
 }
 
 static void teardown(void)
@@ -86,10 +75,7 @@ static void teardown(void)
 /* Serves script and waits until the engine is reachable on API 1.45. */
 static void start_reachable(const struct fake_reply *script, size_t n)
 {
-	fake_engine_start(script, n);
-	engine_start(engine);
-	run_until(&reachable_count, 1, RUN_MAX_MS);
-	ck_assert_int_eq(engine_get_state(engine), ENGINE_REACHABLE);
+	loop_engine_start_reachable(base, engine, &reachable_count, script, n, RUN_MAX_MS);
 }
 
 /* The first request recorded after the probe. */

@@ -480,26 +480,15 @@ static const struct engine_options test_opts = {
 	.timeout_ms = 2000, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
 };
 
-static void state_cb(struct engine *e, enum engine_state old_state, enum engine_state new_state, void *arg)
-{
-	reachable += new_state == ENGINE_REACHABLE;
-}
-
 static void setup(void)
 {
-	_cleanup_free_ char *host = xasprintf("unix://%s", fake_engine_socket_path());
-	_cleanup_free_ char *err = NULL;
-	struct engine_endpoint *ep = NULL;
-
 	reachable = 0;
 	memset(&done, 0, sizeof(done));
 	memset(script, 0, sizeof(script));
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
-	ck_assert_int_eq(engine_endpoint_from_host(host, "test", &ep, &err), 0);
 	d = (struct msbd){ .base = base, .registry = registry_new() };
-	d.engine = engine_new(base, ep, &test_opts, state_cb, NULL);
-	ck_assert_ptr_nonnull(d.engine);
+	d.engine = loop_engine_new(base, &test_opts, &reachable);
 }
 
 static void teardown(void)
@@ -527,10 +516,7 @@ static void serve(const struct fake_reply *entries, size_t n)
 	script[0] = (struct fake_reply)PING;
 	script[1] = (struct fake_reply)VERSION;
 	memcpy(script + 2, entries, n * sizeof(*entries));
-	fake_engine_start(script, n + 2);
-	engine_start(d.engine);
-	loop_run_until(base, &reachable, 1, RUN_MAX_MS);
-	ck_assert_int_eq(engine_get_state(d.engine), ENGINE_REACHABLE);
+	loop_engine_start_reachable(base, d.engine, &reachable, script, n + 2, RUN_MAX_MS);
 }
 
 /* Reaps everything older than a day at NOW, and waits for done. */
