@@ -1,9 +1,14 @@
 /* docker.c — typed Engine API calls on engine_call_start (see docker.h).
  *
- * Three kinds of request:
- *   - buffered JSON calls (docker_call and its wrappers): one small context
- *     per call carries the caller's callback; the reply body is parsed, lent
- *     to the callback, and freed with the context right after it returns;
+ * Four kinds of request:
+ *   - buffered JSON calls (docker_call and its wrappers, the archive PUT):
+ *     one small context per call carries the caller's callback; the reply
+ *     body is parsed, lent to the callback, and freed with the context
+ *     right after it returns;
+ *   - the archive HEAD and GET: the stat header is lent raw; the GET's tar
+ *     streams through on_data straight to the caller (http.h's on_data
+ *     rules bind its data callback), a failed reply's body is kept, capped,
+ *     for its message;
  *   - the pull: the body streams through on_data into a frame_buf split on
  *     LF. Progress is handed on from inside the transfer, so http.h's on_data
  *     rules bind the progress callback (no cancel, no free; a request it
@@ -29,6 +34,7 @@
 #include "xmalloc.h"
 
 #define DOCKER_CONTENT_TYPE_JSON  "application/json"
+#define DOCKER_CONTENT_TYPE_TAR   "application/x-tar"
 #define DOCKER_DEFAULT_TAG        "latest"
 #define DOCKER_SINCE_LEN          32        /* "seconds.nanoseconds" and a NUL */
 /* A stream open this long counts as healthy: its end resets the backoff. */
@@ -174,15 +180,27 @@ static void docker_call_done_cb(struct engine_req *req, int error, const struct 
 	free(ctx);
 }
 
+/* Starts call (its max_body set here) with a JSON-decoding completion. */
+static int docker_call_start(struct engine *e, struct engine_call *call, docker_cb *cb, void *arg,
+			     struct engine_req **ret_req)
+{
+	struct docker_call_ctx *ctx;
+	int r;
+
+	call->max_body = DOCKER_MAX_JSON_REPLY;
+	ctx = xmalloc(sizeof(*ctx));
+	*ctx = (struct docker_call_ctx){ .cb = cb, .arg = arg };
+	r = engine_call_start(e, call, docker_call_done_cb, ctx, ret_req);
+	if (r < 0)
+		free(ctx);
+	return r;
+}
+
 int docker_call(struct engine *e, const char *method, const char *path, const json_t *body,
 		long timeout_ms, docker_cb *cb, void *arg, struct engine_req **ret_req)
 {
 	_cleanup_free_ char *json = NULL;
-	struct engine_call call = {
-		.method = method, .path = path, .timeout_ms = timeout_ms, .max_body = DOCKER_MAX_JSON_REPLY,
-	};
-	struct docker_call_ctx *ctx;
-	int r;
+	struct engine_call call = { .method = method, .path = path, .timeout_ms = timeout_ms };
 
 	if (!e || !method || !path || !cb || timeout_ms < 0)
 		return -EINVAL;
@@ -194,12 +212,7 @@ int docker_call(struct engine *e, const char *method, const char *path, const js
 		call.body = json;
 		call.body_len = strlen(json);
 	}
-	ctx = xmalloc(sizeof(*ctx));
-	*ctx = (struct docker_call_ctx){ .cb = cb, .arg = arg };
-	r = engine_call_start(e, &call, docker_call_done_cb, ctx, ret_req);
-	if (r < 0)
-		free(ctx);
-	return r;
+	return docker_call_start(e, &call, cb, arg, ret_req);
 }
 
 /* method prefix{id}suffix, id escaped; an empty id is refused. */
@@ -305,6 +318,166 @@ int docker_network_remove(struct engine *e, const char *id, docker_cb *cb, void 
 int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req **ret_req)
 {
 	return docker_call(e, "GET", "/version", NULL, 0, cb, arg, ret_req);
+}
+
+/* ---- the archive endpoints ---------------------------------------------------------- */
+
+/* "/containers/{id}/archive?path=PATH" + suffix, both escaped; NULL for a
+ * missing or empty id or path. */
+static char *archive_path(const char *id, const char *path, const char *suffix)
+{
+	_cleanup_free_ char *eid = NULL, *epath = NULL;
+
+	if (!id || !*id || !path || !*path)
+		return NULL;
+	eid = docker_escape(id);
+	epath = docker_escape(path);
+	return xasprintf("/containers/%s/archive?path=%s%s", eid, epath, suffix);
+}
+
+struct docker_stat_ctx {
+	docker_stat_cb *cb;
+	void *arg;
+};
+
+static void archive_stat_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
+				 void *arg)
+{
+	struct docker_stat_ctx *ctx = arg;
+
+	if (error < 0)
+		ctx->cb(error, 0, NULL, ctx->arg);
+	else
+		ctx->cb(0, reply->status, engine_reply_header(reply, DOCKER_ARCHIVE_STAT_HEADER), ctx->arg);
+	free(ctx);
+}
+
+int docker_archive_stat(struct engine *e, const char *id, const char *path, docker_stat_cb *cb,
+			void *arg, struct engine_req **ret_req)
+{
+	_cleanup_free_ char *url = archive_path(id, path, "");
+	struct engine_call call = { .method = "HEAD", .path = url, .max_body = DOCKER_MAX_ERROR_BODY };
+	struct docker_stat_ctx *ctx;
+	int r;
+
+	if (!e || !url || !cb)
+		return -EINVAL;
+	ctx = xmalloc(sizeof(*ctx));
+	*ctx = (struct docker_stat_ctx){ .cb = cb, .arg = arg };
+	r = engine_call_start(e, &call, archive_stat_done_cb, ctx, ret_req);
+	if (r < 0)
+		free(ctx);
+	return r;
+}
+
+struct docker_archive_get {
+	docker_data_cb *data;
+	docker_archive_done_cb *done;
+	void *arg;
+	int error;            /* the data callback's abort (0: none) */
+	char *err_body;       /* a failed reply's body, up to DOCKER_MAX_ERROR_BODY */
+	size_t err_len;
+	bool err_dropped;     /* it was longer: no message */
+};
+
+static void archive_get_free(struct docker_archive_get *g)
+{
+	free(g->err_body);
+	free(g);
+}
+
+static void archive_error_body_keep(struct docker_archive_get *g, const void *data, size_t len)
+{
+	if (g->err_dropped || len > DOCKER_MAX_ERROR_BODY - g->err_len) {
+		g->err_dropped = true;
+		return;
+	}
+	g->err_body = xrealloc(g->err_body, g->err_len + len);
+	memcpy(g->err_body + g->err_len, data, len);
+	g->err_len += len;
+}
+
+/* Inside libcurl: a 200's tar goes to the caller, a failure's body is
+ * kept for its message; a negative return aborts with that value. */
+static int archive_get_data_cb(struct engine_req *req, long status, const void *data, size_t len,
+			       void *arg)
+{
+	struct docker_archive_get *g = arg;
+	int r;
+
+	if (g->error < 0)
+		return g->error;
+	if (status != 200) {
+		if (status >= 400)
+			archive_error_body_keep(g, data, len);
+		return 0;
+	}
+	r = g->data(data, len, g->arg);
+	if (r < 0)
+		g->error = r;
+	return r < 0 ? r : 0;
+}
+
+static void archive_get_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
+				void *arg)
+{
+	struct docker_archive_get *g = arg;
+	json_auto_t *body = NULL;
+	const char *message = NULL;
+
+	if (g->error < 0)
+		error = g->error;
+	if (error < 0) {
+		g->done(error, 0, NULL, NULL, g->arg);
+		archive_get_free(g);
+		return;
+	}
+	if (reply->status >= 400 && !g->err_dropped && g->err_len > 0) {
+		body = json_loadb(g->err_body, g->err_len, 0, NULL);
+		message = json_string_value(json_object_get(body, "message"));  /* borrows */
+	}
+	g->done(0, reply->status, message, engine_reply_header(reply, DOCKER_ARCHIVE_STAT_HEADER), g->arg);
+	archive_get_free(g);
+}
+
+int docker_archive_get(struct engine *e, const char *id, const char *path, long idle_timeout_ms,
+		       docker_data_cb *data, docker_archive_done_cb *done, void *arg,
+		       struct engine_req **ret_req)
+{
+	_cleanup_free_ char *url = archive_path(id, path, "");
+	struct engine_call call = {
+		.method = "GET", .path = url, .idle_timeout_ms = idle_timeout_ms, .on_data = archive_get_data_cb,
+	};
+	struct docker_archive_get *g;
+	int r;
+
+	if (!e || !url || !data || !done || idle_timeout_ms < 0)
+		return -EINVAL;
+	g = xcalloc(1, sizeof(*g));
+	g->data = data;
+	g->done = done;
+	g->arg = arg;
+	call.data_arg = g;
+	r = engine_call_start(e, &call, archive_get_done_cb, g, ret_req);
+	if (r < 0)
+		archive_get_free(g);
+	return r;
+}
+
+int docker_archive_put(struct engine *e, const char *id, const char *dir, const void *tar, size_t len,
+		       docker_cb *cb, void *arg, struct engine_req **ret_req)
+{
+	_cleanup_free_ char *url = archive_path(id, dir, "&noOverwriteDirNonDir=1");
+	struct engine_call call = {
+		.method = "PUT", .path = url, .content_type = DOCKER_CONTENT_TYPE_TAR, .body = tar,
+		.body_len = len,
+	};
+
+	if (!e || !url || !cb || (!tar && len > 0))
+		return -EINVAL;
+	if (len > DOCKER_MAX_ARCHIVE_PUT)
+		return -EMSGSIZE;
+	return docker_call_start(e, &call, cb, arg, ret_req);
 }
 
 /* ---- the pull --------------------------------------------------------------------------- */

@@ -76,6 +76,60 @@ int docker_network_remove(struct engine *e, const char *id, docker_cb *cb, void 
 /* GET /version. */
 int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req **ret_req);
 
+/* ---- the archive endpoints (engine-api.md §2.1) ----
+ * /containers/{id}/archive?path=PATH, id and path escaped. Archives are
+ * uncompressed tars both ways: no Accept-Encoding is ever sent (http.c), so
+ * a GET body is never gzip/deflate, and a PUT body is sent as
+ * application/x-tar, never compressed (security-notes.md: CVE-2026-41567).
+ * The stat header is handed on raw: decoding it is
+ * paths_stat_decode_header's job (daemon/sandbox/paths.h). */
+#define DOCKER_ARCHIVE_STAT_HEADER "X-Docker-Container-Path-Stat"
+/* An archive PUT body larger than this is refused with -EMSGSIZE. */
+#define DOCKER_MAX_ARCHIVE_PUT (256u * 1024 * 1024)
+/* The body of a failed archive GET kept for its message; the rest is
+ * dropped (the message is then NULL). */
+#define DOCKER_MAX_ERROR_BODY (64u * 1024)
+
+/* stat: the X-Docker-Container-Path-Stat value as the engine sent it
+ * (borrowed, valid during the callback), or NULL. status 0 when error < 0. */
+typedef void docker_stat_cb(int error, long status, const char *stat, void *arg);
+/* HEAD /containers/{id}/archive?path=PATH: 200 + stat header; 400 bad
+ * request. A HEAD reply has no body, so its 404 cannot tell "no such
+ * container" from "no such path": inspect the container first, or use
+ * docker_archive_get, whose 404 carries the message. */
+int docker_archive_stat(struct engine *e, const char *id, const char *path, docker_stat_cb *cb,
+			void *arg, struct engine_req **ret_req);
+
+/* One chunk of a 200 reply's tar (borrowed). Return 0 to go on, or a
+ * negative errno to abort: done then gets that error. Runs inside the
+ * transfer, under http.h's on_data rules (no cancel, no free; a request it
+ * starts is refused with -EBUSY). Never called for any other status. */
+typedef int docker_data_cb(const void *data, size_t len, void *arg);
+/* error: 0, the data callback's own negative value, or the transport
+ * error (status 0 then). message: Docker's {"message"} when status >= 400
+ * and the body was JSON within DOCKER_MAX_ERROR_BODY, else NULL. stat: as
+ * for docker_stat_cb. Both borrowed, valid during the callback. */
+typedef void docker_archive_done_cb(int error, long status, const char *message, const char *stat,
+				    void *arg);
+/* GET /containers/{id}/archive?path=PATH, the tar streamed to data.
+ * 404: "Could not find the file P in container C" / "No such container: C".
+ * No whole-request deadline: idle_timeout_ms (0 = none) bounds the wait for
+ * each byte. done fires exactly once, after the last data call. */
+int docker_archive_get(struct engine *e, const char *id, const char *path, long idle_timeout_ms,
+		       docker_data_cb *data, docker_archive_done_cb *done, void *arg,
+		       struct engine_req **ret_req);
+
+/* PUT /containers/{id}/archive?path=DIR&noOverwriteDirNonDir=1, tar[0..len)
+ * sent as Content-Type: application/x-tar (copied: http.c copies bodies
+ * today; streaming uploads with a read callback are future work). DIR must
+ * be an existing directory. copyUIDGID is not sent: ownership comes from
+ * the tar headers. The reply is docker_call's, on the engine's default
+ * timeout: 200 extracted; 400 "extraction point is not a directory" /
+ * read-only; 404 missing path or container (message set). len over
+ * DOCKER_MAX_ARCHIVE_PUT → -EMSGSIZE, nothing sent. */
+int docker_archive_put(struct engine *e, const char *id, const char *dir, const void *tar, size_t len,
+		       docker_cb *cb, void *arg, struct engine_req **ret_req);
+
 /* Pull: POST /images/create?fromImage=REPO&tag=TAG, where a ref
  * "repo[:tag][@digest]" is split as docker does (the tag is after the last
  * ':' that follows the last '/'; a digest goes whole into fromImage; no tag

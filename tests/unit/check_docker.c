@@ -1,7 +1,7 @@
-/* check_docker.c — the typed Engine API calls, the pull progress stream and
- * the /events follower (docker.h) against the fake engine: the exact
- * request each call sends, reply decoding, failures, exactly-once
- * completions, and the follower's resync/reconnect cycle. */
+/* check_docker.c — the typed Engine API calls, the archive endpoints, the
+ * pull progress stream and the /events follower (docker.h) against the
+ * fake engine: the exact request each call sends, reply decoding, failures,
+ * exactly-once completions, and the follower's resync/reconnect cycle. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -1262,6 +1262,525 @@ START_TEST(test_events_new_refusals)
 }
 END_TEST
 
+/* ---- the archive endpoints ---------------------------------------------------------------------- */
+
+/* A stat header as Docker sends it: base64 of the PathStat JSON. */
+#define STAT_B64 \
+	"eyJuYW1lIjoiYS50eHQiLCJzaXplIjozLCJtb2RlIjo0MjAsIm10aW1lIjoiMjAyNC0wMS0wMVQwMDowMDowMFoiLCJsaW5rVGFyZ2V0IjoiIn0="
+#define STAT_HEADER DOCKER_ARCHIVE_STAT_HEADER ": " STAT_B64 "\r\n"
+#define ARCHIVE     API "/containers/c0ffee/archive"
+/* A tar-like body with NULs and high bytes in it. */
+static const char tar_bytes[] = "ustar\0\x01\xff\x80 a b/\xc3\xbc%.txt\0\0end";
+#define TAR_LEN (sizeof(tar_bytes) - 1)
+
+struct stat_rec {
+	int calls;
+	int error;
+	long status;
+	bool stat_null;
+	char stat[TEXT_MAX];
+};
+
+static void stat_cb(int error, long status, const char *stat, void *arg)
+{
+	struct stat_rec *rec = arg;
+
+	rec->calls++;
+	rec->error = error;
+	rec->status = status;
+	rec->stat_null = stat == NULL;
+	copy_text(rec->stat, stat);
+}
+
+static void wait_stat(struct stat_rec *rec)
+{
+	ck_assert_int_eq(rec->calls, 0);   /* never inside the start call */
+	run_until(&rec->calls, 1, RUN_MAX_MS);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(rec->calls, 1);
+}
+
+#define GET_MAX_BYTES (4 * TEXT_MAX)
+
+struct get_rec {
+	int data_calls;
+	int data_after_done;
+	char got[GET_MAX_BYTES];
+	size_t got_len;
+	int abort_at;          /* > 0: the data call with this number returns abort_error */
+	int abort_error;
+	int done;
+	int error;
+	long status;
+	bool message_null;
+	char message[TEXT_MAX];
+	bool stat_null;
+	char stat[TEXT_MAX];
+};
+
+static int get_data_cb(const void *data, size_t len, void *arg)
+{
+	struct get_rec *rec = arg;
+
+	if (rec->done)
+		rec->data_after_done++;
+	rec->data_calls++;
+	ck_assert_uint_le(len, GET_MAX_BYTES - rec->got_len);
+	memcpy(rec->got + rec->got_len, data, len);
+	rec->got_len += len;
+	return rec->data_calls == rec->abort_at ? rec->abort_error : 0;
+}
+
+static void get_done_cb(int error, long status, const char *message, const char *stat, void *arg)
+{
+	struct get_rec *rec = arg;
+
+	rec->done++;
+	rec->error = error;
+	rec->status = status;
+	rec->message_null = message == NULL;
+	copy_text(rec->message, message);
+	rec->stat_null = stat == NULL;
+	copy_text(rec->stat, stat);
+}
+
+static void get_start(struct get_rec *rec, const char *id, const char *path, long idle_ms,
+		      struct engine_req **ret_req)
+{
+	ck_assert_int_eq(docker_archive_get(engine, id, path, idle_ms, get_data_cb, get_done_cb, rec, ret_req), 0);
+	ck_assert_int_eq(rec->done, 0);   /* never inside the start call */
+}
+
+static void wait_get(struct get_rec *rec)
+{
+	run_until(&rec->done, 1, RUN_MAX_MS);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(rec->done, 1);
+	ck_assert_int_eq(rec->data_after_done, 0);
+}
+
+enum archive_kind { A_STAT, A_GET, A_PUT };
+
+static const char *archive_kind_method(enum archive_kind k)
+{
+	return k == A_STAT ? "HEAD" : k == A_GET ? "GET" : "PUT";
+}
+
+/* Starts one archive call of kind k; its completion bumps *calls. */
+static int archive_start(enum archive_kind k, const char *id, const char *path, struct stat_rec *sr,
+			 struct get_rec *gr, struct reply_rec *pr_)
+{
+	switch (k) {
+	case A_STAT: return docker_archive_stat(engine, id, path, stat_cb, sr, NULL);
+	case A_GET: return docker_archive_get(engine, id, path, 0, get_data_cb, get_done_cb, gr, NULL);
+	case A_PUT: return docker_archive_put(engine, id, path, tar_bytes, TAR_LEN, reply_cb, pr_, NULL);
+	}
+	ck_abort_msg("unknown kind %d", (int)k);
+	return -EINVAL;
+}
+
+static int archive_calls(enum archive_kind k, const struct stat_rec *sr, const struct get_rec *gr,
+			 const struct reply_rec *pr_)
+{
+	return k == A_STAT ? sr->calls : k == A_GET ? gr->done : pr_->calls;
+}
+
+static void archive_wait(enum archive_kind k, struct stat_rec *sr, struct get_rec *gr, struct reply_rec *pr_)
+{
+	switch (k) {
+	case A_STAT: wait_stat(sr); break;
+	case A_GET: wait_get(gr); break;
+	case A_PUT: wait_reply(pr_); break;
+	}
+}
+
+/* The exact request each call sends: method, escaped id and path, query,
+ * Content-Type, body; never Accept-Encoding. */
+static const struct {
+	enum archive_kind kind;
+	const char *id;
+	const char *path;
+	const char *method;
+	const char *want;   /* after /v1.45 */
+} archive_request_rows[] = {
+	{ A_STAT, "c0ffee", "/etc/hosts", "HEAD", "/containers/c0ffee/archive?path=%2Fetc%2Fhosts" },
+	{ A_STAT, "c0ffee", "a b/\xc3\xbc%.txt", "HEAD", "/containers/c0ffee/archive?path=a%20b%2F%C3%BC%25.txt" },
+	{ A_STAT, "my box/../x?", "x&y=1#", "HEAD", "/containers/my%20box%2F..%2Fx%3F/archive?path=x%26y%3D1%23" },
+	{ A_GET, "c0ffee", "/work", "GET", "/containers/c0ffee/archive?path=%2Fwork" },
+	{ A_GET, "c0ffee", "a b/\xc3\xbc%.txt", "GET", "/containers/c0ffee/archive?path=a%20b%2F%C3%BC%25.txt" },
+	{ A_GET, "../version", "/", "GET", "/containers/..%2Fversion/archive?path=%2F" },
+	{ A_PUT, "c0ffee", "/work", "PUT", "/containers/c0ffee/archive?path=%2Fwork&noOverwriteDirNonDir=1" },
+	{ A_PUT, "c0ffee", "a b/\xc3\xbc%.txt", "PUT",
+	  "/containers/c0ffee/archive?path=a%20b%2F%C3%BC%25.txt&noOverwriteDirNonDir=1" },
+	{ A_PUT, "sbx 1", "/w&noOverwriteDirNonDir=0", "PUT",
+	  "/containers/sbx%201/archive?path=%2Fw%26noOverwriteDirNonDir%3D0&noOverwriteDirNonDir=1" },
+};
+
+START_TEST(test_archive_request)
+{
+	static const struct fake_reply script[] = { PING, VERSION, { .path = API "/containers/", .repeat = true } };
+	_cleanup_free_ char *want = xasprintf(API "%s", archive_request_rows[_i].want);
+	enum archive_kind k = archive_request_rows[_i].kind;
+	struct stat_rec sr = { 0 };
+	struct get_rec gr = { 0 };
+	struct reply_rec prr = { 0 };
+	const struct fake_request *q;
+	char hv[128];
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(archive_start(k, archive_request_rows[_i].id, archive_request_rows[_i].path, &sr, &gr,
+				       &prr), 0);
+	archive_wait(k, &sr, &gr, &prr);
+	ck_assert_uint_eq(fake_engine_request_count(), PROBE_REQUESTS + 1);
+	q = call_request();
+	ck_assert_str_eq(q->method, archive_request_rows[_i].method);
+	ck_assert_str_eq(q->path, want);
+	ck_assert_msg(!fake_request_header(q, "Accept-Encoding", hv, sizeof(hv)), "Accept-Encoding: %s", hv);
+	if (k == A_PUT) {
+		ck_assert(fake_request_header(q, "Content-Type", hv, sizeof(hv)));
+		ck_assert_str_eq(hv, "application/x-tar");
+		ck_assert_uint_eq(q->body_len, TAR_LEN);
+		ck_assert(memcmp(q->body, tar_bytes, TAR_LEN) == 0);
+		ck_assert_int_eq(prr.error, 0);
+		ck_assert_int_eq(prr.status, 200);
+		ck_assert(prr.message_null);
+	} else {
+		ck_assert_msg(!fake_request_header(q, "Content-Type", hv, sizeof(hv)), "Content-Type: %s", hv);
+		ck_assert_uint_eq(q->body_len, 0);
+	}
+}
+END_TEST
+
+/* The stat header is handed on raw, on HEAD and on GET; absent → NULL. */
+START_TEST(test_archive_stat_header)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "HEAD", .path = ARCHIVE "?path=a", .headers = STAT_HEADER },
+		{ .method = "HEAD", .path = ARCHIVE "?path=b" },
+	};
+	struct stat_rec a = { 0 }, b = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(docker_archive_stat(engine, "c0ffee", "a", stat_cb, &a, NULL), 0);
+	wait_stat(&a);
+	ck_assert_int_eq(a.error, 0);
+	ck_assert_int_eq(a.status, 200);
+	ck_assert_str_eq(a.stat, STAT_B64);
+	ck_assert_int_eq(docker_archive_stat(engine, "c0ffee", "b", stat_cb, &b, NULL), 0);
+	wait_stat(&b);
+	ck_assert_int_eq(b.error, 0);
+	ck_assert_int_eq(b.status, 200);
+	ck_assert(b.stat_null);
+}
+END_TEST
+
+/* A 404 reaches each caller as a status, with the message where there is a body. */
+START_TEST(test_archive_404)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "HEAD", .path = ARCHIVE, .status = 404 },
+		{ .method = "GET", .path = ARCHIVE, .status = 404,
+		  .body = "{\"message\":\"Could not find the file /nope in container c0ffee\"}\n" },
+		{ .method = "PUT", .path = ARCHIVE, .status = 404, .body = "{\"message\":\"No such container: c0ffee\"}" },
+	};
+	enum archive_kind k = (enum archive_kind)_i;
+	struct stat_rec sr = { 0 };
+	struct get_rec gr = { 0 };
+	struct reply_rec prr = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(archive_start(k, "c0ffee", "/nope", &sr, &gr, &prr), 0);
+	archive_wait(k, &sr, &gr, &prr);
+	ck_assert_int_eq(archive_calls(k, &sr, &gr, &prr), 1);
+	switch (k) {
+	case A_STAT:
+		ck_assert_int_eq(sr.error, 0);
+		ck_assert_int_eq(sr.status, 404);
+		ck_assert(sr.stat_null);
+		break;
+	case A_GET:
+		ck_assert_int_eq(gr.error, 0);
+		ck_assert_int_eq(gr.status, 404);
+		ck_assert_str_eq(gr.message, "Could not find the file /nope in container c0ffee");
+		ck_assert(gr.stat_null);
+		ck_assert_int_eq(gr.data_calls, 0);
+		break;
+	case A_PUT:
+		ck_assert_int_eq(prr.error, 0);
+		ck_assert_int_eq(prr.status, 404);
+		ck_assert_str_eq(prr.message, "No such container: c0ffee");
+		break;
+	}
+	ck_assert_str_eq(call_request()->method, archive_kind_method(k));
+}
+END_TEST
+
+/* The tar reaches data whole and in order whatever the chunking; done
+ * follows once with the stat header. */
+START_TEST(test_archive_get_stream)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = ARCHIVE, .headers = STAT_HEADER "Content-Type: application/x-tar\r\n",
+		  .body = tar_bytes, .body_len = TAR_LEN, .chunked = chunk_rows[_i].chunked,
+		  .chunk_size = chunk_rows[_i].chunk_size, .chunk_delay_ms = chunk_rows[_i].chunk_delay_ms },
+	};
+	struct get_rec gr = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	get_start(&gr, "c0ffee", "/work/a.txt", 0, NULL);
+	wait_get(&gr);
+	ck_assert_int_eq(gr.error, 0);
+	ck_assert_int_eq(gr.status, 200);
+	ck_assert(gr.message_null);
+	ck_assert_str_eq(gr.stat, STAT_B64);
+	ck_assert_uint_eq(gr.got_len, TAR_LEN);
+	ck_assert(memcmp(gr.got, tar_bytes, TAR_LEN) == 0);
+	if (chunk_rows[_i].chunked && chunk_rows[_i].chunk_delay_ms > 0)
+		ck_assert_int_gt(gr.data_calls, 1);
+	fake_engine_stop();
+}
+END_TEST
+
+/* A failed GET: Docker's message when the body is JSON within the cap, else NULL; data never runs. */
+static const struct {
+	int status;
+	const char *body;
+	const char *message;   /* NULL: none */
+	bool chunked;
+} get_error_rows[] = {
+	{ 404, "{\"message\":\"No such container: c0ffee\"}\n", "No such container: c0ffee", false },
+	{ 404, "{\"message\":\"Could not find the file /x in container c0ffee\"}",
+	  "Could not find the file /x in container c0ffee", true },
+	{ 400, "{\"message\":\"bad parameter\"}", "bad parameter", true },
+	{ 500, "boom", NULL, false },
+	{ 500, "{\"message\":7}", NULL, false },
+	{ 404, NULL, NULL, false },
+};
+
+START_TEST(test_archive_get_error_body)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = ARCHIVE, .status = get_error_rows[_i].status, .body = get_error_rows[_i].body,
+		  .chunked = get_error_rows[_i].chunked, .chunk_size = 5 },
+	};
+	struct get_rec gr = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	get_start(&gr, "c0ffee", "/x", 0, NULL);
+	wait_get(&gr);
+	ck_assert_int_eq(gr.error, 0);
+	ck_assert_int_eq(gr.status, get_error_rows[_i].status);
+	if (get_error_rows[_i].message)
+		ck_assert_str_eq(gr.message, get_error_rows[_i].message);
+	else
+		ck_assert_msg(gr.message_null, "message %s", gr.message);
+	ck_assert_int_eq(gr.data_calls, 0);
+	fake_engine_stop();
+}
+END_TEST
+
+/* An error body over DOCKER_MAX_ERROR_BODY is not kept: no message, still one done. */
+START_TEST(test_archive_get_error_body_cap)
+{
+	size_t fill = DOCKER_MAX_ERROR_BODY;
+	_cleanup_free_ char *pad = xmalloc(fill + 1);
+	_cleanup_free_ char *body = NULL;
+	struct fake_reply script[] = { PING, VERSION, { .method = "GET", .path = ARCHIVE, .status = 404 } };
+	struct get_rec gr = { 0 };
+
+	memset(pad, 'x', fill);
+	pad[fill] = '\0';
+	body = xasprintf("{\"message\":\"%s\"}", pad);
+	script[2].body = body;
+	start_reachable(script, ELEMENTSOF(script));
+	get_start(&gr, "c0ffee", "/x", 0, NULL);
+	wait_get(&gr);
+	ck_assert_int_eq(gr.error, 0);
+	ck_assert_int_eq(gr.status, 404);
+	ck_assert(gr.message_null);
+	ck_assert_int_eq(gr.data_calls, 0);
+	fake_engine_stop();
+}
+END_TEST
+
+/* data's negative return aborts the transfer: done gets that error once, no data after. */
+START_TEST(test_archive_get_data_abort)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = ARCHIVE, .headers = STAT_HEADER, .body = tar_bytes, .body_len = TAR_LEN,
+		  .chunked = true, .chunk_size = 4, .chunk_delay_ms = 2 },
+	};
+	struct get_rec gr = { .abort_at = 2, .abort_error = -ENOSPC };
+
+	start_reachable(script, ELEMENTSOF(script));
+	get_start(&gr, "c0ffee", "/x", 0, NULL);
+	wait_get(&gr);
+	ck_assert_int_eq(gr.error, -ENOSPC);
+	ck_assert_int_eq(gr.data_calls, 2);
+	ck_assert_int_eq(gr.status, 0);
+	ck_assert(gr.message_null);
+	ck_assert(gr.stat_null);
+}
+END_TEST
+
+/* No whole-request deadline on a GET: a body slower than the engine's
+ * timeout completes; the idle deadline still bounds a stall. */
+START_TEST(test_archive_get_deadlines)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = ARCHIVE "?path=slow", .body = "0123456789", .chunked = true, .chunk_size = 2,
+		  .chunk_delay_ms = 60 },
+		{ .method = "GET", .path = ARCHIVE "?path=stall", .body = "abc", .chunked = true, .stall = true },
+	};
+	static const struct engine_options short_opts = {
+		.timeout_ms = 100, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
+	};
+	struct get_rec slow = { 0 }, stall = { 0 };
+	long t0;
+
+	start_reachable(script, ELEMENTSOF(script));
+	engine_set_options(engine, &short_opts);
+	get_start(&slow, "c0ffee", "slow", 0, NULL);
+	wait_get(&slow);
+	ck_assert_int_eq(slow.error, 0);
+	ck_assert_uint_eq(slow.got_len, 10);
+	t0 = loop_now_ms();
+	get_start(&stall, "c0ffee", "stall", 100, NULL);
+	wait_get(&stall);
+	ck_assert_int_eq(stall.error, -ETIMEDOUT);
+	ck_assert_uint_eq(stall.got_len, 3);
+	ck_assert_int_lt(loop_now_ms() - t0, 1500);
+}
+END_TEST
+
+START_TEST(test_archive_get_cancel)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, { .method = "GET", .path = ARCHIVE, .body = "abc", .chunked = true, .stall = true },
+	};
+	struct get_rec gr = { 0 };
+	struct engine_req *req = NULL;
+
+	start_reachable(script, ELEMENTSOF(script));
+	get_start(&gr, "c0ffee", "/x", 0, &req);
+	ck_assert_ptr_nonnull(req);
+	run_until(&gr.data_calls, 1, RUN_MAX_MS);
+	engine_req_cancel(req);
+	ck_assert_int_eq(gr.done, 1);   /* synchronously */
+	ck_assert_int_eq(gr.error, -ECANCELED);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(gr.done, 1);
+	ck_assert_int_eq(gr.data_after_done, 0);
+}
+END_TEST
+
+/* PUT replies as docker_call: 200 success; 400/404 with Docker's message. */
+static const struct {
+	int status;
+	const char *body;
+	const char *message;   /* NULL: none */
+} put_reply_rows[] = {
+	{ 200, NULL, NULL },
+	{ 400, "{\"message\":\"extraction point is not a directory\"}", "extraction point is not a directory" },
+	{ 400, "{\"message\":\"container rootfs is marked read-only\"}", "container rootfs is marked read-only" },
+	{ 404, "{\"message\":\"Could not find the file /w in container c0ffee\"}",
+	  "Could not find the file /w in container c0ffee" },
+};
+
+START_TEST(test_archive_put_reply)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "PUT", .path = ARCHIVE, .status = put_reply_rows[_i].status, .body = put_reply_rows[_i].body },
+	};
+	struct reply_rec rec = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", tar_bytes, TAR_LEN, reply_cb, &rec, NULL), 0);
+	wait_reply(&rec);
+	ck_assert_int_eq(rec.error, 0);
+	ck_assert_int_eq(rec.status, put_reply_rows[_i].status);
+	if (put_reply_rows[_i].message)
+		ck_assert_str_eq(rec.message, put_reply_rows[_i].message);
+	else
+		ck_assert_msg(rec.message_null, "message %s", rec.message);
+	fake_engine_stop();
+}
+END_TEST
+
+/* Over DOCKER_MAX_ARCHIVE_PUT: -EMSGSIZE, nothing sent, nothing fires
+ * (the length is refused before the bytes are read). */
+START_TEST(test_archive_put_too_big)
+{
+	static const struct fake_reply script[] = { PING, VERSION, { .path = API "/containers/", .repeat = true } };
+	struct reply_rec rec = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", tar_bytes, (size_t)DOCKER_MAX_ARCHIVE_PUT + 1,
+					    reply_cb, &rec, NULL), -EMSGSIZE);
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", tar_bytes, SIZE_MAX, reply_cb, &rec, NULL),
+			 -EMSGSIZE);
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", tar_bytes, TAR_LEN, reply_cb, &rec, NULL), 0);
+	wait_reply(&rec);
+	ck_assert_int_eq(rec.status, 200);
+	ck_assert_uint_eq(fake_engine_request_count(), PROBE_REQUESTS + 1);
+}
+END_TEST
+
+/* Not reachable: -ENOTCONN, nothing sent, nothing fires. */
+START_TEST(test_archive_not_reachable)
+{
+	struct stat_rec sr = { 0 };
+	struct get_rec gr = { 0 };
+	struct reply_rec prr = { 0 };
+
+	for (enum archive_kind k = A_STAT; k <= A_PUT; k++)
+		ck_assert_int_eq(archive_start(k, "c0ffee", "/w", &sr, &gr, &prr), -ENOTCONN);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(sr.calls, 0);
+	ck_assert_int_eq(gr.done, 0);
+	ck_assert_int_eq(prr.calls, 0);
+	ck_assert_uint_eq(engine_requests_made(engine), 0);
+}
+END_TEST
+
+/* Bad arguments: -EINVAL, nothing sent, nothing fires. */
+START_TEST(test_archive_bad_arguments)
+{
+	static const struct fake_reply script[] = { PING, VERSION };
+	struct stat_rec sr = { 0 };
+	struct get_rec gr = { 0 };
+	struct reply_rec prr = { 0 };
+
+	start_reachable(script, ELEMENTSOF(script));
+	for (enum archive_kind k = A_STAT; k <= A_PUT; k++) {
+		ck_assert_int_eq(archive_start(k, "", "/w", &sr, &gr, &prr), -EINVAL);
+		ck_assert_int_eq(archive_start(k, NULL, "/w", &sr, &gr, &prr), -EINVAL);
+		ck_assert_int_eq(archive_start(k, "c0ffee", "", &sr, &gr, &prr), -EINVAL);
+		ck_assert_int_eq(archive_start(k, "c0ffee", NULL, &sr, &gr, &prr), -EINVAL);
+	}
+	ck_assert_int_eq(docker_archive_stat(NULL, "c0ffee", "/w", stat_cb, &sr, NULL), -EINVAL);
+	ck_assert_int_eq(docker_archive_stat(engine, "c0ffee", "/w", NULL, &sr, NULL), -EINVAL);
+	ck_assert_int_eq(docker_archive_get(engine, "c0ffee", "/w", 0, NULL, get_done_cb, &gr, NULL), -EINVAL);
+	ck_assert_int_eq(docker_archive_get(engine, "c0ffee", "/w", 0, get_data_cb, NULL, &gr, NULL), -EINVAL);
+	ck_assert_int_eq(docker_archive_get(engine, "c0ffee", "/w", -1, get_data_cb, get_done_cb, &gr, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", NULL, 1, reply_cb, &prr, NULL), -EINVAL);
+	ck_assert_int_eq(docker_archive_put(engine, "c0ffee", "/w", tar_bytes, TAR_LEN, NULL, &prr, NULL), -EINVAL);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(sr.calls, 0);
+	ck_assert_int_eq(gr.done, 0);
+	ck_assert_int_eq(prr.calls, 0);
+	ck_assert_uint_eq(fake_engine_request_count(), PROBE_REQUESTS);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------------------------------- */
 
 static TCase *fixture_tcase(const char *name)
@@ -1309,6 +1828,22 @@ static Suite *docker_suite(void)
 	tcase_add_test(tc, test_pull_cancel);
 	tcase_add_test(tc, test_pull_idle_timeout);
 	tcase_add_test(tc, test_pull_connection_lost);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("archive");
+	tcase_add_loop_test(tc, test_archive_request, 0, (int)ELEMENTSOF(archive_request_rows));
+	tcase_add_test(tc, test_archive_stat_header);
+	tcase_add_loop_test(tc, test_archive_404, A_STAT, A_PUT + 1);
+	tcase_add_loop_test(tc, test_archive_get_stream, 0, (int)ELEMENTSOF(chunk_rows));
+	tcase_add_loop_test(tc, test_archive_get_error_body, 0, (int)ELEMENTSOF(get_error_rows));
+	tcase_add_test(tc, test_archive_get_error_body_cap);
+	tcase_add_test(tc, test_archive_get_data_abort);
+	tcase_add_test(tc, test_archive_get_deadlines);
+	tcase_add_test(tc, test_archive_get_cancel);
+	tcase_add_loop_test(tc, test_archive_put_reply, 0, (int)ELEMENTSOF(put_reply_rows));
+	tcase_add_test(tc, test_archive_put_too_big);
+	tcase_add_test(tc, test_archive_not_reachable);
+	tcase_add_test(tc, test_archive_bad_arguments);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("events");
