@@ -1376,8 +1376,10 @@ int main(void)
 	SRunner *sr = srunner_create(daemon_suite());
 	int failed;
 
+	harness_run_dir_create();
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	harness_run_dir_remove();
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

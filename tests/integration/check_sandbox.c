@@ -849,13 +849,16 @@ int main(void)
 		return EXIT_FAILURE;
 	}
 	free(out);
+	harness_run_dir_create();
 	sr = srunner_create(sandbox_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	harness_run_dir_remove();
 	/* Whatever failed: nothing of this run stays. */
 	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
-		     "docker rmi -f %s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image);
+		     "docker rmi -f %s msb-it-nosleep:%s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image,
+		     run_id);
 	free(out);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

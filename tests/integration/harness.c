@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -81,10 +82,33 @@ static void untrack(struct msbd_proc *p)
 			procs[i] = NULL;
 }
 
+static char run_dir[32];
+
+void harness_run_dir_create(void)
+{
+	snprintf(run_dir, sizeof(run_dir), "/tmp/msb-run-XXXXXX");
+	if (!mkdtemp(run_dir)) {
+		run_dir[0] = '\0';
+		return;
+	}
+	/* Traversable (not listable) by the uid the ownership test runs as. */
+	chmod(run_dir, 0711);
+	setenv("MSB_IT_RUN_DIR", run_dir, 1);
+	setenv("TMPDIR", run_dir, 1);       /* the fake engine's sockets too */
+}
+
+void harness_run_dir_remove(void)
+{
+	rm_rf(run_dir);
+	run_dir[0] = '\0';
+}
+
 void msbd_prepare(struct msbd_proc *p)
 {
+	const char *base = getenv("MSB_IT_RUN_DIR");
+
 	memset(p, 0, sizeof(*p));
-	snprintf(p->dir, sizeof(p->dir), "/tmp/msb-it-XXXXXX");
+	snprintf(p->dir, sizeof(p->dir), "%s/d-XXXXXX", base && *base ? base : "/tmp");
 	ck_assert_ptr_nonnull(mkdtemp(p->dir));
 	snprintf(p->sock, sizeof(p->sock), "%s/msb.sock", p->dir);
 	snprintf(p->log, sizeof(p->log), "%s/daemon.log", p->dir);

@@ -19,6 +19,12 @@ struct msbd_proc {
 	char log[128];     /* dir/daemon.log: the daemon's stderr */
 };
 
+/* For main(), around srunner_run_all: every private dir of this run goes
+ * under one run directory, which the second call removes — also what a
+ * failed test left (Check ends it with _exit, skipping atexit). */
+void harness_run_dir_create(void);
+void harness_run_dir_remove(void);
+
 /* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
 void msbd_prepare(struct msbd_proc *p);
 /* Starts maf-sandboxd --socket p->sock plus args (NULL-terminated) and waits
