@@ -195,12 +195,15 @@ struct concurrent {
 	const char *sock;
 	const char *scope;
 	char id[80];
+	int code;
+	char *type;
 };
 
 static void *acquire_thread(void *arg)
 {
 	struct concurrent *c = arg;
-	json_t *r = acquire(c->sock, key_for(c->scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	json_t *r = acquire(c->sock, key_for(c->scope, "t", "agent", NULL), spec_for("k", image), &c->code,
+			    &c->type);
 
 	if (r)
 		snprintf(c->id, sizeof(c->id), "%s", jstr(r, "sandbox"));
@@ -223,7 +226,9 @@ START_TEST(concurrent_acquires_make_one_container)
 	for (int i = 0; i < 20; i++)
 		pthread_join(th[i], NULL);
 	for (int i = 0; i < 20; i++) {
-		ck_assert_msg(c[i].id[0], "acquire %d failed", i);
+		if (!c[i].id[0])
+			msbd_dump_log(&d);
+		ck_assert_msg(c[i].id[0], "acquire %d failed: %d %s", i, c[i].code, c[i].type ? c[i].type : "");
 		ck_assert_str_eq(c[i].id, c[0].id);
 	}
 	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope_of("concurrent"));
