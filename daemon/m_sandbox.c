@@ -473,32 +473,18 @@ static bool instance_is_callers(struct instance_op *op, const json_t *inspect)
 {
 	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
 	const char *name = json_string_value(json_object_get(inspect, "Name"));
-	const struct {
-		const char *label;
-		const char *value;
-	} want[] = {
-		{ LABEL_SCOPE, op->key.scope }, { LABEL_THREAD, op->key.thread_id },
-		{ LABEL_AGENT, op->key.agent_dir }, { LABEL_KIND, op->kind },
-		{ LABEL_CALL, op->key.call_id[0] ? op->key.call_id : NULL },
-	};
-	uid_t owner = owner_filter(op->call);
-	char uid[32];
+	const char *id = json_string_value(json_object_get(inspect, "Id"));
+	json_t *filters;
+	bool mine;
 
-	if (!name || !names_is_ours(name[0] == '/' ? name + 1 : name, NULL) ||
-	    !json_string_value(json_object_get(inspect, "Id")) ||
-	    strcmp(json_string_value(json_object_get(inspect, "Id")), op->id))
+	if (!name || !names_is_ours(name[0] == '/' ? name + 1 : name, NULL) || !id || strcmp(id, op->id))
 		return false;
-	for (size_t i = 0; i < ELEMENTSOF(want); i++) {
-		_cleanup_free_ char *v = want[i].value ? names_label_value(want[i].value) : NULL;
-		const char *have = json_string_value(json_object_get(labels, want[i].label));
-
-		if (v && (!have || strcmp(have, v)))
-			return false;
-	}
-	snprintf(uid, sizeof(uid), "%u", (unsigned)owner);
-	return owner == (uid_t)-1 ||
-	       (json_string_value(json_object_get(labels, LABEL_OWNER)) &&
-		strcmp(json_string_value(json_object_get(labels, LABEL_OWNER)), uid) == 0);
+	/* The same selection a disposal by key makes. */
+	filters = names_label_filter(op->key.scope, op->key.thread_id, op->key.agent_dir, op->key.call_id,
+				     op->kind, owner_filter(op->call));
+	mine = labels_match_filter(filters, labels);
+	json_decref(filters);
+	return mine;
 }
 
 /* Returns the failure code and detail for a failed step, or NULL. */
@@ -546,19 +532,12 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	instance_free(op);
 }
 
-static bool id_is_full(const char *id)
-{
-	size_t n = strspn(id, "0123456789abcdef");
-
-	return n == 64 && id[n] == '\0';
-}
-
 static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key *key,
 					   const char *kind, const char *id)
 {
 	struct instance_op *op;
 
-	if (!id_is_full(id)) {
+	if (!names_id_is_full(id)) {
 		msb_key_release(key);
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
 				"sandbox must be a full 64-hex container id");

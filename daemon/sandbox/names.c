@@ -205,3 +205,8 @@ bool names_is_ours(const char *name, const char *suffix)
 		return false;
 	return strcmp(name + plen + NAMES_HASH_CHARS, suffix ? suffix : "") == 0;
 }
+
+bool names_id_is_full(const char *id)
+{
+	return id && strlen(id) == NAMES_ID_HEX && strspn(id, "0123456789abcdef") == NAMES_ID_HEX;
+}

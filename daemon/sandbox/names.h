@@ -52,6 +52,12 @@ json_t *names_workload_labels(const struct msb_key *key, const struct msb_spec *
 json_t *names_label_filter(const char *scope, const char *thread_id, const char *agent_dir,
 			   const char *call_id, const char *kind, uid_t owner);
 
+/* Hex characters of a full engine id. */
+#define NAMES_ID_HEX 64
+
+/* True when id is a full engine id: exactly 64 lowercase hex characters. */
+bool names_id_is_full(const char *id);
+
 /* True when name fully matches maf-sandbox-docker-[0-9a-f]{12}, optionally
  * followed by suffix ("-proxy", "-net"; NULL = none). */
 bool names_is_ours(const char *name, const char *suffix);

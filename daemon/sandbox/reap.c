@@ -164,12 +164,7 @@ bool reap_cutoff(double now, int64_t older_than_s, struct reap_time *ret_cutoff)
 
 bool reap_id_is_valid(const char *id)
 {
-	if (!id || strlen(id) != REAP_ID_HEX)
-		return false;
-	for (const char *p = id; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return false;
-	return true;
+	return names_id_is_full(id);
 }
 
 static const char *const listing_names[_REAP_LISTING_MAX] = {

@@ -24,7 +24,7 @@
 
 #include "names.h"
 
-#define REAP_ID_HEX        64              /* a full engine ID: 64 lowercase hex */
+#define REAP_ID_HEX        NAMES_ID_HEX    /* a full engine ID: 64 lowercase hex */
 #define REAP_NAME_MAX      NAMES_CONTAINER_MAX   /* fits NAME, NAME-proxy, NAME-net and a NUL */
 /* More IDs than this in one listing → "unlisted" (the sweep is refused). */
 #define REAP_MAX_RESOURCES 65536

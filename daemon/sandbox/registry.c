@@ -146,16 +146,6 @@ const char *sandbox_label(const struct sandbox *sb, const char *key)
 	return json_string_value(json_object_get(sb->labels, key));
 }
 
-static bool id_is_full(const char *id)
-{
-	if (!id || strlen(id) != 64)
-		return false;
-	for (const char *p = id; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return false;
-	return true;
-}
-
 /* Ours, and a workload: our name, the four identity labels, no proxy role. */
 static bool labels_are_workload(const char *name, const json_t *labels)
 {
@@ -193,7 +183,7 @@ static struct sandbox *registry_put(struct registry *r, const char *id, const ch
 {
 	struct sandbox *sb;
 
-	if (!id_is_full(id) || !name || !labels_are_workload(name, labels) ||
+	if (!names_id_is_full(id) || !name || !labels_are_workload(name, labels) ||
 	    registry_is_tombstoned(r, id))
 		return NULL;
 	sb = registry_find_id(r, id);
