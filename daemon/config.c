@@ -61,6 +61,10 @@ static const struct config_key config_keys[] = {
 	K("sandbox.cap_drop_all", CONFIG_BOOL, cap_drop_all, 0, 1, false, "drop every Linux capability"),
 	K("sandbox.pull_timeout_ms", CONFIG_LONG, pull_timeout_ms, 1000, 86400000, false, "deadline of one image pull"),
 	K("sandbox.admin_group", CONFIG_STRING, admin_group, 0, 0, false, "members may reap and see every sandbox"),
+	K("files.max_file_bytes", CONFIG_SIZE, files_max_file_bytes, 1, MSB_TRANSFER_MAX_FILE_BYTES, false, "largest file one file call moves"),
+	K("files.max_total_bytes", CONFIG_SIZE, files_max_total_bytes, 1, MSB_TRANSFER_MAX_TOTAL_BYTES, false, "bytes one file call moves in all"),
+	K("files.max_files", CONFIG_LONG, files_max_files, 1, MSB_TRANSFER_MAX_FILES, false, "files one file call moves"),
+	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
 	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
 	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
 };
@@ -101,6 +105,10 @@ struct msbd_config *config_new_defaults(void)
 	cfg->cap_drop_all = true;
 	cfg->pull_timeout_ms = MSB_PULL_TIMEOUT_MS;
 	cfg->reap_interval_s = MSB_REAP_INTERVAL_S;
+	cfg->files_max_file_bytes = MSB_TRANSFER_MAX_FILE_BYTES;
+	cfg->files_max_total_bytes = MSB_TRANSFER_MAX_TOTAL_BYTES;
+	cfg->files_max_files = MSB_TRANSFER_MAX_FILES;
+	cfg->files_timeout_ms = MSB_FILES_TIMEOUT_MS;
 	return cfg;
 }
 

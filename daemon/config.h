@@ -36,6 +36,10 @@ struct msbd_config {
 	bool cap_drop_all;          /* sandbox.cap_drop_all */
 	long pull_timeout_ms;       /* sandbox.pull_timeout_ms */
 	char *admin_group;          /* sandbox.admin_group: NULL = only root is admin */
+	size_t files_max_file_bytes;  /* files.max_file_bytes: per file, per call and direction */
+	size_t files_max_total_bytes; /* files.max_total_bytes: all files of one call */
+	long files_max_files;         /* files.max_files: files in one call */
+	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
 	bool debug;                 /* log.debug */
@@ -56,6 +60,7 @@ struct msbd_cmdline {
 #define MSB_PIDS_LIMIT               512
 #define MSB_PULL_TIMEOUT_MS          600000
 #define MSB_REAP_INTERVAL_S          3600
+#define MSB_FILES_TIMEOUT_MS         60000
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

@@ -11,6 +11,7 @@
 #include "errmap.h"
 #include "msb-limits.h"
 #include "log.h"
+#include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-build.h"
 #include "server.h"
@@ -244,5 +245,10 @@ const struct rpc_method msbd_methods[] = {
 	  sizeof(struct m_sandbox_scope_params) },
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
 	  sizeof(struct m_sandbox_reap_params) },
+	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params) },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);

@@ -116,9 +116,9 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 }
 
 /* Serves a running, registered, unlocked sandbox without an engine request. */
-static struct rpc_result *acquire_warm(struct rpc_call *call, const struct msbd *d,
+static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 				       const struct sandbox *sb, const struct msb_key *key,
-				       const struct msb_spec *spec)
+				       const struct msb_spec *spec, const struct m_sandbox_acquire_params *p)
 {
 	struct msb_error err = { 0 };
 	struct rpc_result *r;
@@ -129,6 +129,9 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, const struct msbd 
 		return r;
 	}
 	log_debug("op", "sandbox %s reused (warm)", sb->name);
+	if (acquire_spec_needs_prepare(spec))
+		/* The work dir must still be there (one HEAD), the guest known. */
+		return acquire_start_warm(d, call, sb, p->key, p->spec, rpc_call_peer(call)->uid);
 	return rpc_reply(call, acquire_result(sb, msb_spec_work_dir(spec), false));
 }
 
@@ -162,7 +165,7 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 	sb = registry_find_name(d->registry, name);
 	if (d->registry_synced && docker_events_is_connected(d->events) && sb && sb->state == SANDBOX_RUNNING &&
 	    !acquire_in_flight(d->acquires, name))
-		return acquire_warm(call, d, sb, key, spec);
+		return acquire_warm(call, d, sb, key, spec, p);
 	return acquire_start(d, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
 }
 

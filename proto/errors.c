@@ -33,6 +33,15 @@ static const struct msb_error_info error_table[] = {
 	{ MSB_ERR_SANDBOX_CONFLICT, "SandboxConflict",
 	  "the container under this sandbox's name cannot be served as asked" },
 
+	{ MSB_ERR_CONFINEMENT, "ConfinementError", "the path is not confined to the working directory" },
+	{ MSB_ERR_NOT_A_DIRECTORY, "NotADirectoryError", "a component of the path is not a directory" },
+	{ MSB_ERR_FILE_NOT_FOUND, "FileNotFoundError", "no such file" },
+	{ MSB_ERR_OS_ERROR, "OSError", "the guest refused the operation" },
+	{ MSB_ERR_TRANSFER_CAP_EXCEEDED, "SandboxTransferCapExceeded", "the transfer exceeds its cap" },
+	{ MSB_ERR_TIMEOUT, "TimeoutError", "the call's deadline passed" },
+	{ MSB_ERR_SANDBOX_NOT_FOUND, "SandboxNotFound", "no such sandbox" },
+	{ MSB_ERR_FREEZE_FAILED, "SandboxFreezeFailed", "the sandbox could not be frozen for a file call" },
+
 	{ MSB_ERR_PERMISSION_DENIED, "PermissionDenied", "permission denied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, "FrameTooLarge", "frame exceeds the size limit" },
 	{ MSB_ERR_TOO_MANY_CONNECTIONS, "TooManyConnections", "too many connections" },

@@ -4,6 +4,7 @@
  *   -32700..-32600  JSON-RPC 2.0 standard codes
  *   1000s           the Docker engine
  *   1100s           sandbox refusals (router vocabulary of maf-sandbox)
+ *   1200s           the sandbox surface: files and (later) exec
  *   1300s           authorisation and daemon limits
  */
 #ifndef MSB_ERRORS_H
@@ -32,6 +33,15 @@ enum msb_errcode {
 	MSB_ERR_SCOPE_NOT_ENFORCED          = 1104,
 	MSB_ERR_BACKEND_NOT_PERMITTED       = 1105,
 	MSB_ERR_SANDBOX_CONFLICT            = 1106,
+
+	MSB_ERR_CONFINEMENT                 = 1200,
+	MSB_ERR_NOT_A_DIRECTORY             = 1201,
+	MSB_ERR_FILE_NOT_FOUND              = 1202,
+	MSB_ERR_OS_ERROR                    = 1203,
+	MSB_ERR_TRANSFER_CAP_EXCEEDED       = 1204,
+	MSB_ERR_TIMEOUT                     = 1205,
+	MSB_ERR_SANDBOX_NOT_FOUND           = 1206,
+	MSB_ERR_FREEZE_FAILED               = 1207,
 
 	MSB_ERR_PERMISSION_DENIED           = 1300,
 	MSB_ERR_FRAME_TOO_LARGE             = 1301,

@@ -19,6 +19,11 @@
 #define MSB_METHOD_SANDBOX_DISPOSE_SCOPE "sandbox.dispose_scope"
 #define MSB_METHOD_SANDBOX_LIST          "sandbox.list"
 #define MSB_METHOD_SANDBOX_REAP          "sandbox.reap"
+#define MSB_METHOD_FILES_WRITE           "files.write"
+#define MSB_METHOD_FILES_READ            "files.read"
+#define MSB_METHOD_FILES_STAT            "files.stat"
+#define MSB_METHOD_FILES_REMOVE          "files.remove"
+#define MSB_METHOD_FILES_RECLAIM         "files.reclaim"
 /* Notifications the daemon sends during a call. */
 #define MSB_NOTIFY_PULL_PROGRESS         "sandbox.pull_progress"
 

@@ -977,3 +977,99 @@ struct docker_events *docker_events_free(struct docker_events *ev)
 	events_leave(ev);
 	return NULL;
 }
+
+/* ---- exec ------------------------------------------------------------------------------ */
+
+#define DOCKER_EXEC_START_BODY "{\"Detach\":false,\"Tty\":false}"
+
+int docker_exec_create(struct engine *e, const char *id, const json_t *config, docker_cb *cb, void *arg,
+		       struct engine_req **ret_req)
+{
+	if (!json_is_object(config))
+		return -EINVAL;
+	return docker_call_on(e, "POST", "/containers/", id, "/exec", config, cb, arg, ret_req);
+}
+
+int docker_exec_inspect(struct engine *e, const char *exec_id, docker_cb *cb, void *arg,
+			struct engine_req **ret_req)
+{
+	return docker_call_on(e, "GET", "/exec/", exec_id, "/json", NULL, cb, arg, ret_req);
+}
+
+struct docker_exec_stream {
+	docker_data_cb *data;
+	docker_exec_done_cb *done;
+	void *arg;
+	int error;             /* the data callback's abort (0: none) */
+	struct frame_buf fb;   /* a failed reply's body, for its message */
+};
+
+static void exec_stream_free(struct docker_exec_stream *s)
+{
+	frame_buf_release(&s->fb);
+	free(s);
+}
+
+/* Inside libcurl: a 200's body goes to the caller, a failure's is kept
+ * for its message; a negative return aborts with that value. */
+static int exec_stream_data_cb(struct engine_req *req, long status, const void *data, size_t len, void *arg)
+{
+	struct docker_exec_stream *s = arg;
+	int r;
+
+	if (s->error < 0)
+		return s->error;
+	if (status != 200) {
+		error_body_keep(&s->fb, data, len);
+		return 0;
+	}
+	r = s->data(data, len, s->arg);
+	if (r < 0)
+		s->error = r;
+	return r < 0 ? r : 0;
+}
+
+static void exec_stream_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
+				void *arg)
+{
+	struct docker_exec_stream *s = arg;
+	_cleanup_free_ char *message = NULL;
+
+	if (s->error < 0)
+		error = s->error;
+	if (error < 0) {
+		s->done(error, 0, NULL, s->arg);
+		exec_stream_free(s);
+		return;
+	}
+	if (reply->status != 200)
+		message = error_body_message(&s->fb, reply->status);
+	s->done(0, reply->status, message, s->arg);
+	exec_stream_free(s);
+}
+
+int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_ms, docker_data_cb *data,
+		      docker_exec_done_cb *done, void *arg, struct engine_req **ret_req)
+{
+	_cleanup_free_ char *path = path_with("/exec/", exec_id, "/start");
+	struct engine_call call = {
+		.method = "POST", .path = path, .content_type = DOCKER_CONTENT_TYPE_JSON,
+		.body = DOCKER_EXEC_START_BODY, .body_len = strlen(DOCKER_EXEC_START_BODY),
+		.idle_timeout_ms = idle_timeout_ms, .on_data = exec_stream_data_cb,
+	};
+	struct docker_exec_stream *s;
+	int r;
+
+	if (!e || !path || !data || !done || idle_timeout_ms < 0)
+		return -EINVAL;
+	s = xcalloc(1, sizeof(*s));
+	s->data = data;
+	s->done = done;
+	s->arg = arg;
+	frame_buf_init(&s->fb, DOCKER_MAX_ERROR_BODY);
+	call.data_arg = s;
+	r = engine_call_start(e, &call, exec_stream_done_cb, s, ret_req);
+	if (r < 0)
+		exec_stream_free(s);
+	return r;
+}

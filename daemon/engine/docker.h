@@ -130,6 +130,44 @@ int docker_archive_get(struct engine *e, const char *id, const char *path, long 
 int docker_archive_put(struct engine *e, const char *id, const char *dir, const void *tar, size_t len,
 		       docker_cb *cb, void *arg, struct engine_req **ret_req);
 
+/* ---- exec (engine-api.md §2.3) ----
+ * Three calls run one command: create, start (its output streamed until
+ * the command ends), inspect (its exit code). The exec process lives on in
+ * the guest whatever happens to the connection: there is no exec kill. */
+
+/* POST /containers/{id}/exec with config (borrowed; {"AttachStdout",
+ * "AttachStderr","Tty","Cmd",...}): 201 {"Id"}; 404 no such container;
+ * 409 "Container C is paused, unpause the container before exec" /
+ * "container C is not running" / "... is restarting ...". */
+int docker_exec_create(struct engine *e, const char *id, const json_t *config, docker_cb *cb, void *arg,
+		       struct engine_req **ret_req);
+
+/* error: 0, the data callback's own negative value, or the transport
+ * error (status 0 then). message: on a status other than 200, Docker's
+ * {"message"}, else a description of the reply (DOCKER_MAX_ERROR_BODY of
+ * it kept); NULL on 200 and when error < 0. Borrowed, valid during the
+ * callback. */
+typedef void docker_exec_done_cb(int error, long status, const char *message, void *arg);
+/* POST /exec/{eid}/start with {"Detach":false,"Tty":false} and no Upgrade
+ * header: the engine hijacks the connection and answers 200
+ * (Content-Type application/vnd.docker.multiplexed-stream, or raw-stream
+ * before API 1.42: the framing follows the exec's Tty, not the type),
+ * then writes the output until the command ends and closes the
+ * connection: no Content-Length, no chunking. libcurl reads such a body
+ * to the close and never reuses that connection. A 200's body goes to
+ * data raw (frame headers included), chunk by chunk, under http.h's
+ * on_data rules; never called for any other status. 404 no such exec; 409
+ * paused / not running. No whole-request deadline: the caller owns it
+ * (engine_req_cancel); idle_timeout_ms (0 = none) bounds the wait for each
+ * byte. done fires exactly once, after the last data call. */
+int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_ms, docker_data_cb *data,
+		      docker_exec_done_cb *done, void *arg, struct engine_req **ret_req);
+/* GET /exec/{eid}/json: 200 {"Running", "ExitCode" (null while running),
+ * ...}; 404 no such exec (exited execs are collected after minutes, and
+ * at an engine restart). */
+int docker_exec_inspect(struct engine *e, const char *exec_id, docker_cb *cb, void *arg,
+			struct engine_req **ret_req);
+
 /* Pull: POST /images/create?fromImage=REPO&tag=TAG, where a ref
  * "repo[:tag][@digest]" is split as docker does (the tag is after the last
  * ':' that follows the last '/'; a digest goes whole into fromImage; no tag

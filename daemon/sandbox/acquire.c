@@ -11,7 +11,9 @@
 #include "daemon.h"
 #include "docker.h"
 #include "errmap.h"
+#include "fileop.h"
 #include "freeze.h"
+#include "guest.h"
 #include "log.h"
 #include "names.h"
 #include "registry.h"
@@ -38,6 +40,12 @@ struct acquire_op {
 	struct acq_waiter *waiters;
 	size_t n_waiters;
 	struct event *finish_ev;     /* completes the op from the loop */
+	/* preparing (ACQ_IDENTITY, ACQ_WORKDIR_*) */
+	bool preparing;              /* a failure from here keeps the container */
+	struct guest_req *guest;
+	struct fileop *fop;
+	bool ident_known;            /* ident holds the answer */
+	struct guest_identity ident;
 };
 
 /* Each caller joined to the op, with what it asked for: the container is
@@ -48,6 +56,13 @@ struct acq_waiter {
 	json_t *spec_json;
 	struct msb_spec spec;
 };
+
+/* Every capability that touches the guest's files or runs in its work dir. */
+#define ACQ_NEEDS_WORKDIR (MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_FILES_IN) | MSB_BIT(MSB_CAP_FILES_OUT) | \
+			   MSB_BIT(MSB_CAP_FILES_LIST) | MSB_BIT(MSB_CAP_FILES_DELETE) | \
+			   MSB_BIT(MSB_CAP_HOST_TOOLS))
+/* Refused when the guest's uid cannot be resolved (behaviour-docker §2.1 step 14). */
+#define ACQ_NEEDS_IDENTITY (MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_HOST_TOOLS))
 
 struct acquire_table {
 	TAILQ_HEAD(, acquire_op) ops;
@@ -65,6 +80,9 @@ static const char *const acq_state_names[_ACQ_STATE_MAX] = {
 	[ACQ_REMOVE_STALE] = "remove-stale",
 	[ACQ_INSPECT_FINAL] = "inspect-final",
 	[ACQ_ROLLBACK_REMOVE] = "rollback-remove",
+	[ACQ_IDENTITY] = "identity",
+	[ACQ_WORKDIR_STAT] = "workdir-stat",
+	[ACQ_WORKDIR_MAKE] = "workdir-make",
 	[ACQ_DONE] = "done",
 	[ACQ_FAILED] = "failed",
 };
@@ -178,6 +196,14 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 		msb_error_clear(&err);
 		return;
 	}
+	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest_known || !sb->guest_resolved)) {
+		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:[ss]}", "missing", "files_out", "host_tools"),
+			      "the image's user could not be resolved, which files_out, host_tools need. "
+			      "Give the image a numeric uid:gid in Config.User, a readable /etc/passwd, or an "
+			      "`id` it can run. Unresolved identities are retried on the next acquire.");
+		return;
+	}
 	rpc_call_reply(w->call, acquire_result(sb, msb_spec_work_dir(&w->spec), op->created));
 }
 
@@ -212,7 +238,7 @@ static void acq_complete(struct acquire_op *op, enum acq_state final)
 /* A failure: roll back what this op created, then report. */
 static void acq_fail(struct acquire_op *op)
 {
-	if (op->created && op->id && op->state != ACQ_ROLLBACK_REMOVE &&
+	if (op->created && op->id && !op->preparing && op->state != ACQ_ROLLBACK_REMOVE &&
 	    op->err.code != MSB_ERR_SHUTTING_DOWN) {
 		acq_enter(op, ACQ_ROLLBACK_REMOVE);
 		return;
@@ -235,6 +261,159 @@ static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r,
 
 /* The identity labels must be the key's: a container under our name that
  * is not this key's (a foreign look-alike, a hash collision) is refused. */
+/* ---- preparing: identity and work dir ----------------------------------- */
+
+bool acquire_spec_needs_prepare(const struct msb_spec *spec)
+{
+	return (spec->requires & ACQ_NEEDS_WORKDIR) != 0;
+}
+
+/* What the op's waiters need, together. */
+static uint32_t acq_requires(const struct acquire_op *op)
+{
+	uint32_t r = op->spec.requires;
+
+	for (size_t i = 0; i < op->n_waiters; i++)
+		r |= op->waiters[i].spec.requires;
+	return r;
+}
+
+static void acq_prepared(struct acquire_op *op)
+{
+	acq_complete(op, ACQ_DONE);
+}
+
+static void acq_workdir_make_done(struct fileop *fop, const struct msb_error *err, void *arg)
+{
+	struct acquire_op *op = arg;
+
+	(void)fop;
+	op->fop = NULL;
+	if (err) {
+		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL,
+			      "could not create the working directory %s: %s", msb_spec_work_dir(&op->spec),
+			      err->message ? err->message : msb_error_name(err->code));
+		acq_fail(op);
+		return;
+	}
+	acq_prepared(op);
+}
+
+static void acq_workdir_make(struct acquire_op *op)
+{
+	const char *wd = msb_spec_work_dir(&op->spec);
+	struct fileop_params p = {
+		.kind = FILEOP_PREPARE, .id = op->id, .timeout_ms = op->d->config->files_timeout_ms,
+		.uid = op->ident.resolved ? op->ident.uid : 0, .gid = op->ident.resolved ? op->ident.gid : 0,
+	};
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
+
+	op->state = ACQ_WORKDIR_MAKE;
+	if (paths_plan_new(PATHS_OP_LIST, ".", 1, wd, SIZE_MAX, wd, &plan, &reason) < 0) {
+		fileop_error_from_reason(reason, wd, &op->err);
+		acq_fail(op);
+		return;
+	}
+	op->fop = fileop_new(op->d, &p);
+	fileop_add(op->fop, plan, NULL, 0);
+	fileop_start(op->fop, acq_workdir_make_done, op);
+}
+
+static void acq_workdir_stat_cb(int error, long status, const char *stat, void *arg)
+{
+	struct acquire_op *op = arg;
+	struct paths_stat st = { 0 };
+	enum paths_reason reason;
+
+	op->req = NULL;
+	if (error == -ECANCELED) {
+		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		acq_complete(op, ACQ_FAILED);
+		return;
+	}
+	if (error == 0 && status == 200 && stat && paths_stat_decode_header(stat, &st, &reason) == 0 &&
+	    st.kind == PATHS_KIND_DIRECTORY) {
+		/* There, and a directory: nothing to make. (A linked ancestor could
+		 * pass this; every file call walks from "/" under the freeze.) */
+		paths_stat_release(&st);
+		acq_prepared(op);
+		return;
+	}
+	paths_stat_release(&st);
+	/* Absent, a link, not a directory, or unreadable: the frozen walk decides. */
+	acq_workdir_make(op);
+}
+
+static void acq_workdir(struct acquire_op *op)
+{
+	const char *wd = msb_spec_work_dir(&op->spec);
+	int r;
+
+	if (!(acq_requires(op) & ACQ_NEEDS_WORKDIR) || strcmp(wd, "/") == 0) {
+		acq_prepared(op);
+		return;
+	}
+	op->state = ACQ_WORKDIR_STAT;
+	r = docker_archive_stat(op->d->engine, op->id, wd, acq_workdir_stat_cb, op, &op->req);
+	if (r < 0) {
+		struct docker_reply dr = { .error = r };
+
+		acq_fail_engine(op, &dr, "examining the working directory");
+	}
+}
+
+static void acq_identity_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
+{
+	struct acquire_op *op = arg;
+	struct sandbox *sb;
+
+	op->guest = NULL;
+	if (err) {
+		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
+			      err->message ? err->message : msb_error_name(err->code));
+		acq_fail(op);
+		return;
+	}
+	op->ident = *id;
+	op->ident_known = true;
+	sb = registry_find_id(op->d->registry, op->id);
+	if (sb) {
+		sb->guest_known = true;
+		sb->guest_resolved = id->resolved;
+		sb->guest_uid = id->uid;
+		sb->guest_gid = id->gid;
+	}
+	acq_workdir(op);
+}
+
+/* The container runs: learn who its guest is and make its work dir. */
+static void acq_prepare(struct acquire_op *op)
+{
+	const struct sandbox *sb = registry_find_id(op->d->registry, op->id);
+	int r;
+
+	op->preparing = true;
+	op->req = NULL;
+	if (!(acq_requires(op) & ACQ_NEEDS_WORKDIR)) {
+		acq_prepared(op);
+		return;
+	}
+	if (sb && sb->guest_known) {
+		op->ident = (struct guest_identity){ sb->guest_resolved, sb->guest_uid, sb->guest_gid };
+		op->ident_known = true;
+		acq_workdir(op);
+		return;
+	}
+	op->state = ACQ_IDENTITY;
+	r = guest_identity_start(op->d, op->id, op->last_inspect, acq_identity_cb, op, &op->guest);
+	if (r < 0) {
+		struct docker_reply dr = { .error = r };
+
+		acq_fail_engine(op, &dr, "resolving the guest's user");
+	}
+}
+
 static bool labels_match_key(const struct msb_key *key, const char *kind, const json_t *labels)
 {
 	const struct {
@@ -491,7 +670,7 @@ static void acq_inspect_done(struct acquire_op *op, const struct docker_reply *r
 		/* Left frozen by a dead daemon: thaw it before handing it out. */
 		acq_enter(op, ACQ_UNPAUSE);
 	} else if (json_is_true(json_object_get(state, "Running"))) {
-		acq_complete(op, ACQ_DONE);
+		acq_prepare(op);
 	} else {
 		acq_enter(op, ACQ_OS_CHECK);
 	}
@@ -564,7 +743,7 @@ static void acq_final_done(struct acquire_op *op, const struct docker_reply *r)
 		acq_fail(op);
 		return;
 	}
-	acq_complete(op, ACQ_DONE);
+	acq_prepare(op);
 }
 
 static void acq_docker_cb(const struct docker_reply *r, void *arg)
@@ -636,19 +815,14 @@ static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call, json_t 
 		assert(!"acq_add_waiter: the spec was not validated");
 }
 
-struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
-				 json_t *key_json, json_t *spec_json, uid_t owner)
+/* A new op for name, with its first waiter; in the table. */
+static struct acquire_op *acq_new(struct msbd *d, struct rpc_call *call, const char *name, json_t *key_json,
+				  json_t *spec_json, uid_t owner)
 {
-	struct acquire_op *op = acquire_find(d->acquires, name);
+	struct acquire_op *op = xcalloc(1, sizeof(*op));
 	const char *field;
 	char *msg = NULL;
 
-	if (op) {
-		/* Owner and work dir are checked per waiter when it completes. */
-		acq_add_waiter(op, call, spec_json);
-		return rpc_pending(call);
-	}
-	op = xcalloc(1, sizeof(*op));
 	op->d = d;
 	op->table = d->acquires;
 	snprintf(op->name, sizeof(op->name), "%s", name);
@@ -666,6 +840,35 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
 	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
 	d->acquires->count++;
 	acq_add_waiter(op, call, spec_json);
+	return op;
+}
+
+struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
+				 json_t *key_json, json_t *spec_json, uid_t owner)
+{
+	struct acquire_op *op = acquire_find(d->acquires, name);
+
+	if (op) {
+		/* Owner and work dir are checked per waiter when it completes. */
+		acq_add_waiter(op, call, spec_json);
+		return rpc_pending(call);
+	}
+	op = acq_new(d, call, name, key_json, spec_json, owner);
 	acq_enter(op, ACQ_INSPECT);
+	return rpc_pending(call);
+}
+
+struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
+				      json_t *key_json, json_t *spec_json, uid_t owner)
+{
+	struct acquire_op *op = acquire_find(d->acquires, sb->name);
+
+	if (op) {
+		acq_add_waiter(op, call, spec_json);
+		return rpc_pending(call);
+	}
+	op = acq_new(d, call, sb->name, key_json, spec_json, owner);
+	acq_set_id(op, sb->id);
+	acq_prepare(op);
 	return rpc_pending(call);
 }

@@ -11,6 +11,12 @@
  *                       INSPECT_FINAL → DONE
  *   Any failure after this op created the container → ROLLBACK_REMOVE → FAILED.
  *
+ *   Every path to DONE first prepares (a warm acquire starts here):
+ *   → IDENTITY (unless known) → WORKDIR_STAT ─ a directory ─→ DONE
+ *                                     └ absent, a link, … → WORKDIR_MAKE → DONE
+ *   only for specs that need them (any FILES_* or EXEC; behaviour-core §4.7).
+ *   A failure here keeps the container (a retry of the key works on it).
+ *
  * Concurrent acquires of one container name join the op in flight; all get
  * its outcome. An op always completes from the loop (a deferred event),
  * never inside acquire_start, so a pending call is never finished before its
@@ -36,6 +42,7 @@
 
 struct msbd;
 struct acquire_table;
+struct sandbox;
 
 enum acq_state {
 	ACQ_INSPECT,
@@ -48,6 +55,9 @@ enum acq_state {
 	ACQ_REMOVE_STALE,
 	ACQ_INSPECT_FINAL,
 	ACQ_ROLLBACK_REMOVE,
+	ACQ_IDENTITY,        /* the guest's uid:gid (guest.h), once per instance */
+	ACQ_WORKDIR_STAT,    /* HEAD of the work dir: a directory there → done */
+	ACQ_WORKDIR_MAKE,    /* frozen walk from "/" and one tar of what is missing */
 	ACQ_DONE,
 	ACQ_FAILED,
 	_ACQ_STATE_MAX,
@@ -74,6 +84,14 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
  * handler's result: pending, or a failure for an owner clash. */
 struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
 				 json_t *key_json, json_t *spec_json, uid_t owner);
+
+/* Starts, or joins, the preparation of a running, registered container
+ * (sb) for a warm acquire whose spec needs a work dir or the guest's
+ * identity. Same contract as acquire_start. */
+struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
+				      json_t *key_json, json_t *spec_json, uid_t owner);
+/* Does an acquire with this spec prepare anything (work dir, identity)? */
+bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 
 /* May the container with these labels be served as name for key/spec to
  * peer? 0, or -EEXIST (not this key's, or another storage base:

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base64.h"
 #include "cleanup.h"
 #include "paths.h"
 #include "reap.h"
@@ -400,69 +401,6 @@ enum paths_kind paths_kind_from_st_mode(mode_t st_mode)
 	return PATHS_KIND_OTHER;
 }
 
-/* ---- base64 (standard alphabet, padded, canonical) ------------------------ */
-
-static int b64_value(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
-
-/* One 4-character quantum; last says padding is allowed. Returns the bytes
- * written (1..3) or -1. */
-static int b64_quantum(const char *q, bool last, unsigned char *out)
-{
-	int v[4], pad = 0;
-	uint32_t bits = 0;
-
-	for (int i = 0; i < 4; i++) {
-		if (q[i] == '=' && last && i >= 2) {
-			v[i] = 0;
-			pad++;
-			continue;
-		}
-		if (pad || (v[i] = b64_value((unsigned char)q[i])) < 0)
-			return -1;      /* a character after '=', or outside the alphabet */
-		bits |= (uint32_t)v[i] << (18 - 6 * i);
-	}
-	/* Canonical: the bits padding leaves over must be zero. */
-	if ((pad == 1 && (bits & 0xff)) || (pad == 2 && (bits & 0xffff)))
-		return -1;
-	out[0] = bits >> 16;
-	out[1] = (bits >> 8) & 0xff;
-	out[2] = bits & 0xff;
-	return 3 - pad;
-}
-
-/* Decodes s (len bytes) into a malloc'd buffer. Returns the byte count or -1. */
-static ssize_t b64_decode(const char *s, size_t len, unsigned char **ret)
-{
-	_cleanup_free_ unsigned char *buf = NULL;
-	size_t n = 0;
-
-	if (len == 0 || len % 4)
-		return -1;
-	buf = xmalloc(len / 4 * 3);
-	for (size_t i = 0; i < len; i += 4) {
-		int k = b64_quantum(s + i, i + 4 == len, buf + n);
-
-		if (k < 0)
-			return -1;
-		n += k;
-	}
-	*ret = TAKE_PTR(buf);
-	return (ssize_t)n;
-}
-
 /* ---- the stat header -------------------------------------------------------- */
 
 static int stat_from_json(const json_t *o, struct paths_stat *ret, enum paths_reason *reterr_reason)
@@ -502,20 +440,19 @@ static int stat_from_json(const json_t *o, struct paths_stat *ret, enum paths_re
 int paths_stat_decode_header(const char *value, struct paths_stat *ret,
 			     enum paths_reason *reterr_reason)
 {
-	_cleanup_free_ unsigned char *raw = NULL;
+	_cleanup_free_ uint8_t *raw = NULL;
 	json_auto_t *o = NULL;
-	size_t len;
-	ssize_t n;
+	size_t len, n;
 
 	if (!value)
 		return refuse(PATHS_R_STAT_BASE64, reterr_reason);
 	len = strnlen(value, PATHS_STAT_HEADER_MAX_BYTES + 1);
 	if (len > PATHS_STAT_HEADER_MAX_BYTES)
 		return refuse(PATHS_R_STAT_TOO_LONG, reterr_reason);
-	n = b64_decode(value, len, &raw);
-	if (n < 0)
+	/* An empty header is no base64 here (the codec itself accepts "" as zero bytes). */
+	if (len == 0 || msb_base64_decode(value, len, &raw, &n) < 0)
 		return refuse(PATHS_R_STAT_BASE64, reterr_reason);
-	o = json_loadb((const char *)raw, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
+	o = json_loadb((const char *)raw, n, JSON_REJECT_DUPLICATES, NULL);
 	if (!json_is_object(o))
 		return refuse(PATHS_R_STAT_JSON, reterr_reason);
 	return stat_from_json(o, ret, reterr_reason);
@@ -543,7 +480,7 @@ json_t *paths_entry_encode(const char *rel, const struct paths_stat *st)
 		size = json_integer((json_int_t)st->size);
 	else
 		size = json_null();
-	if (json_object_set_new(e, "size_bytes", size) < 0)
+	if (json_object_set_new(e, "size", size) < 0)
 		return NULL;
 	return json_incref(e);
 }

@@ -227,7 +227,7 @@ int paths_stat_decode_header(const char *value, struct paths_stat *ret,
 void paths_stat_release(struct paths_stat *st);
 
 /* A SandboxEntry (§1.4): {"path": rel ("" becomes "."), "kind": ...,
- * "size_bytes": size for a FILE, null for every other kind}. New reference. */
+ * "size": size for a FILE, null for every other kind}. New reference. */
 json_t *paths_entry_encode(const char *rel, const struct paths_stat *st);
 
 /* ---- verdicts (§4.3, §4.4) ----------------------------------------------- */

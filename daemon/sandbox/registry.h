@@ -43,6 +43,12 @@ struct sandbox {
 	uid_t owner;
 	bool seen;             /* scratch for replace_all */
 	uint64_t event_seq;    /* the registry's event count when an event last changed it */
+	/* The guest's uid:gid (guest.h), once resolved for this instance; kept
+	 * while the entry lives (a resync keeps entries it still lists). */
+	bool guest_known;
+	bool guest_resolved;   /* false: known to be unresolvable (inputs land root-owned) */
+	uid_t guest_uid;
+	gid_t guest_gid;
 	TAILQ_ENTRY(sandbox) entry;
 };
 

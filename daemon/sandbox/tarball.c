@@ -96,17 +96,19 @@ static bool owner_is_valid(mode_t mode, uid_t uid, gid_t gid)
 
 /* ---- building with libarchive ---------------------------------------------- */
 
-struct writer {
-	struct archive *a;
+struct tarball_writer {
+	struct archive *a;          /* NULL once finished or failed */
 	tarball_write_cb *cb;
 	void *arg;
 	int sink_error;             /* cb's -errno; libarchive only says "fatal" */
 	bool abandoned;             /* failed: nothing more reaches cb */
+	bool finished;              /* the end-of-archive blocks are out */
+	int error;                  /* sticky: the first failure, else 0 */
 };
 
 static la_ssize_t writer_write_cb(struct archive *a, void *client, const void *buf, size_t len)
 {
-	struct writer *w = client;
+	struct tarball_writer *w = client;
 	int r;
 
 	if (w->abandoned) {
@@ -122,7 +124,7 @@ static la_ssize_t writer_write_cb(struct archive *a, void *client, const void *b
 	return (la_ssize_t)len;
 }
 
-static int writer_error(const struct writer *w)
+static int writer_error(const struct tarball_writer *w)
 {
 	return w->sink_error < 0 ? w->sink_error : -EIO;
 }
@@ -131,8 +133,11 @@ static int writer_error(const struct writer *w)
  * cannot hold (long names, big ids). No filter: the tar leaves uncompressed
  * (CVE-2026-41567). hdrcharset=BINARY keeps non-ASCII names byte for byte;
  * otherwise libarchive translates them through the process locale and fails
- * in the C locale. The last block is not padded past the end-of-archive. */
-static int writer_open(struct writer *w, bool binary_names)
+ * in the C locale. It is an archive-wide option (refused once the archive
+ * is open) and costs every entry a PAX header, so the one-shot builders set
+ * it only when a name needs it. The last block is not padded past the
+ * end-of-archive. */
+static int writer_open(struct tarball_writer *w, bool binary_names)
 {
 	w->a = archive_write_new();
 	if (!w->a)
@@ -153,7 +158,7 @@ static int writer_open(struct writer *w, bool binary_names)
  * not even the trailer. Closing also after a failure is what frees the
  * client's block buffer: libarchive 3.6's free() skips the close of a
  * failed (FATAL) archive and leaks it. Returns the outcome. */
-static int writer_close(struct writer *w, int r)
+static int writer_close(struct tarball_writer *w, int r)
 {
 	if (!w->a)
 		return r;
@@ -163,6 +168,34 @@ static int writer_close(struct writer *w, int r)
 	archive_write_free(w->a);
 	w->a = NULL;
 	return r;
+}
+
+/* Records the first failure and abandons the archive. Returns it. */
+static int writer_fail(struct tarball_writer *w, int r)
+{
+	assert(r < 0 && w->error == 0);
+	w->error = r;
+	return writer_close(w, r);
+}
+
+static void writer_init(struct tarball_writer *w, tarball_write_cb *cb, void *arg,
+			bool binary_names)
+{
+	int r;
+
+	*w = (struct tarball_writer){ .cb = cb, .arg = arg };
+	r = writer_open(w, binary_names);
+	if (r < 0)
+		writer_fail(w, r);
+}
+
+/* Whether another entry may be written: the sticky error, or -EINVAL once
+ * the archive is finished (which changes nothing). */
+static int writer_state(const struct tarball_writer *w)
+{
+	if (w->error < 0)
+		return w->error;
+	return w->finished ? -EINVAL : 0;
 }
 
 struct entry_spec {
@@ -176,7 +209,7 @@ struct entry_spec {
 	size_t size;
 };
 
-static int writer_data(struct writer *w, const uint8_t *data, size_t size)
+static int writer_data(struct tarball_writer *w, const uint8_t *data, size_t size)
 {
 	for (size_t off = 0; off < size;) {
 		la_ssize_t n = archive_write_data(w->a, data + off, size - off);
@@ -188,7 +221,7 @@ static int writer_data(struct writer *w, const uint8_t *data, size_t size)
 	return 0;
 }
 
-static int writer_entry(struct writer *w, const struct entry_spec *s)
+static int writer_entry(struct tarball_writer *w, const struct entry_spec *s)
 {
 	struct archive_entry *e = archive_entry_new();
 	int r;
@@ -209,6 +242,13 @@ static int writer_entry(struct writer *w, const struct entry_spec *s)
 	return writer_data(w, s->data, s->size);
 }
 
+static int dir_validate(const struct tarball_dir *d)
+{
+	if (!tarball_name_is_valid(d->name) || !owner_is_valid(d->mode, d->uid, d->gid))
+		return -EINVAL;
+	return 0;
+}
+
 static int file_validate(const struct tarball_file *f)
 {
 	if (!tarball_name_is_valid(f->name) || !owner_is_valid(f->mode, f->uid, f->gid))
@@ -218,8 +258,14 @@ static int file_validate(const struct tarball_file *f)
 	return 0;
 }
 
+static int write_dir(struct tarball_writer *w, const struct tarball_dir *d)
+{
+	return writer_entry(w, &(struct entry_spec){ .name = d->name, .type = AE_IFDIR,
+			    .perm = d->mode, .uid = d->uid, .gid = d->gid, .mtime = d->mtime });
+}
+
 /* The f->new_parents nearest ancestors of f->name, outermost first. */
-static int file_write_parents(struct writer *w, const struct tarball_file *f)
+static int file_write_parents(struct tarball_writer *w, const struct tarball_file *f)
 {
 	char dir[TARBALL_NAME_MAX + 1];
 	size_t skip = count_slashes(f->name) - f->new_parents;
@@ -234,49 +280,109 @@ static int file_write_parents(struct writer *w, const struct tarball_file *f)
 		}
 		memcpy(dir, f->name, len);
 		dir[len] = '\0';
-		r = writer_entry(w, &(struct entry_spec){ .name = dir, .type = AE_IFDIR,
-				 .perm = TARBALL_DIR_MODE, .uid = f->uid, .gid = f->gid,
-				 .mtime = f->mtime });
+		r = write_dir(w, &(struct tarball_dir){ .name = dir, .mode = TARBALL_DIR_MODE,
+			      .uid = f->uid, .gid = f->gid, .mtime = f->mtime });
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-int tarball_build_file(const struct tarball_file *f, tarball_write_cb *cb, void *arg)
+static int write_file(struct tarball_writer *w, const struct tarball_file *f)
 {
-	struct writer w = { .cb = cb, .arg = arg };
-	int r = file_validate(f);
+	int r = file_write_parents(w, f);
 
 	if (r < 0)
 		return r;
-	r = writer_open(&w, !name_is_ascii(f->name));
+	return writer_entry(w, &(struct entry_spec){ .name = f->name, .type = AE_IFREG,
+			    .perm = f->mode, .uid = f->uid, .gid = f->gid, .mtime = f->mtime,
+			    .data = f->data, .size = f->size });
+}
+
+struct tarball_writer *tarball_writer_new(tarball_write_cb *cb, void *arg)
+{
+	struct tarball_writer *w = xmalloc(sizeof(*w));
+
+	writer_init(w, cb, arg, true);
+	return w;
+}
+
+int tarball_writer_add_dir(struct tarball_writer *w, const struct tarball_dir *d)
+{
+	int r = writer_state(w);
+
+	if (r < 0)
+		return r;
+	r = dir_validate(d);
 	if (r >= 0)
-		r = file_write_parents(&w, f);
+		r = write_dir(w, d);
+	return r < 0 ? writer_fail(w, r) : r;
+}
+
+int tarball_writer_add_file(struct tarball_writer *w, const struct tarball_file *f)
+{
+	int r = writer_state(w);
+
+	if (r < 0)
+		return r;
+	r = file_validate(f);
 	if (r >= 0)
-		r = writer_entry(&w, &(struct entry_spec){ .name = f->name, .type = AE_IFREG,
-				 .perm = f->mode, .uid = f->uid, .gid = f->gid, .mtime = f->mtime,
-				 .data = f->data, .size = f->size });
+		r = write_file(w, f);
+	return r < 0 ? writer_fail(w, r) : r;
+}
+
+int tarball_writer_finish(struct tarball_writer *w)
+{
+	int r;
+
+	if (w->error < 0 || w->finished)
+		return w->error;
+	r = writer_close(w, 0);
+	if (r < 0)
+		w->error = r;
+	w->finished = r >= 0;
+	return r;
+}
+
+struct tarball_writer *tarball_writer_free(struct tarball_writer *w)
+{
+	if (!w)
+		return NULL;
+	writer_close(w, -ECANCELED);
+	free(w);
+	return NULL;
+}
+
+int tarball_build_file(const struct tarball_file *f, tarball_write_cb *cb, void *arg)
+{
+	struct tarball_writer w;
+	int r = file_validate(f);
+
+	if (r < 0)
+		return r;           /* before libarchive is even set up */
+	writer_init(&w, cb, arg, !name_is_ascii(f->name));
+	r = tarball_writer_add_file(&w, f);
+	if (r >= 0)
+		r = tarball_writer_finish(&w);
 	return writer_close(&w, r);
 }
 
 int tarball_build_dirs(const struct tarball_dir *dirs, size_t n, tarball_write_cb *cb, void *arg)
 {
-	struct writer w = { .cb = cb, .arg = arg };
+	struct tarball_writer w;
 	bool ascii = true;
-	int r;
+	int r = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		if (!tarball_name_is_valid(dirs[i].name) ||
-		    !owner_is_valid(dirs[i].mode, dirs[i].uid, dirs[i].gid))
+		if (dir_validate(&dirs[i]) < 0)
 			return -EINVAL;
 		ascii = ascii && name_is_ascii(dirs[i].name);
 	}
-	r = writer_open(&w, !ascii);
+	writer_init(&w, cb, arg, !ascii);
 	for (size_t i = 0; i < n && r >= 0; i++)
-		r = writer_entry(&w, &(struct entry_spec){ .name = dirs[i].name, .type = AE_IFDIR,
-				 .perm = dirs[i].mode, .uid = dirs[i].uid, .gid = dirs[i].gid,
-				 .mtime = dirs[i].mtime });
+		r = tarball_writer_add_dir(&w, &dirs[i]);
+	if (r >= 0)
+		r = tarball_writer_finish(&w);
 	return writer_close(&w, r);
 }
 

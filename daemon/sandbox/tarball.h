@@ -78,6 +78,44 @@ int tarball_build_file(const struct tarball_file *f, tarball_write_cb *cb, void 
  * archive). Same errors as tarball_build_file(). */
 int tarball_build_dirs(const struct tarball_dir *dirs, size_t n, tarball_write_cb *cb, void *arg);
 
+/* ---- building a tar of several entries -------------------------------------- */
+
+/* A writer streams one tar of any number of directory and file entries, in
+ * the order they are added, to cb. Each add validates everything about its
+ * entry first (the builders' rules and errors: -EINVAL for a bad name, mode,
+ * id or new_parents, or once finished) and writes none of it when invalid;
+ * then -EIO when libarchive fails, -ENOMEM, or cb's own error. Errors are
+ * sticky: the first one is returned by every later add and finish, and cb
+ * is never called again (it may have seen part of the tar, but not its
+ * end-of-archive blocks). libarchive buffers up to a block of 10 KiB, so cb
+ * sees bytes in batches, the last ones at finish.
+ *
+ * Unlike the one-shot builders, which know every name up front, a writer
+ * marks every entry's names as binary (a small PAX header, hdrcharset=BINARY,
+ * on each entry), so any later name passes byte for byte. No dedup: each
+ * file's new_parents get their entries, so count a directory an earlier
+ * entry created as existing. */
+struct tarball_writer;
+
+/* A writer on cb; cb is not called until the first entry. Never NULL; free
+ * with tarball_writer_free(). */
+struct tarball_writer *tarball_writer_new(tarball_write_cb *cb, void *arg);
+/* One directory entry (d borrowed). 0 or -errno. */
+int tarball_writer_add_dir(struct tarball_writer *w, const struct tarball_dir *d);
+/* f's new_parents directory entries, then f itself, as tarball_build_file()
+ * writes them (f and its data borrowed). 0 or -errno. */
+int tarball_writer_add_file(struct tarball_writer *w, const struct tarball_file *f);
+/* Writes the end-of-archive blocks and flushes. 0, or the sticky error.
+ * Again after success: 0, nothing written. */
+int tarball_writer_finish(struct tarball_writer *w);
+/* NULL-safe; returns NULL. Never writes the end-of-archive blocks: an
+ * unfinished archive is abandoned (cb is not called again). */
+struct tarball_writer *tarball_writer_free(struct tarball_writer *w);
+static inline void tarball_writer_freep(struct tarball_writer **w)
+{
+	tarball_writer_free(*w);
+}
+
 /* A growable memory sink for the builders, bounded by max bytes. The caller
  * owns the struct and frees data with tarball_buf_clear(). */
 struct tarball_buf {

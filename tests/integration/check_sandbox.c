@@ -168,25 +168,42 @@ START_TEST(cold_acquire_creates_the_named_labelled_container)
 }
 END_TEST
 
+/* A spec with this "requires" list (JSON). */
+static json_t *spec_requiring(const char *kind, const char *img, const char *requires)
+{
+	json_t *spec = spec_for(kind, img);
+
+	json_object_set_new(spec, "requires", json_loads(requires, 0, NULL));
+	return spec;
+}
+
 START_TEST(warm_acquire_makes_no_engine_request)
 {
 	struct msbd_proc d = { 0 };
 	const char *scope = scope_of("warm");
-	json_t *a, *b;
+	json_t *a, *b, *c;
 	json_int_t before;
 
 	start_daemon(&d, NULL);
 	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
 	usleep(300 * 1000);     /* let the create/start events settle */
+	/* A runtime-only spec needs nothing of the guest: no engine request. */
 	before = call_requests(d.sock);
-	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", image, "[]"), NULL, NULL);
 	ck_assert_ptr_nonnull(b);
 	ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
 	ck_assert(json_is_false(jget(b, "created")));
 	ck_assert_int_eq(call_requests(d.sock), before);       /* zero engine requests */
+	/* The default spec (exec, files_in) needs the work dir: one HEAD says it is there. */
+	before = call_requests(d.sock);
+	c = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_str_eq(jstr(a, "sandbox"), jstr(c, "sandbox"));
+	ck_assert_int_eq(call_requests(d.sock), before + 1);
 	json_decref(a);
 	json_decref(b);
+	json_decref(c);
 	ck_assert_int_eq(msbd_stop(&d), 0);
 }
 END_TEST
@@ -360,7 +377,7 @@ START_TEST(restart_rebuilds_the_registry_from_labels)
 	ck_assert_str_eq(jstr(json_array_get(list, 0), "kind"), "k");
 	ck_assert_str_eq(jstr(json_array_get(list, 0), "state"), "running");
 	before = call_requests(d.sock);
-	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", image, "[]"), NULL, NULL);
 	ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
 	ck_assert_int_eq(call_requests(d.sock), before);     /* warm from the rebuilt registry */
 	json_decref(list);

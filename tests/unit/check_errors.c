@@ -37,6 +37,15 @@ static const struct pin pins[] = {
 	{ MSB_ERR_BACKEND_NOT_PERMITTED, 1105, "SandboxBackendNotPermitted" },
 	{ MSB_ERR_SANDBOX_CONFLICT, 1106, "SandboxConflict" },
 
+	{ MSB_ERR_CONFINEMENT, 1200, "ConfinementError" },
+	{ MSB_ERR_NOT_A_DIRECTORY, 1201, "NotADirectoryError" },
+	{ MSB_ERR_FILE_NOT_FOUND, 1202, "FileNotFoundError" },
+	{ MSB_ERR_OS_ERROR, 1203, "OSError" },
+	{ MSB_ERR_TRANSFER_CAP_EXCEEDED, 1204, "SandboxTransferCapExceeded" },
+	{ MSB_ERR_TIMEOUT, 1205, "TimeoutError" },
+	{ MSB_ERR_SANDBOX_NOT_FOUND, 1206, "SandboxNotFound" },
+	{ MSB_ERR_FREEZE_FAILED, 1207, "SandboxFreezeFailed" },
+
 	{ MSB_ERR_PERMISSION_DENIED, 1300, "PermissionDenied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, 1301, "FrameTooLarge" },
 	{ MSB_ERR_TOO_MANY_CONNECTIONS, 1302, "TooManyConnections" },
@@ -53,13 +62,14 @@ struct block {
 static const struct block blocks[] = {
 	{ 1000, 1099, "engine" },
 	{ 1100, 1199, "sandbox" },
+	{ 1200, 1299, "surface" },
 	{ 1300, 1399, "daemon" },
 };
 
 static const int standard_codes[] = { -32700, -32600, -32601, -32602, -32603 };
 
 /* Codes the table does not hold. */
-static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1200, 1305, -32000, -32604, 4242 };
+static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1208, 1305, -32000, -32604, 4242 };
 
 static json_t *parse(const char *s)
 {

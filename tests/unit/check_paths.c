@@ -990,16 +990,16 @@ struct entry_row {
 
 static const struct entry_row entry_rows[] = {
 	{ "real/inside.txt", PATHS_KIND_FILE, 20,
-	  "{\"path\":\"real/inside.txt\",\"kind\":\"file\",\"size_bytes\":20}" },
-	{ "empty", PATHS_KIND_FILE, 0, "{\"path\":\"empty\",\"kind\":\"file\",\"size_bytes\":0}" },
+	  "{\"path\":\"real/inside.txt\",\"kind\":\"file\",\"size\":20}" },
+	{ "empty", PATHS_KIND_FILE, 0, "{\"path\":\"empty\",\"kind\":\"file\",\"size\":0}" },
 	{ "sub", PATHS_KIND_DIRECTORY, 4096,
-	  "{\"path\":\"sub\",\"kind\":\"directory\",\"size_bytes\":null}" },
+	  "{\"path\":\"sub\",\"kind\":\"directory\",\"size\":null}" },
 	{ "link-file", PATHS_KIND_SYMLINK, 18,
-	  "{\"path\":\"link-file\",\"kind\":\"symlink\",\"size_bytes\":null}" },
-	{ "fifo", PATHS_KIND_OTHER, 0, "{\"path\":\"fifo\",\"kind\":\"other\",\"size_bytes\":null}" },
-	{ "", PATHS_KIND_DIRECTORY, 4096, "{\"path\":\".\",\"kind\":\"directory\",\"size_bytes\":null}" },
+	  "{\"path\":\"link-file\",\"kind\":\"symlink\",\"size\":null}" },
+	{ "fifo", PATHS_KIND_OTHER, 0, "{\"path\":\"fifo\",\"kind\":\"other\",\"size\":null}" },
+	{ "", PATHS_KIND_DIRECTORY, 4096, "{\"path\":\".\",\"kind\":\"directory\",\"size\":null}" },
 	{ "huge", PATHS_KIND_FILE, UINT64_MAX,
-	  "{\"path\":\"huge\",\"kind\":\"file\",\"size_bytes\":null}" },
+	  "{\"path\":\"huge\",\"kind\":\"file\",\"size\":null}" },
 };
 
 START_TEST(test_entry)

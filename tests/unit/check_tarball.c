@@ -257,12 +257,12 @@ static void parse(const struct bytes *b, uint64_t max, struct parsed *out)
 struct oracle_entry {
 	char *name;
 	mode_t type, perm;
-	int64_t uid, gid, size;
+	int64_t uid, gid, size, mtime;
 	struct bytes data;
 };
 
 struct oracle {
-	struct oracle_entry e[8];
+	struct oracle_entry e[16];
 	size_t n;
 	int filter;                 /* archive_filter_code of the outermost filter */
 };
@@ -290,6 +290,7 @@ static void oracle_read(const struct tarball_buf *b, struct oracle *o)
 		x->uid = archive_entry_uid(ent);
 		x->gid = archive_entry_gid(ent);
 		x->size = archive_entry_size(ent);
+		x->mtime = archive_entry_mtime(ent);
 		while ((n = archive_read_data(a, buf, sizeof(buf))) > 0)
 			put(&x->data, buf, (size_t)n);
 		ck_assert_int_eq(n, 0);
@@ -605,6 +606,27 @@ START_TEST(test_build_bad_fields)
 }
 END_TEST
 
+/* tarball_build_dirs validates the whole list first: a bad last entry
+ * after more valid ones than libarchive buffers still writes nothing. */
+START_TEST(test_build_dirs_validates_all)
+{
+	struct tarball_dir dirs[40];
+	char names[40][8];
+	unsigned calls = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+		snprintf(names[i], sizeof(names[i]), "d%zu", i);
+		dirs[i] = (struct tarball_dir){ .name = names[i], .mode = 0755 };
+	}
+	ck_assert_int_eq(tarball_build_dirs(dirs, ELEMENTSOF(dirs), counting_cb, &calls), 0);
+	ck_assert_uint_gt(calls, 1);                /* more than one buffer's worth */
+	calls = 0;
+	dirs[ELEMENTSOF(dirs) - 1].uid = (uid_t)-1;
+	ck_assert_int_eq(tarball_build_dirs(dirs, ELEMENTSOF(dirs), counting_cb, &calls), -EINVAL);
+	ck_assert_uint_eq(calls, 0);
+}
+END_TEST
+
 /* The sink's own error comes back, wherever in the tar it happens. */
 struct failing_sink {
 	unsigned calls, fail_at;
@@ -659,6 +681,424 @@ START_TEST(test_buf_sink_edges)
 	ck_assert(memcmp(b.data, "0123456789", 10) == 0);
 	tarball_buf_clear(&b);
 	ck_assert_uint_eq(b.len, 0);
+}
+END_TEST
+
+/* ---- build: the multi-entry writer ---------------------------------------------- */
+
+/* A sink that keeps every byte and counts its calls; it fails call fail_at
+ * (0: never) with -ENOSPC and keeps nothing of it. */
+struct rec_sink {
+	struct bytes b;
+	unsigned calls, fail_at;
+};
+
+static int rec_cb(const void *buf, size_t len, void *arg)
+{
+	struct rec_sink *s = arg;
+
+	if (++s->calls == s->fail_at)
+		return -ENOSPC;
+	put(&s->b, buf, len);
+	return 0;
+}
+
+static struct tarball_buf rec_view(const struct rec_sink *s)
+{
+	return (struct tarball_buf){ .data = s->b.p, .len = s->b.len, .max = s->b.len };
+}
+
+/* One expected entry of a writer's archive, as libarchive reads it back. */
+struct want_entry {
+	const char *name;           /* a directory's with its trailing '/' */
+	mode_t type, perm;
+	int64_t uid, gid, mtime;
+	const uint8_t *data;
+	size_t size;
+};
+
+static void assert_entries(const struct oracle *o, const struct want_entry *w, size_t n)
+{
+	ck_assert_uint_eq(o->filter, ARCHIVE_FILTER_NONE);
+	ck_assert_uint_eq(o->n, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct oracle_entry *x = &o->e[i];
+
+		ck_assert_msg(strcmp(x->name, w[i].name) == 0, "entry %zu: '%s', want '%s'", i,
+			      x->name, w[i].name);
+		ck_assert_uint_eq(x->type, w[i].type);
+		ck_assert_uint_eq(x->perm, w[i].perm);
+		ck_assert_int_eq(x->uid, w[i].uid);
+		ck_assert_int_eq(x->gid, w[i].gid);
+		ck_assert_int_eq(x->mtime, w[i].mtime);
+		ck_assert_int_eq(x->size, (int64_t)w[i].size);
+		ck_assert_uint_eq(x->data.len, w[i].size);
+		ck_assert(w[i].size == 0 || memcmp(x->data.p, w[i].data, w[i].size) == 0);
+	}
+}
+
+#define LONG_DIR "a-rather-long-directory-name-that-keeps-going-and-going-well-past-one-hundred-bytes"
+#define LONG_NAME LONG_DIR "/and-then-a-file-name-long-enough-to-overflow-the-prefix-field-of-ustar-" \
+	"headers-which-holds-one-hundred-and-fifty-five-bytes.bin"
+
+/* Dirs and files mixed in one archive: every name, mode, owner, time and
+ * body comes back exactly, in the order added. */
+START_TEST(test_writer_round_trip)
+{
+	uint8_t *all = content_make(C_ALL_BYTES, 256 * 3);
+	uint8_t *big = content_make(C_NOISE, 30 * 1024);   /* past libarchive's 10 KiB block */
+	const struct tarball_dir d_top = { "top", 0750, 1, 2, 1700000000 };
+	const struct tarball_dir d_z = { "top/z", 0700, 3000000, (gid_t)TARBALL_ID_MAX, 5 };
+	const struct tarball_file files[] = {
+		{ .name = "top/a/b/all", .data = all, .size = 256 * 3, .mode = 0640, .uid = 1000,
+		  .gid = 1001, .new_parents = 2, .mtime = 42 },
+		{ .name = "top/a/b/empty", .data = NULL, .size = 0, .mode = 0600, .uid = 1000,
+		  .gid = 1001 },
+		{ .name = "caf\xc3\xa9/\xff\xfe", .data = big, .size = 30 * 1024, .mode = 04755,
+		  .uid = 65534, .gid = 0, .new_parents = 1 },
+		{ .name = LONG_NAME, .data = all, .size = 7, .mode = 0644, .new_parents = 1 },
+	};
+	const struct want_entry want[] = {
+		{ "top/", AE_IFDIR, 0750, 1, 2, 1700000000, NULL, 0 },
+		{ "top/a/", AE_IFDIR, TARBALL_DIR_MODE, 1000, 1001, 42, NULL, 0 },
+		{ "top/a/b/", AE_IFDIR, TARBALL_DIR_MODE, 1000, 1001, 42, NULL, 0 },
+		{ "top/a/b/all", AE_IFREG, 0640, 1000, 1001, 42, all, 256 * 3 },
+		{ "top/a/b/empty", AE_IFREG, 0600, 1000, 1001, 0, NULL, 0 },
+		{ "top/z/", AE_IFDIR, 0700, 3000000, TARBALL_ID_MAX, 5, NULL, 0 },
+		{ "caf\xc3\xa9/", AE_IFDIR, TARBALL_DIR_MODE, 65534, 0, 0, NULL, 0 },
+		{ "caf\xc3\xa9/\xff\xfe", AE_IFREG, 04755, 65534, 0, 0, big, 30 * 1024 },
+		{ LONG_DIR "/", AE_IFDIR, TARBALL_DIR_MODE, 0, 0, 0, NULL, 0 },
+		{ LONG_NAME, AE_IFREG, 0644, 0, 0, 0, all, 7 },
+	};
+	struct rec_sink s = { 0 };
+	struct tarball_writer *w = tarball_writer_new(rec_cb, &s);
+	struct tarball_buf view;
+	struct oracle o;
+	struct parsed p;
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_uint_eq(s.calls, 0);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &d_top), 0);
+	ck_assert_int_eq(tarball_writer_add_file(w, &files[0]), 0);
+	ck_assert_int_eq(tarball_writer_add_file(w, &files[1]), 0);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &d_z), 0);
+	ck_assert_int_eq(tarball_writer_add_file(w, &files[2]), 0);
+	ck_assert_int_eq(tarball_writer_add_file(w, &files[3]), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	ck_assert_ptr_null(tarball_writer_free(w));
+
+	view = rec_view(&s);
+	assert_plain_tar(&view);
+	oracle_read(&view, &o);
+	assert_entries(&o, want, ELEMENTSOF(want));
+	oracle_free(&o);
+
+	/* Our own reader agrees on the first entry. */
+	parse_with(s.b.p, s.b.len, 0, 0, false, &p);
+	ck_assert_int_eq(p.rc, TARBALL_DONE);
+	ck_assert_int_eq(p.e.kind, TARBALL_KIND_DIR);
+	ck_assert_str_eq(p.e.name, "top");
+	ck_assert_uint_eq(p.e.mode, 0750);
+	ck_assert_uint_eq(p.e.uid, 1);
+	ck_assert_uint_eq(p.e.gid, 2);
+	parsed_free(&p);
+	bytes_free(&s.b);
+	free(big);
+	free(all);
+}
+END_TEST
+
+/* Each file's new_parents, and nothing else: shared parents once, in order. */
+START_TEST(test_writer_parents_once)
+{
+	const struct tarball_file files[] = {
+		{ .name = "w/s/a", .data = "A", .size = 1, .mode = 0644, .uid = 7, .gid = 8,
+		  .new_parents = 2 },
+		{ .name = "w/s/b", .data = "BB", .size = 2, .mode = 0644, .uid = 7, .gid = 8 },
+		{ .name = "w/t/c", .data = "CCC", .size = 3, .mode = 0644, .uid = 7, .gid = 8,
+		  .new_parents = 1 },
+		{ .name = "d", .data = "D", .size = 1, .mode = 0644, .uid = 7, .gid = 8 },
+	};
+	const struct want_entry want[] = {
+		{ "w/", AE_IFDIR, TARBALL_DIR_MODE, 7, 8, 0, NULL, 0 },
+		{ "w/s/", AE_IFDIR, TARBALL_DIR_MODE, 7, 8, 0, NULL, 0 },
+		{ "w/s/a", AE_IFREG, 0644, 7, 8, 0, (const uint8_t *)"A", 1 },
+		{ "w/s/b", AE_IFREG, 0644, 7, 8, 0, (const uint8_t *)"BB", 2 },
+		{ "w/t/", AE_IFDIR, TARBALL_DIR_MODE, 7, 8, 0, NULL, 0 },
+		{ "w/t/c", AE_IFREG, 0644, 7, 8, 0, (const uint8_t *)"CCC", 3 },
+		{ "d", AE_IFREG, 0644, 7, 8, 0, (const uint8_t *)"D", 1 },
+	};
+	struct rec_sink s = { 0 };
+	_cleanup_(tarball_writer_freep) struct tarball_writer *w = tarball_writer_new(rec_cb, &s);
+	struct tarball_buf view;
+	struct oracle o;
+
+	for (size_t i = 0; i < ELEMENTSOF(files); i++)
+		ck_assert_int_eq(tarball_writer_add_file(w, &files[i]), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	view = rec_view(&s);
+	oracle_read(&view, &o);
+	assert_entries(&o, want, ELEMENTSOF(want));
+	oracle_free(&o);
+	bytes_free(&s.b);
+}
+END_TEST
+
+/* The same file and dirs through the writer and through the one-shot
+ * builders hold the same entries. */
+START_TEST(test_writer_matches_builders)
+{
+	const struct tarball_file f = { .name = "x/y/f", .data = "hello", .size = 5, .mode = 0600,
+					.uid = 1234, .gid = 5678, .new_parents = 2, .mtime = 9 };
+	const struct tarball_dir dirs[] = { { "m", 0755, 0, 0, 0 }, { "m/w", 0700, 10, 11, 12 } };
+	struct tarball_buf one = TARBALL_BUF_INIT(MSB_MIB), many = TARBALL_BUF_INIT(MSB_MIB);
+	struct tarball_writer *w;
+	struct oracle a, b;
+
+	ck_assert_int_eq(tarball_build_file(&f, tarball_buf_write_cb, &one), 0);
+	/* The builders know every name is ASCII: plain ustar headers, no PAX. */
+	ck_assert_uint_eq(one.len, (3 + 1 + 2) * BLK);
+	w = tarball_writer_new(tarball_buf_write_cb, &many);
+	ck_assert_int_eq(tarball_writer_add_file(w, &f), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	w = tarball_writer_free(w);
+	oracle_read(&one, &a);
+	oracle_read(&many, &b);
+	ck_assert_uint_eq(a.n, 3);
+	ck_assert_uint_eq(b.n, a.n);
+	for (size_t i = 0; i < a.n; i++) {
+		ck_assert_str_eq(b.e[i].name, a.e[i].name);
+		ck_assert_uint_eq(b.e[i].type, a.e[i].type);
+		ck_assert_uint_eq(b.e[i].perm, a.e[i].perm);
+		ck_assert_int_eq(b.e[i].uid, a.e[i].uid);
+		ck_assert_int_eq(b.e[i].gid, a.e[i].gid);
+		ck_assert_int_eq(b.e[i].mtime, a.e[i].mtime);
+	}
+	oracle_free(&a);
+	oracle_free(&b);
+	tarball_buf_clear(&one);
+	tarball_buf_clear(&many);
+
+	ck_assert_int_eq(tarball_build_dirs(dirs, 2, tarball_buf_write_cb, &one), 0);
+	ck_assert_uint_eq(one.len, (2 + 2) * BLK);
+	w = tarball_writer_new(tarball_buf_write_cb, &many);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &dirs[0]), 0);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &dirs[1]), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	w = tarball_writer_free(w);
+	oracle_read(&one, &a);
+	oracle_read(&many, &b);
+	ck_assert_uint_eq(a.n, 2);
+	ck_assert_uint_eq(b.n, 2);
+	for (size_t i = 0; i < 2; i++) {
+		ck_assert_str_eq(b.e[i].name, a.e[i].name);
+		ck_assert_uint_eq(b.e[i].perm, a.e[i].perm);
+		ck_assert_int_eq(b.e[i].uid, a.e[i].uid);
+		ck_assert_int_eq(b.e[i].mtime, a.e[i].mtime);
+	}
+	oracle_free(&a);
+	oracle_free(&b);
+	tarball_buf_clear(&one);
+	tarball_buf_clear(&many);
+}
+END_TEST
+
+/* Every refusal of the builders, one per row, as the writer's second entry. */
+struct bad_row {
+	const char *what;
+	bool is_dir;
+	struct tarball_file f;
+	struct tarball_dir d;
+};
+
+static const struct bad_row bad_rows[] = {
+	{ "file: bad name", false, { .name = "a/../b", .data = "x", .size = 1, .mode = 0644 }, { 0 } },
+	{ "file: absolute name", false, { .name = "/f", .data = "x", .size = 1, .mode = 0644 }, { 0 } },
+	{ "file: type bits in mode", false, { .name = "f", .data = "x", .size = 1, .mode = 0100644 },
+	  { 0 } },
+	{ "file: uid -1", false, { .name = "f", .data = "x", .size = 1, .mode = 0644,
+	  .uid = (uid_t)-1 }, { 0 } },
+	{ "file: gid -1", false, { .name = "f", .data = "x", .size = 1, .mode = 0644,
+	  .gid = (gid_t)-1 }, { 0 } },
+	{ "file: new_parents past its slashes", false, { .name = "a/f", .data = "x", .size = 1,
+	  .mode = 0644, .new_parents = 2 }, { 0 } },
+	{ "file: no data", false, { .name = "f", .data = NULL, .size = 1, .mode = 0644 }, { 0 } },
+	{ "dir: bad name", true, { 0 }, { .name = "d/", .mode = 0755 } },
+	{ "dir: empty name", true, { 0 }, { .name = "", .mode = 0755 } },
+	{ "dir: type bits in mode", true, { 0 }, { .name = "d", .mode = 040755 } },
+	{ "dir: uid -1", true, { 0 }, { .name = "d", .mode = 0755, .uid = (uid_t)-1 } },
+	{ "dir: gid -1", true, { 0 }, { .name = "d", .mode = 0755, .gid = (gid_t)-1 } },
+};
+
+static int add_bad(struct tarball_writer *w, const struct bad_row *row)
+{
+	return row->is_dir ? tarball_writer_add_dir(w, &row->d) : tarball_writer_add_file(w, &row->f);
+}
+
+/* An invalid entry writes nothing of itself, and the writer stays failed:
+ * every later call says -EINVAL and the sink hears nothing more — no later
+ * entry, no end-of-archive blocks. What it heard before is the valid
+ * entries' tar, cut short. */
+START_TEST(test_writer_invalid_entry)
+{
+	const struct bad_row *row = &bad_rows[_i];
+	const size_t size = 25 * 1024;              /* two of libarchive's blocks go out */
+	uint8_t *data = content_make(C_NOISE, size);
+	const struct tarball_file good = { .name = "g/f", .data = data, .size = size,
+					   .mode = 0644, .new_parents = 1 };
+	const struct tarball_dir gd = { .name = "gd", .mode = 0755 };
+	struct rec_sink ref = { 0 }, s = { 0 }, first = { 0 };
+	struct tarball_writer *w;
+	unsigned calls;
+
+	w = tarball_writer_new(rec_cb, &ref);
+	ck_assert_int_eq(tarball_writer_add_file(w, &good), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	w = tarball_writer_free(w);
+
+	w = tarball_writer_new(rec_cb, &s);
+	ck_assert_int_eq(tarball_writer_add_file(w, &good), 0);
+	calls = s.calls;
+	ck_assert_uint_gt(calls, 0);
+	ck_assert_msg(add_bad(w, row) == -EINVAL, "%s", row->what);
+	ck_assert_int_eq(tarball_writer_add_file(w, &good), -EINVAL);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &gd), -EINVAL);
+	ck_assert_int_eq(tarball_writer_finish(w), -EINVAL);
+	ck_assert_int_eq(tarball_writer_finish(w), -EINVAL);
+	w = tarball_writer_free(w);
+	ck_assert_uint_eq(s.calls, calls);
+	ck_assert_uint_lt(s.b.len, ref.b.len - 2 * BLK);
+	ck_assert(memcmp(s.b.p, ref.b.p, s.b.len) == 0);
+
+	/* As the first entry: the sink is never called at all. */
+	w = tarball_writer_new(rec_cb, &first);
+	ck_assert_int_eq(add_bad(w, row), -EINVAL);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &gd), -EINVAL);
+	ck_assert_int_eq(tarball_writer_finish(w), -EINVAL);
+	w = tarball_writer_free(w);
+	ck_assert_uint_eq(first.calls, 0);
+
+	bytes_free(&ref.b);
+	bytes_free(&s.b);
+	free(data);
+}
+END_TEST
+
+/* The sink's error stops the writer wherever it happens (in an add or in
+ * finish): it is returned from then on and the sink is never called again. */
+START_TEST(test_writer_sink_failure)
+{
+	const size_t size = 30 * 1024;
+	uint8_t *data = content_make(C_NOISE, size);
+	const struct tarball_file f = { .name = "f", .data = data, .size = size, .mode = 0644 };
+	const struct tarball_dir d = { .name = "d", .mode = 0755 };
+	struct rec_sink ok = { 0 };
+	struct tarball_writer *w;
+
+	/* How many calls a whole run makes. */
+	w = tarball_writer_new(rec_cb, &ok);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tarball_writer_add_file(w, &f), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	w = tarball_writer_free(w);
+	ck_assert_uint_ge(ok.calls, 3);
+
+	for (unsigned at = 1; at <= ok.calls; at++) {
+		struct rec_sink s = { .fail_at = at };
+		int r = 0, added = 0;
+
+		w = tarball_writer_new(rec_cb, &s);
+		while (added < 3 && (r = tarball_writer_add_file(w, &f)) == 0)
+			added++;
+		if (r == 0)
+			r = tarball_writer_finish(w);
+		ck_assert_msg(r == -ENOSPC, "fail at %u: %d", at, r);
+		ck_assert_uint_eq(s.calls, at);
+		ck_assert_int_eq(tarball_writer_add_file(w, &f), -ENOSPC);
+		ck_assert_int_eq(tarball_writer_add_dir(w, &d), -ENOSPC);
+		ck_assert_int_eq(tarball_writer_finish(w), -ENOSPC);
+		w = tarball_writer_free(w);
+		ck_assert_uint_eq(s.calls, at);     /* nothing after the failure, free included */
+		if (at == ok.calls)
+			ck_assert_int_eq(added, 3);     /* the last call is finish's */
+		bytes_free(&s.b);
+	}
+	bytes_free(&ok.b);
+	free(data);
+}
+END_TEST
+
+/* finish writes the end-of-archive blocks once: again it is 0 and writes
+ * nothing; an entry after it is refused and writes nothing. */
+START_TEST(test_writer_finish_twice)
+{
+	const struct tarball_file f = { .name = "f", .data = "abc", .size = 3, .mode = 0644 };
+	const struct tarball_dir d = { .name = "d", .mode = 0755 };
+	struct rec_sink s = { 0 }, empty = { 0 };
+	_cleanup_(tarball_writer_freep) struct tarball_writer *w = tarball_writer_new(rec_cb, &s);
+	struct tarball_writer *e;
+	struct tarball_buf view;
+	struct oracle o;
+	unsigned calls;
+	size_t len;
+
+	ck_assert_int_eq(tarball_writer_add_file(w, &f), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	calls = s.calls;
+	len = s.b.len;
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	ck_assert_int_eq(tarball_writer_add_file(w, &f), -EINVAL);
+	ck_assert_int_eq(tarball_writer_add_dir(w, &d), -EINVAL);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	ck_assert_uint_eq(s.calls, calls);
+	ck_assert_uint_eq(s.b.len, len);
+	view = rec_view(&s);
+	assert_plain_tar(&view);
+	oracle_read(&view, &o);
+	ck_assert_uint_eq(o.n, 1);
+	oracle_free(&o);
+	bytes_free(&s.b);
+
+	/* No entries: the end-of-archive blocks alone. */
+	e = tarball_writer_new(rec_cb, &empty);
+	ck_assert_int_eq(tarball_writer_finish(e), 0);
+	ck_assert_int_eq(tarball_writer_finish(e), 0);
+	e = tarball_writer_free(e);
+	ck_assert_uint_eq(empty.b.len, 2 * BLK);
+	for (size_t i = 0; i < empty.b.len; i++)
+		ck_assert_uint_eq(empty.b.p[i], 0);
+	bytes_free(&empty.b);
+}
+END_TEST
+
+/* free never finishes: what the sink heard is the archive cut short, with
+ * no end-of-archive blocks, and free itself calls nothing. */
+START_TEST(test_writer_free_unfinished)
+{
+	const size_t size = 25 * 1024;
+	uint8_t *data = content_make(C_NOISE, size);
+	const struct tarball_file f = { .name = "f", .data = data, .size = size, .mode = 0644 };
+	struct rec_sink s = { 0 }, ref = { 0 };
+	struct tarball_writer *w;
+	unsigned calls;
+
+	w = tarball_writer_new(rec_cb, &ref);
+	ck_assert_int_eq(tarball_writer_add_file(w, &f), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	w = tarball_writer_free(w);
+
+	w = tarball_writer_new(rec_cb, &s);
+	ck_assert_int_eq(tarball_writer_add_file(w, &f), 0);
+	calls = s.calls;
+	ck_assert_ptr_null(tarball_writer_free(w));
+	ck_assert_uint_eq(s.calls, calls);
+	ck_assert_uint_lt(s.b.len, ref.b.len - 2 * BLK);
+	ck_assert(memcmp(s.b.p, ref.b.p, s.b.len) == 0);
+
+	ck_assert_ptr_null(tarball_writer_free(NULL));
+	bytes_free(&s.b);
+	bytes_free(&ref.b);
+	free(data);
 }
 END_TEST
 
@@ -1622,8 +2062,22 @@ static Suite *tarball_suite(void)
 	tcase_add_loop_test(tc, test_build_name_rules, 0, ELEMENTSOF(name_rows));
 	tcase_add_test(tc, test_build_name_length_edge);
 	tcase_add_test(tc, test_build_bad_fields);
+	tcase_add_test(tc, test_build_dirs_validates_all);
 	tcase_add_test(tc, test_build_sink_errors);
 	tcase_add_test(tc, test_buf_sink_edges);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("writer: several entries");
+	tcase_add_test(tc, test_writer_round_trip);
+	tcase_add_test(tc, test_writer_parents_once);
+	tcase_add_test(tc, test_writer_matches_builders);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("writer: refusals and sticky errors");
+	tcase_add_loop_test(tc, test_writer_invalid_entry, 0, ELEMENTSOF(bad_rows));
+	tcase_add_test(tc, test_writer_sink_failure);
+	tcase_add_test(tc, test_writer_finish_twice);
+	tcase_add_test(tc, test_writer_free_unfinished);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("parse hostile streams");

@@ -1,0 +1,632 @@
+/* m_files.c — files.write, files.read, files.stat (the archive plane, under
+ * the freeze: fileop.h) and files.remove, files.reclaim (rm in the guest, as
+ * the guest: execrun.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "base64.h"
+#include "cleanup.h"
+#include "daemon.h"
+#include "execrun.h"
+#include "fileop.h"
+#include "guest.h"
+#include "log.h"
+#include "m_files.h"
+#include "names.h"
+#include "paths.h"
+#include "registry.h"
+#include "xmalloc.h"
+
+static int check_string(const json_t *v, char **reterr_message)
+{
+	if (json_is_string(v))
+		return 0;
+	*reterr_message = xstrdup("must be a string");
+	return -EINVAL;
+}
+
+static int check_count(const json_t *v, char **reterr_message)
+{
+	if (json_is_integer(v) && json_integer_value(v) >= 0)
+		return 0;
+	*reterr_message = xstrdup("must be an integer >= 0");
+	return -EINVAL;
+}
+
+#define P(name, type, req, member, check) \
+	{ name, type, req, offsetof(struct m_files_params, member), check }
+#define P_SANDBOX P("sandbox", RPC_PARAM_STRING, true, sandbox, NULL)
+#define P_WD P("working_directory", RPC_PARAM_JSON, false, working_directory, check_string)
+
+const struct rpc_param m_files_write_spec[] = {
+	P_SANDBOX, P_WD,
+	P("path", RPC_PARAM_JSON, false, path, check_string),
+	P("content_b64", RPC_PARAM_JSON, false, content_b64, check_string),
+	P("content_text", RPC_PARAM_JSON, false, content_text, check_string),
+	P("files", RPC_PARAM_ARRAY, false, files, NULL),
+	{ NULL },
+};
+
+const struct rpc_param m_files_read_spec[] = {
+	P_SANDBOX, P_WD,
+	P("path", RPC_PARAM_JSON, false, path, check_string),
+	P("paths", RPC_PARAM_ARRAY, false, paths, NULL),
+	P("max_bytes", RPC_PARAM_JSON, false, max_bytes, check_count),
+	{ NULL },
+};
+
+const struct rpc_param m_files_stat_spec[] = {
+	P_SANDBOX, P_WD,
+	P("path", RPC_PARAM_JSON, true, path, check_string),
+	{ NULL },
+};
+
+const struct rpc_param m_files_remove_spec[] = {
+	P_SANDBOX, P_WD,
+	P("path", RPC_PARAM_JSON, true, path, check_string),
+	P("recursive", RPC_PARAM_BOOL, false, recursive, NULL),
+	{ NULL },
+};
+
+const struct rpc_param m_files_reclaim_spec[] = {
+	P_SANDBOX, P_WD,
+	P("directory", RPC_PARAM_JSON, true, directory, check_string),
+	P("timeout_seconds", RPC_PARAM_JSON, false, timeout_seconds, check_count),
+	{ NULL },
+};
+
+/* ---- common -------------------------------------------------------------- */
+
+/* A file call in flight: the call, the sandbox it targets, its op. */
+struct files_req {
+	struct msbd *d;
+	struct rpc_call *call;
+	char id[REGISTRY_ID_LEN + 1];
+	enum fileop_kind kind;
+	struct fileop *op;           /* built, started once the guest is known */
+	bool single;                 /* one path, not a list: the reply's shape */
+	size_t total;                /* WRITE: content bytes */
+	/* remove / reclaim */
+	char *target;
+	bool recursive;
+	long timeout_ms;
+};
+
+static void files_req_free(struct files_req *fr)
+{
+	fileop_free(fr->op);
+	free(fr->target);
+	free(fr);
+}
+
+static struct rpc_result *fail_param(struct rpc_call *call, const char *field, const char *what)
+{
+	return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", field), "%s", what);
+}
+
+static struct rpc_result *fail_reason(struct rpc_call *call, enum paths_reason reason, const char *path)
+{
+	struct msb_error e = { 0 };
+	struct rpc_result *r;
+
+	fileop_error_from_reason(reason, path, &e);
+	r = rpc_fail_error(call, &e);
+	msb_error_clear(&e);
+	return r;
+}
+
+/* The caller's sandbox by id, or NULL (absent, or another user's). */
+static const struct sandbox *files_sandbox(struct msbd *d, struct rpc_call *call, const char *id)
+{
+	const struct sandbox *sb;
+	const struct rpc_peer *peer = rpc_call_peer(call);
+
+	if (!names_id_is_full(id))
+		return NULL;
+	sb = registry_find_id(d->registry, id);
+	if (!sb)
+		return NULL;
+	if (!msbd_peer_is_admin(d, peer) && (!sb->has_owner || sb->owner != peer->uid))
+		return NULL;
+	return sb;
+}
+
+/* Checks the sandbox param; NULL and *ret_fail set when the call is refused. */
+static const struct sandbox *files_begin(struct msbd *d, struct rpc_call *call, const char *id,
+					 struct rpc_result **ret_fail)
+{
+	const struct sandbox *sb;
+
+	*ret_fail = NULL;
+	if (!names_id_is_full(id)) {
+		*ret_fail = rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
+				     "sandbox must be a full container id (64 hex digits)");
+		return NULL;
+	}
+	if (!d->registry_synced) {
+		*ret_fail = rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
+				     "the daemon has not read the engine's sandboxes yet");
+		return NULL;
+	}
+	sb = files_sandbox(d, call, id);
+	if (!sb)
+		*ret_fail = rpc_fail(call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, NULL);
+	return sb;
+}
+
+static const char *files_base(const struct sandbox *sb)
+{
+	const char *base = sandbox_label(sb, LABEL_WORK_DIR);
+
+	return base && base[0] == '/' ? base : PATHS_DEFAULT_BASE;
+}
+
+/* Builds a plan for a path param (a JSON string, length kept for NUL). */
+static int files_plan(enum paths_op op, const json_t *path, const json_t *wd, const struct sandbox *sb,
+		      struct paths_plan **ret, enum paths_reason *reterr_reason)
+{
+	return paths_plan_new(op, json_string_value(path), json_string_length(path),
+			      wd ? json_string_value(wd) : NULL, wd ? json_string_length(wd) : 0,
+			      files_base(sb), ret, reterr_reason);
+}
+
+static void files_reply_error(struct files_req *fr, const struct msb_error *err)
+{
+	rpc_call_fail_error(fr->call, err);
+}
+
+/* ---- write / read / stat: the frozen archive plane ---------------------- */
+
+static json_t *files_read_result(struct fileop *op, bool single)
+{
+	json_t *list = json_array();
+
+	for (size_t i = 0; i < fileop_count(op); i++) {
+		struct fileop_item *it = fileop_item(op, i);
+		_cleanup_free_ char *b64 = msb_base64_encode(it->out, it->out_len, NULL);
+
+		if (single)
+			return json_pack("{s:s, s:I}", "content_b64", b64, "size", (json_int_t)it->out_len);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:I}", "path",
+						      it->plan->target.rel[0] ? it->plan->target.rel : ".",
+						      "content_b64", b64, "size", (json_int_t)it->out_len));
+	}
+	return json_pack("{s:o}", "files", list);
+}
+
+static void files_op_done(struct fileop *op, const struct msb_error *err, void *arg)
+{
+	struct files_req *fr = arg;
+	struct fileop_item *it;
+
+	fr->op = NULL;      /* the op frees itself */
+	if (err) {
+		files_reply_error(fr, err);
+	} else if (fr->kind == FILEOP_WRITE) {
+		rpc_call_reply(fr->call, json_pack("{s:I, s:I}", "files", (json_int_t)fileop_count(op),
+						   "bytes", (json_int_t)fr->total));
+	} else if (fr->kind == FILEOP_READ) {
+		rpc_call_reply(fr->call, files_read_result(op, fr->single));
+	} else {
+		it = fileop_item(op, 0);
+		rpc_call_reply(fr->call, it->found ? paths_entry_encode(it->plan->target.rel, &it->st)
+						   : json_null());
+	}
+	files_req_free(fr);
+}
+
+static void files_op_start(struct files_req *fr, uid_t uid, gid_t gid)
+{
+	struct fileop *op = fr->op;
+
+	fr->op = NULL;
+	/* The op was made with placeholder ids; stamp the guest's now. */
+	fileop_set_owner(op, uid, gid);
+	fr->op = op;
+	fileop_start(op, files_op_done, fr);
+}
+
+static void files_guest_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
+{
+	struct files_req *fr = arg;
+	struct sandbox *sb;
+
+	if (err) {
+		files_reply_error(fr, err);
+		files_req_free(fr);
+		return;
+	}
+	sb = registry_find_id(fr->d->registry, fr->id);
+	if (sb) {
+		sb->guest_known = true;
+		sb->guest_resolved = id->resolved;
+		sb->guest_uid = id->resolved ? id->uid : 0;
+		sb->guest_gid = id->resolved ? id->gid : 0;
+	}
+	if (!id->resolved)
+		log_warnx("sandbox %.12s: the guest's user is unresolved; what is written is owned by root",
+			  fr->id);
+	files_op_start(fr, id->resolved ? id->uid : 0, id->resolved ? id->gid : 0);
+}
+
+/* Runs fr's op: a write first learns who the guest is (once per instance). */
+static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *sb)
+{
+	struct rpc_result *res = rpc_pending(fr->call);
+	int r;
+
+	if (fr->kind != FILEOP_WRITE || sb->guest_known) {
+		files_op_start(fr, sb->guest_known ? sb->guest_uid : 0, sb->guest_known ? sb->guest_gid : 0);
+		return res;
+	}
+	r = guest_identity_start(fr->d, fr->id, NULL, files_guest_cb, fr, NULL);
+	if (r < 0) {
+		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		files_req_free(fr);
+	}
+	return res;
+}
+
+static struct files_req *files_req_new(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
+				       enum fileop_kind kind)
+{
+	struct files_req *fr = xcalloc(1, sizeof(*fr));
+	const struct msbd_config *c = d->config;
+	struct fileop_params p = {
+		.kind = kind, .id = sb->id, .max_bytes = c->files_max_file_bytes,
+		.max_total = c->files_max_total_bytes, .timeout_ms = c->files_timeout_ms,
+	};
+
+	fr->d = d;
+	fr->call = call;
+	fr->kind = kind;
+	snprintf(fr->id, sizeof(fr->id), "%s", sb->id);
+	if (kind == FILEOP_WRITE || kind == FILEOP_READ || kind == FILEOP_STAT)
+		fr->op = fileop_new(d, &p);
+	return fr;
+}
+
+static struct rpc_result *files_cap(struct files_req *fr, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static struct rpc_result *files_cap(struct files_req *fr, json_t *data, const char *fmt, ...)
+{
+	_cleanup_free_ char *msg = NULL;
+	struct rpc_result *r;
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
+	r = rpc_fail(fr->call, MSB_ERR_TRANSFER_CAP_EXCEEDED, data, "%s", msg ? msg : "over a transfer ceiling");
+	files_req_free(fr);
+	return r;
+}
+
+/* One write entry's content: exactly one of content_b64 / content_text. */
+static int files_content(const json_t *b64, const json_t *text, uint8_t **ret, size_t *ret_len,
+			 const char **reterr)
+{
+	if (!!b64 == !!text) {
+		*reterr = "exactly one of content_b64 and content_text is needed";
+		return -EINVAL;
+	}
+	if (text) {
+		size_t n = json_string_length(text);
+
+		*ret = xmalloc(n ? n : 1);
+		memcpy(*ret, json_string_value(text), n);
+		*ret_len = n;
+		return 0;
+	}
+	if (msb_base64_decode(json_string_value(b64), json_string_length(b64), ret, ret_len) < 0) {
+		*reterr = "content_b64 is not padded standard base64";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Two entries of one write may not name one path, nor one lie under another. */
+static bool files_paths_conflict(struct fileop *op)
+{
+	size_t n = fileop_count(op);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *a = fileop_item(op, i)->plan->target.path;
+		size_t la = strlen(a);
+
+		for (size_t j = 0; j < n; j++) {
+			const char *b = fileop_item(op, j)->plan->target.path;
+
+			if (i != j && strncmp(a, b, la) == 0 && (b[la] == '\0' || b[la] == '/'))
+				return true;
+		}
+	}
+	return false;
+}
+
+struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	const struct msbd_config *c = d->config;
+	struct rpc_result *fail;
+	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	struct files_req *fr;
+	size_t n;
+
+	if (!sb)
+		return fail;
+	if (!!p->files == !!p->path)
+		return fail_param(call, "path", "exactly one of path and files is needed");
+	if (p->files && (p->content_b64 || p->content_text))
+		return fail_param(call, "files", "with files, each entry carries its own content");
+	n = p->files ? json_array_size(p->files) : 1;
+	if (n == 0)
+		return fail_param(call, "files", "files is empty");
+	fr = files_req_new(d, call, sb, FILEOP_WRITE);
+	if (n > (size_t)c->files_max_files)
+		return files_cap(fr, json_pack("{s:I, s:I}", "limit", (json_int_t)c->files_max_files, "size", (json_int_t)n),
+				 "%zu files in one call; the ceiling is %ld", n, c->files_max_files);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *e = p->files ? json_array_get(p->files, i) : NULL;
+		const json_t *path = e ? json_object_get(e, "path") : p->path;
+		const json_t *b64 = e ? json_object_get(e, "content_b64") : p->content_b64;
+		const json_t *text = e ? json_object_get(e, "content_text") : p->content_text;
+		struct paths_plan *plan = NULL;
+		enum paths_reason reason;
+		const char *why = NULL;
+		uint8_t *data = NULL;
+		size_t len = 0;
+		struct rpc_result *r;
+
+		if (e && (!json_is_object(e) || json_object_size(e) != 2 || !json_is_string(path) ||
+			  (b64 && !json_is_string(b64)) || (text && !json_is_string(text)))) {
+			files_req_free(fr);
+			return fail_param(call, "files",
+					  "each entry is {path, content_b64 | content_text}, all strings");
+		}
+		if (files_content(b64, text, &data, &len, &why) < 0) {
+			files_req_free(fr);
+			return fail_param(call, e ? "files" : "content_b64", why);
+		}
+		if (len > c->files_max_file_bytes) {
+			free(data);
+			return files_cap(fr, json_pack("{s:I, s:I}", "limit", (json_int_t)c->files_max_file_bytes,
+						       "size", (json_int_t)len),
+					 "a file of %llu bytes; the ceiling is %llu", (unsigned long long)len,
+					 (unsigned long long)c->files_max_file_bytes);
+		}
+		fr->total += len;
+		if (fr->total > c->files_max_total_bytes) {
+			free(data);
+			return files_cap(fr, json_pack("{s:I}", "limit", (json_int_t)c->files_max_total_bytes),
+					 "over %llu bytes in one call; the ceiling is %llu",
+					 (unsigned long long)fr->total, (unsigned long long)c->files_max_total_bytes);
+		}
+		if (files_plan(PATHS_OP_WRITE, path, p->working_directory, sb, &plan, &reason) < 0) {
+			free(data);
+			files_req_free(fr);
+			r = fail_reason(call, reason, json_string_value(path));
+			return r;
+		}
+		fileop_add(fr->op, plan, data, len);
+	}
+	if (files_paths_conflict(fr->op)) {
+		files_req_free(fr);
+		return fail_param(call, "files", "two entries name the same path, or one lies under another");
+	}
+	return files_run(fr, sb);
+}
+
+struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	const struct msbd_config *c = d->config;
+	struct rpc_result *fail;
+	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	struct files_req *fr;
+	uint64_t max;
+	size_t n;
+
+	if (!sb)
+		return fail;
+	if (!!p->paths == !!p->path)
+		return fail_param(call, "path", "exactly one of path and paths is needed");
+	max = p->max_bytes ? (uint64_t)json_integer_value(p->max_bytes) : c->files_max_file_bytes;
+	if (max > c->files_max_file_bytes)
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+				json_pack("{s:s, s:I}", "field", "max_bytes", "limit", (json_int_t)c->files_max_file_bytes),
+				"max_bytes is over the per-file ceiling (%zu)", c->files_max_file_bytes);
+	n = p->paths ? json_array_size(p->paths) : 1;
+	if (n == 0)
+		return fail_param(call, "paths", "paths is empty");
+	fr = files_req_new(d, call, sb, FILEOP_READ);
+	fr->single = !p->paths;
+	fileop_set_max_bytes(fr->op, max);
+	if (n > (size_t)c->files_max_files)
+		return files_cap(fr, json_pack("{s:I, s:I}", "limit", (json_int_t)c->files_max_files, "size", (json_int_t)n),
+				 "%zu files in one call; the ceiling is %ld", n, c->files_max_files);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *path = p->paths ? json_array_get(p->paths, i) : p->path;
+		struct paths_plan *plan = NULL;
+		enum paths_reason reason;
+
+		if (!json_is_string(path)) {
+			files_req_free(fr);
+			return fail_param(call, "paths", "paths holds strings only");
+		}
+		if (files_plan(PATHS_OP_READ, path, p->working_directory, sb, &plan, &reason) < 0) {
+			files_req_free(fr);
+			return fail_reason(call, reason, json_string_value(path));
+		}
+		fileop_add(fr->op, plan, NULL, 0);
+	}
+	return files_run(fr, sb);
+}
+
+struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct rpc_result *fail;
+	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	struct files_req *fr;
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
+
+	if (!sb)
+		return fail;
+	if (files_plan(PATHS_OP_STAT, p->path, p->working_directory, sb, &plan, &reason) < 0)
+		return fail_reason(call, reason, json_string_value(p->path));
+	fr = files_req_new(d, call, sb, FILEOP_STAT);
+	fileop_add(fr->op, plan, NULL, 0);
+	return files_run(fr, sb);
+}
+
+/* ---- remove / reclaim: rm in the guest, as the guest -------------------- */
+
+static void files_rm_cb(const struct execrun_result *r, void *arg)
+{
+	struct files_req *fr = arg;
+	size_t n = r->err_len < M_FILES_STDERR_MAX ? r->err_len : M_FILES_STDERR_MAX;
+	json_t *data;
+
+	switch (r->error) {
+	case 0:
+		if (r->exit_code == 0) {
+			rpc_call_reply(fr->call, json_null());
+			break;
+		}
+		data = json_pack("{s:s, s:i, s:s%}", "path", fr->target, "exit_code", r->exit_code,
+				 "stderr", (const char *)r->err, n);
+		if (!data) /* stderr not UTF-8 */
+			data = json_pack("{s:s, s:i}", "path", fr->target, "exit_code", r->exit_code);
+		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, data, "could not %s %s: rm exited %d",
+			      fr->timeout_ms ? "reclaim" : "remove", fr->target, r->exit_code);
+		break;
+	case -ETIMEDOUT:
+		rpc_call_fail(fr->call, MSB_ERR_TIMEOUT,
+			      json_pack("{s:I}", "timeout_ms", (json_int_t)(fr->timeout_ms ? fr->timeout_ms
+											  : fr->d->config->files_timeout_ms)),
+			      "the removal did not finish in time");
+		break;
+	case -ENOENT:
+		rpc_call_fail(fr->call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		break;
+	case -ESRCH:
+		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, NULL, "the sandbox is not running");
+		break;
+	case -EBUSY:
+		rpc_call_fail(fr->call, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
+			      "something else has paused the sandbox; the next acquire thaws it");
+		break;
+	case -ECANCELED:
+		rpc_call_fail(fr->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		break;
+	case -EIO:
+		log_warnx("rm in %.12s: the engine refused: %s", fr->id, r->message ? r->message : "(no message)");
+		rpc_call_fail(fr->call, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "the Docker engine refused to run rm");
+		break;
+	default:
+		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		break;
+	}
+	files_req_free(fr);
+}
+
+static void files_rm_start(struct files_req *fr)
+{
+	const char *argv[] = { "rm", fr->recursive ? "-rf" : "-f", "--", fr->target, NULL };
+	struct execrun_spec spec = {
+		.argv = argv, .working_dir = "/",
+		.timeout_ms = fr->timeout_ms ? fr->timeout_ms : fr->d->config->files_timeout_ms,
+		.max_output = 64 * 1024,
+	};
+	int r = execrun_start(fr->d->base, fr->d->engine, fr->d->freezes, fr->id, &spec, files_rm_cb, fr, NULL);
+
+	if (r < 0) {
+		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		files_req_free(fr);
+	}
+}
+
+static void files_check_done(struct fileop *op, const struct msb_error *err, void *arg)
+{
+	struct files_req *fr = arg;
+
+	(void)op;
+	if (err) {
+		files_reply_error(fr, err);
+		files_req_free(fr);
+		return;
+	}
+	files_rm_start(fr);
+}
+
+struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct rpc_result *fail;
+	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct fileop_params fp = { .kind = FILEOP_CHECK, .id = sb ? sb->id : "",
+					  .timeout_ms = d->config->files_timeout_ms };
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
+	struct files_req *fr;
+	struct fileop *op;
+
+	if (!sb)
+		return fail;
+	if (files_plan(PATHS_OP_DELETE, p->path, p->working_directory, sb, &plan, &reason) < 0)
+		return fail_reason(call, reason, json_string_value(p->path));
+	fr = files_req_new(d, call, sb, FILEOP_CHECK);
+	fr->target = xstrdup(plan->target.path);
+	fr->recursive = p->recursive;
+	/* The walk classifies (link → ConfinementError, file → NotADirectoryError);
+	 * rm as the guest is what bounds a swap after it. */
+	op = fileop_new(d, &fp);
+	fileop_add(op, plan, NULL, 0);
+	fileop_start(op, files_check_done, fr);
+	return rpc_pending(call);
+}
+
+struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct rpc_result *fail;
+	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	long max_ms = d->config->files_timeout_ms;
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
+	struct files_req *fr;
+	long timeout_ms = max_ms;
+
+	if (!sb)
+		return fail;
+	if (p->timeout_seconds) {
+		json_int_t s = json_integer_value(p->timeout_seconds);
+
+		if (s < 1 || s > max_ms / 1000)
+			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+					json_pack("{s:s, s:I}", "field", "timeout_seconds", "limit", (json_int_t)(max_ms / 1000)),
+					"timeout_seconds must be from 1 to %ld", max_ms / 1000);
+		timeout_ms = (long)s * 1000;
+	}
+	if (files_plan(PATHS_OP_RECLAIM, p->directory, p->working_directory, sb, &plan, &reason) < 0)
+		return fail_reason(call, reason, json_string_value(p->directory));
+	fr = files_req_new(d, call, sb, FILEOP_CHECK);
+	fr->target = xstrdup(plan->target.path);
+	fr->recursive = true;
+	fr->timeout_ms = timeout_ms;
+	paths_plan_free(plan);
+	files_rm_start(fr);
+	return rpc_pending(call);
+}

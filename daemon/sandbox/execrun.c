@@ -1,0 +1,672 @@
+/* execrun.c — one command run to completion (see execrun.h).
+ *
+ *   CREATING ──201──→ STARTING ──200, ended between frames──→ INSPECTING ──ExitCode──→ DONE
+ *      │    ↑            │    ↑                                  │    ↑
+ *      │    └─(timer)─┐  │    │                          Running │    │ (timer)
+ *      └── 409 paused ┴─ PAUSED ─┘                               └→ SETTLING
+ *          by our freeze           (the refused step again)
+ *
+ * Every other outcome, the deadline and execrun_cancel end in
+ * execrun_finish(), the one place the callback fires: it disarms the
+ * timers, cancels the request in flight (whose completion then finds the
+ * run DONE and does nothing), tells the owner and frees the run. Each
+ * completion clears x->req first: that request is over.
+ *
+ * The start's body is split by demux_feed(), a pure parser: 8-byte
+ * headers [stream, 0, 0, 0, length u32 big-endian], each followed by its
+ * payload; a header may be split across chunks. It runs inside libcurl
+ * (http.h's on_data rules), so a failure there — an unknown stream, the
+ * output cap, an engine error frame — aborts the transfer by returning a
+ * negative value, and the start's completion ends the run. */
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "cleanup.h"
+#include "docker.h"
+#include "engine.h"
+#include "errors.h"
+#include "execrun.h"
+#include "freeze.h"
+#include "log.h"
+#include "xmalloc.h"
+
+#define EXECRUN_FRAME_HEADER_LEN 8
+/* The first allocation of an output buffer (then doubled, up to the cap). */
+#define EXECRUN_BUF_MIN          4096
+
+/* Byte 0 of a frame header (moby api/pkg/stdcopy). */
+enum execrun_stream {
+	EXECRUN_STREAM_STDIN,
+	EXECRUN_STREAM_STDOUT,
+	EXECRUN_STREAM_STDERR,
+	EXECRUN_STREAM_SYSERR,    /* the engine's own error text */
+	_EXECRUN_STREAM_MAX,
+};
+
+enum execrun_state {
+	EXECRUN_CREATING,         /* POST /containers/{id}/exec in flight */
+	EXECRUN_STARTING,         /* POST /exec/{eid}/start in flight: the output streams */
+	EXECRUN_INSPECTING,       /* GET /exec/{eid}/json in flight */
+	EXECRUN_PAUSED,           /* refused under our own freeze: the retry timer is armed */
+	EXECRUN_SETTLING,         /* the exec still said Running: the re-inspect timer is armed */
+	EXECRUN_DONE,             /* the callback fired; freed right after */
+	_EXECRUN_STATE_MAX,
+};
+
+/* ---- demultiplexing (pure) -------------------------------------------------------- */
+
+struct demux {
+	uint8_t hdr[EXECRUN_FRAME_HEADER_LEN];
+	size_t hdr_len;           /* header bytes held */
+	unsigned stream;          /* the current frame's stream */
+	uint32_t left;            /* its payload bytes still to come */
+};
+
+/* n payload bytes of stream (n may be 0 for an empty frame); frame_end
+ * when they end the frame. Returns 0, or < 0 to stop the feed. */
+typedef int demux_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_end, void *arg);
+
+static bool demux_is_between_frames(const struct demux *d)
+{
+	return d->hdr_len == 0 && d->left == 0;
+}
+
+/* A complete header: the frame's stream and length; -EPROTO for a stream
+ * that does not exist. */
+static int demux_header(struct demux *d)
+{
+	d->stream = d->hdr[0];
+	d->left = (uint32_t)d->hdr[4] << 24 | (uint32_t)d->hdr[5] << 16 | (uint32_t)d->hdr[6] << 8 |
+		  (uint32_t)d->hdr[7];
+	d->hdr_len = 0;
+	return d->stream < _EXECRUN_STREAM_MAX ? 0 : -EPROTO;
+}
+
+/* Feeds p[0..n) through: payloads go to sink in order. Returns 0, -EPROTO
+ * (unknown stream; d->stream names it), or the sink's negative value. */
+static int demux_feed(struct demux *d, const uint8_t *p, size_t n, demux_sink *sink, void *arg)
+{
+	while (n > 0) {
+		size_t k;
+		int r;
+
+		if (d->left == 0) {
+			k = EXECRUN_FRAME_HEADER_LEN - d->hdr_len;
+			k = n < k ? n : k;
+			memcpy(d->hdr + d->hdr_len, p, k);
+			d->hdr_len += k;
+			p += k;
+			n -= k;
+			if (d->hdr_len < EXECRUN_FRAME_HEADER_LEN)
+				return 0;
+			r = demux_header(d);
+			if (r == 0 && d->left == 0)
+				r = sink(d->stream, p, 0, true, arg);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		k = n < d->left ? n : d->left;
+		d->left -= (uint32_t)k;
+		r = sink(d->stream, p, k, d->left == 0, arg);
+		if (r < 0)
+			return r;
+		p += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* ---- the run ---------------------------------------------------------------------- */
+
+struct execrun_buf {
+	uint8_t *data;
+	size_t len, cap;
+};
+
+struct execrun {
+	struct engine *e;                      /* borrowed */
+	const struct freeze_table *freezes;    /* borrowed; may be NULL */
+	char *id;
+	json_t *config;                        /* the exec create body */
+	execrun_cb *cb;
+	void *arg;
+	enum execrun_state state;
+	enum execrun_state resume;             /* PAUSED: the step to issue again */
+	bool refused;                          /* the last create or start met our freeze */
+	struct engine_req *req;                /* the request in flight */
+	struct event *deadline;
+	struct event *timer;                   /* PAUSED and SETTLING */
+	char *exec_id;
+	struct demux dm;
+	struct execrun_buf out, err;
+	size_t max_output;
+	size_t total;                          /* stdout + stderr bytes so far */
+	char syserr[EXECRUN_MAX_SYSERR_BYTES + 1];
+	size_t syserr_len;
+	int abort;                             /* what start_data_cb aborted with (0: none) */
+	unsigned inspects;                     /* inspects issued */
+	int exit_code;
+	long status;                           /* the failure's (or last refusal's) HTTP status */
+	char *message;                         /* and its text */
+};
+
+static const char *execrun_state_to_string(enum execrun_state s)
+{
+	static const char *const names[_EXECRUN_STATE_MAX] = {
+		[EXECRUN_CREATING] = "creating",
+		[EXECRUN_STARTING] = "starting",
+		[EXECRUN_INSPECTING] = "inspecting",
+		[EXECRUN_PAUSED] = "paused",
+		[EXECRUN_SETTLING] = "settling",
+		[EXECRUN_DONE] = "done",
+	};
+
+	if ((unsigned)s >= _EXECRUN_STATE_MAX)
+		return "invalid";
+	return names[s];
+}
+
+static void execrun_set_state(struct execrun *x, enum execrun_state s)
+{
+	assert((unsigned)s < _EXECRUN_STATE_MAX);
+	assert(x->state != EXECRUN_DONE);
+	log_debug("op", "exec in %.64s: %s -> %s", x->id, execrun_state_to_string(x->state),
+		  execrun_state_to_string(s));
+	x->state = s;
+}
+
+static void execrun_free(struct execrun *x)
+{
+	if (!x)
+		return;
+	if (x->deadline)
+		event_free(x->deadline);
+	if (x->timer)
+		event_free(x->timer);
+	json_decref(x->config);
+	free(x->out.data);
+	free(x->err.data);
+	free(x->exec_id);
+	free(x->message);
+	free(x->id);
+	free(x);
+}
+
+/* Records why the run fails: status and message (copied; NULL: none). */
+static void execrun_set_failure(struct execrun *x, long status, const char *message)
+{
+	x->status = status;
+	free(x->message);
+	x->message = message ? xstrdup(message) : NULL;
+}
+
+/* The one place the callback fires; frees x. */
+static void execrun_finish(struct execrun *x, int error)
+{
+	static const uint8_t empty[1];
+	struct engine_req *req = TAKE_PTR(x->req);
+	struct execrun_result r = {
+		.error = error,
+		.status = error < 0 ? x->status : 0,
+		.message = error < 0 ? x->message : NULL,
+		.exit_code = error < 0 ? 0 : x->exit_code,
+		.out = x->out.data ? x->out.data : empty,
+		.out_len = x->out.len,
+		.err = x->err.data ? x->err.data : empty,
+		.err_len = x->err.len,
+	};
+
+	execrun_set_state(x, EXECRUN_DONE);
+	evtimer_del(x->deadline);
+	evtimer_del(x->timer);
+	if (req)
+		engine_req_cancel(req);   /* its completion finds the run DONE */
+	log_debug("op", "exec in %.64s: error %d, exit code %d", x->id, error, r.exit_code);
+	x->cb(&r, x->arg);
+	execrun_free(x);
+}
+
+/* Fails the run with status and a message (copied; NULL: none). */
+static void execrun_fail(struct execrun *x, int error, long status, const char *message)
+{
+	execrun_set_failure(x, status, message);
+	execrun_finish(x, error);
+}
+
+static void execrun_arm(struct execrun *x, struct event *ev, long ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (evtimer_add(ev, &tv) < 0)
+		log_warnx("%s: exec in %.64s: cannot arm a timer, ignoring", __func__, x->id);
+}
+
+/* ---- the output --------------------------------------------------------------------- */
+
+/* Appends within the cap the caller checked; grows by doubling, never past max. */
+static void buf_append(struct execrun_buf *b, const uint8_t *p, size_t n, size_t max)
+{
+	size_t need = b->len + n;
+
+	if (n == 0)
+		return;
+	if (need > b->cap) {
+		size_t cap = b->cap ? b->cap : EXECRUN_BUF_MIN;
+
+		while (cap < need && cap <= SIZE_MAX / 2)
+			cap *= 2;
+		if (cap > max || cap < need)
+			cap = max;
+		b->data = xrealloc(b->data, cap);
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+}
+
+static int output_add(struct execrun *x, struct execrun_buf *b, const uint8_t *p, size_t n)
+{
+	if (n > x->max_output - x->total) {
+		_cleanup_free_ char *m = xasprintf("the command wrote more than %zu bytes", x->max_output);
+
+		execrun_set_failure(x, 0, m);
+		return -EFBIG;
+	}
+	x->total += n;
+	buf_append(b, p, n, x->max_output);
+	return 0;
+}
+
+/* A system-error frame: its text (cut) ends the run once the frame is whole. */
+static int syserr_add(struct execrun *x, const uint8_t *p, size_t n, bool frame_end)
+{
+	size_t k = EXECRUN_MAX_SYSERR_BYTES - x->syserr_len;
+	_cleanup_free_ char *m = NULL;
+
+	k = n < k ? n : k;
+	memcpy(x->syserr + x->syserr_len, p, k);
+	x->syserr_len += k;
+	if (!frame_end)
+		return 0;
+	x->syserr[x->syserr_len] = '\0';
+	for (char *c = x->syserr; *c; c++)
+		if ((unsigned char)*c < ' ' || *c == 0x7f)
+			*c = '?';
+	m = xasprintf("the engine reported an error in the exec output: %.*s", msb_echo_len(x->syserr),
+		      x->syserr);
+	execrun_set_failure(x, 0, m);
+	return -EIO;
+}
+
+static int execrun_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_end, void *arg)
+{
+	struct execrun *x = arg;
+
+	switch ((enum execrun_stream)stream) {
+	case EXECRUN_STREAM_STDIN:
+		return 0;   /* never sent without AttachStdin; ignored */
+	case EXECRUN_STREAM_STDOUT:
+		return output_add(x, &x->out, p, n);
+	case EXECRUN_STREAM_STDERR:
+		return output_add(x, &x->err, p, n);
+	case EXECRUN_STREAM_SYSERR:
+		return syserr_add(x, p, n, frame_end);
+	case _EXECRUN_STREAM_MAX:
+	default:
+		assert(!"unreachable");
+		return -EPROTO;
+	}
+}
+
+/* Inside libcurl: a negative return aborts the start with that value. */
+static int start_data_cb(const void *data, size_t len, void *arg)
+{
+	struct execrun *x = arg;
+	int r = demux_feed(&x->dm, data, len, execrun_sink, x);
+
+	if (r == -EPROTO) {
+		_cleanup_free_ char *m = xasprintf("the exec output has a frame of unknown stream %u",
+						   x->dm.stream);
+
+		execrun_set_failure(x, 0, m);
+		r = -EIO;
+	}
+	if (r < 0)
+		x->abort = r;   /* its message is recorded */
+	return r;
+}
+
+/* ---- the steps ------------------------------------------------------------------------ */
+
+static void create_done_cb(const struct docker_reply *r, void *arg);
+static void start_done_cb(int error, long status, const char *message, void *arg);
+static void inspect_done_cb(const struct docker_reply *r, void *arg);
+
+static int step_create(struct execrun *x)
+{
+	return docker_exec_create(x->e, x->id, x->config, create_done_cb, x, &x->req);
+}
+
+static int step_start(struct execrun *x)
+{
+	x->dm = (struct demux){ 0 };
+	x->abort = 0;
+	return docker_exec_start(x->e, x->exec_id, 0, start_data_cb, start_done_cb, x, &x->req);
+}
+
+static int step_inspect(struct execrun *x)
+{
+	x->inspects++;
+	return docker_exec_inspect(x->e, x->exec_id, inspect_done_cb, x, &x->req);
+}
+
+/* Issues the request of step s (from the loop); a refusal ends the run. */
+static void execrun_enter(struct execrun *x, enum execrun_state s)
+{
+	int r;
+
+	execrun_set_state(x, s);
+	switch (s) {
+	case EXECRUN_CREATING:
+		r = step_create(x);
+		break;
+	case EXECRUN_STARTING:
+		r = step_start(x);
+		break;
+	case EXECRUN_INSPECTING:
+		r = step_inspect(x);
+		break;
+	case EXECRUN_PAUSED:
+	case EXECRUN_SETTLING:
+	case EXECRUN_DONE:
+	case _EXECRUN_STATE_MAX:
+	default:
+		assert(!"unreachable");
+		r = -EINVAL;
+	}
+	if (r < 0)
+		execrun_fail(x, r, 0, NULL);
+}
+
+/* A 409 "is paused": retried later while a freeze of ours holds the
+ * container, else the refusal is the result. */
+static void execrun_paused(struct execrun *x)
+{
+	if (!x->freezes || !freeze_is_held(x->freezes, x->id)) {
+		execrun_finish(x, -EBUSY);
+		return;
+	}
+	log_debug("op", "exec in %.64s: paused by our own freeze; again in %d ms", x->id,
+		  EXECRUN_PAUSED_RETRY_MS);
+	x->refused = true;
+	x->resume = x->state;
+	execrun_set_state(x, EXECRUN_PAUSED);
+	execrun_arm(x, x->timer, EXECRUN_PAUSED_RETRY_MS);
+}
+
+/* A create or start answered with a status other than success. */
+static void execrun_refused(struct execrun *x, long status, const char *message)
+{
+	_cleanup_free_ char *fallback = message ? NULL : xasprintf("the engine answered HTTP %ld", status);
+
+	execrun_set_failure(x, status, message ? message : fallback);
+	if (status == 404)
+		execrun_finish(x, -ENOENT);
+	else if (status == 409 && message && strcasestr(message, "is paused"))
+		execrun_paused(x);
+	else if (status == 409 && message && strcasestr(message, "not running"))
+		execrun_finish(x, -ESRCH);
+	else
+		execrun_finish(x, -EIO);
+}
+
+static void create_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct execrun *x = arg;
+	const char *eid;
+
+	x->req = NULL;
+	if (x->state == EXECRUN_DONE)
+		return;   /* cancelled by execrun_finish */
+	if (r->error < 0) {
+		execrun_fail(x, r->error, 0, NULL);
+		return;
+	}
+	if (r->status != 201 && r->status != 200) {
+		execrun_refused(x, r->status, r->message);
+		return;
+	}
+	eid = json_string_value(json_object_get(r->body, "Id"));   /* borrows */
+	if (!eid || !*eid) {
+		execrun_fail(x, -EIO, r->status, "the engine's exec create reply has no Id");
+		return;
+	}
+	x->refused = false;
+	x->exec_id = xstrdup(eid);
+	execrun_enter(x, EXECRUN_STARTING);
+}
+
+static void start_done_cb(int error, long status, const char *message, void *arg)
+{
+	struct execrun *x = arg;
+
+	x->req = NULL;
+	if (x->state == EXECRUN_DONE)
+		return;   /* cancelled by execrun_finish */
+	if (error < 0) {
+		if (error != x->abort)
+			execrun_set_failure(x, 0, NULL);
+		execrun_finish(x, error);
+		return;
+	}
+	if (status != 200) {
+		execrun_refused(x, status, message);
+		return;
+	}
+	if (!demux_is_between_frames(&x->dm)) {
+		execrun_fail(x, -EIO, 0, "the exec output ended inside a frame");
+		return;
+	}
+	x->refused = false;
+	execrun_enter(x, EXECRUN_INSPECTING);
+}
+
+/* ExitCode of an exec that is no longer running, or the failure. */
+static void inspect_result(struct execrun *x, const json_t *body)
+{
+	const json_t *code = json_object_get(body, "ExitCode");   /* borrows */
+	json_int_t v;
+
+	if (json_is_true(json_object_get(body, "Running"))) {
+		if (x->inspects > EXECRUN_INSPECT_RETRIES) {
+			execrun_fail(x, -EIO, 0, "the exec still runs after its output ended");
+			return;
+		}
+		execrun_set_state(x, EXECRUN_SETTLING);
+		execrun_arm(x, x->timer, EXECRUN_INSPECT_RETRY_MS);
+		return;
+	}
+	if (!json_is_integer(code)) {
+		execrun_fail(x, -EIO, 0, "the engine's exec inspect has no ExitCode");
+		return;
+	}
+	v = json_integer_value(code);
+	if (v < INT_MIN || v > INT_MAX) {
+		execrun_fail(x, -EIO, 0, "the engine's exec inspect has an ExitCode out of range");
+		return;
+	}
+	x->exit_code = (int)v;
+	execrun_finish(x, 0);
+}
+
+static void inspect_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct execrun *x = arg;
+
+	x->req = NULL;
+	if (x->state == EXECRUN_DONE)
+		return;   /* cancelled by execrun_finish */
+	if (r->error < 0) {
+		execrun_fail(x, r->error, 0, NULL);
+		return;
+	}
+	if (r->status == 404) {
+		execrun_fail(x, -ENOENT, r->status, r->message);
+		return;
+	}
+	if (r->status != 200 || !json_is_object(r->body)) {
+		_cleanup_free_ char *m = r->message ? NULL : xasprintf("the engine answered HTTP %ld", r->status);
+
+		execrun_fail(x, -EIO, r->status, r->message ? r->message : m);
+		return;
+	}
+	inspect_result(x, r->body);
+}
+
+/* The retry timer (PAUSED) and the re-inspect timer (SETTLING). */
+static void execrun_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct execrun *x = arg;
+
+	switch (x->state) {
+	case EXECRUN_PAUSED:
+		execrun_enter(x, x->resume);
+		break;
+	case EXECRUN_SETTLING:
+		execrun_enter(x, EXECRUN_INSPECTING);
+		break;
+	case EXECRUN_CREATING:
+	case EXECRUN_STARTING:
+	case EXECRUN_INSPECTING:
+	case EXECRUN_DONE:
+	case _EXECRUN_STATE_MAX:
+	default:
+		assert(!"unreachable");
+	}
+}
+
+/* The deadline: a budget spent on refusals of our own freeze returns the
+ * last refusal (the command never ran); otherwise -ETIMEDOUT. */
+static void execrun_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct execrun *x = arg;
+
+	log_debug("op", "exec in %.64s: the deadline passed while %s", x->id, execrun_state_to_string(x->state));
+	if (x->state == EXECRUN_PAUSED || (x->state == EXECRUN_CREATING && x->refused)) {
+		execrun_finish(x, -EBUSY);
+		return;
+	}
+	execrun_fail(x, -ETIMEDOUT, 0, NULL);
+}
+
+/* ---- starting ----------------------------------------------------------------------------- */
+
+/* Counts argv against the limits: -EINVAL, -E2BIG or 0. */
+static int spec_check(const struct execrun_spec *spec)
+{
+	size_t bytes = 0, n;
+
+	if (!spec->argv || !spec->argv[0] || spec->timeout_ms < 0)
+		return -EINVAL;
+	if (spec->working_dir && spec->working_dir[0] != '/')
+		return -EINVAL;
+	if (spec->user && !*spec->user)
+		return -EINVAL;
+	for (n = 0; spec->argv[n]; n++) {
+		if (n == EXECRUN_MAX_ARGS)
+			return -E2BIG;
+		bytes += strnlen(spec->argv[n], EXECRUN_MAX_ARGV_BYTES + 1);
+		if (bytes > EXECRUN_MAX_ARGV_BYTES)
+			return -E2BIG;
+	}
+	bytes += spec->working_dir ? strnlen(spec->working_dir, EXECRUN_MAX_ARGV_BYTES + 1) : 0;
+	bytes += spec->user ? strnlen(spec->user, EXECRUN_MAX_ARGV_BYTES + 1) : 0;
+	return bytes > EXECRUN_MAX_ARGV_BYTES ? -E2BIG : 0;
+}
+
+/* Sets key to the string s (NULL: left out): -EINVAL if s is not UTF-8. */
+static int config_set_string(json_t *o, const char *key, const char *s)
+{
+	if (!s)
+		return 0;
+	return json_object_set_new(o, key, json_string(s)) < 0 ? -EINVAL : 0;
+}
+
+/* The exec create body of engine-api.md §2.3 for a checked spec. */
+static int config_new(const struct execrun_spec *spec, json_t **ret)
+{
+	json_auto_t *cfg = json_pack("{sbsbsbsb}", "AttachStdin", 0, "AttachStdout", 1, "AttachStderr", 1,
+				     "Tty", 0);
+	json_t *cmd = json_array();
+	int r;
+
+	if (!cfg || !cmd || json_object_set_new(cfg, "Cmd", cmd) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; spec->argv[i]; i++)
+		if (json_array_append_new(cmd, json_string(spec->argv[i])) < 0)
+			return -EINVAL;   /* not UTF-8 */
+	r = config_set_string(cfg, "WorkingDir", spec->working_dir);
+	if (r >= 0)
+		r = config_set_string(cfg, "User", spec->user);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(cfg);
+	return 0;
+}
+
+int execrun_start(struct event_base *base, struct engine *e, const struct freeze_table *freezes,
+		  const char *id, const struct execrun_spec *spec, execrun_cb *cb, void *arg,
+		  struct execrun **ret)
+{
+	json_t *config = NULL;
+	struct execrun *x;
+	int r;
+
+	if (!base || !e || !id || !*id || !spec || !cb)
+		return -EINVAL;
+	r = spec_check(spec);
+	if (r >= 0)
+		r = config_new(spec, &config);
+	if (r < 0)
+		return r;
+	x = xcalloc(1, sizeof(*x));
+	x->e = e;
+	x->freezes = freezes;
+	x->id = xstrdup(id);
+	x->config = config;
+	x->cb = cb;
+	x->arg = arg;
+	x->max_output = spec->max_output ? spec->max_output : EXECRUN_DEFAULT_MAX_OUTPUT;
+	x->state = EXECRUN_CREATING;
+	x->deadline = evtimer_new(base, execrun_deadline_cb, x);
+	x->timer = evtimer_new(base, execrun_timer_cb, x);
+	if (!x->deadline || !x->timer) {
+		execrun_free(x);
+		return -ENOMEM;
+	}
+	r = step_create(x);
+	if (r < 0) {
+		execrun_free(x);
+		return r;
+	}
+	if (spec->timeout_ms > 0)
+		execrun_arm(x, x->deadline, spec->timeout_ms);
+	log_debug("op", "exec in %.64s: %.64s", x->id, spec->argv[0]);
+	if (ret)
+		*ret = x;
+	return 0;
+}
+
+void execrun_cancel(struct execrun *x)
+{
+	if (!x)
+		return;
+	execrun_fail(x, -ECANCELED, 0, NULL);
+}

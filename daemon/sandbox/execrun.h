@@ -1,0 +1,104 @@
+/* execrun.h — one command run to completion in a container over the Engine
+ * API (engine-api.md §2.3): POST /containers/{id}/exec, POST
+ * /exec/{eid}/start (the multiplexed stdout/stderr stream, read until the
+ * engine closes it), GET /exec/{eid}/json for the exit code.
+ *
+ * Used by the file plane for removals and reclaims (rm as the guest,
+ * behaviour-docker §2.7–2.8) and by identity resolution (`id -u`); the exec
+ * methods (issue 5) build on it.
+ *
+ * Contract (libuv's, as docker.h): execrun_start() < 0 → the callback never
+ * fires; otherwise it fires exactly once, from the loop, never from inside
+ * execrun_start(), or synchronously from execrun_cancel().
+ *
+ * Ownership: a run is owned by this module. Its pointer stays valid for the
+ * caller until the callback fires, and the run is freed right after the
+ * callback returns (so it must not be cancelled from its own callback).
+ * The base, engine and freeze table are borrowed: they must outlive the
+ * run. engine_free reaches a run only while one of its requests is in
+ * flight (it then ends with -ECANCELED): cancel runs before freeing the
+ * engine. The callback may start runs, cancel others and free the
+ * engine. */
+#ifndef MSB_EXECRUN_H
+#define MSB_EXECRUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct engine;
+struct freeze_table;
+
+/* Most argv entries, and most bytes of argv, working dir and user together. */
+#define EXECRUN_MAX_ARGS        4096
+#define EXECRUN_MAX_ARGV_BYTES  (256u * 1024)
+/* stdout + stderr kept when the caller names no cap. */
+#define EXECRUN_DEFAULT_MAX_OUTPUT (1u * 1024 * 1024)
+/* While the container is paused by one of our own freezes, exec create (or
+ * start) is refused (409 "is paused"); it is re-issued this often, within
+ * the deadline (behaviour-docker §2.2). */
+#define EXECRUN_PAUSED_RETRY_MS 50
+/* The engine marks an exec exited before it closes its stream, so the first
+ * inspect after the end sees the code; should it still say Running, it is
+ * asked again this often, at most this many more times (then -EIO). */
+#define EXECRUN_INSPECT_RETRY_MS 20
+#define EXECRUN_INSPECT_RETRIES  5
+/* The text of a "system error" frame (stream 3) kept for the message. */
+#define EXECRUN_MAX_SYSERR_BYTES 1024
+
+struct execrun_spec {
+	const char *const *argv;     /* NULL-terminated, at least one entry, each valid
+				      * UTF-8 (JSON strings); borrowed (copied) */
+	const char *working_dir;     /* absolute; NULL = the image's */
+	const char *user;            /* NULL = the image's user ("" is refused) */
+	long timeout_ms;             /* the whole run, retries included; 0 = none */
+	size_t max_output;           /* stdout + stderr bytes; 0 = EXECRUN_DEFAULT_MAX_OUTPUT */
+};
+
+struct execrun_result {
+	/* 0: the command ran and exited (exit_code holds its status).
+	 * -ETIMEDOUT   the deadline passed (the command may still run in the guest);
+	 * -EFBIG       stdout + stderr exceeded max_output (the stream was cut);
+	 * -ENOENT      the container (or the exec) is gone: 404 at any step;
+	 * -EBUSY       the container is paused, and not by one of our freezes;
+	 *              also when the deadline passed while waiting to retry a
+	 *              refusal of a freeze of ours (the last refusal is
+	 *              returned: the command never ran);
+	 * -ESRCH       the container is not running (409);
+	 * -EIO         the engine refused otherwise (status, message set), the
+	 *              stream was malformed or carried an engine error, or the
+	 *              inspect made no sense (message says which);
+	 * -ECANCELED   execrun_cancel, or the engine went away;
+	 * a transport errno (-ECONNREFUSED, -ECONNRESET, -ENOTCONN, …). */
+	int error;
+	long status;                 /* the failing call's HTTP status, else 0 */
+	const char *message;         /* the engine's message, or what was wrong; else NULL */
+	int exit_code;               /* when error == 0 */
+	/* What arrived (also on failure, then possibly partial). Borrowed for
+	 * the callback; never NULL. */
+	const uint8_t *out;          /* stdout */
+	size_t out_len;
+	const uint8_t *err;          /* stderr */
+	size_t err_len;
+};
+
+struct execrun;
+typedef void execrun_cb(const struct execrun_result *r, void *arg);
+
+/* Runs spec in container id (copied) on engine e, its timers on base.
+ * freezes (may be NULL) is consulted for the paused-retry rule: a 409 "is
+ * paused" at create or start is retried every EXECRUN_PAUSED_RETRY_MS while
+ * freeze_is_held(freezes, id), else it is -EBUSY. Returns 0 (and *ret if
+ * ret), or -EINVAL (a missing argument, an empty id, no argv, a relative
+ * working dir, an empty user, non-UTF-8 text, a negative timeout), -E2BIG
+ * (over EXECRUN_MAX_ARGS or EXECRUN_MAX_ARGV_BYTES: nothing sent),
+ * -ENOTCONN (engine not reachable), -ENOMEM. */
+int execrun_start(struct event_base *base, struct engine *e, const struct freeze_table *freezes,
+		  const char *id, const struct execrun_spec *spec, execrun_cb *cb, void *arg,
+		  struct execrun **ret);
+/* The callback fires now with -ECANCELED; a request in flight is cancelled
+ * (the command may run on in the guest). NULL-safe. */
+void execrun_cancel(struct execrun *x);
+
+#endif

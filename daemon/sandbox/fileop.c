@@ -1,0 +1,839 @@
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "cleanup.h"
+#include "daemon.h"
+#include "docker.h"
+#include "errmap.h"
+#include "fileop.h"
+#include "freeze.h"
+#include "log.h"
+#include "tarball.h"
+#include "xmalloc.h"
+
+enum fop_state {
+	FOP_NEW,
+	FOP_FREEZE,       /* waiting for (or issuing) the pause */
+	FOP_WALK,         /* HEAD of a walk directory */
+	FOP_LEAF,         /* HEAD of an item's own path */
+	FOP_CONFIRM,      /* inspect: an absence must not be a gone container */
+	FOP_PUT,          /* the one archive PUT */
+	FOP_GET,          /* one archive GET per read item */
+	FOP_THAW,         /* the unpause */
+	FOP_DONE,
+};
+
+/* The walk cache: one answer per directory, shared by the items. */
+#define CACHE_DIR     1
+#define CACHE_ABSENT  0
+/* a refusal is stored as -1 - reason */
+
+struct fileop {
+	struct msbd *d;
+	struct fileop_params p;
+	char *id;
+	struct fileop_item *items;
+	size_t n_items;
+	enum fop_state state;
+	struct freeze_claim *claim;
+	bool held;                   /* the claim was granted and not yet released */
+	struct engine_req *req;
+	size_t cur;                  /* the item being worked on */
+	json_t *cache;               /* path → CACHE_* */
+	bool absence_seen;           /* an answer depends on an absence (READ, STAT) */
+	struct tarball_reader *reader;
+	bool read_done;
+	struct msb_error err;        /* the first failure */
+	bool timed_out;
+	struct event *deadline;
+	struct event *finish_ev;
+	fileop_cb *cb;
+	void *arg;
+	bool started;
+};
+
+static const char *const kind_names[_FILEOP_KIND_MAX] = {
+	[FILEOP_WRITE] = "write",
+	[FILEOP_READ] = "read",
+	[FILEOP_STAT] = "stat",
+	[FILEOP_PREPARE] = "prepare",
+	[FILEOP_CHECK] = "check",
+};
+
+const char *fileop_kind_to_string(enum fileop_kind k)
+{
+	return (unsigned)k < _FILEOP_KIND_MAX ? kind_names[k] : NULL;
+}
+
+void fileop_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr)
+{
+	static const int codes[_PATHS_OUTCOME_MAX] = {
+		[PATHS_OUTCOME_CONFINEMENT] = MSB_ERR_CONFINEMENT,
+		[PATHS_OUTCOME_NOT_A_DIRECTORY] = MSB_ERR_NOT_A_DIRECTORY,
+		[PATHS_OUTCOME_FILE_NOT_FOUND] = MSB_ERR_FILE_NOT_FOUND,
+		[PATHS_OUTCOME_OS_ERROR] = MSB_ERR_OS_ERROR,
+		[PATHS_OUTCOME_INVALID_PARAMS] = MSB_ERR_INVALID_PARAMS,
+		[PATHS_OUTCOME_ENGINE] = MSB_ERR_ENGINE_ERROR,
+		[PATHS_OUTCOME_INTERNAL] = MSB_ERR_INTERNAL,
+	};
+	enum paths_outcome o = paths_reason_outcome(reason);
+	const char *msg = paths_reason_to_string(reason);
+
+	msb_error_set(reterr, codes[o],
+		      path && o != PATHS_OUTCOME_ENGINE && o != PATHS_OUTCOME_INTERNAL
+		      ? json_pack("{s:s}", "path", path) : NULL,
+		      "%s", msg ? msg : "the path is refused");
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static void fop_finish_cb(evutil_socket_t fd, short what, void *arg);
+static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg);
+
+struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
+{
+	struct fileop *op = xcalloc(1, sizeof(*op));
+
+	assert(p->timeout_ms > 0 && p->kind < _FILEOP_KIND_MAX);
+	op->d = d;
+	op->p = *p;
+	op->id = xstrdup(p->id);
+	op->p.id = op->id;
+	op->cache = json_object();
+	if (!op->cache)
+		fatalx("%s: out of memory", __func__);
+	op->finish_ev = event_new(d->base, -1, 0, fop_finish_cb, op);
+	op->deadline = event_new(d->base, -1, 0, fop_deadline_cb, op);
+	if (!op->finish_ev || !op->deadline)
+		fatalx("%s: cannot create an event", __func__);
+	return op;
+}
+
+size_t fileop_add(struct fileop *op, struct paths_plan *plan, uint8_t *data, size_t size)
+{
+	struct fileop_item *it;
+
+	assert(!op->started);
+	op->items = xrealloc(op->items, (op->n_items + 1) * sizeof(*op->items));
+	it = &op->items[op->n_items];
+	*it = (struct fileop_item){ .plan = plan, .data = data, .size = size,
+				    .walk_absent_from = plan->n_walk };
+	return op->n_items++;
+}
+
+void fileop_set_owner(struct fileop *op, uid_t uid, gid_t gid)
+{
+	assert(!op->started);
+	op->p.uid = uid;
+	op->p.gid = gid;
+}
+
+void fileop_set_max_bytes(struct fileop *op, uint64_t max_bytes)
+{
+	assert(!op->started);
+	op->p.max_bytes = max_bytes;
+}
+
+size_t fileop_count(const struct fileop *op)
+{
+	return op->n_items;
+}
+
+struct fileop_item *fileop_item(struct fileop *op, size_t i)
+{
+	return i < op->n_items ? &op->items[i] : NULL;
+}
+
+struct fileop *fileop_free(struct fileop *op)
+{
+	if (!op)
+		return NULL;
+	for (size_t i = 0; i < op->n_items; i++) {
+		struct fileop_item *it = &op->items[i];
+
+		paths_plan_free(it->plan);
+		free(it->data);
+		free(it->out);
+		paths_stat_release(&it->st);
+		msb_error_clear(&it->err);
+	}
+	free(op->items);
+	tarball_reader_free(op->reader);
+	json_decref(op->cache);
+	msb_error_clear(&op->err);
+	if (op->finish_ev)
+		event_free(op->finish_ev);
+	if (op->deadline)
+		event_free(op->deadline);
+	free(op->id);
+	free(op);
+	return NULL;
+}
+
+void fileop_abandon(struct fileop *op)
+{
+	op->cb = NULL;
+}
+
+static void fop_finish_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fileop *op = arg;
+
+	(void)fd, (void)what;
+	log_debug("op", "file %s on %.12s: %s", fileop_kind_to_string(op->p.kind), op->id,
+		  op->err.code ? (op->err.message ? op->err.message : msb_error_name(op->err.code))
+			       : "done");
+	if (op->cb)
+		op->cb(op, op->err.code ? &op->err : NULL, op->arg);
+	fileop_free(op);
+}
+
+static void fop_done(struct fileop *op)
+{
+	op->state = FOP_DONE;
+	op->req = NULL;
+	event_del(op->deadline);
+	event_active(op->finish_ev, EV_TIMEOUT, 0);
+}
+
+static void fop_thawed_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f, void *arg)
+{
+	struct fileop *op = arg;
+
+	(void)claim, (void)error, (void)f;
+	/* A failed thaw is the freeze table's warning; the call's outcome stands. */
+	fop_done(op);
+}
+
+/* Every path out of a granted freeze comes through here. */
+static void fop_thaw(struct fileop *op)
+{
+	op->req = NULL;
+	if (!op->held) {
+		fop_done(op);
+		return;
+	}
+	op->held = false;
+	op->state = FOP_THAW;
+	if (freeze_release_then(op->claim, fop_thawed_cb, op) < 0)
+		fop_done(op);
+}
+
+/* The first failure wins; later ones are only logged. */
+static void fop_fail(struct fileop *op, int code, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void fop_fail(struct fileop *op, int code, json_t *data, const char *fmt, ...)
+{
+	va_list ap;
+	_cleanup_free_ char *msg = NULL;
+
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
+	if (!op->err.code)
+		msb_error_set(&op->err, code, data, "%s", msg ? msg : "file call failed");
+	else
+		json_decref(data);
+	fop_thaw(op);
+}
+
+static void fop_fail_error(struct fileop *op, struct msb_error *e)
+{
+	if (!op->err.code) {
+		op->err = *e;
+		*e = (struct msb_error){ 0 };
+	} else {
+		msb_error_clear(e);
+	}
+	fop_thaw(op);
+}
+
+/* A failed engine request. -ECANCELED after our deadline is the timeout. */
+static void fop_fail_engine(struct fileop *op, int error, long status, const char *message, const char *what)
+{
+	struct msb_error e = { 0 };
+	struct docker_reply r = { .error = error, .status = status, .message = message };
+
+	if (op->timed_out || op->err.code) {
+		fop_thaw(op);
+		return;
+	}
+	if (error == 0 && status == 404 && message && strstr(message, "No such container")) {
+		msb_error_set(&e, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		fop_fail_error(op, &e);
+		return;
+	}
+	errmap_docker(&r, what, &e);
+	fop_fail_error(op, &e);
+}
+
+static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fileop *op = arg;
+
+	(void)fd, (void)what;
+	if (op->state == FOP_THAW || op->state == FOP_DONE)
+		return;
+	op->timed_out = true;
+	msb_error_set(&op->err, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)op->p.timeout_ms),
+		      "the file call did not finish within %ld ms", op->p.timeout_ms);
+	log_warnx("file %s on %.12s: deadline passed in state %d", fileop_kind_to_string(op->p.kind),
+		  op->id, op->state);
+	if (op->req) {
+		/* Its callback runs now with -ECANCELED and thaws. */
+		engine_req_cancel(op->req);
+		return;
+	}
+	if (op->state == FOP_FREEZE && op->claim) {
+		/* Waiting or pausing: withdrawn; a pause that lands is undone by the table. */
+		struct freeze_claim *c = op->claim;
+
+		op->claim = NULL;
+		freeze_cancel(c);
+		return;
+	}
+	if (op->state == FOP_FREEZE)
+		fop_done(op);
+}
+
+/* ---- walking ------------------------------------------------------------ */
+
+static void fop_next(struct fileop *op);
+static void fop_act(struct fileop *op);
+
+/* An item's own refusal: the op's failure, or (per_item_errors) the item's. */
+static void fop_item_refuse(struct fileop *op, struct fileop_item *it, enum paths_reason reason)
+{
+	if (op->p.per_item_errors && paths_reason_outcome(reason) != PATHS_OUTCOME_ENGINE) {
+		fileop_error_from_reason(reason, it->plan->target.rel, &it->err);
+		op->cur++;
+		fop_next(op);
+		return;
+	}
+	{
+		struct msb_error e = { 0 };
+
+		fileop_error_from_reason(reason, it->plan->target.rel, &e);
+		fop_fail_error(op, &e);
+	}
+}
+
+static void fop_stat_cb(int error, long status, const char *stat, void *arg);
+
+static void fop_head(struct fileop *op, const char *path, enum fop_state state)
+{
+	int r;
+
+	op->state = state;
+	r = docker_archive_stat(op->d->engine, op->id, path, fop_stat_cb, op, &op->req);
+	if (r < 0)
+		fop_fail_engine(op, r, 0, NULL, "examining a path");
+}
+
+/* Applies a walk verdict (1 dir, 0 absent, < 0 refusal reason) to the current item. */
+static void fop_walk_apply(struct fileop *op, int verdict)
+{
+	struct fileop_item *it = &op->items[op->cur];
+
+	if (verdict == CACHE_DIR) {
+		it->walk_next++;
+	} else if (verdict == CACHE_ABSENT) {
+		it->walk_ended = true;
+		it->walk_absent_from = it->walk_next;
+		it->walk_next = it->plan->n_walk;
+		if (op->p.kind == FILEOP_READ || op->p.kind == FILEOP_STAT)
+			op->absence_seen = true;
+	} else {
+		fop_item_refuse(op, it, (enum paths_reason)(-1 - verdict));
+		return;
+	}
+	fop_next(op);
+}
+
+/* The leaf answer for the current item (st NULL: absent). */
+static void fop_leaf_apply(struct fileop *op, struct paths_stat *st)
+{
+	struct fileop_item *it = &op->items[op->cur];
+	enum paths_reason reason;
+	int r;
+
+	if (st) {
+		it->found = true;
+		it->st = *st;
+		*st = (struct paths_stat){ 0 };
+	} else if (op->p.kind == FILEOP_READ || op->p.kind == FILEOP_STAT) {
+		op->absence_seen = true;
+	}
+	r = paths_leaf_verdict(it->plan->op, it->found ? &it->st : NULL, &reason);
+	if (r < 0) {
+		fop_item_refuse(op, it, reason);
+		return;
+	}
+	if (op->p.kind == FILEOP_READ && it->st.size > op->p.max_bytes) {
+		if (op->p.per_item_errors) {
+			msb_error_set(&it->err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:I, s:I}", "limit", (json_int_t)op->p.max_bytes,
+						"size", (json_int_t)it->st.size),
+				      "the file is %llu bytes and the caller allowed %llu",
+				      (unsigned long long)it->st.size, (unsigned long long)op->p.max_bytes);
+		} else {
+			fop_fail(op, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				 json_pack("{s:s, s:I, s:I}", "path", it->plan->target.rel,
+					   "limit", (json_int_t)op->p.max_bytes, "size", (json_int_t)it->st.size),
+				 "'%s' is %llu bytes and the caller allowed %llu", it->plan->target.rel,
+				 (unsigned long long)it->st.size, (unsigned long long)op->p.max_bytes);
+			return;
+		}
+	}
+	op->cur++;
+	fop_next(op);
+}
+
+static void fop_stat_cb(int error, long status, const char *stat, void *arg)
+{
+	struct fileop *op = arg;
+	struct fileop_item *it = &op->items[op->cur];
+	struct paths_stat st = { 0 };
+	enum paths_reason reason;
+	const char *path;
+	int verdict;
+
+	op->req = NULL;
+	if (error < 0 || (status != 200 && status != 404)) {
+		fop_fail_engine(op, error, status, NULL, "examining a path");
+		return;
+	}
+	if (status == 200 && !stat) {
+		fop_fail(op, MSB_ERR_ENGINE_ERROR, NULL, "the Docker engine sent a path stat without its header");
+		return;
+	}
+	if (status == 200 && paths_stat_decode_header(stat, &st, &reason) < 0) {
+		struct msb_error e = { 0 };
+
+		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->p.kind), op->id,
+			  paths_reason_to_string(reason));
+		fileop_error_from_reason(reason, NULL, &e);
+		fop_fail_error(op, &e);
+		return;
+	}
+	if (op->state == FOP_LEAF) {
+		fop_leaf_apply(op, status == 200 ? &st : NULL);
+		paths_stat_release(&st);
+		return;
+	}
+	path = it->plan->walk[it->walk_next];
+	if (status == 404)
+		verdict = CACHE_ABSENT;
+	else if (paths_walk_verdict(&st, &reason) > 0)
+		verdict = CACHE_DIR;
+	else
+		verdict = -1 - (int)reason;
+	paths_stat_release(&st);
+	json_object_set_new(op->cache, path, json_integer(verdict));
+	fop_walk_apply(op, verdict);
+}
+
+static void fop_confirm_cb(const struct docker_reply *r, void *arg);
+
+/* Drives the walk of the current item, then its leaf, then the next item. */
+static void fop_next(struct fileop *op)
+{
+	while (op->cur < op->n_items) {
+		struct fileop_item *it = &op->items[op->cur];
+
+		if (it->walk_next < it->plan->n_walk) {
+			const char *path = it->plan->walk[it->walk_next];
+			json_t *cached = json_object_get(op->cache, path);
+
+			if (cached) {
+				fop_walk_apply(op, (int)json_integer_value(cached));
+				return;
+			}
+			fop_head(op, path, FOP_WALK);
+			return;
+		}
+		if (it->plan->stat_leaf && !it->walk_ended) {
+			fop_head(op, it->plan->target.path, FOP_LEAF);
+			return;
+		}
+		if (it->plan->stat_leaf && it->walk_ended) {
+			/* A parent is absent: so is the leaf. */
+			fop_leaf_apply(op, NULL);
+			return;
+		}
+		op->cur++;
+	}
+	if (op->absence_seen) {
+		int r;
+
+		op->absence_seen = false;
+		op->state = FOP_CONFIRM;
+		r = docker_container_inspect(op->d->engine, op->id, fop_confirm_cb, op, &op->req);
+		if (r < 0)
+			fop_fail_engine(op, r, 0, NULL, "inspecting the sandbox");
+		return;
+	}
+	fop_act(op);
+}
+
+static void fop_confirm_cb(const struct docker_reply *r, void *arg)
+{
+	struct fileop *op = arg;
+
+	op->req = NULL;
+	if (r->error == 0 && r->status == 404) {
+		fop_fail(op, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		return;
+	}
+	if (r->error || r->status != 200) {
+		fop_fail_engine(op, r->error, r->status, r->message, "inspecting the sandbox");
+		return;
+	}
+	fop_act(op);
+}
+
+/* ---- acting: PUT ------------------------------------------------------- */
+
+static void fop_put_cb(const struct docker_reply *r, void *arg);
+
+/* Adds a directory entry once per op (made: the set of names added). */
+static int fop_tar_dir(struct tarball_writer *w, json_t *made, const char *abs, uid_t uid, gid_t gid)
+{
+	const struct tarball_dir dir = { .name = abs + 1, .mode = TARBALL_DIR_MODE, .uid = uid, .gid = gid,
+					 .mtime = time(NULL) };
+
+	if (json_object_get(made, abs))
+		return 0;
+	json_object_set_new(made, abs, json_true());
+	return tarball_writer_add_dir(w, &dir);
+}
+
+/* The tar of a WRITE: for each item, the directories its walk found
+ * missing at or below the working directory (guest-owned), then the file. */
+static int fop_build_write(struct fileop *op, struct tarball_writer *w, json_t *made)
+{
+	for (size_t i = 0; i < op->n_items; i++) {
+		struct fileop_item *it = &op->items[i];
+		const struct paths_plan *pl = it->plan;
+		size_t from = it->walk_absent_from > pl->walk_owned_from ? it->walk_absent_from
+									  : pl->walk_owned_from;
+		struct tarball_file f = {
+			.name = pl->target.path + 1, .data = it->data, .size = it->size,
+			.mode = 0644, .uid = op->p.uid, .gid = op->p.gid, .mtime = time(NULL),
+		};
+		int r;
+
+		for (size_t j = from; it->walk_ended && j < pl->n_walk; j++) {
+			r = fop_tar_dir(w, made, pl->walk[j], op->p.uid, op->p.gid);
+			if (r < 0)
+				return r;
+		}
+		r = tarball_writer_add_file(w, &f);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* The tar of a PREPARE: the missing tail of the work dir's chain; its
+ * ancestors root-owned, the base itself the guest's. */
+static int fop_build_prepare(struct fileop *op, struct tarball_writer *w, json_t *made, size_t *ret_n)
+{
+	const struct fileop_item *it = &op->items[0];
+	const struct paths_plan *pl = it->plan;
+
+	*ret_n = 0;
+	if (!it->walk_ended)
+		return 0;
+	for (size_t j = it->walk_absent_from; j < pl->n_walk; j++) {
+		bool base = j + 1 == pl->n_walk;
+		int r = fop_tar_dir(w, made, pl->walk[j], base ? op->p.uid : 0, base ? op->p.gid : 0);
+
+		if (r < 0)
+			return r;
+		(*ret_n)++;
+	}
+	return 0;
+}
+
+static void fop_put(struct fileop *op)
+{
+	struct tarball_buf buf = TARBALL_BUF_INIT(DOCKER_MAX_ARCHIVE_PUT);
+	struct tarball_writer *w = tarball_writer_new(tarball_buf_write_cb, &buf);
+	json_t *made = json_object();
+	size_t n = 1;
+	int r;
+
+	if (!made)
+		fatalx("%s: out of memory", __func__);
+	if (op->p.kind == FILEOP_WRITE)
+		r = fop_build_write(op, w, made);
+	else
+		r = fop_build_prepare(op, w, made, &n);
+	if (r >= 0)
+		r = tarball_writer_finish(w);
+	tarball_writer_free(w);
+	json_decref(made);
+	if (r < 0) {
+		tarball_buf_clear(&buf);
+		if (r == -EFBIG)
+			fop_fail(op, MSB_ERR_TRANSFER_CAP_EXCEEDED, NULL,
+				 "the archive would exceed %u bytes", DOCKER_MAX_ARCHIVE_PUT);
+		else
+			fop_fail(op, MSB_ERR_INTERNAL, NULL, "building the archive failed: %s", strerror(-r));
+		return;
+	}
+	if (n == 0) {
+		/* PREPARE: nothing missing. */
+		tarball_buf_clear(&buf);
+		fop_thaw(op);
+		return;
+	}
+	op->state = FOP_PUT;
+	r = docker_archive_put(op->d->engine, op->id, "/", buf.data, buf.len, fop_put_cb, op, &op->req);
+	tarball_buf_clear(&buf);
+	if (r < 0)
+		fop_fail_engine(op, r, 0, NULL, "writing into the sandbox");
+}
+
+static void fop_put_cb(const struct docker_reply *r, void *arg)
+{
+	struct fileop *op = arg;
+
+	op->req = NULL;
+	if (r->error == 0 && r->status == 200) {
+		fop_thaw(op);
+		return;
+	}
+	if (r->error == 0 && r->status == 400 && r->message) {
+		/* Read-only root, a directory in the way: the guest's filesystem refused. */
+		log_warnx("file %s on %.12s: the engine refused the archive: %.512s",
+			  fileop_kind_to_string(op->p.kind), op->id, r->message);
+		fop_fail(op, MSB_ERR_OS_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			 op->p.kind == FILEOP_PREPARE ? "docker could not create the working directory"
+						     : "the sandbox's filesystem refused the write");
+		return;
+	}
+	fop_fail_engine(op, r->error, r->status, r->message,
+			op->p.kind == FILEOP_PREPARE ? "creating the working directory" : "writing into the sandbox");
+}
+
+/* ---- acting: GET ------------------------------------------------------- */
+
+static int fop_body_cb(const void *buf, size_t len, void *arg)
+{
+	struct fileop_item *it = arg;
+
+	if (len > it->st.size - it->out_len) {
+		/* More than the stat said: grow (the reader still caps at max_bytes). */
+		it->out = xrealloc(it->out, it->out_len + len);
+	}
+	memcpy(it->out + it->out_len, buf, len);
+	it->out_len += len;
+	return 0;
+}
+
+static int fop_get_data_cb(const void *data, size_t len, void *arg)
+{
+	struct fileop *op = arg;
+	int r;
+
+	if (op->read_done)
+		return 0;
+	r = tarball_reader_feed(op->reader, data, len);
+	if (r == TARBALL_DONE)
+		op->read_done = true;
+	return r < 0 ? r : 0;
+}
+
+static void fop_get_next(struct fileop *op);
+
+static void fop_get_done_cb(int error, long status, const char *message, const char *stat, void *arg)
+{
+	struct fileop *op = arg;
+	struct fileop_item *it = &op->items[op->cur];
+	const struct tarball_entry *ent;
+	enum tarball_error te;
+	int r;
+
+	(void)stat;
+	op->req = NULL;
+	te = tarball_reader_error(op->reader);
+	if (error == 0 && status == 200) {
+		r = op->read_done ? TARBALL_DONE : tarball_reader_finish(op->reader);
+		te = tarball_reader_error(op->reader);
+	} else {
+		r = error;
+	}
+	if (error < 0 && te == TARBALL_OK) {
+		fop_fail_engine(op, error, 0, NULL, "reading from the sandbox");
+		return;
+	}
+	if (error == 0 && status != 200) {
+		fop_fail_engine(op, 0, status, message, "reading from the sandbox");
+		return;
+	}
+	if (r != TARBALL_DONE) {
+		log_warnx("file read on %.12s: %s", op->id, tarball_error_to_string(te));
+		if (te == TARBALL_ERR_OVER_CAP)
+			fop_fail(op, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				 json_pack("{s:I}", "limit", (json_int_t)op->p.max_bytes),
+				 "'%s' is larger than the caller allowed", it->plan->target.rel);
+		else
+			fop_fail(op, MSB_ERR_ENGINE_ERROR, NULL, "docker returned an unusable archive: %s",
+				 tarball_error_to_string(te));
+		return;
+	}
+	ent = tarball_reader_entry(op->reader);
+	if (!ent || ent->kind != TARBALL_KIND_FILE) {
+		fop_fail(op, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", it->plan->target.rel),
+			 "the path is not a regular file and is refused");
+		return;
+	}
+	if (!it->out)
+		it->out = xmalloc(1);
+	op->reader = tarball_reader_free(op->reader);
+	op->cur++;
+	fop_get_next(op);
+}
+
+static void fop_get_next(struct fileop *op)
+{
+	while (op->cur < op->n_items) {
+		struct fileop_item *it = &op->items[op->cur];
+		int r;
+
+		if (it->err.code || !it->found) {
+			op->cur++;
+			continue;
+		}
+		op->state = FOP_GET;
+		op->read_done = false;
+		it->out = xmalloc(it->st.size ? it->st.size : 1);
+		it->out_len = 0;
+		op->reader = tarball_reader_new(op->p.max_bytes, fop_body_cb, it);
+		r = docker_archive_get(op->d->engine, op->id, it->plan->target.path,
+				       op->d->config->engine_timeout_ms, fop_get_data_cb, fop_get_done_cb, op,
+				       &op->req);
+		if (r < 0)
+			fop_fail_engine(op, r, 0, NULL, "reading from the sandbox");
+		return;
+	}
+	fop_thaw(op);
+}
+
+static void fop_act(struct fileop *op)
+{
+	uint64_t total = 0;
+
+	switch (op->p.kind) {
+	case FILEOP_WRITE:
+	case FILEOP_PREPARE:
+		fop_put(op);
+		return;
+	case FILEOP_STAT:
+	case FILEOP_CHECK:
+		fop_thaw(op);
+		return;
+	case FILEOP_READ:
+		for (size_t i = 0; i < op->n_items; i++)
+			if (!op->items[i].err.code && op->items[i].found)
+				total += op->items[i].st.size;
+		if (total > op->p.max_total) {
+			fop_fail(op, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				 json_pack("{s:I, s:I}", "limit", (json_int_t)op->p.max_total, "size", (json_int_t)total),
+				 "the files are %llu bytes in all and the ceiling is %llu",
+				 (unsigned long long)total, (unsigned long long)op->p.max_total);
+			return;
+		}
+		op->cur = 0;
+		fop_get_next(op);
+		return;
+	default:
+		assert(!"unreachable");
+	}
+}
+
+/* ---- the freeze ---------------------------------------------------------- */
+
+static void fop_granted_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f, void *arg)
+{
+	struct fileop *op = arg;
+
+	if (error == 0) {
+		op->held = true;
+		op->claim = claim;
+		op->state = FOP_WALK;
+		op->cur = 0;
+		fop_next(op);
+		return;
+	}
+	op->claim = NULL;
+	if (op->timed_out) {
+		fop_done(op);
+		return;
+	}
+	switch (error) {
+	case -ENOENT:
+		msb_error_set(&op->err, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		break;
+	case -ESRCH:
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			      "the sandbox is not running, so it cannot be frozen for a file call");
+		break;
+	case -EBUSY:
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
+			      "something else has paused the sandbox; the next acquire thaws it");
+		break;
+	case -EIO:
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED,
+			      json_pack("{s:s, s:i}", "reason", "refused", "engine_status", (int)(f ? f->status : 0)),
+			      "the Docker engine cannot pause this sandbox, and file calls need the freeze");
+		break;
+	case -ETIMEDOUT:
+		msb_error_set(&op->err, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer the pause in time");
+		break;
+	case -ECANCELED:
+		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		break;
+	default:
+		msb_error_set(&op->err, MSB_ERR_ENGINE_UNAVAILABLE, NULL, "the Docker engine is not reachable");
+		break;
+	}
+	if (f && f->message)
+		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->p.kind), op->id, f->message);
+	fop_done(op);
+}
+
+void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
+{
+	struct timeval tv = { op->p.timeout_ms / 1000, (op->p.timeout_ms % 1000) * 1000 };
+	int r;
+
+	assert(!op->started);
+	op->started = true;
+	op->cb = cb;
+	op->arg = arg;
+	op->state = FOP_FREEZE;
+	event_add(op->deadline, &tv);
+	if (op->p.kind == FILEOP_CHECK) {
+		op->state = FOP_WALK;
+		fop_next(op);
+		return;
+	}
+	r = freeze_acquire(op->d->freezes, op->d->engine, op->id, fop_granted_cb, op, &op->claim);
+	if (r == -EBUSY) {
+		op->claim = NULL;
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "queue full"),
+			      "too many file calls are queued on this sandbox (%d)", FREEZE_MAX_CLAIMS_PER_CONTAINER);
+		fop_done(op);
+	} else if (r < 0) {
+		op->claim = NULL;
+		fop_granted_cb(NULL, r, NULL, op);
+	}
+}

@@ -1,0 +1,114 @@
+/* fileop.h — the frozen section of the archive file plane
+ * (behaviour-docker §2.3–2.6, §2.1 step 16): one operation over one or more
+ * paths of one container, run entirely under one freeze of it.
+ *
+ *   FREEZE ──granted──→ WALK (HEAD each directory of each item's plan,
+ *      │                      outermost first; a cache shares answers
+ *      │                      between items; the first absent one ends an
+ *      │                      item's walk)
+ *      │                 → LEAF (HEAD the item's own path, if its plan says)
+ *      │                 → CONFIRM (an absence the answer depends on: the
+ *      │                      container is inspected, so "absent" is never
+ *      │                      a gone container)
+ *      │                 → ACT (WRITE/PREPARE: one PUT of one tar at "/";
+ *      │                      READ: one GET per item, streamed and capped)
+ *      └─ refused ─→ DONE       → THAW (always, whatever happened) → DONE
+ *
+ * A deadline covers the whole operation, the wait for the freeze included:
+ * on expiry the request in flight is cancelled, the freeze released (or
+ * withdrawn) and the operation fails with MSB_ERR_TIMEOUT once the guest is
+ * thawed. The callback fires exactly once, from the loop, after the thaw
+ * has been answered (or could not be sent), so a caller that replies from
+ * it never replies while the guest is still frozen by this operation.
+ *
+ * Ownership: fileop_new → the caller adds items → fileop_start; the
+ * operation frees itself after its callback returns. Before fileop_start,
+ * fileop_free discards it. */
+#ifndef MSB_FILEOP_H
+#define MSB_FILEOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "errors.h"
+#include "paths.h"
+
+struct msbd;
+struct fileop;
+
+enum fileop_kind {
+	FILEOP_WRITE,     /* items are PATHS_OP_WRITE plans with content */
+	FILEOP_READ,      /* items are PATHS_OP_READ plans */
+	FILEOP_STAT,      /* items are PATHS_OP_STAT plans */
+	FILEOP_PREPARE,   /* one PATHS_OP_LIST plan of the work dir: make what is missing */
+	FILEOP_CHECK,     /* the walk only, NOT frozen: classifies a path for the exec
+			   * plane (remove), whose own authority is the guest's */
+	_FILEOP_KIND_MAX,
+};
+
+const char *fileop_kind_to_string(enum fileop_kind k);
+
+struct fileop_params {
+	enum fileop_kind kind;
+	const char *id;          /* the container (64 hex); copied */
+	uid_t uid;               /* WRITE, PREPARE: the owner stamped on what is made */
+	gid_t gid;
+	uint64_t max_bytes;      /* READ: per file */
+	uint64_t max_total;      /* READ: all files together */
+	long timeout_ms;         /* the whole operation; > 0 */
+	/* READ only: an item's own refusal (absent, not a regular file, over
+	 * max_bytes, a path refusal) is kept in its err and the others go on,
+	 * instead of failing the operation. For reads of guest databases. */
+	bool per_item_errors;
+};
+
+struct fileop_item {
+	struct paths_plan *plan;     /* owned */
+	/* WRITE */
+	uint8_t *data;               /* owned; NULL when size is 0 */
+	size_t size;
+	/* STAT, READ results */
+	bool found;                  /* the leaf is there (st filled) */
+	struct paths_stat st;
+	uint8_t *out;                /* READ: the file's bytes (owned; non-NULL once read) */
+	size_t out_len;
+	/* per_item_errors: this item's refusal (code 0 when none) */
+	struct msb_error err;
+	/* internal */
+	size_t walk_next;            /* next walk index to stat */
+	bool walk_ended;             /* an absent directory ended the walk */
+	size_t walk_absent_from;     /* the first absent walk index (n_walk when none) */
+};
+
+/* err is NULL on success, else the failure (lent). The items stay readable
+ * for the callback's duration (fileop_item). */
+typedef void fileop_cb(struct fileop *op, const struct msb_error *err, void *arg);
+
+struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p);
+/* Adds an item; takes plan and data (both freed with the op, also on
+ * failure). WRITE items need data (size bytes); others pass NULL, 0.
+ * Returns the item's index. */
+size_t fileop_add(struct fileop *op, struct paths_plan *plan, uint8_t *data, size_t size);
+size_t fileop_count(const struct fileop *op);
+/* Before fileop_start: the owner stamped (WRITE, PREPARE), the per-file cap (READ). */
+void fileop_set_owner(struct fileop *op, uid_t uid, gid_t gid);
+void fileop_set_max_bytes(struct fileop *op, uint64_t max_bytes);
+struct fileop_item *fileop_item(struct fileop *op, size_t i);
+
+/* Starts: the callback fires exactly once, from the loop (never from inside
+ * this call). The op belongs to itself from here on. */
+void fileop_start(struct fileop *op, fileop_cb *cb, void *arg);
+/* Discards an op that was never started. NULL-safe; returns NULL. */
+struct fileop *fileop_free(struct fileop *op);
+/* The operation's result is no longer wanted (the caller is going away):
+ * the callback will not fire, but the operation still runs to its end —
+ * the guest is thawed exactly as it would have been. */
+void fileop_abandon(struct fileop *op);
+
+/* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
+ * FileNotFoundError, OSError, -32602, EngineError, InternalError). */
+void fileop_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr);
+
+#endif

@@ -1,0 +1,42 @@
+/* guest.h — who the guest program is, for one container (behaviour-docker
+ * §2.1 step 13): its uid:gid, resolved from Config.User (identity.h), then
+ * /etc/passwd and /etc/group read through the archive plane under the
+ * freeze (fileop.h), then `id -u` / `id -g` run in the guest (execrun.h).
+ *
+ *   INSPECT (unless the caller has one) → DB (frozen read, if a name must be
+ *   looked up) → ID_U / ID_G (only for a half still unknown) → DONE
+ *
+ * Failures of the lookups are not errors: they leave the identity
+ * unresolved (logged). Only a gone container, an unreachable engine or the
+ * daemon stopping fail the resolution. The callback fires exactly once,
+ * from the loop; guest_identity_abandon() stops it from firing (the work
+ * in flight still ends cleanly: a freeze is always released). */
+#ifndef MSB_GUEST_H
+#define MSB_GUEST_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#include "errors.h"
+
+struct msbd;
+struct guest_req;
+
+struct guest_identity {
+	bool resolved;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* err NULL on success (resolved or not: see id->resolved). Both lent. */
+typedef void guest_cb(const struct msb_error *err, const struct guest_identity *id, void *arg);
+
+/* inspect: the container's inspect (borrowed; only Config.User is read), or
+ * NULL to inspect it first. Returns 0, or -ENOTCONN when the engine is not
+ * reachable (then cb never fires). */
+int guest_identity_start(struct msbd *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
+			 struct guest_req **ret);
+void guest_identity_abandon(struct guest_req *g);
+
+#endif
