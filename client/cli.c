@@ -1,10 +1,11 @@
 /* cli.c — maf-sandbox, the command-line client of maf-sandboxd.
  *
- *   maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS]
+ *   maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS] [OPERANDS]
  *
  * A thin table of subcommands (cli_cmds[], one row per command): each row
- * names its handler, the command options it takes (long options only, the
- * global ones are accepted there too) and, for the sandbox.* commands, how to
+ * names its handler, the command options it takes (long options, -w and -r
+ * also short; the global ones are accepted there too), how many operands
+ * follow the options and, for the sandbox.* and files.* commands, how to
  * build the params and report the result. Results print in a human form by
  * default, or as the daemon's raw result with --json.
  *
@@ -18,21 +19,28 @@
 #include "msb-build.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "base64.h"
 #include "cleanup.h"
 #include "msb-limits.h"
 #include "msb.h"
 #include "types.h"
+#include "xmalloc.h"
+
 
 enum cli_exit {
 	CLI_EXIT_OK = 0,
@@ -59,10 +67,24 @@ enum cli_exit {
 #define CLI_PROGRESS_DEFAULT_COLUMNS 80
 /* Spaces between the columns of a table. */
 #define CLI_TABLE_GAP 2
+/* put and get move one file of at most the per-file transfer ceiling; put
+ * refuses a larger one before it connects. */
+#define CLI_FILE_MAX_BYTES MSB_TRANSFER_MAX_FILE_BYTES
+/* The first read of a LOCAL that is not a regular file (stdin, a pipe). */
+#define CLI_READ_CHUNK_BYTES (64 * MSB_KIB)
+/* get writes LOCAL through a temporary file in its directory: its mode
+ * (less the umask) and the suffix mkstemp fills. */
+#define CLI_GET_FILE_MODE 0644
+#define CLI_TEMP_SUFFIX ".XXXXXX"
+/* A command whose --timeout also bounds the daemon's side of the call waits
+ * this much longer, so the daemon's TimeoutError arrives before the client
+ * gives up. */
+#define CLI_DAEMON_TIMEOUT_MARGIN_MS 5000
 /* The notification sandbox.acquire sends while it pulls an image. */
 
-/* Command options: long only, each taken by the commands whose row has its
- * CLI_OPT_BIT. A flag's value is "" when given. */
+/* Command options: long (a few also short, cli_short_opts[]), each taken by
+ * the commands whose row has its CLI_OPT_BIT. A flag's value is "" when
+ * given. */
 enum cli_opt {
 	CLI_OPT_SCOPE = 0x100,  /* past any character getopt returns */
 	CLI_OPT_THREAD,
@@ -74,6 +96,9 @@ enum cli_opt {
 	CLI_OPT_SCOPE_CALL,
 	CLI_OPT_SANDBOX,
 	CLI_OPT_OLDER_THAN,
+	CLI_OPT_WORKDIR,     /* also -w */
+	CLI_OPT_RECURSIVE,   /* also -r */
+	CLI_OPT_MAX_BYTES,
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -85,6 +110,8 @@ struct cli_opts {
 	bool json;
 	int timeout_ms;      /* -1 = the command's default */
 	const char *arg[CLI_NOPTS];  /* command options by enum cli_opt - CLI_OPT_SCOPE; NULL = absent */
+	char **operands;     /* the command's operands (borrowed from argv) */
+	int noperands;
 };
 
 struct cli_cmd {
@@ -95,6 +122,8 @@ struct cli_cmd {
 	int (*handler)(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv);
 	unsigned opts;        /* CLI_OPT_BIT()s of the command options taken */
 	unsigned required;    /* ... and of those that must be given */
+	int min_operands;     /* operands after the options: at least ... */
+	int max_operands;     /* ... and at most (0 and 0: none) */
 	/* cmd_query: */
 	int (*query)(struct msb_conn *conn, json_t **ret_result);
 	void (*print)(const json_t *result);  /* human output */
@@ -105,6 +134,7 @@ struct cli_cmd {
 	/* Prints result (borrowed) as opts say; returns the exit code. */
 	int (*report)(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *result);
 	bool progress;        /* show sandbox.pull_progress on a terminal; no deadline by default */
+	bool daemon_timeout;  /* --timeout is sent as timeout_seconds too (see CLI_DAEMON_TIMEOUT_MARGIN_MS) */
 };
 
 static const char options_help[] =
@@ -209,8 +239,29 @@ static const struct option cli_options[] = {
 	{ "scope-call", no_argument, NULL, CLI_OPT_SCOPE_CALL },
 	{ "sandbox", required_argument, NULL, CLI_OPT_SANDBOX },
 	{ "older-than", required_argument, NULL, CLI_OPT_OLDER_THAN },
+	{ "working-directory", required_argument, NULL, CLI_OPT_WORKDIR },
+	{ "recursive", no_argument, NULL, CLI_OPT_RECURSIVE },
+	{ "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES },
 	{ 0 },
 };
+
+/* Command options that have a short form too. */
+static const struct {
+	int c;
+	enum cli_opt opt;
+} cli_short_opts[] = {
+	{ 'w', CLI_OPT_WORKDIR },
+	{ 'r', CLI_OPT_RECURSIVE },
+};
+
+/* The command option a short option letter stands for, or c itself. */
+static int short_cmd_opt(int c)
+{
+	for (size_t i = 0; i < ELEMENTSOF(cli_short_opts); i++)
+		if (cli_short_opts[i].c == c)
+			return cli_short_opts[i].opt;
+	return c;
+}
 
 /* The long name of option val. */
 static const char *opt_name(int val)
@@ -257,7 +308,7 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 
 	optind = 0;  /* glibc: start over, from argv[1] */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:s:jt:hV", cli_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:r", cli_options, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			opts->socket = optarg;
@@ -279,6 +330,7 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 		case ':':
 			return usage_error(cmd, "option '%s' needs an argument", argv[optind - 1]);
 		default:
+			c = short_cmd_opt(c);
 			if (c >= CLI_OPT_SCOPE && c < _CLI_OPT_MAX) {
 				r = set_cmd_option(c, optarg, opts, cmd);
 				if (r != CLI_CONTINUE)
@@ -904,16 +956,24 @@ static int cmd_query(const struct cli_cmd *cmd, struct cli_opts *opts, int argc,
 	return r;
 }
 
-/* Parses a command's options, then checks it has no operands and every
- * required option. Returns CLI_CONTINUE or the exit code. */
+/* Parses a command's options, then checks its operands and every required
+ * option. Returns CLI_CONTINUE or the exit code. */
 static int parse_cmd_options(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv)
 {
 	int r = parse_options(argc, argv, opts, cmd);
 
 	if (r != CLI_CONTINUE)
 		return r;
-	if (optind < argc)
+	opts->operands = argv + optind;
+	opts->noperands = argc - optind;
+	if (cmd->max_operands == 0 && opts->noperands > 0)
 		return usage_error(cmd, "'%s' takes no arguments", cmd->name);
+	if (opts->noperands < cmd->min_operands)
+		return usage_error(cmd, "'%s' is missing arguments (usage: maf-sandbox %s)", cmd->name,
+				   cmd->usage);
+	if (opts->noperands > cmd->max_operands)
+		return usage_error(cmd, "'%s' takes at most %d arguments (usage: maf-sandbox %s)",
+				   cmd->name, cmd->max_operands, cmd->usage);
 	for (int o = CLI_OPT_SCOPE; o < _CLI_OPT_MAX; o++)
 		if ((cmd->required & CLI_OPT_BIT(o)) && !opt_arg(opts, (enum cli_opt)o))
 			return usage_error(cmd, "'%s' needs --%s", cmd->name, opt_name(o));
@@ -930,6 +990,8 @@ static int call_and_report(const struct cli_cmd *cmd, struct cli_opts *opts, jso
 
 	if (cmd->progress && opts->timeout_ms < 0)
 		opts->timeout_ms = 0;  /* the daemon bounds each step, the pull included */
+	if (cmd->daemon_timeout && opts->timeout_ms > 0)
+		opts->timeout_ms += CLI_DAEMON_TIMEOUT_MARGIN_MS;
 	r = cli_connect(opts, &conn);
 	if (r != 0) {
 		json_decref(params);
@@ -1179,6 +1241,338 @@ static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	return ret;
 }
 
+/* --- the file plane ------------------------------------------------------ */
+
+/* {sandbox, KEY: GUEST, working_directory?} from the first operand, the
+ * operand at guest_at and -w. Returns CLI_CONTINUE with *ret_params (new
+ * reference), or the exit code. */
+static int file_params_new(const struct cli_cmd *cmd, const struct cli_opts *opts, const char *key,
+			   int guest_at, json_t **ret_params)
+{
+	const char *sandbox = opts->operands[0], *guest = opts->operands[guest_at];
+	json_t *params;
+
+	if (!is_utf8(sandbox))
+		return usage_error(cmd, "the SANDBOX '%s' is not valid UTF-8", sandbox);
+	if (!is_utf8(guest))
+		return usage_error(cmd, "the guest path is not valid UTF-8");
+	params = json_pack("{s:s, s:s, s:s*}", "sandbox", sandbox, key, guest, "working_directory",
+			   opt_arg(opts, CLI_OPT_WORKDIR));
+	if (!params) {
+		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
+		return CLI_EXIT_FAILURE;
+	}
+	*ret_params = params;
+	return CLI_CONTINUE;
+}
+
+/* size: as fstat says, or -1 when not known (a stream, a file that grew). */
+static int too_large(const char *name, intmax_t size)
+{
+	if (size >= 0)
+		return input_error("%s is %jd bytes, over the per-file ceiling of %zu bytes (%zu MiB); "
+				   "nothing was sent", name, size, CLI_FILE_MAX_BYTES,
+				   CLI_FILE_MAX_BYTES / MSB_MIB);
+	return input_error("%s is over the per-file ceiling of %zu bytes (%zu MiB); nothing was sent",
+			   name, CLI_FILE_MAX_BYTES, CLI_FILE_MAX_BYTES / MSB_MIB);
+}
+
+/* Reads all of fd into buf (cap bytes at *ret_buf, grown as needed), at most
+ * CLI_FILE_MAX_BYTES + 1 bytes. Returns the count, or -errno. */
+static ssize_t read_bounded(int fd, uint8_t **buf, size_t cap)
+{
+	size_t len = 0;
+
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			if (cap > CLI_FILE_MAX_BYTES)
+				return (ssize_t)len;      /* one byte over: enough to refuse */
+			cap = cap * 2 < CLI_FILE_MAX_BYTES + 1 ? cap * 2 : CLI_FILE_MAX_BYTES + 1;
+			*buf = xrealloc(*buf, cap);
+		}
+		n = read(fd, *buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return (ssize_t)len;
+		len += (size_t)n;
+	}
+}
+
+/* Reads LOCAL ("-" = stdin) whole into *ret_data (malloc'd) and *ret_len.
+ * One over CLI_FILE_MAX_BYTES is refused: a regular file by its size, before
+ * reading it. Returns CLI_CONTINUE or the exit code. */
+static int local_read(const char *path, uint8_t **ret_data, size_t *ret_len)
+{
+	const char *name = strcmp(path, "-") ? path : "the standard input";
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ uint8_t *buf = NULL;
+	struct stat st;
+	ssize_t n;
+	size_t cap;
+	int in = STDIN_FILENO;
+
+	if (strcmp(path, "-")) {
+		in = fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0)
+			return input_error("cannot read %s: %s", name, strerror(errno));
+	}
+	if (fstat(in, &st) < 0)
+		return input_error("cannot read %s: %s", name, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return input_error("cannot read %s: %s", name, strerror(EISDIR));
+	if (S_ISREG(st.st_mode) && st.st_size > (off_t)CLI_FILE_MAX_BYTES)
+		return too_large(name, (intmax_t)st.st_size);
+	cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : CLI_READ_CHUNK_BYTES;
+	buf = xmalloc(cap);
+	n = read_bounded(in, &buf, cap);
+	if (n < 0)
+		return input_error("cannot read %s: %s", name, strerror((int)-n));
+	if ((size_t)n > CLI_FILE_MAX_BYTES)
+		return too_large(name, -1);
+	*ret_data = TAKE_PTR(buf);
+	*ret_len = (size_t)n;
+	return CLI_CONTINUE;
+}
+
+/* files.write {sandbox, path: GUEST, working_directory?, content_b64} with
+ * the content of LOCAL. */
+static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	_cleanup_free_ uint8_t *data = NULL;
+	_cleanup_free_ char *b64 = NULL;
+	json_t *params = NULL, *content;
+	size_t len = 0, b64_len;
+	int r;
+
+	r = file_params_new(cmd, opts, "path", 2, &params);
+	if (r != CLI_CONTINUE)
+		return r;
+	r = local_read(opts->operands[1], &data, &len);
+	if (r != CLI_CONTINUE) {
+		json_decref(params);
+		return r;
+	}
+	b64 = msb_base64_encode(data, len, &b64_len);
+	free(TAKE_PTR(data));           /* up to 64 MiB: do not hold it twice over */
+	content = json_stringn_nocheck(b64, b64_len);   /* base64 is ASCII */
+	if (!content || json_object_set_new(params, "content_b64", content) < 0) {
+		json_decref(params);
+		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
+		return CLI_EXIT_FAILURE;
+	}
+	*ret_params = params;
+	return CLI_CONTINUE;
+}
+
+/* A whole number of bytes from 0 to CLI_FILE_MAX_BYTES. */
+static int parse_bytes(const char *s, json_int_t *ret)
+{
+	json_int_t n = 0;
+	const char *p = s;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (*p - '0');
+		if (n > (json_int_t)CLI_FILE_MAX_BYTES)
+			return -ERANGE;
+	}
+	if (p == s || *p)
+		return -EINVAL;
+	*ret = n;
+	return 0;
+}
+
+/* get's LOCAL operand: "-" (stdout) when omitted. */
+static const char *get_local(const struct cli_opts *opts)
+{
+	return opts->noperands > 2 ? opts->operands[2] : "-";
+}
+
+/* files.read {sandbox, path: GUEST, working_directory?, max_bytes?}. */
+static int get_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	const char *max = opt_arg(opts, CLI_OPT_MAX_BYTES);
+	json_int_t n = 0;
+	int r;
+
+	if (opts->json && strcmp(get_local(opts), "-"))
+		return usage_error(cmd, "'%s --json' prints the daemon's result: it takes no LOCAL file",
+				   cmd->name);
+	if (max && parse_bytes(max, &n) < 0)
+		return usage_error(cmd, "invalid --max-bytes '%s': want a number of bytes from 0 to %zu",
+				   max, CLI_FILE_MAX_BYTES);
+	r = file_params_new(cmd, opts, "path", 1, ret_params);
+	if (r == CLI_CONTINUE && max)
+		json_object_set_new(*ret_params, "max_bytes", json_integer(n));
+	return r;
+}
+
+/* files.stat / files.remove {sandbox, path: GUEST, working_directory?[, recursive]}. */
+static int path_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	int r = file_params_new(cmd, opts, "path", 1, ret_params);
+
+	if (r == CLI_CONTINUE && opt_arg(opts, CLI_OPT_RECURSIVE))
+		json_object_set_new(*ret_params, "recursive", json_true());
+	return r;
+}
+
+/* files.reclaim {sandbox, directory: DIR, working_directory?, timeout_seconds?}:
+ * --timeout (when not 0) bounds the daemon's side too, in whole seconds
+ * (a fraction rounds up). */
+static int reclaim_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	int ms = opts->timeout_ms, r;
+
+	r = file_params_new(cmd, opts, "directory", 1, ret_params);
+	if (r != CLI_CONTINUE || ms <= 0)
+		return r;
+	json_object_set_new(*ret_params, "timeout_seconds", json_integer((ms + 999) / 1000));
+	return r;
+}
+
+/* Nothing to say on success; --json prints the result. */
+static int report_quiet(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	return opts->json ? print_json(r) : CLI_EXIT_OK;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Sets the mode of the temporary file fd, writes data and closes it (always). */
+static int temp_fill(int fd, const uint8_t *data, size_t len, mode_t mode)
+{
+	int r = 0;
+
+	if (fchmod(fd, mode) < 0)
+		r = -errno;
+	if (r == 0)
+		r = write_all(fd, data, len);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* "DIR/.NAME.XXXXXX", beside path: a rename within one file system. */
+static char *temp_path_for(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	int dir_len = slash ? (int)(slash - path) + 1 : 0;
+
+	return xasprintf("%.*s.%s" CLI_TEMP_SUFFIX, dir_len, path, path + dir_len);
+}
+
+/* Writes data to a new file beside path, then renames it over path: path
+ * is either as it was or holds all of data, mode CLI_GET_FILE_MODE less the
+ * umask. The signals that end the CLI wait meanwhile, so an interrupt cannot
+ * leave the temporary file behind. Returns the exit code. */
+static int local_write_atomic(const char *path, const uint8_t *data, size_t len)
+{
+	static const int held[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+	_cleanup_free_ char *tmp = temp_path_for(path);
+	sigset_t block, old;
+	mode_t mask = umask(0);
+	int fd, r;
+
+	umask(mask);
+	sigemptyset(&block);
+	for (size_t i = 0; i < ELEMENTSOF(held); i++)
+		sigaddset(&block, held[i]);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	r = fd < 0 ? -errno : temp_fill(fd, data, len, CLI_GET_FILE_MODE & ~mask);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0 && fd >= 0)
+		(void)unlink(tmp);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (r < 0) {
+		fprintf(stderr, "maf-sandbox: cannot write %s: %s\n", path, strerror(-r));
+		return CLI_EXIT_FAILURE;
+	}
+	return CLI_EXIT_OK;
+}
+
+/* {content_b64, size}: the content, decoded, to LOCAL or stdout. Nothing is
+ * written unless the whole result is sound. */
+static int report_get(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	const json_t *b64 = json_object_get(r, "content_b64");
+	_cleanup_free_ uint8_t *data = NULL;
+	const char *local = get_local(opts);
+	json_int_t size;
+	size_t len;
+
+	if (opts->json)
+		return print_json(r);
+	if (!json_is_string(b64) || !get_int(r, "size", &size) ||
+	    msb_base64_decode(json_string_value(b64), json_string_length(b64), &data, &len) < 0 ||
+	    size < 0 || (uint64_t)size != len) {
+		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a file's content\n",
+			cmd->name);
+		return CLI_EXIT_FAILURE;
+	}
+	if (strcmp(local, "-"))
+		return local_write_atomic(local, data, len);
+	if (fwrite(data, 1, len, stdout) != len) {
+		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
+		return CLI_EXIT_FAILURE;
+	}
+	return CLI_EXIT_OK;
+}
+
+/* null: nothing there (exit status 1); else "KIND SIZE PATH", SIZE "-"
+ * unless a file. */
+static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	const char *kind = get_str(r, "kind"), *path = get_str(r, "path");
+	json_int_t size;
+
+	if (json_is_null(r)) {
+		if (opts->json)
+			print_json(r);
+		fputs("maf-sandbox: ", stderr);
+		put_clean(stderr, opts->operands[1], 0);
+		fputs(": no such file\n", stderr);
+		return CLI_EXIT_REMOTE;
+	}
+	if (opts->json || !json_is_object(r))
+		return print_json(r);
+	put_clean(stdout, kind ? kind : "-", 0);
+	if (kind && !strcmp(kind, "file") && get_int(r, "size", &size))
+		printf(" %" JSON_INTEGER_FORMAT " ", size);
+	else
+		fputs(" - ", stdout);
+	put_clean(stdout, path ? path : opts->operands[1], 0);
+	putchar('\n');
+	return CLI_EXIT_OK;
+}
+
+#define CLI_HELP_SANDBOX \
+	"  SANDBOX                     the sandbox's id, as acquire printed it\n"
+#define CLI_HELP_WORKDIR \
+	"  -w, --working-directory WD  the working directory: absolute, or relative to\n" \
+	"                              the sandbox's work_dir (default: the work_dir)"
+
 static const struct cli_cmd cli_cmds[] = {
 	{
 		.name = "describe",
@@ -1300,6 +1694,97 @@ static const struct cli_cmd cli_cmds[] = {
 		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE),
 		.required = CLI_OPT_BIT(CLI_OPT_OLDER_THAN),
 		.method = MSB_METHOD_SANDBOX_REAP, .params = reap_params, .report = report_reap,
+	},
+	{
+		.name = "put",
+		.usage = "put [-w WD] SANDBOX LOCAL GUEST",
+		.summary = "copy a local file (or stdin) into a sandbox",
+		.help = "Write the local file LOCAL ('-' reads stdin) to GUEST in the sandbox\n"
+			"(files.write). GUEST is relative to the working directory; missing\n"
+			"directories below it are created, and a file already there is replaced.\n"
+			"At most 64 MiB, the per-file ceiling: a larger LOCAL is refused before\n"
+			"anything is sent (exit status 2). Prints nothing (with --json: the\n"
+			"daemon's result).\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR,
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
+		.min_operands = 3, .max_operands = 3,
+		.method = MSB_METHOD_FILES_WRITE, .params = put_params, .report = report_quiet,
+	},
+	{
+		.name = "get",
+		.usage = "get [-w WD] [--max-bytes N] SANDBOX GUEST [LOCAL|-]",
+		.summary = "copy a file out of a sandbox to a local file or stdout",
+		.help = "Read the regular file GUEST of the sandbox (files.read) and write it to\n"
+			"LOCAL, or to stdout when LOCAL is '-' or not given. LOCAL is replaced\n"
+			"whole or not at all: the content goes to a temporary file in its\n"
+			"directory, renamed over LOCAL once complete (mode 0644 less the umask).\n"
+			"A file larger than the limit is refused, never truncated. With --json:\n"
+			"the daemon's result (content in base64) on stdout, and no LOCAL.\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR "\n"
+			"  --max-bytes N               refuse a file over N bytes (default and most:\n"
+			"                              64 MiB, the per-file ceiling)",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_MAX_BYTES),
+		.min_operands = 2, .max_operands = 3,
+		.method = MSB_METHOD_FILES_READ, .params = get_params, .report = report_get,
+	},
+	{
+		.name = "stat",
+		.usage = "stat [-w WD] SANDBOX GUEST",
+		.summary = "describe a path in a sandbox: kind, size",
+		.help = "Describe GUEST in the sandbox without following a link (files.stat):\n"
+			"prints \"KIND SIZE PATH\", KIND one of file, directory, symlink, other;\n"
+			"SIZE in bytes for a file, else \"-\"; PATH relative to the working\n"
+			"directory. When nothing is there, says so on stderr and exits with\n"
+			"status 1 (with --json: prints null, and the same).\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR,
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
+		.min_operands = 2, .max_operands = 2,
+		.method = MSB_METHOD_FILES_STAT, .params = path_params, .report = report_stat,
+	},
+	{
+		.name = "rm",
+		.usage = "rm [-w WD] [-r] SANDBOX GUEST",
+		.summary = "remove a file, or with -r a directory, in a sandbox",
+		.help = "Remove GUEST in the sandbox as the guest's own user (files.remove). A\n"
+			"link is removed, never followed. Nothing there is success. A directory,\n"
+			"even an empty one, needs -r. Prints nothing.\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR "\n"
+			"  -r, --recursive             remove a directory and all it holds",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_RECURSIVE),
+		.min_operands = 2, .max_operands = 2,
+		.method = MSB_METHOD_FILES_REMOVE, .params = path_params, .report = report_quiet,
+	},
+	{
+		.name = "reclaim",
+		.usage = "reclaim [-w WD] [--timeout S] SANDBOX DIR",
+		.summary = "remove a call's own directory in a sandbox",
+		.help = "Remove the directory DIR in the sandbox, and all it holds, as the guest's\n"
+			"own user (files.reclaim). An absolute DIR is taken as is (it needs at\n"
+			"least two components); a relative one must be below the working\n"
+			"directory. Nothing there is success. Prints nothing.\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR "\n"
+			"  -t, --timeout S             bound the removal itself to S seconds too, a\n"
+			"                              fraction rounded up (default and most: the\n"
+			"                              daemon's files.timeout_ms)",
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
+		.min_operands = 2, .max_operands = 2,
+		.method = MSB_METHOD_FILES_RECLAIM, .params = reclaim_params, .report = report_quiet,
+		.daemon_timeout = true,
 	},
 };
 static const size_t cli_ncmds = ELEMENTSOF(cli_cmds);

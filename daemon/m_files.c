@@ -180,19 +180,32 @@ static void files_reply_error(struct files_req *fr, const struct msb_error *err)
 
 /* ---- write / read / stat: the frozen archive plane ---------------------- */
 
+/* The base64 of a file's bytes as a JSON string, without a second copy's
+ * UTF-8 check (base64 is ASCII). */
+static json_t *files_b64(const struct fileop_item *it)
+{
+	size_t len;
+	_cleanup_free_ char *b64 = msb_base64_encode(it->out, it->out_len, &len);
+
+	return json_stringn_nocheck(b64, len);
+}
+
 static json_t *files_read_result(struct fileop *op, bool single)
 {
-	json_t *list = json_array();
+	json_t *list;
 
+	if (single) {
+		struct fileop_item *it = fileop_item(op, 0);
+
+		return json_pack("{s:o, s:I}", "content_b64", files_b64(it), "size", (json_int_t)it->out_len);
+	}
+	list = json_array();
 	for (size_t i = 0; i < fileop_count(op); i++) {
 		struct fileop_item *it = fileop_item(op, i);
-		_cleanup_free_ char *b64 = msb_base64_encode(it->out, it->out_len, NULL);
 
-		if (single)
-			return json_pack("{s:s, s:I}", "content_b64", b64, "size", (json_int_t)it->out_len);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:I}", "path",
+		json_array_append_new(list, json_pack("{s:s, s:o, s:I}", "path",
 						      it->plan->target.rel[0] ? it->plan->target.rel : ".",
-						      "content_b64", b64, "size", (json_int_t)it->out_len));
+						      "content_b64", files_b64(it), "size", (json_int_t)it->out_len));
 	}
 	return json_pack("{s:o}", "files", list);
 }
@@ -523,10 +536,15 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 		break;
 	case -EBUSY:
 		rpc_call_fail(fr->call, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
-			      "something else has paused the sandbox; the next acquire thaws it");
+			      "the sandbox stayed paused for the whole call (something else paused it, "
+			      "or file calls kept it frozen); the next acquire thaws a stray pause");
 		break;
 	case -ECANCELED:
 		rpc_call_fail(fr->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		break;
+	case -EFBIG:
+		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->target),
+			      "rm wrote more output than the daemon keeps; its outcome is unknown");
 		break;
 	case -EIO:
 		log_warnx("rm in %.12s: the engine refused: %s", fr->id, r->message ? r->message : "(no message)");

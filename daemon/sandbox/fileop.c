@@ -629,9 +629,10 @@ static int fop_body_cb(const void *buf, size_t len, void *arg)
 {
 	struct fileop_item *it = arg;
 
-	if (len > it->st.size - it->out_len) {
+	if (len > it->out_cap - it->out_len) {
 		/* More than the stat said: grow (the reader still caps at max_bytes). */
-		it->out = xrealloc(it->out, it->out_len + len);
+		it->out_cap = it->out_len + len;
+		it->out = xrealloc(it->out, it->out_cap);
 	}
 	memcpy(it->out + it->out_len, buf, len);
 	it->out_len += len;
@@ -714,7 +715,8 @@ static void fop_get_next(struct fileop *op)
 		}
 		op->state = FOP_GET;
 		op->read_done = false;
-		it->out = xmalloc(it->st.size ? it->st.size : 1);
+		it->out_cap = it->st.size ? it->st.size : 1;
+		it->out = xmalloc(it->out_cap);
 		it->out_len = 0;
 		op->reader = tarball_reader_new(op->p.max_bytes, fop_body_cb, it);
 		r = docker_archive_get(op->d->engine, op->id, it->plan->target.path,

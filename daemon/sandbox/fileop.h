@@ -74,6 +74,7 @@ struct fileop_item {
 	struct paths_stat st;
 	uint8_t *out;                /* READ: the file's bytes (owned; non-NULL once read) */
 	size_t out_len;
+	size_t out_cap;              /* bytes allocated at out */
 	/* per_item_errors: this item's refusal (code 0 when none) */
 	struct msb_error err;
 	/* internal */

@@ -1,0 +1,648 @@
+/* check_cli_files.c — the CLI's file verbs (put, get, stat, rm, reclaim)
+ * through a real maf-sandboxd against the real engine: byte-exact round
+ * trips, get's all-or-nothing LOCAL, stat's three answers, rm and rm -r,
+ * reclaim, the client-side ceiling, and usage errors.
+ *
+ * Test image: Debian's static busybox imported in main() (no registry).
+ * Every container carries the spec label msb-it-run=<run>, and main()
+ * removes all of them and the image at the end, whatever failed. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "msb.h"
+
+#define ENGINE_WAIT_MS 15000
+#define RUN_LABEL "msb-it-run"
+/* The guest's storage base (spec work_dir null). */
+#define GUEST_BASE "/maf-sandbox/work"
+/* The per-file ceiling the CLI enforces before sending (PROTOCOL.md Limits). */
+#define CEILING_BYTES (64 * 1024 * 1024)
+#define TEST_TIMEOUT_S 120
+#define CLI_MAX_ARGS 24
+
+static char run_id[32];
+static char image[64];
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs a shell command; returns its stdout (trailing newlines cut). */
+static char *sh_out(const char *fmt, ...)
+{
+	char cmd[2048], *out = calloc(1, 65536);
+	va_list ap;
+	FILE *p;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	/* No ck_assert here: main() uses this outside any test. */
+	p = popen(cmd, "r");
+	if (!p)
+		return out;
+	n = fread(out, 1, 65535, p);
+	pclose(p);
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = '\0';
+	return out;
+}
+
+/* A daemon whose registry has been read, and one sandbox acquired in it. */
+struct env {
+	struct msbd_proc d;
+	char sandbox[80];
+	char local[128];     /* a private local directory for the test's files */
+};
+
+static void env_start(struct env *e, const char *test)
+{
+	char scope[96];
+	json_t *r = NULL;
+	int code = 0;
+
+	msbd_start(&e->d, NULL);
+	json_decref(wait_engine_state(e->d.sock, "reachable", ENGINE_WAIT_MS));
+	/* sandbox.list answers once the registry is synchronised. */
+	for (int i = 0; i < 200 && !r; i++) {
+		r = call(e->d.sock, "sandbox.list", NULL, NULL, NULL);
+		if (!r)
+			usleep(50 * 1000);
+	}
+	ck_assert_msg(r, "the registry never synchronised");
+	json_decref(r);
+	snprintf(scope, sizeof(scope), "%s-%s", run_id, test);
+	r = call(e->d.sock, "sandbox.acquire",
+		 json_pack("{s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}}",
+			   "key", "scope", scope, "thread_id", "t", "agent_dir", "a",
+			   "spec", "kind", "k", "image", image, "labels", RUN_LABEL, run_id),
+		 &code, NULL);
+	if (!r)
+		msbd_dump_log(&e->d);
+	ck_assert_msg(r, "sandbox.acquire failed: %d", code);
+	snprintf(e->sandbox, sizeof(e->sandbox), "%s", jstr(r, "sandbox"));
+	json_decref(r);
+	snprintf(e->local, sizeof(e->local), "%s/local", e->d.dir);
+	ck_assert_int_eq(mkdir(e->local, 0755), 0);
+}
+
+static void env_stop(struct env *e)
+{
+	ck_assert_int_eq(msbd_stop(&e->d), 0);
+}
+
+/* e->local/name, in a static buffer of its own per slot. */
+static const char *lpath(const struct env *e, int slot, const char *name)
+{
+	static char buf[4][192];
+
+	snprintf(buf[slot], sizeof(buf[slot]), "%s/%s", e->local, name);
+	return buf[slot];
+}
+
+static void file_put(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	ck_assert_msg(fd >= 0, "create %s: %s", path, strerror(errno));
+	ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+	close(fd);
+}
+
+/* The whole of a local file (malloc'd, NUL added) and its length; NULL when absent. */
+static char *file_get(const char *path, size_t *ret_len)
+{
+	FILE *f = fopen(path, "re");
+	char *buf = NULL;
+	size_t n = 0, cap = 0, k;
+
+	if (!f)
+		return NULL;
+	do {
+		if (cap - n < 4096)
+			buf = realloc(buf, cap = cap * 2 + 4096);
+		k = fread(buf + n, 1, cap - n - 1, f);
+		n += k;
+	} while (k > 0);
+	fclose(f);
+	buf[n] = '\0';
+	if (ret_len)
+		*ret_len = n;
+	return buf;
+}
+
+/* Entries of dir other than "." and "..". */
+static int dir_count(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* Runs the CLI with stdin from in_path (NULL: /dev/null) and stdout into
+ * out_path (NULL: discarded); returns its exit status and its stderr. */
+static int run_cli_io(const char *const *args, const char *in_path, const char *out_path,
+		      char **ret_err)
+{
+	const char *cli = getenv("MSB_CLI"), *tmp = getenv("TMPDIR"), *argv[CLI_MAX_ARGS + 2];
+	char err_path[160];
+	int err_fd, status;
+	size_t n = 0;
+	pid_t pid;
+
+	ck_assert_msg(cli, "MSB_CLI is not set");
+	snprintf(err_path, sizeof(err_path), "%s/cli-err-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	argv[n++] = cli;
+	for (; *args; args++) {
+		ck_assert_uint_lt(n, CLI_MAX_ARGS + 1);
+		argv[n++] = *args;
+	}
+	argv[n] = NULL;
+	err_fd = mkstemp(err_path);
+	ck_assert_int_ge(err_fd, 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+		int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (in < 0 || out < 0)
+			_exit(126);
+		dup2(in, STDIN_FILENO);
+		dup2(out, STDOUT_FILENO);
+		dup2(err_fd, STDERR_FILENO);
+		execv(cli, (char *const *)argv);
+		_exit(127);
+	}
+	close(err_fd);
+	waitpid(pid, &status, 0);
+	if (ret_err)
+		*ret_err = file_get(err_path, NULL);
+	unlink(err_path);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Runs the CLI on e's socket and sandbox: maf-sandbox --socket S VERB
+ * [pre...] SANDBOX [post...]; returns the exit status, stdout and stderr. */
+static int cli(const struct env *e, const char *verb, const char *const *pre,
+	       const char *const *post, char **ret_out, char **ret_err)
+{
+	const char *args[CLI_MAX_ARGS + 1];
+	size_t n = 0;
+
+	args[n++] = "--socket";
+	args[n++] = e->d.sock;
+	args[n++] = verb;
+	for (; pre && *pre; pre++)
+		args[n++] = *pre;
+	args[n++] = e->sandbox;
+	for (; post && *post; post++)
+		args[n++] = *post;
+	args[n] = NULL;
+	ck_assert_uint_le(n, CLI_MAX_ARGS);
+	return run_cli(args, ret_out, ret_err);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* Asserts the CLI exited with rc, printing its stderr if not. */
+#define assert_cli(rc_expr, want, err) do {                                         \
+		int rc_ = (rc_expr);                                                \
+		ck_assert_msg(rc_ == (want), "exit status %d, want %d; stderr: %s", \
+			      rc_, (want), (err) ? (err) : "");                     \
+	} while (0)
+
+/* The guest file's bytes, read by the engine (not by the daemon under test). */
+static bool guest_equals_local(const struct env *e, const char *guest_abs, const char *local)
+{
+	char *out = sh_out("docker exec %s cat '%s' | cmp -s - '%s' && echo same", e->sandbox,
+			   guest_abs, local);
+	bool same = strcmp(out, "same") == 0;
+
+	free(out);
+	return same;
+}
+
+static void all_bytes(uint8_t buf[256])
+{
+	for (int i = 0; i < 256; i++)
+		buf[i] = (uint8_t)i;
+}
+
+/* ---- put and get -------------------------------------------------------- */
+
+START_TEST(put_get_round_trip_all_byte_values)
+{
+	struct env e = { 0 };
+	uint8_t bytes[256];
+	char *err = NULL, *got;
+	struct stat st;
+	size_t len;
+
+	env_start(&e, "roundtrip");
+	all_bytes(bytes);
+	file_put(lpath(&e, 0, "all.bin"), bytes, sizeof(bytes));
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "all.bin"), "data/all.bin"), NULL, &err), 0, err);
+	free(err);
+	ck_assert(guest_equals_local(&e, GUEST_BASE "/data/all.bin", lpath(&e, 0, "all.bin")));
+	umask(022);
+	assert_cli(cli(&e, "get", NULL, ARGS("data/all.bin", lpath(&e, 1, "back.bin")), NULL, &err), 0, err);
+	free(err);
+	got = file_get(lpath(&e, 1, "back.bin"), &len);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_uint_eq(len, sizeof(bytes));
+	ck_assert(memcmp(got, bytes, sizeof(bytes)) == 0);
+	free(got);
+	ck_assert_int_eq(stat(lpath(&e, 1, "back.bin"), &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0644);
+	/* A second get replaces LOCAL whole. */
+	file_put(lpath(&e, 1, "back.bin"), "something longer than nothing at all, and then some more", 56);
+	file_put(lpath(&e, 0, "empty"), "", 0);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "empty"), "data/empty"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "get", NULL, ARGS("data/empty", lpath(&e, 1, "back.bin")), NULL, &err), 0, err);
+	free(err);
+	got = file_get(lpath(&e, 1, "back.bin"), &len);
+	ck_assert_uint_eq(len, 0);
+	free(got);
+	ck_assert_int_eq(dir_count(e.local), 3);       /* all.bin, empty, back.bin: no temporary left */
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(put_from_stdin_and_get_to_stdout)
+{
+	const char *put_args[] = { "--socket", NULL, "put", NULL, "-", "in/stdin.bin", NULL };
+	const char *get_args[] = { "--socket", NULL, "get", NULL, "in/stdin.bin", "-", NULL };
+	struct env e = { 0 };
+	uint8_t bytes[256];
+	char *err = NULL, *got;
+	size_t len;
+
+	env_start(&e, "stdio");
+	all_bytes(bytes);
+	file_put(lpath(&e, 0, "src"), bytes, sizeof(bytes));
+	put_args[1] = get_args[1] = e.d.sock;
+	put_args[3] = get_args[3] = e.sandbox;
+	assert_cli(run_cli_io(put_args, lpath(&e, 0, "src"), NULL, &err), 0, err);
+	free(err);
+	ck_assert(guest_equals_local(&e, GUEST_BASE "/in/stdin.bin", lpath(&e, 0, "src")));
+	/* "-" and no LOCAL at all both mean stdout. */
+	for (int omit = 0; omit < 2; omit++) {
+		get_args[5] = omit ? NULL : "-";
+		assert_cli(run_cli_io(get_args, NULL, lpath(&e, 1, "out"), &err), 0, err);
+		free(err);
+		got = file_get(lpath(&e, 1, "out"), &len);
+		ck_assert_uint_eq(len, sizeof(bytes));
+		ck_assert(memcmp(got, bytes, sizeof(bytes)) == 0);
+		free(got);
+	}
+	env_stop(&e);
+}
+END_TEST
+
+/* -w names the working directory: relative to the storage base, or absolute. */
+START_TEST(working_directory_option)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL;
+
+	env_start(&e, "wd");
+	file_put(lpath(&e, 0, "f"), "hello\n", 6);
+	assert_cli(cli(&e, "put", ARGS("-w", "sub"), ARGS(lpath(&e, 0, "f"), "f.txt"), NULL, &err), 0, err);
+	free(err);
+	ck_assert(guest_equals_local(&e, GUEST_BASE "/sub/f.txt", lpath(&e, 0, "f")));
+	assert_cli(cli(&e, "stat", ARGS("--working-directory", GUEST_BASE "/sub"), ARGS("f.txt"), &out, &err),
+		   0, err);
+	ck_assert_str_eq(out, "file 6 f.txt\n");
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("sub/f.txt"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "file 6 sub/f.txt\n");
+	free(out), free(err);
+	env_stop(&e);
+}
+END_TEST
+
+/* A get that fails leaves no file, and an existing LOCAL as it was. */
+START_TEST(failed_get_leaves_local_alone)
+{
+	struct env e = { 0 };
+	uint8_t bytes[256];
+	char *err = NULL, *got;
+
+	env_start(&e, "atomic");
+	all_bytes(bytes);
+	file_put(lpath(&e, 0, "all.bin"), bytes, sizeof(bytes));
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "all.bin"), "all.bin"), NULL, &err), 0, err);
+	free(err);
+	file_put(lpath(&e, 1, "keep"), "keep me\n", 8);
+	/* Absent in the guest. */
+	assert_cli(cli(&e, "get", NULL, ARGS("missing.bin", lpath(&e, 1, "keep")), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "FileNotFoundError"), "stderr: %s", err);
+	free(err);
+	assert_cli(cli(&e, "get", NULL, ARGS("missing.bin", lpath(&e, 2, "new")), NULL, &err), 1, err);
+	free(err);
+	/* Over --max-bytes: refused whole, never truncated. */
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "255"), ARGS("all.bin", lpath(&e, 1, "keep")), NULL,
+		       &err), 1, err);
+	ck_assert_msg(strstr(err, "SandboxTransferCapExceeded"), "stderr: %s", err);
+	free(err);
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "255"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
+		       &err), 1, err);
+	free(err);
+	/* Not a regular file. */
+	assert_cli(cli(&e, "get", NULL, ARGS(".", lpath(&e, 1, "keep")), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "OSError"), "stderr: %s", err);
+	free(err);
+	/* The local side fails: a directory that is not there; a directory in
+	 * the way (the rename fails after the temporary file was written). */
+	assert_cli(cli(&e, "get", NULL, ARGS("all.bin", lpath(&e, 2, "nodir/new")), NULL, &err), 4, err);
+	free(err);
+	ck_assert_int_eq(mkdir(lpath(&e, 3, "adir"), 0755), 0);
+	assert_cli(cli(&e, "get", NULL, ARGS("all.bin", lpath(&e, 3, "adir")), NULL, &err), 4, err);
+	ck_assert_msg(strstr(err, "adir"), "stderr: %s", err);
+	free(err);
+	got = file_get(lpath(&e, 1, "keep"), NULL);
+	ck_assert_str_eq(got, "keep me\n");
+	free(got);
+	ck_assert_ptr_null(file_get(lpath(&e, 2, "new"), NULL));
+	ck_assert_int_eq(dir_count(e.local), 3);         /* all.bin, keep, adir: no temporary left */
+	ck_assert_int_eq(dir_count(lpath(&e, 3, "adir")), 0);
+	/* And the same get with room enough succeeds (the refusals were the limits'). */
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "256"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
+		       &err), 0, err);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
+/* The client refuses a LOCAL over the per-file ceiling before it even
+ * connects; one at the ceiling gets as far as connecting. Sparse files:
+ * nothing of 64 MiB is allocated on disk. */
+START_TEST(put_over_the_ceiling_is_refused_client_side)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL, nosock[160];
+	int fd;
+
+	env_start(&e, "ceiling");
+	snprintf(nosock, sizeof(nosock), "%s/no.sock", e.d.dir);
+	fd = open(lpath(&e, 0, "over"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)CEILING_BYTES + 1), 0);
+	close(fd);
+	fd = open(lpath(&e, 1, "at"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)CEILING_BYTES), 0);
+	close(fd);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "over"), "over.bin"), NULL, &err), 2, err);
+	ck_assert_msg(strstr(err, "ceiling") && strstr(err, "67108865"), "stderr: %s", err);
+	free(err);
+	assert_cli(run_cli(ARGS("--socket", nosock, "put", e.sandbox, lpath(&e, 0, "over"), "over.bin"),
+			   NULL, &err), 2, err);
+	free(err);
+	assert_cli(run_cli(ARGS("--socket", nosock, "put", e.sandbox, lpath(&e, 1, "at"), "at.bin"),
+			   NULL, &err), 3, err);    /* past the check, then no daemon there */
+	free(err);
+	/* Nothing reached the guest. */
+	assert_cli(cli(&e, "stat", NULL, ARGS("over.bin"), &out, &err), 1, err);
+	free(out), free(err);
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- stat, rm, reclaim -------------------------------------------------- */
+
+START_TEST(stat_file_directory_missing)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL;
+
+	env_start(&e, "stat");
+	file_put(lpath(&e, 0, "f"), "0123456789", 10);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "f"), "d/f"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("d/f"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "file 10 d/f\n");
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("d"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "directory - d\n");
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("."), &out, &err), 0, err);
+	ck_assert_str_eq(out, "directory - .\n");
+	free(out), free(err);
+	/* Missing: the path, or a parent of it. */
+	assert_cli(cli(&e, "stat", NULL, ARGS("d/nope"), &out, &err), 1, err);
+	ck_assert_str_eq(out, "");
+	ck_assert_msg(strstr(err, "d/nope: no such file"), "stderr: %s", err);
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("nope/deeper"), &out, &err), 1, err);
+	free(out), free(err);
+	/* --json: the daemon's result as it is. */
+	assert_cli(cli(&e, "stat", ARGS("--json"), ARGS("d/nope"), &out, &err), 1, err);
+	ck_assert_str_eq(out, "null\n");
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", ARGS("--json"), ARGS("d/f"), &out, &err), 0, err);
+	{
+		json_t *j = json_loads(out, 0, NULL);
+
+		ck_assert_ptr_nonnull(j);
+		ck_assert_str_eq(jstr(j, "kind"), "file");
+		ck_assert_int_eq(jint(j, "size"), 10);
+		ck_assert_str_eq(jstr(j, "path"), "d/f");
+		json_decref(j);
+	}
+	free(out), free(err);
+	/* A link is described, not followed. */
+	free(sh_out("docker exec %s ln -s /etc " GUEST_BASE "/d/link", e.sandbox));
+	assert_cli(cli(&e, "stat", NULL, ARGS("d/link"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "symlink - d/link\n");
+	free(out), free(err);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(rm_and_rm_recursive)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL;
+
+	env_start(&e, "rm");
+	file_put(lpath(&e, 0, "f"), "x", 1);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "f"), "top.txt"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "f"), "tree/a/b.txt"), NULL, &err), 0, err);
+	free(err);
+	/* A file. */
+	assert_cli(cli(&e, "rm", NULL, ARGS("top.txt"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "");
+	free(out), free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("top.txt"), NULL, &err), 1, err);
+	free(err);
+	/* Absent is success. */
+	assert_cli(cli(&e, "rm", NULL, ARGS("top.txt"), NULL, &err), 0, err);
+	free(err);
+	/* A directory needs -r. */
+	assert_cli(cli(&e, "rm", NULL, ARGS("tree"), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "OSError"), "stderr: %s", err);
+	free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("tree/a/b.txt"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "rm", ARGS("-r"), ARGS("tree"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("tree"), NULL, &err), 1, err);
+	free(err);
+	/* The working directory itself is refused, with the daemon's type. */
+	assert_cli(cli(&e, "rm", ARGS("--recursive"), ARGS("."), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "ConfinementError"), "stderr: %s", err);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(reclaim_a_call_directory)
+{
+	struct env e = { 0 };
+	char *err = NULL;
+
+	env_start(&e, "reclaim");
+	file_put(lpath(&e, 0, "f"), "x", 1);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "f"), "call-1/out/r.txt"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "f"), "call-2/r.txt"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "reclaim", NULL, ARGS("call-1"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("call-1"), NULL, &err), 1, err);
+	free(err);
+	/* Absolute, and bounded by --timeout (sent as timeout_seconds). */
+	assert_cli(cli(&e, "reclaim", ARGS("--timeout", "20"), ARGS(GUEST_BASE "/call-2"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "stat", NULL, ARGS("call-2"), NULL, &err), 1, err);
+	free(err);
+	/* Absent is success; too close to the root is refused. */
+	assert_cli(cli(&e, "reclaim", NULL, ARGS("call-1"), NULL, &err), 0, err);
+	free(err);
+	assert_cli(cli(&e, "reclaim", NULL, ARGS("/tmp"), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "ConfinementError"), "stderr: %s", err);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- usage errors: exit status 2, before connecting ----------------------- */
+
+struct usage_row {
+	const char *args[8];
+	const char *needle;      /* in stderr */
+};
+
+static const struct usage_row usage_rows[] = {
+	{ { "put", NULL }, "missing arguments" },
+	{ { "put", "SB", "local", NULL }, "missing arguments" },
+	{ { "put", "SB", "local", "guest", "extra", NULL }, "at most 3" },
+	{ { "get", "SB", NULL }, "missing arguments" },
+	{ { "get", "SB", "guest", "local", "extra", NULL }, "at most 3" },
+	{ { "get", "--max-bytes", "67108865", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "12k", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--json", "SB", "guest", "local", NULL }, "LOCAL" },
+	{ { "stat", "SB", NULL }, "missing arguments" },
+	{ { "stat", "-r", "SB", "guest", NULL }, "--recursive" },
+	{ { "rm", "SB", "a", "b", NULL }, "at most 2" },
+	{ { "rm", "-x", "SB", "guest", NULL }, "unknown option" },
+	{ { "rm", "-w", NULL }, "needs an argument" },
+	{ { "reclaim", "SB", NULL }, "missing arguments" },
+	{ { "reclaim", "--max-bytes", "1", "SB", "dir", NULL }, "--max-bytes" },
+	{ { "status", "-w", "wd", NULL }, "--working-directory" },
+	{ { "put", "SB", "/nonexistent/msb-local-file", "guest", NULL }, "cannot read" },
+	{ { "stat", "SB", "\xff", NULL }, "UTF-8" },
+};
+
+START_TEST(usage_errors_exit_2)
+{
+	const struct usage_row *row = &usage_rows[_i];
+	const char *args[12] = { "--socket", "/nonexistent/msb.sock" };
+	char *err = NULL;
+	size_t n = 2;
+
+	for (const char *const *a = row->args; *a; a++)
+		args[n++] = *a;
+	args[n] = NULL;
+	assert_cli(run_cli(args, NULL, &err), 2, err);
+	ck_assert_msg(strstr(err, row->needle), "row %d: stderr lacks '%s': %s", _i, row->needle, err);
+	free(err);
+}
+END_TEST
+
+static Suite *cli_files_suite(void)
+{
+	Suite *s = suite_create("cli_files");
+	TCase *tc;
+
+	tc = tcase_create("put_get");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, put_get_round_trip_all_byte_values);
+	tcase_add_test(tc, put_from_stdin_and_get_to_stdout);
+	tcase_add_test(tc, working_directory_option);
+	tcase_add_test(tc, failed_get_leaves_local_alone);
+	tcase_add_test(tc, put_over_the_ceiling_is_refused_client_side);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stat_rm_reclaim");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, stat_file_directory_missing);
+	tcase_add_test(tc, rm_and_rm_recursive);
+	tcase_add_test(tc, reclaim_a_call_directory);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("usage");
+	tcase_add_loop_test(tc, usage_errors_exit_2, 0, sizeof(usage_rows) / sizeof(usage_rows[0]));
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	const char *script = getenv("MSB_TESTIMAGE");
+	SRunner *sr;
+	char *out;
+	int failed;
+
+	snprintf(run_id, sizeof(run_id), "itf%d", (int)getpid());
+	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
+	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
+	if (!strstr(out, "ok")) {
+		fprintf(stderr, "cannot build the test image: %s\n", out);
+		return EXIT_FAILURE;
+	}
+	free(out);
+	harness_run_dir_create();
+	sr = srunner_create(cli_files_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	harness_run_dir_remove();
+	/* Whatever failed: nothing of this run stays. */
+	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
+		     "docker rmi -f %s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image);
+	free(out);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
