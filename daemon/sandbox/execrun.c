@@ -1,10 +1,11 @@
 /* execrun.c — one command run to completion (see execrun.h).
  *
- *   CREATING ──201──→ STARTING ──200, ended between frames──→ INSPECTING ──ExitCode──→ DONE
- *      │    ↑            │    ↑                                  │    ↑
- *      │    └─(timer)─┐  │    │                          Running │    │ (timer)
- *      └── 409 paused ┴─ PAUSED ─┘                               └→ SETTLING
- *          by our freeze           (the refused step again)
+ *   CREATING   ── 201 ──→ STARTING;  409 "is paused" under our freeze → PAUSED
+ *   STARTING   ── 200, the stream ended between frames ──→ INSPECTING;
+ *                 409 "is paused" under our freeze → PAUSED
+ *   PAUSED     ── EXECRUN_PAUSED_RETRY_MS ──→ the refused step again
+ *   INSPECTING ── ExitCode ──→ DONE;  still Running → SETTLING
+ *   SETTLING   ── EXECRUN_INSPECT_RETRY_MS ──→ INSPECTING
  *
  * Every other outcome, the deadline and execrun_cancel end in
  * execrun_finish(), the one place the callback fires: it disarms the
