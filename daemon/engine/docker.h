@@ -85,7 +85,9 @@ int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req
  * paths_stat_decode_header's job (daemon/sandbox/paths.h). */
 #define DOCKER_ARCHIVE_STAT_HEADER "X-Docker-Container-Path-Stat"
 /* An archive PUT body larger than this is refused with -EMSGSIZE. */
-#define DOCKER_MAX_ARCHIVE_PUT (256u * 1024 * 1024)
+/* The content ceiling (256 MiB a call) plus room for headers, PAX records
+ * and directory entries of 256 files at the deepest paths. */
+#define DOCKER_MAX_ARCHIVE_PUT (320u * 1024 * 1024)
 /* The body of a failed archive GET kept for its message; the rest is
  * dropped (the message is then NULL). */
 #define DOCKER_MAX_ERROR_BODY (64u * 1024)

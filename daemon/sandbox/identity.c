@@ -2,11 +2,11 @@
  * /etc/group and `id` output (behaviour-docker §2.1 step 13). Pure: the
  * bodies are handed in; nothing here reads, allocates or logs.
  *
- * Account lines are read the way glibc's files backend reads them: fields
- * split at ':', the first ones required (passwd: name, password, uid, gid;
- * group: name, password, gid), ids plain decimal, anything after them
- * ignored. A line that does not fit is skipped, never an error: a guest's
- * odd line must not hide the lines after it. */
+ * Account lines: fields split at ':'; the first ones are required (passwd:
+ * name, password, uid, gid; group: name, password, gid) and anything after
+ * them is ignored, as glibc's files backend does, but the ids must be plain
+ * decimal (no sign, no spaces). A line that does not fit is skipped, never
+ * an error: a guest's odd line must not hide the lines after it. */
 #include <assert.h>
 #include <errno.h>
 #include <string.h>
@@ -151,8 +151,9 @@ static bool next_line(const char *buf, size_t len, size_t *off, const char **ret
 	return true;
 }
 
-/* line[0..n) as "name:pw:id…[:rest]" with nids decimal ids: false when a
- * field is missing, the name is empty or an id is not plain decimal. */
+/* line[0..n) as "name:pw:id…[:rest]" with nids decimal ids: false when the
+ * name is empty or an id is not plain decimal. A missing field reads as
+ * empty, which no id is, so a line with too few fields is refused too. */
 static bool db_parse(const char *line, size_t n, size_t nids, struct db_entry *ret)
 {
 	const char *end = line + n, *c = line;
@@ -162,8 +163,6 @@ static bool db_parse(const char *line, size_t n, size_t nids, struct db_entry *r
 		const char *colon = memchr(c, ':', (size_t)(end - c));
 		const char *stop = colon ? colon : end;
 
-		if (!colon && field + 1 < 2 + nids)
-			return false;               /* too few fields */
 		if (field == 0) {
 			ret->name = c;
 			ret->name_len = (size_t)(stop - c);

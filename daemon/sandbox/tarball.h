@@ -83,12 +83,13 @@ int tarball_build_dirs(const struct tarball_dir *dirs, size_t n, tarball_write_c
 /* A writer streams one tar of any number of directory and file entries, in
  * the order they are added, to cb. Each add validates everything about its
  * entry first (the builders' rules and errors: -EINVAL for a bad name, mode,
- * id or new_parents, or once finished) and writes none of it when invalid;
- * then -EIO when libarchive fails, -ENOMEM, or cb's own error. Errors are
- * sticky: the first one is returned by every later add and finish, and cb
- * is never called again (it may have seen part of the tar, but not its
- * end-of-archive blocks). libarchive buffers up to a block of 10 KiB, so cb
- * sees bytes in batches, the last ones at finish.
+ * id or new_parents) and writes none of it when invalid; then -EIO when
+ * libarchive fails, -ENOMEM, or cb's own error. Errors are sticky: the
+ * first one is returned by every later add and finish, and cb is never
+ * called again (it may have seen part of the tar, never all of its
+ * end-of-archive blocks). An add after a successful finish is -EINVAL and
+ * changes nothing. libarchive buffers up to a block of 10 KiB, so cb sees
+ * bytes in batches, the last ones at finish.
  *
  * Unlike the one-shot builders, which know every name up front, a writer
  * marks every entry's names as binary (a small PAX header, hdrcharset=BINARY,
@@ -97,8 +98,9 @@ int tarball_build_dirs(const struct tarball_dir *dirs, size_t n, tarball_write_c
  * entry created as existing. */
 struct tarball_writer;
 
-/* A writer on cb; cb is not called until the first entry. Never NULL; free
- * with tarball_writer_free(). */
+/* A writer on cb (cb is not called here; a libarchive setup failure is the
+ * sticky error of every later call). Never NULL; free with
+ * tarball_writer_free(). */
 struct tarball_writer *tarball_writer_new(tarball_write_cb *cb, void *arg);
 /* One directory entry (d borrowed). 0 or -errno. */
 int tarball_writer_add_dir(struct tarball_writer *w, const struct tarball_dir *d);

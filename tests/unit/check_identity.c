@@ -292,10 +292,10 @@ START_TEST(test_passwd)
 }
 END_TEST
 
-/* What id already knows stays: a passwd line fills only the gaps. */
-START_TEST(test_passwd_fills_gaps_only)
+/* What id already knows stays: a passwd or group line fills only the gaps. */
+START_TEST(test_fills_gaps_only)
 {
-	static const char body[] = "app:x:1000:1001\n";
+	static const char body[] = "app:x:1000:1001\n", group[] = "staff:x:50:\n";
 	struct identity_user u;
 	struct identity id;
 
@@ -309,6 +309,12 @@ START_TEST(test_passwd_fills_gaps_only)
 	id.gid_known = true, id.gid = 6;
 	ck_assert_int_eq(identity_apply_passwd(&u, body, strlen(body), &id), 0);
 	assert_id("gid known", &id, 1000, 6);
+
+	user_of("app:staff", &u);
+	identity_from_user(&u, &id);
+	id.gid_known = true, id.gid = 6;            /* say, from `id -g` */
+	ck_assert_int_eq(identity_apply_group(&u, group, strlen(group), &id), 0);
+	assert_id("group: gid known", &id, NOT_KNOWN, 6);
 }
 END_TEST
 
@@ -587,11 +593,14 @@ static Suite *identity_suite(void)
 
 	tc = tcase_create("passwd lookups");
 	tcase_add_loop_test(tc, test_passwd, 0, ELEMENTSOF(passwd_rows));
-	tcase_add_test(tc, test_passwd_fills_gaps_only);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("group lookups");
 	tcase_add_loop_test(tc, test_group, 0, ELEMENTSOF(group_rows));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("lookups fill only what is unknown");
+	tcase_add_test(tc, test_fills_gaps_only);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("account body cap");
