@@ -456,7 +456,11 @@ static void engine_call_done_cb(struct engine_req *req, int error, const struct 
 	struct engine *e = ctx->e;
 
 	engine_enter(e);
-	if (!e->dead && engine_error_is_transport(error) && e->state == ENGINE_REACHABLE) {
+	/* A reset after the engine answered (a stream cut mid-body) is that
+	 * request's failure, not a lost engine: other calls — the unpause a
+	 * frozen copy owes — must still go out. */
+	if (!e->dead && engine_error_is_transport(error) && e->state == ENGINE_REACHABLE &&
+	    !(error == -ECONNRESET && reply && reply->status > 0)) {
 		engine_set_transport_error(e, ctx->what, error, reply);
 		e->backoff_ms = e->opts.reconnect_min_ms;
 		engine_set_state(e, ENGINE_UNREACHABLE);

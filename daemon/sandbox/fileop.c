@@ -48,6 +48,7 @@ struct fileop {
 	struct tarball_reader *reader;
 	bool read_done;
 	struct msb_error err;        /* the first failure */
+	struct msb_error pending;    /* a "not found" held until CONFIRM says the container is there */
 	bool timed_out;
 	struct event *deadline;
 	struct event *finish_ev;
@@ -165,6 +166,7 @@ struct fileop *fileop_free(struct fileop *op)
 	tarball_reader_free(op->reader);
 	json_decref(op->cache);
 	msb_error_clear(&op->err);
+	msb_error_clear(&op->pending);
 	if (op->finish_ev)
 		event_free(op->finish_ev);
 	if (op->deadline)
@@ -289,12 +291,18 @@ static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
 		engine_req_cancel(op->req);
 		return;
 	}
-	if (op->state == FOP_FREEZE && op->claim) {
-		/* Waiting or pausing: withdrawn; a pause that lands is undone by the table. */
+	if (op->state == FOP_FREEZE && op->claim &&
+	    freeze_claim_get_state(op->claim) == FREEZE_CLAIM_WAITING) {
+		/* Still queued: withdrawn, nothing was paused. */
 		struct freeze_claim *c = op->claim;
 
 		op->claim = NULL;
 		freeze_cancel(c);
+		return;
+	}
+	if (op->state == FOP_FREEZE && op->claim) {
+		/* The pause is in flight: its answer comes (under the engine's own
+		 * deadline), then the thaw, then the callback — never before. */
 		return;
 	}
 	if (op->state == FOP_FREEZE)
@@ -312,6 +320,13 @@ static void fop_item_refuse(struct fileop *op, struct fileop_item *it, enum path
 	if (op->p.per_item_errors && paths_reason_outcome(reason) != PATHS_OUTCOME_ENGINE) {
 		fileop_error_from_reason(reason, it->plan->target.rel, &it->err);
 		op->cur++;
+		fop_next(op);
+		return;
+	}
+	if (reason == PATHS_R_NOT_FOUND && op->absence_seen) {
+		/* "Not found" only once the container is known to be there. */
+		fileop_error_from_reason(reason, it->plan->target.rel, &op->pending);
+		op->cur = op->n_items;
 		fop_next(op);
 		return;
 	}
@@ -492,6 +507,10 @@ static void fop_confirm_cb(const struct docker_reply *r, void *arg)
 	}
 	if (r->error || r->status != 200) {
 		fop_fail_engine(op, r->error, r->status, r->message, "inspecting the sandbox");
+		return;
+	}
+	if (op->pending.code) {
+		fop_fail_error(op, &op->pending);
 		return;
 	}
 	fop_act(op);
@@ -767,6 +786,12 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 {
 	struct fileop *op = arg;
 
+	if (error == 0 && op->timed_out) {
+		op->held = true;
+		op->claim = claim;
+		fop_thaw(op);
+		return;
+	}
 	if (error == 0) {
 		op->held = true;
 		op->claim = claim;

@@ -614,8 +614,12 @@ int paths_plan_new(enum paths_op op, const char *path, size_t path_len,
 	plan->op = op;
 	plan->target = t;
 	plan->stat_leaf = bundles[op].stat_leaf;
+	/* The working directory itself, stat'ed or read, is walked too: a
+	 * linked working directory is refused, never described as a link. */
 	if (bundles[op].walk)
-		plan->walk = paths_ancestors(t.path, bundles[op].include_self, &plan->n_walk);
+		plan->walk = paths_ancestors(t.path, bundles[op].include_self ||
+					     (t.is_wd && (op == PATHS_OP_READ || op == PATHS_OP_STAT)),
+					     &plan->n_walk);
 	else
 		plan->walk = xcalloc(1, sizeof(*plan->walk));
 	plan->walk_owned_from = plan->n_walk;

@@ -510,7 +510,9 @@ static const struct plan_row plan_rows[] = {
 	REFUSED(PATHS_OP_WRITE, "../w-outside/planted.txt", "/w", PATHS_R_OUTSIDE),
 	REFUSED(PATHS_OP_WRITE, "sub\\file.txt", "/w", PATHS_R_BACKSLASH),
 	{ PATHS_OP_READ, "x.txt", B, OK, B "/x.txt", "/maf-sandbox," B, 1, true },
-	{ PATHS_OP_READ, ".", "/w", OK, "/w", "", 0, true },
+	/* The working directory itself is walked too (a linked one is refused). */
+	{ PATHS_OP_READ, ".", "/w", OK, "/w", "/w", 0, true },
+	{ PATHS_OP_STAT, ".", B, OK, B, "/maf-sandbox," B, 1, true },
 	{ PATHS_OP_STAT, "link-file", "/w", OK, "/w/link-file", "/w", 0, true },
 	REFUSED(PATHS_OP_STAT, "..", "/w", PATHS_R_OUTSIDE),
 	{ PATHS_OP_LIST, ".", B, OK, B, "/maf-sandbox," B, 1, false },
