@@ -320,47 +320,50 @@ static void acq_workdir_make(struct acquire_op *op)
 	fileop_start(op->fop, acq_workdir_make_done, op);
 }
 
-static void acq_workdir_stat_cb(int error, long status, const char *stat, void *arg)
+static void acq_workdir_check_done(struct fileop *fop, const struct msb_error *err, void *arg)
 {
 	struct acquire_op *op = arg;
-	struct paths_stat st = { 0 };
-	enum paths_reason reason;
+	const struct fileop_item *it = fileop_item(fop, 0);
 
-	op->req = NULL;
-	if (error == -ECANCELED) {
-		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
-		acq_complete(op, ACQ_FAILED);
+	op->fop = NULL;
+	if (err) {
+		/* A link or a non-directory on the way: the guest's doing; refused. */
+		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
+			      err->message ? err->message : msb_error_name(err->code));
+		acq_fail(op);
 		return;
 	}
-	if (error == 0 && status == 200 && stat && paths_stat_decode_header(stat, &st, &reason) == 0 &&
-	    st.kind == PATHS_KIND_DIRECTORY) {
-		/* There, and a directory: nothing to make. (A linked ancestor could
-		 * pass this; every file call walks from "/" under the freeze.) */
-		paths_stat_release(&st);
+	if (!it->walk_ended) {
+		/* Every component from "/" down is a real directory: nothing to make. */
 		acq_prepared(op);
 		return;
 	}
-	paths_stat_release(&st);
-	/* Absent, a link, not a directory, or unreadable: the frozen walk decides. */
+	/* Something is missing: the frozen walk decides, and makes it. */
 	acq_workdir_make(op);
 }
 
 static void acq_workdir(struct acquire_op *op)
 {
 	const char *wd = msb_spec_work_dir(&op->spec);
-	int r;
+	struct fileop_params p = { .kind = FILEOP_CHECK, .id = op->id, .timeout_ms = op->d->config->files_timeout_ms };
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
 
 	if (!(acq_requires(op) & ACQ_NEEDS_WORKDIR) || strcmp(wd, "/") == 0) {
 		acq_prepared(op);
 		return;
 	}
+	/* Unfrozen: one stat per component, from "/" down (a guest could link
+	 * /maf-sandbox to / and make the work dir itself look fine). */
 	op->state = ACQ_WORKDIR_STAT;
-	r = docker_archive_stat(op->d->engine, op->id, wd, acq_workdir_stat_cb, op, &op->req);
-	if (r < 0) {
-		struct docker_reply dr = { .error = r };
-
-		acq_fail_engine(op, &dr, "examining the working directory");
+	if (paths_plan_new(PATHS_OP_LIST, ".", 1, wd, SIZE_MAX, wd, &plan, &reason) < 0) {
+		fileop_error_from_reason(reason, wd, &op->err);
+		acq_fail(op);
+		return;
 	}
+	op->fop = fileop_new(op->d, &p);
+	fileop_add(op->fop, plan, NULL, 0);
+	fileop_start(op->fop, acq_workdir_check_done, op);
 }
 
 static void acq_identity_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)

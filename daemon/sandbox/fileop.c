@@ -86,7 +86,7 @@ void fileop_error_from_reason(enum paths_reason reason, const char *path, struct
 
 	msb_error_set(reterr, codes[o],
 		      path && o != PATHS_OUTCOME_ENGINE && o != PATHS_OUTCOME_INTERNAL
-		      ? json_pack("{s:s}", "path", path) : NULL,
+		      ? json_pack("{s:s}", "path", path[0] ? path : ".") : NULL,
 		      "%s", msg ? msg : "the path is refused");
 }
 

@@ -195,12 +195,13 @@ START_TEST(warm_acquire_makes_no_engine_request)
 	ck_assert_str_eq(jstr(a, "sandbox"), jstr(b, "sandbox"));
 	ck_assert(json_is_false(jget(b, "created")));
 	ck_assert_int_eq(call_requests(d.sock), before);       /* zero engine requests */
-	/* The default spec (exec, files_in) needs the work dir: one HEAD says it is there. */
+	/* The default spec (exec, files_in) needs the work dir: one stat per
+	 * component of /maf-sandbox/work says it is there. */
 	before = call_requests(d.sock);
 	c = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(c);
 	ck_assert_str_eq(jstr(a, "sandbox"), jstr(c, "sandbox"));
-	ck_assert_int_eq(call_requests(d.sock), before + 1);
+	ck_assert_int_eq(call_requests(d.sock), before + 2);
 	json_decref(a);
 	json_decref(b);
 	json_decref(c);
