@@ -90,7 +90,8 @@ struct files_req {
 	bool single;                 /* one path, not a list: the reply's shape */
 	size_t total;                /* WRITE: content bytes */
 	/* remove / reclaim */
-	char *target;
+	char *target;                /* absolute, normalised */
+	char *given;                 /* as the caller wrote it (for errors) */
 	bool recursive;
 	long timeout_ms;
 };
@@ -99,6 +100,7 @@ static void files_req_free(struct files_req *fr)
 {
 	fileop_free(fr->op);
 	free(fr->target);
+	free(fr->given);
 	free(fr);
 }
 
@@ -515,10 +517,10 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 			rpc_call_reply(fr->call, json_null());
 			break;
 		}
-		data = json_pack("{s:s, s:i, s:s%}", "path", fr->target, "exit_code", r->exit_code,
+		data = json_pack("{s:s, s:i, s:s%}", "path", fr->given, "exit_code", r->exit_code,
 				 "stderr", (const char *)r->err, n);
 		if (!data) /* stderr not UTF-8 */
-			data = json_pack("{s:s, s:i}", "path", fr->target, "exit_code", r->exit_code);
+			data = json_pack("{s:s, s:i}", "path", fr->given, "exit_code", r->exit_code);
 		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, data, "could not %s %s: rm exited %d",
 			      fr->timeout_ms ? "reclaim" : "remove", fr->target, r->exit_code);
 		break;
@@ -543,7 +545,7 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 		rpc_call_fail(fr->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
 		break;
 	case -EFBIG:
-		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->target),
+		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->given),
 			      "rm wrote more output than the daemon keeps; its outcome is unknown");
 		break;
 	case -EIO:
@@ -606,6 +608,7 @@ struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 		return fail_reason(call, reason, json_string_value(p->path));
 	fr = files_req_new(d, call, sb, FILEOP_CHECK);
 	fr->target = xstrdup(plan->target.path);
+	fr->given = xstrdup(json_string_value(p->path));
 	fr->recursive = p->recursive;
 	/* The walk classifies (link → ConfinementError, file → NotADirectoryError);
 	 * rm as the guest is what bounds a swap after it. */
@@ -642,6 +645,7 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 		return fail_reason(call, reason, json_string_value(p->directory));
 	fr = files_req_new(d, call, sb, FILEOP_CHECK);
 	fr->target = xstrdup(plan->target.path);
+	fr->given = xstrdup(json_string_value(p->directory));
 	fr->recursive = true;
 	fr->timeout_ms = timeout_ms;
 	paths_plan_free(plan);

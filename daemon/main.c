@@ -335,6 +335,7 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(m->flush_timer, &tv);
 	m->d.events = docker_events_free(m->d.events);
 	evtimer_del(m->d.resync_timer);
+	freeze_table_cancel_retries(m->d.freezes);
 	m->d.engine = engine_free(m->d.engine);
 }
 
@@ -401,6 +402,7 @@ static int start(struct msbd_main *m)
 	m->d.registry = registry_new();
 	m->d.acquires = acquire_table_new();
 	m->d.freezes = freeze_table_new();
+	freeze_table_set_base(m->d.freezes, m->d.base);
 	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
 	if (!m->d.resync_timer)
 		return -EIO;
@@ -442,6 +444,8 @@ static void stop(struct msbd_main *m)
 		evtimer_del(m->reap_timer);
 	/* Cancels every engine request: operations complete (with ShuttingDown,
 	 * to clients already gone) at the next turn of the loop. */
+	if (m->d.freezes)
+		freeze_table_cancel_retries(m->d.freezes);
 	m->d.engine = engine_free(m->d.engine);
 	/* After the engine: claims still queued are failed (-ECANCELED). */
 	m->d.freezes = freeze_table_free(m->d.freezes);

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <time.h>
+
+#include <event2/event.h>
 
 #include "cleanup.h"
 #include "docker.h"
@@ -39,6 +42,9 @@ struct freeze_claim {
 	struct engine_req *req;        /* the pause or unpause in flight */
 	bool withdrawn;                /* cancelled while pausing: a pause that lands is undone */
 	unsigned busy;
+	struct event *retry_ev;        /* a stale-state answer is asked again (FREEZE_STALE_*) */
+	bool stale;                    /* stale_since is set */
+	struct timespec stale_since;   /* CLOCK_MONOTONIC: the first stale answer */
 };
 
 struct freeze_lock {
@@ -59,6 +65,7 @@ struct freeze_table {
 	size_t n_claims;
 	uint64_t generation;           /* the last confirmed hold's tick */
 	bool dead;                     /* freeze_table_free is running */
+	struct event_base *base;       /* for retries; NULL: none */
 };
 
 static const char *const claim_state_names[_FREEZE_CLAIM_STATE_MAX] = {
@@ -185,13 +192,20 @@ static void claim_enter(struct freeze_claim *c)
 }
 
 /* The last leave of a finished claim frees it. */
+static void claim_free(struct freeze_claim *c)
+{
+	if (c->retry_ev)
+		event_free(c->retry_ev);
+	free(c);
+}
+
 static void claim_leave(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
 
 	assert(c->busy > 0);
 	if (--c->busy == 0 && c->state == FREEZE_CLAIM_DONE)
-		free(c);
+		claim_free(c);
 	lock_leave(l);
 }
 
@@ -497,6 +511,7 @@ static void pause_confirmed(struct freeze_claim *c)
 		return;
 	}
 	l->confirmed_gen = ++l->table->generation;
+	c->stale = false;   /* the unpause gets a budget of its own */
 	claim_set_state(c, FREEZE_CLAIM_HELD);
 	claim_notify(c, 0, NULL);
 }
@@ -514,15 +529,11 @@ static void pause_cancelled_by_engine(struct freeze_claim *c, const struct docke
 	lock_fail_waiters(l, -ECANCELED);
 }
 
-static void pause_done_cb(const struct docker_reply *r, void *arg)
-{
-	struct freeze_claim *c = arg;
+static bool claim_retry_stale(struct freeze_claim *c);
 
-	c->req = NULL;
-	if (c->lock->table->dead)
-		return;   /* freeze_table_free cancelled it */
-	assert(c->state == FREEZE_CLAIM_PAUSING);
-	claim_enter(c);
+/* What a pause's answer means for c (PAUSING, no request in flight). */
+static void pause_outcome(struct freeze_claim *c, const struct docker_reply *r)
+{
 	if (reply_is_2xx(r)) {
 		pause_confirmed(c);
 	} else if (r->error == -ECANCELED) {
@@ -532,12 +543,31 @@ static void pause_done_cb(const struct docker_reply *r, void *arg)
 		 * cancellation inside pause still unpauses). */
 		claim_fail(c, r, false);
 		claim_thaw(c);
+	} else if (r->status == 409 && reply_says(r, "already paused") && !c->withdrawn &&
+		   claim_retry_stale(c)) {
+		/* Perhaps only the engine's late view of our own last unpause. */
+	} else if (c->withdrawn && r->error == 0 && r->status == 409) {
+		/* Withdrawn while waiting to ask again: nothing was paused by us. */
+		claim_finish(c);
+		lock_advance(c->lock);
 	} else {
 		/* Refused: something else may hold it; never unpause (§2.6 step 3). */
 		claim_finish(c);
 		claim_fail(c, r, false);
 		lock_advance(c->lock);
 	}
+}
+
+static void pause_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct freeze_claim *c = arg;
+
+	c->req = NULL;
+	if (c->lock->table->dead)
+		return;   /* freeze_table_free cancelled it */
+	assert(c->state == FREEZE_CLAIM_PAUSING);
+	claim_enter(c);
+	pause_outcome(c, r);
 	claim_leave(c);
 }
 
@@ -550,8 +580,104 @@ static void unpause_done_cb(const struct docker_reply *r, void *arg)
 		return;
 	assert(c->state == FREEZE_CLAIM_THAWING);
 	claim_enter(c);
-	thaw_finished(c, r);
+	/* Our own pause said "not paused" back: perhaps the engine's late view
+	 * of an earlier unpause, while the guest is frozen. Ask again. */
+	if (!(c->kind == FREEZE_KIND_HOLD && reply_says(r, "is not paused") && claim_retry_stale(c)))
+		thaw_finished(c, r);
 	claim_leave(c);
+}
+
+/* ---- stale state ------------------------------------------------------------------- */
+
+static long elapsed_ms(const struct timespec *since)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - since->tv_sec) * 1000 + (now.tv_nsec - since->tv_nsec) / 1000000;
+}
+
+static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct freeze_claim *c = arg;
+	struct freeze_lock *l = c->lock;
+	struct docker_reply fr = { 0 };
+
+	(void)fd, (void)what;
+	claim_enter(c);
+	if (c->state == FREEZE_CLAIM_PAUSING) {
+		if (c->withdrawn) {
+			claim_finish(c);
+			lock_advance(l);
+		} else if ((fr.error = docker_container_pause(c->e, l->id, pause_done_cb, c, &c->req)) < 0) {
+			c->req = NULL;
+			pause_outcome(c, &fr);
+		}
+	} else if (c->state == FREEZE_CLAIM_THAWING) {
+		if ((fr.error = docker_container_unpause(c->e, l->id, unpause_done_cb, c, &c->req)) < 0) {
+			c->req = NULL;
+			thaw_finished(c, &fr);
+		}
+	}
+	claim_leave(c);
+}
+
+/* Schedules c's request again if the stale-state budget allows. */
+static bool claim_retry_stale(struct freeze_claim *c)
+{
+	struct freeze_table *t = c->lock->table;
+	struct timeval tv = { 0, FREEZE_STALE_RETRY_MS * 1000 };
+
+	if (!t->base)
+		return false;
+	if (!c->stale) {
+		c->stale = true;
+		clock_gettime(CLOCK_MONOTONIC, &c->stale_since);
+	}
+	if (elapsed_ms(&c->stale_since) >= FREEZE_STALE_BUDGET_MS)
+		return false;
+	if (!c->retry_ev) {
+		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
+		if (!c->retry_ev)
+			return false;
+	}
+	log_debug("op", "freeze %.64s: the engine's pause state looks stale; asking again", c->lock->id);
+	evtimer_add(c->retry_ev, &tv);
+	return true;
+}
+
+void freeze_table_set_base(struct freeze_table *t, struct event_base *base)
+{
+	t->base = base;
+}
+
+void freeze_table_cancel_retries(struct freeze_table *t)
+{
+	struct freeze_lock *l, *next_l;
+	struct freeze_claim *c;
+	bool again = true;
+
+	while (again) {
+		again = false;
+		for (l = TAILQ_FIRST(&t->locks); l && !again; l = next_l) {
+			next_l = TAILQ_NEXT(l, entry);
+			TAILQ_FOREACH(c, &l->claims, entry) {
+				struct docker_reply fr = { .error = -ECANCELED };
+
+				if (!c->retry_ev || !evtimer_pending(c->retry_ev, NULL))
+					continue;
+				evtimer_del(c->retry_ev);
+				claim_enter(c);
+				if (c->state == FREEZE_CLAIM_PAUSING)
+					pause_outcome(c, &fr);
+				else
+					thaw_finished(c, &fr);
+				claim_leave(c);
+				again = true;   /* the lists changed: start over */
+				break;
+			}
+		}
+	}
 }
 
 /* ---- the public calls ----------------------------------------------------------------- */
@@ -711,7 +837,7 @@ static void claim_drop(struct freeze_claim *c)
 		f.message = msg;
 		cb(c, -ECANCELED, &f, c->arg);
 	}
-	free(c);
+	claim_free(c);
 }
 
 struct freeze_table *freeze_table_free(struct freeze_table *t)

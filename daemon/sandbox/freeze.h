@@ -101,6 +101,20 @@ typedef void freeze_cb(struct freeze_claim *claim, int error, const struct freez
 		       void *arg);
 
 struct freeze_table *freeze_table_new(void);
+
+/* Docker 20.10 records pause state from containerd's events, a little
+ * late: right after our unpause a pause can meet "already paused", and
+ * right after our pause an unpause can meet "is not paused" while the guest
+ * is frozen. With an event base, a hold asks again every
+ * FREEZE_STALE_RETRY_MS for up to FREEZE_STALE_BUDGET_MS (then the answer
+ * stands: refused, or thawed). Without one, the first answer stands. */
+#define FREEZE_STALE_RETRY_MS  25
+#define FREEZE_STALE_BUDGET_MS 2000
+struct event_base;
+void freeze_table_set_base(struct freeze_table *t, struct event_base *base);
+/* The engine is about to be freed: a claim waiting to ask again gets the
+ * engine's -ECANCELED now, as a request in flight would. */
+void freeze_table_cancel_retries(struct freeze_table *t);
 /* Free after engine_free, never from one of its callbacks. Claims still
  * there (a holder whose owner never released it, its waiters) are dropped:
  * a request in flight is cancelled, a callback still owed fires once with

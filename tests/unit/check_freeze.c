@@ -325,6 +325,92 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* ---- the engine's stale pause state (Docker 20.10) ------------------------------------------ */
+
+#define ALREADY_PAUSED_409 \
+	PAUSE_R(409, .body = "{\"message\":\"container c1 is already paused\"}")
+
+/* With an event base, "already paused" right after our unpause is asked
+ * again, and the hold is granted once the engine catches up. */
+START_TEST(test_stale_already_paused_is_asked_again)
+{
+	static const struct fake_reply script[] = { PING, VERSION, ALREADY_PAUSED_409, ALREADY_PAUSED_409,
+						    PAUSES, UNPAUSES };
+	struct rec *a, *t;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/pause;c1/pause;");
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/pause;c1/pause;c1/unpause;");
+}
+END_TEST
+
+/* "is not paused" back from the unpause of our own pause is asked again:
+ * the guest may well be frozen; thawed only when the engine says so. */
+START_TEST(test_stale_not_paused_is_asked_again)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, NOT_PAUSED_500, UNPAUSES };
+	struct rec *a, *t;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/unpause;");
+}
+END_TEST
+
+/* Someone else really holds it: after the budget, the refusal stands and
+ * nothing is unpaused. */
+START_TEST(test_stale_budget_then_refused)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE_R(409, .body = "{\"message\":\"container c1 is already paused\"}", .repeat = true),
+	};
+	struct rec *a;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	run_until(&a->calls, 1, FREEZE_STALE_BUDGET_MS + RUN_MAX_MS);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->error, -EBUSY);
+	ck_assert(strstr(trace(), "unpause") == NULL);
+	ck_assert(fake_engine_request_count() >= 3);
+	ck_assert_uint_eq(freeze_table_count(table), 0);
+}
+END_TEST
+
+/* The engine is going away while a claim waits to ask again: it fails
+ * now, like a request in flight, and nothing more is sent. */
+START_TEST(test_stale_retry_cancelled)
+{
+	static const struct fake_reply script[] = { PING, VERSION, ALREADY_PAUSED_409, PAUSES, UNPAUSES };
+	struct rec *a;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	while (fake_engine_request_count() < 3)
+		run_for(1);
+	run_for(8);     /* the 409 is in; the retry waits FREEZE_STALE_RETRY_MS */
+	ck_assert_str_eq(trace(), "c1/pause;");
+	freeze_table_cancel_retries(table);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->error, -ECANCELED);
+	run_for(FREEZE_STALE_RETRY_MS * 4);
+	ck_assert_str_eq(trace(), "c1/pause;");
+}
+END_TEST
+
 /* ---- order --------------------------------------------------------------------------------- */
 
 /* One hold: exactly one pause, then one unpause, each callback once. */
@@ -1091,6 +1177,13 @@ static Suite *freeze_suite(void)
 
 	tc = tcase_create("names");
 	tcase_add_test(tc, test_names);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("stale_state");
+	tcase_add_test(tc, test_stale_already_paused_is_asked_again);
+	tcase_add_test(tc, test_stale_not_paused_is_asked_again);
+	tcase_add_test(tc, test_stale_budget_then_refused);
+	tcase_add_test(tc, test_stale_retry_cancelled);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("order");

@@ -1,0 +1,2164 @@
+/* check_files.c — the file plane against the real engine: files.write,
+ * files.read, files.stat, files.remove, files.reclaim, and the work dir that
+ * sandbox.acquire prepares (proto/PROTOCOL.md "The file plane: files.*";
+ * behaviour-core §4 and §7.1, 7.2, 7.4, 7.5, 7.8; behaviour-docker §2.3–2.8).
+ *
+ * The test is the trusted observer: it plants the hostile layout with
+ * `docker exec` and checks what landed with `docker exec test/cat/stat`,
+ * never through the daemon it is testing. The engine is asked directly
+ * (GET /containers/ID/json) that no container is left paused after any test.
+ *
+ * Hostile layout (W = the working directory, /maf-sandbox/work):
+ *   W-outside/secret.txt, W-outside/sub/leaf.txt   "the guest must not reach this\n"
+ *   W/real/inside.txt                              "a legitimate output\n" (20 bytes)
+ *   W/plain.txt                                    a regular file
+ *   W/link-dir  -> W-outside
+ *   W/link-file -> W-outside/secret.txt
+ *
+ * Images: Debian's static busybox imported in main() (no registry), as root,
+ * as USER 1000:1000, as a named user from /etc/passwd, and as a user the
+ * daemon cannot resolve. Every container carries the spec label
+ * msb-it-run=<run>; main() removes them and the images whatever failed. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "msb.h"
+
+#define ENGINE_WAIT_MS 15000
+#define RUN_LABEL "msb-it-run"
+#define CALL_TIMEOUT_MS 120000
+
+#define BASE "/maf-sandbox"
+#define W BASE "/work"
+#define OUT W "-outside"
+#define SECRET "the guest must not reach this\n"
+#define INSIDE "a legitimate output\n"
+
+/* Sandboxes one test may acquire (each is checked unpaused at its end). */
+#define MAX_SANDBOXES 8
+/* The race: calls of each kind while the guest swaps a directory for a link. */
+#define RACE_CALLS 300
+/* Back-to-back short calls on a busy guest. */
+#define QUICK_CALLS 300
+/* Deep parents: directory levels created by one write. */
+#define DEEP_LEVELS 40
+/* The per-call file count ceiling (PROTOCOL.md, Limits). */
+#define MAX_FILES 256
+/* How long a container may take to be thawed after a client left. */
+#define THAW_WAIT_MS 10000
+/* Client-leaves-mid-call: content sizes (well inside the ceilings). */
+#define LEAVE_WRITE_BYTES (24u * 1024 * 1024)
+#define LEAVE_READ_MIB 48
+/* Lowered ceilings for the configured-limits test. */
+#define LOW_FILE_BYTES 1024
+#define LOW_TOTAL_BYTES 3000
+#define LOW_FILES 4
+
+static char run_id[32];
+static char img_root[96], img_u1000[96], img_app[96], img_ghost[96];
+
+/* ---- base64 (the test's own: the daemon's is what is under test) --------- */
+
+static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+
+	ck_assert_ptr_nonnull(out);
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16;
+
+		if (i + 1 < len)
+			v |= (uint32_t)p[i + 1] << 8;
+		if (i + 2 < len)
+			v |= p[i + 2];
+		*o++ = b64_alphabet[v >> 18 & 63];
+		*o++ = b64_alphabet[v >> 12 & 63];
+		*o++ = i + 1 < len ? b64_alphabet[v >> 6 & 63] : '=';
+		*o++ = i + 2 < len ? b64_alphabet[v & 63] : '=';
+	}
+	*o = '\0';
+	return out;
+}
+
+static int b64_value(char c)
+{
+	const char *p = c ? strchr(b64_alphabet, c) : NULL;
+
+	return p ? (int)(p - b64_alphabet) : -1;
+}
+
+/* Strict enough for a reply: padded, standard alphabet. NULL if malformed. */
+static uint8_t *b64_decode(const char *s, size_t *ret_len)
+{
+	size_t n = strlen(s), len = 0;
+	uint8_t *out;
+
+	if (n % 4)
+		return NULL;
+	out = malloc(n / 4 * 3 + 1);
+	ck_assert_ptr_nonnull(out);
+	for (size_t i = 0; i < n; i += 4) {
+		int a = b64_value(s[i]), b = b64_value(s[i + 1]);
+		int c = s[i + 2] == '=' ? 0 : b64_value(s[i + 2]);
+		int d = s[i + 3] == '=' ? 0 : b64_value(s[i + 3]);
+
+		if (a < 0 || b < 0 || c < 0 || d < 0 || (s[i + 2] == '=' && s[i + 3] != '=')) {
+			free(out);
+			return NULL;
+		}
+		out[len++] = (uint8_t)(a << 2 | b >> 4);
+		if (s[i + 2] != '=')
+			out[len++] = (uint8_t)(b << 4 | c >> 2);
+		if (s[i + 3] != '=')
+			out[len++] = (uint8_t)(c << 6 | d);
+	}
+	*ret_len = len;
+	return out;
+}
+
+/* ---- host shell and guest exec -------------------------------------------- */
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs a host shell command; returns its stdout (trailing newlines cut). */
+static char *sh_out(const char *fmt, ...)
+{
+	char cmd[4096], *out = calloc(1, 65536);
+	va_list ap;
+	FILE *p;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	/* No ck_assert here: main() uses this outside any test. */
+	p = popen(cmd, "r");
+	if (!p)
+		return out;
+	n = fread(out, 1, 65535, p);
+	pclose(p);
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = '\0';
+	return out;
+}
+
+static char *read_fd(int fd, size_t *ret_len)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	ssize_t n;
+
+	ck_assert_ptr_nonnull(buf);
+	while ((n = read(fd, buf + len, cap - len - 1)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		ck_assert_int_gt(n, 0);
+		len += (size_t)n;
+		if (cap - len < 2) {
+			buf = realloc(buf, cap *= 2);
+			ck_assert_ptr_nonnull(buf);
+		}
+	}
+	buf[len] = '\0';
+	if (ret_len)
+		*ret_len = len;
+	return buf;
+}
+
+/* The last guest command, for failure messages. */
+static char last_guest_cmd[1024];
+
+enum guest_flags {
+	GUEST_ROOT = 1,       /* -u 0 (else the image's user) */
+	GUEST_DETACH = 2,     /* -d */
+};
+
+/* docker exec [-u 0] [-d] ID sh -c CMD; returns the exit status and, if
+ * wanted, stdout (malloc'd, NUL-terminated) and its length. */
+static int guest_v(const char *id, int flags, char **ret_out, size_t *ret_len, const char *fmt, va_list ap)
+{
+	const char *argv[12];
+	size_t n = 0;
+	int out[2], status;
+	char *o;
+	pid_t pid;
+
+	vsnprintf(last_guest_cmd, sizeof(last_guest_cmd), fmt, ap);
+	argv[n++] = "docker";
+	argv[n++] = "exec";
+	if (flags & GUEST_ROOT) {
+		argv[n++] = "-u";
+		argv[n++] = "0";
+	}
+	if (flags & GUEST_DETACH)
+		argv[n++] = "-d";
+	argv[n++] = id;
+	argv[n++] = "sh";
+	argv[n++] = "-c";
+	argv[n++] = last_guest_cmd;
+	argv[n] = NULL;
+	ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(out[1], STDOUT_FILENO);
+		execvp("docker", (char *const *)argv);
+		_exit(127);
+	}
+	close(out[1]);
+	o = read_fd(out[0], ret_len);
+	close(out[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	if (ret_out)
+		*ret_out = o;
+	else
+		free(o);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int guest(const char *id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int guest_user(const char *id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *guest_out(const char *id, size_t *ret_len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* As root in the guest (the fixtures' planter and observer). */
+static int guest(const char *id, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = guest_v(id, GUEST_ROOT, NULL, NULL, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* As the image's user: what the guest program itself may do. */
+static int guest_user(const char *id, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = guest_v(id, 0, NULL, NULL, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Starts a root command in the guest and returns at once (docker exec -d). */
+static int guest_detach(const char *id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int guest_detach(const char *id, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = guest_v(id, GUEST_ROOT | GUEST_DETACH, NULL, NULL, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* stdout of a root command in the guest, which must exit 0. */
+static char *guest_out(const char *id, size_t *ret_len, const char *fmt, ...)
+{
+	va_list ap;
+	char *out;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = guest_v(id, GUEST_ROOT, &out, ret_len, fmt, ap);
+	va_end(ap);
+	ck_assert_msg(rc == 0, "in the guest: `%s` exited %d", last_guest_cmd, rc);
+	return out;
+}
+
+#define GUEST_OK(id, ...) do { \
+	int rc_ = guest(id, __VA_ARGS__); \
+	ck_assert_msg(rc_ == 0, "in the guest: `%s` exited %d", last_guest_cmd, rc_); \
+} while (0)
+
+/* `test` says false with 1; 2 and above is a harness error, not absence. */
+#define GUEST_FALSE(id, ...) do { \
+	int rc_ = guest(id, __VA_ARGS__); \
+	ck_assert_msg(rc_ == 1, "in the guest: `%s` exited %d (want 1: false)", last_guest_cmd, rc_); \
+} while (0)
+
+/* A guest path's "uid:gid mode" (stat -c, never following). */
+static char *owner_mode(const char *id, const char *path)
+{
+	char *s = guest_out(id, NULL, "stat -c '%%u:%%g %%a' '%s'", path);
+
+	s[strcspn(s, "\n")] = '\0';
+	return s;
+}
+
+#define ASSERT_OWNER_MODE(id, path, want) do { \
+	char *om_ = owner_mode(id, path); \
+	ck_assert_msg(strcmp(om_, want) == 0, "%s is %s, want %s", path, om_, want); \
+	free(om_); \
+} while (0)
+
+#define ASSERT_GUEST_FILE(id, path, want) do { \
+	size_t gl_; \
+	char *g_ = guest_out(id, &gl_, "cat '%s'", path); \
+	ck_assert_msg(gl_ == strlen(want) && memcmp(g_, want, gl_) == 0, "%s holds \"%s\", want \"%s\"", \
+		      path, g_, want); \
+	free(g_); \
+} while (0)
+
+/* ---- the daemon, the connection, the calls -------------------------------- */
+
+struct fx {
+	struct msbd_proc d;
+	struct msb_conn *c;
+	char scope[96];
+	char id[80];                          /* the test's root sandbox, when there is one */
+	char ids[MAX_SANDBOXES][80];          /* every sandbox acquired */
+	size_t n_ids;
+};
+
+static struct fx fx;
+
+/* The last call and its reply, for failure messages. */
+static char last_call[640];
+static char last_reply[640];
+static int last_code;
+static char last_type[64];
+static json_t *last_data;
+
+static void dump_into(char *buf, size_t size, json_t *j)
+{
+	size_t n = j ? json_dumpb(j, buf, size - 1, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+
+	if (!j)
+		snprintf(buf, size, "(nothing)");
+	else if (n >= size - 1)
+		snprintf(buf + size - 5, 5, "...");
+	else
+		buf[n] = '\0';
+}
+
+/* One call on the test's connection; params stolen. Returns the result
+ * (new ref; json null for a null result) or NULL on an error reply, which
+ * last_code / last_type / last_data / last_reply then describe. */
+static json_t *rpc(const char *method, json_t *params)
+{
+	char p[512];
+	json_t *res = NULL, *err;
+	int r;
+
+	dump_into(p, sizeof(p), params);
+	snprintf(last_call, sizeof(last_call), "%s %s", method, p);
+	json_decref(last_data);
+	last_data = NULL;
+	last_code = 0;
+	last_type[0] = '\0';
+	r = msb_call(fx.c, method, params, &res);
+	ck_assert_msg(r == MSB_OK || r == MSB_E_REMOTE, "%s: %s", last_call, msb_strerror(r));
+	if (r == MSB_OK) {
+		dump_into(last_reply, sizeof(last_reply), res);
+		return res;
+	}
+	last_code = msb_last_error_code(fx.c);
+	snprintf(last_type, sizeof(last_type), "%s", msb_last_error_type(fx.c) ? msb_last_error_type(fx.c) : "");
+	last_data = json_deep_copy(msb_last_error_data(fx.c));
+	err = json_pack("{s:i, s:s?, s:O?}", "code", last_code, "message", msb_last_error_message(fx.c),
+			"data", last_data);
+	dump_into(last_reply, sizeof(last_reply), err);
+	json_decref(err);
+	return NULL;
+}
+
+struct error_kind {
+	const char *type;
+	int code;
+};
+
+static const struct error_kind error_kinds[] = {
+	{ "ParseError", -32700 },
+	{ "InvalidParams", -32602 },
+	{ "SandboxCapabilityNotSupported", 1100 },
+	{ "ConfinementError", 1200 },
+	{ "NotADirectoryError", 1201 },
+	{ "FileNotFoundError", 1202 },
+	{ "OSError", 1203 },
+	{ "SandboxTransferCapExceeded", 1204 },
+	{ "TimeoutError", 1205 },
+	{ "SandboxNotFound", 1206 },
+	{ "SandboxFreezeFailed", 1207 },
+};
+
+static int code_of(const char *type)
+{
+	for (size_t i = 0; i < sizeof(error_kinds) / sizeof(error_kinds[0]); i++)
+		if (strcmp(error_kinds[i].type, type) == 0)
+			return error_kinds[i].code;
+	ck_abort_msg("no code for %s", type);
+	return 0;
+}
+
+#define EXPECT_OK(res) ck_assert_msg((res) != NULL, "%s\n  answered %s", last_call, last_reply)
+
+#define EXPECT_ERR(res, type) do { \
+	json_t *r_ = (res); \
+	ck_assert_msg(!r_ && strcmp(last_type, type) == 0 && last_code == code_of(type), \
+		      "%s\n  want %s (%d), answered %s", last_call, type, code_of(type), last_reply); \
+} while (0)
+
+/* The error's data.path names the path as the caller gave it. */
+#define EXPECT_ERR_PATH(res, type, want_path) do { \
+	const char *p_; \
+	EXPECT_ERR(res, type); \
+	p_ = json_string_value(json_object_get(last_data, "path")); \
+	ck_assert_msg(p_ && strcmp(p_, want_path) == 0, "%s\n  want data.path \"%s\", answered %s", last_call, \
+		      want_path, last_reply); \
+} while (0)
+
+/* Checks whose failure must not hide the checks after them: collected,
+ * then asserted at the end of the test (ASSERT_NOTHING_LATER). */
+static char later[4096];
+
+static void later_add(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void later_add(const char *fmt, ...)
+{
+	size_t n = strlen(later);
+	va_list ap;
+
+	if (n + 8 >= sizeof(later))
+		return;
+	n += (size_t)snprintf(later + n, sizeof(later) - n, "\n  - ");
+	va_start(ap, fmt);
+	vsnprintf(later + n, sizeof(later) - n, fmt, ap);
+	va_end(ap);
+}
+
+/* Like EXPECT_ERR (EXPECT_ERR_PATH when want_path), but deferred. */
+static void expect_err_later(json_t *res, const char *type, const char *want_path)
+{
+	const char *p = json_string_value(json_object_get(last_data, "path"));
+
+	if (res || strcmp(last_type, type) || (want_path && (!p || strcmp(p, want_path))))
+		later_add("%s\n    want %s%s%s%s, answered %s", last_call, type, want_path ? " with data.path \"" : "",
+			  want_path ? want_path : "", want_path ? "\"" : "", last_reply);
+	json_decref(res);
+}
+
+#define ASSERT_NOTHING_LATER() ck_assert_msg(!later[0], "failed along the way:%s", later)
+
+static json_t *key_for(const char *agent, const char *call_id)
+{
+	return json_pack("{s:s, s:s, s:s, s:s}", "scope", fx.scope, "thread_id", "t", "agent_dir", agent,
+			 "call_id", call_id ? call_id : "");
+}
+
+/* A spec that requires the whole file plane. */
+static json_t *files_spec(const char *img)
+{
+	return json_pack("{s:s, s:s, s:{s:s}, s:[ssss]}", "kind", "files", "image", img, "labels", RUN_LABEL,
+			 run_id, "requires", "exec", "files_in", "files_out", "files_delete");
+}
+
+/* The default spec: requires exec and files_in. */
+static json_t *default_spec(const char *img)
+{
+	return json_pack("{s:s, s:s, s:{s:s}}", "kind", "files", "image", img, "labels", RUN_LABEL, run_id);
+}
+
+static void track(const char *id)
+{
+	for (size_t i = 0; i < fx.n_ids; i++)
+		if (strcmp(fx.ids[i], id) == 0)
+			return;
+	ck_assert_uint_lt(fx.n_ids, MAX_SANDBOXES);
+	snprintf(fx.ids[fx.n_ids++], sizeof(fx.ids[0]), "%s", id);
+}
+
+/* sandbox.acquire; key and spec stolen. A success is tracked. */
+static json_t *acquire(json_t *key, json_t *spec)
+{
+	json_t *r = rpc("sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", spec));
+
+	if (r && jstr(r, "sandbox"))
+		track(jstr(r, "sandbox"));
+	return r;
+}
+
+/* Acquires, must succeed; the id is copied to out. */
+static void acquire_ok(json_t *key, json_t *spec, char *out, size_t size)
+{
+	json_t *r = acquire(key, spec);
+
+	EXPECT_OK(r);
+	ck_assert_uint_eq(strlen(jstr(r, "sandbox")), 64);
+	snprintf(out, size, "%s", jstr(r, "sandbox"));
+	json_decref(r);
+}
+
+static void daemon_up(const char *const *args)
+{
+	memset(&fx, 0, sizeof(fx));
+	snprintf(fx.scope, sizeof(fx.scope), "%s-%d", run_id, (int)getpid());
+	msbd_start(&fx.d, args);
+	json_decref(wait_engine_state(fx.d.sock, "reachable", ENGINE_WAIT_MS));
+	ck_assert_int_eq(msb_connect(fx.d.sock, &fx.c), MSB_OK);
+	msb_set_timeout(fx.c, CALL_TIMEOUT_MS);
+	/* sandbox.list answers once the registry is synchronised. */
+	for (int i = 0; i < 200; i++) {
+		json_t *r = rpc("sandbox.list", NULL);
+
+		if (r) {
+			json_decref(r);
+			return;
+		}
+		usleep(50 * 1000);
+	}
+	ck_abort_msg("the registry never synchronised");
+}
+
+/* True if the engine says the container is paused (absent: false). */
+static bool engine_paused(const char *id)
+{
+	char path[160], *body;
+	json_t *j;
+	bool paused;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", id);
+	body = engine_get(path, NULL, NULL);
+	j = json_loads(body, 0, NULL);
+	paused = json_is_true(jget(j, "State.Paused"));
+	json_decref(j);
+	free(body);
+	return paused;
+}
+
+static void plant_layout(const char *id)
+{
+	GUEST_OK(id, "set -e; mkdir -p %s/real %s/sub; printf '%s' > %s/secret.txt; cp %s/secret.txt %s/sub/leaf.txt; "
+		 "printf '%s' > %s/real/inside.txt; printf 'plain\\n' > %s/plain.txt; "
+		 "ln -s %s %s/link-dir; ln -s %s/secret.txt %s/link-file",
+		 W, OUT, "the guest must not reach this\\n", OUT, OUT, OUT, "a legitimate output\\n", W, W,
+		 OUT, W, OUT, W);
+}
+
+/* What W-outside holds: names, kinds and contents. */
+static char *outside_snapshot(const char *id)
+{
+	return guest_out(id, NULL, "cd %s && find . | sort && ls -lnR . | grep -v '^total' | "
+			 "sed 's/ [A-Z][a-z][a-z] .*:[0-9][0-9] / /' && cat secret.txt sub/leaf.txt", OUT);
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+/* A daemon, no sandbox yet. */
+static void fx_daemon_setup(void)
+{
+	daemon_up(NULL);
+}
+
+/* A daemon, a root sandbox requiring the whole file plane, the hostile layout. */
+static void fx_layout_setup(void)
+{
+	daemon_up(NULL);
+	acquire_ok(key_for("agent", NULL), files_spec(img_root), fx.id, sizeof(fx.id));
+	plant_layout(fx.id);
+}
+
+/* After every test: nothing left paused, then everything of the test goes. */
+static void fx_teardown(void)
+{
+	for (size_t i = 0; i < fx.n_ids; i++)
+		ck_assert_msg(!engine_paused(fx.ids[i]), "container %s was left paused", fx.ids[i]);
+	if (fx.c) {
+		json_decref(rpc("sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", fx.scope, "thread_id", "t")));
+		fx.c = msb_conn_free(fx.c);
+	}
+	json_decref(last_data);
+	last_data = NULL;
+	ck_assert_int_eq(msbd_stop(&fx.d), 0);
+}
+
+/* ---- file calls ------------------------------------------------------------ */
+
+static json_t *fparams(const char *sb, const char *wd, const char *path)
+{
+	json_t *p = json_pack("{s:s, s:s}", "sandbox", sb, "path", path);
+
+	if (wd)
+		json_object_set_new(p, "working_directory", json_string(wd));
+	return p;
+}
+
+static json_t *f_stat(const char *sb, const char *wd, const char *path)
+{
+	return rpc("files.stat", fparams(sb, wd, path));
+}
+
+static json_t *f_read(const char *sb, const char *wd, const char *path)
+{
+	return rpc("files.read", fparams(sb, wd, path));
+}
+
+static json_t *f_read_max(const char *sb, const char *path, json_int_t max_bytes)
+{
+	json_t *p = fparams(sb, NULL, path);
+
+	json_object_set_new(p, "max_bytes", json_integer(max_bytes));
+	return rpc("files.read", p);
+}
+
+static json_t *f_write(const char *sb, const char *wd, const char *path, const char *text)
+{
+	json_t *p = fparams(sb, wd, path);
+
+	json_object_set_new(p, "content_text", json_string(text));
+	return rpc("files.write", p);
+}
+
+static json_t *f_write_bytes(const char *sb, const char *wd, const char *path, const void *buf, size_t len)
+{
+	json_t *p = fparams(sb, wd, path);
+	char *b = b64_encode(buf, len);
+
+	json_object_set_new(p, "content_b64", json_string(b));
+	free(b);
+	return rpc("files.write", p);
+}
+
+static json_t *f_remove(const char *sb, const char *wd, const char *path, bool recursive)
+{
+	json_t *p = fparams(sb, wd, path);
+
+	json_object_set_new(p, "recursive", json_boolean(recursive));
+	return rpc("files.remove", p);
+}
+
+static json_t *f_reclaim(const char *sb, const char *wd, const char *dir)
+{
+	json_t *p = json_pack("{s:s, s:s}", "sandbox", sb, "directory", dir);
+
+	if (wd)
+		json_object_set_new(p, "working_directory", json_string(wd));
+	return rpc("files.reclaim", p);
+}
+
+/* The decoded content of a files.read result (or one entry of a multi-read). */
+static uint8_t *content_of(json_t *r, size_t *ret_len)
+{
+	const char *b = jstr(r, "content_b64");
+	uint8_t *buf;
+
+	ck_assert_msg(b, "no content_b64 in %s", last_reply);
+	buf = b64_decode(b, ret_len);
+	ck_assert_msg(buf, "content_b64 is not base64: %.80s", b);
+	ck_assert_int_eq(jint(r, "size"), (json_int_t)*ret_len);
+	return buf;
+}
+
+#define ASSERT_READ(r, want, want_len) do { \
+	size_t rl_; \
+	uint8_t *rb_ = content_of(r, &rl_); \
+	ck_assert_msg(rl_ == (want_len) && memcmp(rb_, want, rl_) == 0, "%s read %zu bytes, not the %zu expected", \
+		      last_call, rl_, (size_t)(want_len)); \
+	free(rb_); \
+} while (0)
+
+/* kind and size (-1: null) of a files.stat result. */
+#define ASSERT_STAT(r, want_path, want_kind, want_size) do { \
+	json_t *s_ = (r); \
+	EXPECT_OK(s_); \
+	ck_assert_msg(json_is_object(s_), "%s answered %s, not an entry", last_call, last_reply); \
+	ck_assert_str_eq(jstr(s_, "path"), want_path); \
+	ck_assert_str_eq(jstr(s_, "kind"), want_kind); \
+	if ((want_size) < 0) \
+		ck_assert_msg(json_is_null(jget(s_, "size")), "%s: size is not null: %s", last_call, last_reply); \
+	else \
+		ck_assert_int_eq(jint(s_, "size"), want_size); \
+	json_decref(s_); \
+} while (0)
+
+#define ASSERT_NULL_RESULT(r) do { \
+	json_t *n_ = (r); \
+	EXPECT_OK(n_); \
+	ck_assert_msg(json_is_null(n_), "%s answered %s, want null", last_call, last_reply); \
+	json_decref(n_); \
+} while (0)
+
+/* ---- 7.1 reading out (no listing) ----------------------------------------- */
+
+START_TEST(a_legitimate_read_still_works)
+{
+	json_t *r;
+
+	ASSERT_STAT(f_stat(fx.id, NULL, "real/inside.txt"), "real/inside.txt", "file", 20);
+	r = f_read(fx.id, NULL, "real/inside.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, INSIDE, strlen(INSIDE));
+	json_decref(r);
+	/* The same file by every spelling of the same place. */
+	r = f_read(fx.id, "real", "inside.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, INSIDE, strlen(INSIDE));
+	json_decref(r);
+	r = f_read(fx.id, W "/real", "inside.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, INSIDE, strlen(INSIDE));
+	json_decref(r);
+	r = f_read(fx.id, ".", W "/real/inside.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, INSIDE, strlen(INSIDE));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(a_link_is_named_a_link)
+{
+	ASSERT_STAT(f_stat(fx.id, NULL, "link-file"), "link-file", "symlink", -1);
+	ASSERT_STAT(f_stat(fx.id, NULL, "link-dir"), "link-dir", "symlink", -1);
+}
+END_TEST
+
+START_TEST(a_link_is_never_read)
+{
+	EXPECT_ERR(f_read(fx.id, NULL, "link-file"), "OSError");
+	EXPECT_ERR(f_read(fx.id, NULL, "link-dir"), "OSError");
+}
+END_TEST
+
+START_TEST(stat_and_read_through_a_linked_parent_are_refused)
+{
+	EXPECT_ERR_PATH(f_stat(fx.id, NULL, "link-dir/secret.txt"), "ConfinementError", "link-dir/secret.txt");
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, "link-dir/secret.txt"), "ConfinementError", "link-dir/secret.txt");
+	EXPECT_ERR(f_stat(fx.id, NULL, "link-dir/sub/leaf.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, NULL, "link-dir/sub/leaf.txt"), "ConfinementError");
+}
+END_TEST
+
+START_TEST(a_linked_working_directory_is_refused_for_reading)
+{
+	EXPECT_ERR(f_stat(fx.id, W "/link-dir", "secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, W "/link-dir", "secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_stat(fx.id, "link-dir", "secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, "link-dir", "secret.txt"), "ConfinementError");
+	/* The working directory itself, when it is a link. */
+	expect_err_later(f_stat(fx.id, W "/link-dir", "."), "ConfinementError", NULL);
+	expect_err_later(f_stat(fx.id, "link-dir", "."), "ConfinementError", NULL);
+	ASSERT_NOTHING_LATER();
+}
+END_TEST
+
+START_TEST(a_linked_ancestor_of_the_working_directory_is_refused_for_reading)
+{
+	EXPECT_ERR(f_stat(fx.id, W "/link-dir/sub", "leaf.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, W "/link-dir/sub", "leaf.txt"), "ConfinementError");
+	EXPECT_ERR(f_stat(fx.id, "link-dir/sub", "leaf.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, "link-dir/sub", "leaf.txt"), "ConfinementError");
+}
+END_TEST
+
+START_TEST(a_plain_parent_is_not_an_escape)
+{
+	EXPECT_ERR_PATH(f_stat(fx.id, NULL, "plain.txt/deeper.txt"), "NotADirectoryError", "plain.txt/deeper.txt");
+	EXPECT_ERR(f_read(fx.id, NULL, "plain.txt/deeper.txt"), "NotADirectoryError");
+	/* A fifo in the way is the guest's own business too. */
+	GUEST_OK(fx.id, "mkfifo %s/fifo", W);
+	EXPECT_ERR(f_stat(fx.id, NULL, "fifo/deeper.txt"), "NotADirectoryError");
+}
+END_TEST
+
+START_TEST(stat_describes_each_kind_without_following)
+{
+	GUEST_OK(fx.id, "mkfifo %s/fifo && mkdir %s/empty && : > %s/zero.txt", W, W, W);
+	ASSERT_STAT(f_stat(fx.id, NULL, "plain.txt"), "plain.txt", "file", 6);
+	ASSERT_STAT(f_stat(fx.id, NULL, "zero.txt"), "zero.txt", "file", 0);
+	ASSERT_STAT(f_stat(fx.id, NULL, "real"), "real", "directory", -1);
+	ASSERT_STAT(f_stat(fx.id, NULL, "fifo"), "fifo", "other", -1);
+	ASSERT_STAT(f_stat(fx.id, NULL, "."), ".", "directory", -1);
+	ASSERT_STAT(f_stat(fx.id, NULL, "real/../plain.txt"), "plain.txt", "file", 6);
+	ASSERT_STAT(f_stat(fx.id, "real", "inside.txt"), "inside.txt", "file", 20);
+	/* Absent, or under an absent parent: null, never an error. */
+	ASSERT_NULL_RESULT(f_stat(fx.id, NULL, "absent.txt"));
+	ASSERT_NULL_RESULT(f_stat(fx.id, NULL, "absent/deeper/x.txt"));
+	/* The working directory may be absent as a whole. */
+	ASSERT_NULL_RESULT(f_stat(fx.id, W "/never-made", "x.txt"));
+}
+END_TEST
+
+START_TEST(read_serves_only_regular_files)
+{
+	GUEST_OK(fx.id, "mkfifo %s/fifo", W);
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, "real"), "OSError", "real");
+	EXPECT_ERR(f_read(fx.id, NULL, "fifo"), "OSError");
+	EXPECT_ERR(f_read(fx.id, NULL, "."), "OSError");
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, "absent.txt"), "FileNotFoundError", "absent.txt");
+	EXPECT_ERR(f_read(fx.id, NULL, "absent/x.txt"), "FileNotFoundError");
+}
+END_TEST
+
+START_TEST(read_many_in_one_call_keeps_the_order)
+{
+	json_t *p = json_pack("{s:s, s:[sss]}", "sandbox", fx.id, "paths", "plain.txt", "real/inside.txt",
+			      "plain.txt");
+	json_t *r = rpc("files.read", p), *files;
+
+	EXPECT_OK(r);
+	files = jget(r, "files");
+	ck_assert_uint_eq(json_array_size(files), 3);
+	ck_assert_str_eq(jstr(json_array_get(files, 0), "path"), "plain.txt");
+	ASSERT_READ(json_array_get(files, 0), "plain\n", 6);
+	ck_assert_str_eq(jstr(json_array_get(files, 1), "path"), "real/inside.txt");
+	ASSERT_READ(json_array_get(files, 1), INSIDE, 20);
+	ASSERT_READ(json_array_get(files, 2), "plain\n", 6);
+	json_decref(r);
+	/* One link among them refuses the call. */
+	p = json_pack("{s:s, s:[ss]}", "sandbox", fx.id, "paths", "plain.txt", "link-dir/secret.txt");
+	EXPECT_ERR(rpc("files.read", p), "ConfinementError");
+}
+END_TEST
+
+/* ---- paths refused before the engine ---------------------------------------- */
+
+START_TEST(escapes_and_backslashes_are_confinement_errors)
+{
+	EXPECT_ERR(f_read(fx.id, NULL, "../work-outside/secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_stat(fx.id, NULL, "../work-outside/secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, NULL, OUT "/secret.txt"), "ConfinementError");   /* shares W's prefix */
+	EXPECT_ERR(f_read(fx.id, NULL, "real/../../work-outside/secret.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, NULL, "/etc/passwd"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, NULL, "real\\inside.txt"), "ConfinementError");
+	EXPECT_ERR(f_read(fx.id, "re\\al", "inside.txt"), "ConfinementError");
+}
+END_TEST
+
+/* A NUL never reaches a path: the frame parser refuses \u0000 in any
+ * string (PROTOCOL.md), so "nul\0.txt" can never be cut short to "nul". */
+START_TEST(a_nul_in_a_path_is_refused_by_the_parser)
+{
+	json_t *p = fparams(fx.id, NULL, "x");
+
+	json_object_set_new(p, "path", json_stringn("real/inside.txt\0x", 17));
+	EXPECT_ERR(rpc("files.read", p), "ParseError");
+	p = fparams(fx.id, NULL, "x");
+	json_object_set_new(p, "path", json_stringn("nul\0.txt", 8));
+	json_object_set_new(p, "content_text", json_string("x"));
+	EXPECT_ERR(rpc("files.write", p), "ParseError");
+	GUEST_FALSE(fx.id, "test -e %s/nul", W);
+}
+END_TEST
+
+START_TEST(paths_over_the_limits_are_invalid_params)
+{
+	char *path = malloc(8192);
+	size_t n = 0;
+
+	/* 129 components. */
+	for (int i = 0; i < 129; i++)
+		n += (size_t)sprintf(path + n, "%sd", i ? "/" : "");
+	EXPECT_ERR(f_stat(fx.id, NULL, path), "InvalidParams");
+	/* A component of 256 bytes. */
+	memset(path, 'c', 256);
+	path[256] = '\0';
+	EXPECT_ERR(f_stat(fx.id, NULL, path), "InvalidParams");
+	/* 4096 bytes in all, each component short. */
+	for (n = 0; n < 4096; n += 8)
+		memcpy(path + n, "abcdefg/", 8);
+	path[4095] = 'x';
+	path[4096] = '\0';
+	EXPECT_ERR(f_stat(fx.id, NULL, path), "InvalidParams");
+	free(path);
+}
+END_TEST
+
+START_TEST(an_unknown_or_gone_sandbox_is_not_found)
+{
+	const char *nobody = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	char other[80];
+
+	EXPECT_ERR(f_stat(nobody, NULL, "x"), "SandboxNotFound");
+	EXPECT_ERR(f_write(nobody, NULL, "x", "y"), "SandboxNotFound");
+	acquire_ok(key_for("gone", NULL), files_spec(img_root), other, sizeof(other));
+	ck_assert(json_is_null(rpc("sandbox.dispose", json_pack("{s:o}", "key", key_for("gone", NULL)))));
+	EXPECT_ERR(f_stat(other, NULL, "x"), "SandboxNotFound");
+	EXPECT_ERR(f_read(other, NULL, "x"), "SandboxNotFound");
+	EXPECT_ERR(f_write(other, NULL, "x", "y"), "SandboxNotFound");
+	EXPECT_ERR(f_remove(other, NULL, "x", false), "SandboxNotFound");
+	EXPECT_ERR(f_reclaim(other, NULL, W "/x"), "SandboxNotFound");
+}
+END_TEST
+
+/* ---- 7.2 writing in ------------------------------------------------------- */
+
+START_TEST(a_write_lands_and_reads_back)
+{
+	json_t *r = f_write(fx.id, NULL, "real/written.txt", "written");
+
+	EXPECT_OK(r);
+	ck_assert_int_eq(jint(r, "files"), 1);
+	ck_assert_int_eq(jint(r, "bytes"), 7);
+	json_decref(r);
+	GUEST_OK(fx.id, "test -f %s/real/written.txt", W);
+	ASSERT_GUEST_FILE(fx.id, W "/real/written.txt", "written");
+	ASSERT_OWNER_MODE(fx.id, W "/real/written.txt", "0:0 644");
+	r = f_read(fx.id, NULL, "real/written.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, "written", 7);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(bytes_survive_the_round_trip)
+{
+	uint8_t buf[256 + 64];
+	size_t n = 0, glen;
+	const char *uni = "\xc3\xbc" "n\xc3\xaf" "c\xc3\xb6" "d\xc3\xa9\xe2\x86\x92payload";
+	char *got;
+	json_t *r;
+
+	memcpy(buf, uni, strlen(uni));
+	n = strlen(uni);
+	for (int b = 1; b <= 127; b++)
+		buf[n++] = (uint8_t)b;
+	EXPECT_OK(r = f_write_bytes(fx.id, NULL, "bytes.bin", buf, n));
+	json_decref(r);
+	got = guest_out(fx.id, &glen, "cat %s/bytes.bin", W);
+	ck_assert_msg(glen == n && memcmp(got, buf, n) == 0, "the guest holds %zu bytes, not the %zu written", glen, n);
+	free(got);
+	r = f_read(fx.id, NULL, "bytes.bin");
+	EXPECT_OK(r);
+	ASSERT_READ(r, buf, n);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(all_256_byte_values_nul_and_invalid_utf8_survive)
+{
+	uint8_t all[256];
+	const uint8_t odd[] = { 0x00, 0xff, 0xfe, 0xc3, 0x28, 0xa0, 0xa1, 0xed, 0xa0, 0x80, 0x00, 0x0a, 0x0d, 0x00 };
+	size_t glen;
+	char *got;
+	json_t *r;
+
+	for (int b = 0; b < 256; b++)
+		all[b] = (uint8_t)b;
+	EXPECT_OK(r = f_write_bytes(fx.id, NULL, "all.bin", all, sizeof(all)));
+	ck_assert_int_eq(jint(r, "bytes"), 256);
+	json_decref(r);
+	EXPECT_OK(r = f_write_bytes(fx.id, NULL, "odd.bin", odd, sizeof(odd)));
+	json_decref(r);
+	got = guest_out(fx.id, &glen, "cat %s/all.bin", W);
+	ck_assert_msg(glen == 256 && memcmp(got, all, 256) == 0, "all.bin: the guest holds %zu bytes", glen);
+	free(got);
+	got = guest_out(fx.id, &glen, "cat %s/odd.bin", W);
+	ck_assert_msg(glen == sizeof(odd) && memcmp(got, odd, glen) == 0, "odd.bin: the guest holds %zu bytes", glen);
+	free(got);
+	/* And back out, planted by the guest. */
+	GUEST_OK(fx.id, "cp %s/all.bin %s/all-planted.bin", W, W);
+	r = f_read(fx.id, NULL, "all-planted.bin");
+	EXPECT_OK(r);
+	ASSERT_READ(r, all, 256);
+	json_decref(r);
+	r = f_read(fx.id, NULL, "odd.bin");
+	EXPECT_OK(r);
+	ASSERT_READ(r, odd, sizeof(odd));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(str_content_is_utf8)
+{
+	json_t *r;
+
+	EXPECT_OK(r = f_write(fx.id, NULL, "naive.txt", "na\xc3\xafve"));
+	ck_assert_int_eq(jint(r, "bytes"), 6);
+	json_decref(r);
+	ASSERT_GUEST_FILE(fx.id, W "/naive.txt", "na\xc3\xafve");
+}
+END_TEST
+
+START_TEST(a_second_write_replaces)
+{
+	json_t *r;
+
+	EXPECT_OK(r = f_write(fx.id, NULL, "twice.txt", "first, and longer"));
+	json_decref(r);
+	EXPECT_OK(r = f_write(fx.id, NULL, "twice.txt", "second"));
+	json_decref(r);
+	ASSERT_GUEST_FILE(fx.id, W "/twice.txt", "second");
+	/* A file the guest made is replaced too, never appended to. */
+	GUEST_OK(fx.id, "printf 'the guest wrote this' > %s/guests.txt", W);
+	EXPECT_OK(r = f_write(fx.id, NULL, "guests.txt", "host"));
+	json_decref(r);
+	ASSERT_GUEST_FILE(fx.id, W "/guests.txt", "host");
+}
+END_TEST
+
+START_TEST(parents_are_created)
+{
+	json_t *r;
+
+	EXPECT_OK(r = f_write(fx.id, NULL, "deep/er/est/leaf.txt", "leaf"));
+	json_decref(r);
+	GUEST_OK(fx.id, "test -f %s/deep/er/est/leaf.txt", W);
+	ASSERT_OWNER_MODE(fx.id, W "/deep", "0:0 755");
+	ASSERT_OWNER_MODE(fx.id, W "/deep/er/est", "0:0 755");
+	/* An existing directory keeps its mode. */
+	GUEST_OK(fx.id, "mkdir -m 0700 %s/private", W);
+	EXPECT_OK(r = f_write(fx.id, NULL, "private/x.txt", "x"));
+	json_decref(r);
+	ASSERT_OWNER_MODE(fx.id, W "/private", "0:0 700");
+}
+END_TEST
+
+START_TEST(deep_parents_are_created)
+{
+	char path[DEEP_LEVELS * 5 + 16];
+	size_t n = 0;
+	json_t *r;
+
+	for (int i = 0; i < DEEP_LEVELS; i++)
+		n += (size_t)sprintf(path + n, "d%02d/", i);
+	snprintf(path + n, sizeof(path) - n, "leaf.txt");
+	EXPECT_OK(r = f_write(fx.id, NULL, path, "deep"));
+	json_decref(r);
+	GUEST_OK(fx.id, "test -f '%s/%s'", W, path);
+	ASSERT_STAT(f_stat(fx.id, NULL, path), path, "file", 4);
+	r = f_read(fx.id, NULL, path);
+	EXPECT_OK(r);
+	ASSERT_READ(r, "deep", 4);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(a_path_outside_is_refused)
+{
+	EXPECT_ERR(f_write(fx.id, NULL, "../work-outside/planted.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, OUT "/planted.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, "/tmp/planted.txt", "x"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/planted.txt", OUT);
+	GUEST_FALSE(fx.id, "test -e /tmp/planted.txt");
+}
+END_TEST
+
+START_TEST(a_path_through_a_linked_parent_is_refused)
+{
+	char *before = outside_snapshot(fx.id), *after;
+
+	EXPECT_ERR(f_write(fx.id, NULL, "link-dir/landed.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, "link-dir/sub/landed.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, "link-dir/secret.txt", "overwritten"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/landed.txt", OUT);
+	after = outside_snapshot(fx.id);
+	ck_assert_str_eq(before, after);
+	free(before);
+	free(after);
+}
+END_TEST
+
+START_TEST(a_linked_destination_is_refused_not_followed)
+{
+	json_t *r;
+
+	GUEST_OK(fx.id, "printf known > %s/target.txt && ln -s %s/target.txt %s/to-target", OUT, OUT, W);
+	EXPECT_ERR(f_write(fx.id, NULL, "to-target", "overwritten"), "ConfinementError");
+	ASSERT_GUEST_FILE(fx.id, OUT "/target.txt", "known");
+	GUEST_OK(fx.id, "test -L %s/to-target", W);
+	EXPECT_ERR(f_write(fx.id, NULL, "link-file", "overwritten"), "ConfinementError");
+	ASSERT_GUEST_FILE(fx.id, OUT "/secret.txt", SECRET);
+	/* Even a link to a place inside is never followed. */
+	GUEST_OK(fx.id, "ln -s %s/real/inside.txt %s/inner-link", W, W);
+	EXPECT_ERR(f_write(fx.id, NULL, "inner-link", "overwritten"), "ConfinementError");
+	ASSERT_GUEST_FILE(fx.id, W "/real/inside.txt", INSIDE);
+	/* A dangling link is a link too. */
+	GUEST_OK(fx.id, "ln -s %s/not-yet.txt %s/dangling", OUT, W);
+	EXPECT_ERR(f_write(fx.id, NULL, "dangling", "x"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/not-yet.txt", OUT);
+	/* In a multi-file write, one linked destination refuses the whole call. */
+	r = rpc("files.write", json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:s}]}", "sandbox", fx.id, "files",
+					 "path", "fine.txt", "content_text", "fine", "path", "to-target",
+					 "content_text", "overwritten"));
+	EXPECT_ERR(r, "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/fine.txt", W);
+	ASSERT_GUEST_FILE(fx.id, OUT "/target.txt", "known");
+}
+END_TEST
+
+START_TEST(the_working_directory_is_refused)
+{
+	GUEST_OK(fx.id, "printf control > %s/control.txt", W);
+	EXPECT_ERR(f_write(fx.id, NULL, ".", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, W, "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, NULL, "real/..", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, "real", ".", "x"), "ConfinementError");
+	GUEST_OK(fx.id, "test -d %s && test -d %s/real", W, W);
+	ASSERT_GUEST_FILE(fx.id, W "/control.txt", "control");
+}
+END_TEST
+
+START_TEST(a_backslash_is_refused)
+{
+	EXPECT_ERR(f_write(fx.id, NULL, "sub\\file.txt", "x"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e '%s/sub\\file.txt'", W);
+	GUEST_FALSE(fx.id, "test -e %s/sub", W);
+}
+END_TEST
+
+START_TEST(a_linked_working_directory_is_refused_for_writing)
+{
+	char *before = outside_snapshot(fx.id), *after;
+
+	EXPECT_ERR(f_write(fx.id, W "/link-dir", "landed.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, "link-dir", "landed.txt", "x"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/landed.txt", OUT);
+	after = outside_snapshot(fx.id);
+	ck_assert_str_eq(before, after);
+	free(before);
+	free(after);
+}
+END_TEST
+
+START_TEST(a_linked_ancestor_of_the_working_directory_is_refused_for_writing)
+{
+	char *before = outside_snapshot(fx.id), *after;
+
+	EXPECT_ERR(f_write(fx.id, W "/link-dir/sub", "landed.txt", "x"), "ConfinementError");
+	EXPECT_ERR(f_write(fx.id, W "/link-dir/sub/new", "landed.txt", "x"), "ConfinementError");
+	GUEST_FALSE(fx.id, "test -e %s/sub/landed.txt", OUT);
+	GUEST_FALSE(fx.id, "test -e %s/sub/new", OUT);
+	after = outside_snapshot(fx.id);
+	ck_assert_str_eq(before, after);
+	free(before);
+	free(after);
+}
+END_TEST
+
+START_TEST(what_is_in_the_way_is_classified)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/adir/inner", W);
+	EXPECT_ERR(f_write(fx.id, NULL, "plain.txt/deeper.txt", "x"), "NotADirectoryError");
+	EXPECT_ERR(f_write(fx.id, NULL, "adir", "x"), "OSError");
+	EXPECT_ERR(f_write(fx.id, NULL, "real", "x"), "OSError");
+	GUEST_OK(fx.id, "test -d %s/adir/inner && test -f %s/plain.txt", W, W);
+	ASSERT_GUEST_FILE(fx.id, W "/plain.txt", "plain\n");
+}
+END_TEST
+
+START_TEST(a_malformed_write_is_invalid_params)
+{
+	json_t *p;
+
+	/* Two entries naming one path. */
+	p = json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:s}]}", "sandbox", fx.id, "files", "path", "dup.txt",
+		      "content_text", "a", "path", "dup.txt", "content_text", "b");
+	EXPECT_ERR(rpc("files.write", p), "InvalidParams");
+	/* Both contents, or none. */
+	p = fparams(fx.id, NULL, "both.txt");
+	json_object_set_new(p, "content_text", json_string("a"));
+	json_object_set_new(p, "content_b64", json_string("YQ=="));
+	EXPECT_ERR(rpc("files.write", p), "InvalidParams");
+	EXPECT_ERR(rpc("files.write", fparams(fx.id, NULL, "none.txt")), "InvalidParams");
+	/* Not base64. */
+	p = fparams(fx.id, NULL, "bad.txt");
+	json_object_set_new(p, "content_b64", json_string("not base64!"));
+	EXPECT_ERR(rpc("files.write", p), "InvalidParams");
+	GUEST_FALSE(fx.id, "test -e %s/dup.txt || test -e %s/both.txt || test -e %s/none.txt || test -e %s/bad.txt",
+		    W, W, W, W);
+}
+END_TEST
+
+/* ---- transfer ceilings and byte counts -------------------------------------- */
+
+START_TEST(an_empty_file_is_a_file)
+{
+	json_t *r;
+
+	EXPECT_OK(r = f_write_bytes(fx.id, NULL, "empty.bin", "", 0));
+	ck_assert_int_eq(jint(r, "bytes"), 0);
+	json_decref(r);
+	EXPECT_OK(r = f_write(fx.id, NULL, "empty.txt", ""));
+	json_decref(r);
+	GUEST_OK(fx.id, "test -f %s/empty.bin && test ! -s %s/empty.bin && test -f %s/empty.txt && test ! -s %s/empty.txt",
+		 W, W, W, W);
+	ASSERT_STAT(f_stat(fx.id, NULL, "empty.bin"), "empty.bin", "file", 0);
+	r = f_read(fx.id, NULL, "empty.bin");
+	EXPECT_OK(r);
+	ASSERT_READ(r, "", 0);
+	json_decref(r);
+	r = f_read_max(fx.id, "empty.bin", 0);
+	EXPECT_OK(r);
+	ASSERT_READ(r, "", 0);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(max_bytes_refuses_never_truncates)
+{
+	json_t *r;
+
+	GUEST_OK(fx.id, "head -c 1000 /dev/zero | tr '\\0' 'z' > %s/k.txt", W);
+	r = f_read_max(fx.id, "k.txt", 1000);
+	EXPECT_OK(r);
+	ck_assert_int_eq(jint(r, "size"), 1000);
+	json_decref(r);
+	r = f_read_max(fx.id, "k.txt", 999);
+	EXPECT_ERR(r, "SandboxTransferCapExceeded");
+	ck_assert_msg(json_integer_value(json_object_get(last_data, "size")) == 1000, "data.size: %s", last_reply);
+	ck_assert_msg(json_integer_value(json_object_get(last_data, "limit")) == 999, "data.limit: %s", last_reply);
+	ck_assert_ptr_null(json_object_get(last_data, "content_b64"));
+	r = f_read_max(fx.id, "real/inside.txt", 19);
+	EXPECT_ERR(r, "SandboxTransferCapExceeded");
+	/* Per file in a multi-read. */
+	r = rpc("files.read", json_pack("{s:s, s:[ss], s:i}", "sandbox", fx.id, "paths", "plain.txt", "k.txt",
+					"max_bytes", 999));
+	EXPECT_ERR(r, "SandboxTransferCapExceeded");
+}
+END_TEST
+
+static json_t *many_files(const char *dir, int n)
+{
+	json_t *files = json_array();
+
+	for (int i = 0; i < n; i++) {
+		char path[64], text[32];
+
+		snprintf(path, sizeof(path), "%s/f%03d.txt", dir, i);
+		snprintf(text, sizeof(text), "file %d\n", i);
+		json_array_append_new(files, json_pack("{s:s, s:s}", "path", path, "content_text", text));
+	}
+	return files;
+}
+
+START_TEST(the_file_count_ceiling_is_whole_call)
+{
+	json_t *r, *paths;
+	char *count;
+
+	r = rpc("files.write", json_pack("{s:s, s:o}", "sandbox", fx.id, "files", many_files("many", MAX_FILES)));
+	EXPECT_OK(r);
+	ck_assert_int_eq(jint(r, "files"), MAX_FILES);
+	json_decref(r);
+	count = guest_out(fx.id, NULL, "ls %s/many | wc -l", W);
+	ck_assert_int_eq(atoi(count), MAX_FILES);
+	free(count);
+	ASSERT_GUEST_FILE(fx.id, W "/many/f255.txt", "file 255\n");
+	r = rpc("files.write", json_pack("{s:s, s:o}", "sandbox", fx.id, "files", many_files("toomany", MAX_FILES + 1)));
+	EXPECT_ERR(r, "SandboxTransferCapExceeded");
+	GUEST_FALSE(fx.id, "test -e %s/toomany", W);
+	/* Reads: 257 paths are refused before the engine. (256 would serve, but
+	 * each is one archive GET of ~100 ms in the engine: 30 s of suite.) */
+	paths = json_array();
+	for (int i = 0; i <= MAX_FILES; i++) {
+		char p[64];
+
+		snprintf(p, sizeof(p), "many/f%03d.txt", i % MAX_FILES);
+		json_array_append_new(paths, json_string(p));
+	}
+	EXPECT_ERR(rpc("files.read", json_pack("{s:s, s:o}", "sandbox", fx.id, "paths", paths)),
+		   "SandboxTransferCapExceeded");
+}
+END_TEST
+
+/* ---- the freeze: nothing left paused -------------------------------------- */
+
+/* Waits until the engine says id is not paused; false after timeout_ms. */
+static bool wait_unpaused(const char *id, int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 20) {
+		if (!engine_paused(id))
+			return true;
+		usleep(20 * 1000);
+	}
+	return !engine_paused(id);
+}
+
+/* Sends one request frame on a fresh connection, waits (at most 3 s) to see
+ * the container frozen, and closes the connection. Returns whether the
+ * freeze was seen. */
+static bool send_and_leave(const char *id, const char *method, json_t *params)
+{
+	json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", method, "params", params);
+	char *frame = json_dumps(req, JSON_COMPACT);
+	int fd = raw_connect(fx.d.sock);
+	bool seen = false;
+
+	ck_assert_int_ge(fd, 0);
+	raw_send(fd, frame, strlen(frame));
+	raw_send(fd, "\n", 1);
+	for (int i = 0; i < 1500 && !seen; i++) {
+		seen = engine_paused(id);
+		if (!seen)
+			usleep(2000);
+	}
+	close(fd);
+	free(frame);
+	json_decref(req);
+	return seen;
+}
+
+START_TEST(a_client_leaving_mid_write_leaves_the_guest_running)
+{
+	char *content = malloc(LEAVE_WRITE_BYTES), *b;
+	json_t *p, *r;
+	bool seen;
+
+	for (size_t i = 0; i < LEAVE_WRITE_BYTES; i++)
+		content[i] = (char)('a' + i % 26);
+	b = b64_encode(content, LEAVE_WRITE_BYTES);
+	free(content);
+	p = fparams(fx.id, NULL, "big.bin");
+	json_object_set_new(p, "content_b64", json_string(b));
+	free(b);
+	seen = send_and_leave(fx.id, "files.write", p);
+	fprintf(stderr, "leaving mid-write: the freeze was %sseen before the client left\n", seen ? "" : "not ");
+	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
+		      THAW_WAIT_MS);
+	/* The daemon still serves the container: its queue was not wedged. */
+	r = f_stat(fx.id, NULL, "big.bin");
+	EXPECT_OK(r);
+	if (json_is_object(r))
+		fprintf(stderr, "leaving mid-write: big.bin is there, %lld bytes of %u\n",
+			(long long)jint(r, "size"), LEAVE_WRITE_BYTES);
+	json_decref(r);
+	ck_assert(!engine_paused(fx.id));
+	GUEST_OK(fx.id, "true");      /* the guest runs */
+}
+END_TEST
+
+START_TEST(a_client_leaving_mid_read_leaves_the_guest_running)
+{
+	json_t *r;
+	bool seen;
+
+	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
+	seen = send_and_leave(fx.id, "files.read", fparams(fx.id, NULL, "big.bin"));
+	fprintf(stderr, "leaving mid-read: the freeze was %sseen before the client left\n", seen ? "" : "not ");
+	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
+		      THAW_WAIT_MS);
+	ASSERT_STAT(f_stat(fx.id, NULL, "big.bin"), "big.bin", "file", (json_int_t)LEAVE_READ_MIB * 1048576);
+	r = f_read(fx.id, NULL, "plain.txt");
+	EXPECT_OK(r);
+	json_decref(r);
+	GUEST_OK(fx.id, "true");
+}
+END_TEST
+
+START_TEST(a_container_paused_by_someone_else_is_refused_and_left_so)
+{
+	char *out;
+	json_t *r;
+
+	out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", fx.id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	EXPECT_ERR(f_stat(fx.id, NULL, "real/inside.txt"), "SandboxFreezeFailed");
+	EXPECT_ERR(f_write(fx.id, NULL, "while-paused.txt", "x"), "SandboxFreezeFailed");
+	ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
+	out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", fx.id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	GUEST_FALSE(fx.id, "test -e %s/while-paused.txt", W);
+	r = f_read(fx.id, NULL, "real/inside.txt");
+	EXPECT_OK(r);
+	json_decref(r);
+}
+END_TEST
+
+/* Short file calls, back to back, on a busy guest: the engine reports
+ * pause and unpause state from containerd's events, a little late, so a
+ * pause right after an unpause (or the reverse) can meet the old state. No
+ * call may fail for it, and none may leave the guest paused. */
+START_TEST(quick_calls_back_to_back_never_leave_the_guest_paused)
+{
+	GUEST_OK(fx.id, "ln -s /tmp /quick");
+	ck_assert_int_eq(guest_detach(fx.id, "cd /tmp && while [ ! -e stop-busy ]; do rm -rf busy; mkdir busy; "
+				      "printf busy > busy/x; rm -rf busy; ln -s /tmp busy; done"), 0);
+	for (int i = 0; i < QUICK_CALLS; i++) {
+		/* One engine stat under the freeze: /quick is a link. */
+		EXPECT_ERR(f_stat(fx.id, "/quick", "x"), "ConfinementError");
+		if (engine_paused(fx.id)) {
+			usleep(300 * 1000);     /* the engine's own state may lag */
+			ck_assert_msg(!engine_paused(fx.id), "call %d (%s) answered, and the guest stayed paused", i,
+				      last_call);
+		}
+	}
+	GUEST_OK(fx.id, "touch /tmp/stop-busy");
+}
+END_TEST
+
+/* ---- the race --------------------------------------------------------------- */
+
+enum { RACE_OK, RACE_CONFINED, RACE_NOT_FOUND, RACE_OUTCOMES };
+
+static int race_outcome(json_t *r, bool reading, int i)
+{
+	if (r)
+		return RACE_OK;
+	if (strcmp(last_type, "ConfinementError") == 0)
+		return RACE_CONFINED;
+	if (strcmp(last_type, "FileNotFoundError") == 0)
+		return RACE_NOT_FOUND;
+	{
+		char *state = sh_out("docker inspect -f '{{json .State}}' %s 2>&1", fx.id);
+
+		msbd_dump_log(&fx.d);
+		ck_abort_msg("%s %d during the race: %s answered %s\n  the container: %s", reading ? "read" : "write",
+			     i, last_call, last_reply, state);
+	}
+	return -1;
+}
+
+
+#define RACE_WRITTEN "from the host\n"
+
+START_TEST(a_guest_swapping_a_directory_for_a_link_never_gets_through)
+{
+	int writes[RACE_OUTCOMES] = { 0 }, reads[RACE_OUTCOMES] = { 0 };
+	char *before, *after;
+	long t0;
+
+	GUEST_OK(fx.id, "printf 'OUTSIDE\\n' > %s/x", OUT);
+	before = outside_snapshot(fx.id);
+	/* As fast as it can: a real directory race/, then a link race -> W-outside. */
+	ck_assert_int_eq(guest_detach(fx.id, "cd %s && while [ ! -e /tmp/stop-race ]; do rm -rf race; mkdir race; "
+				      "printf inside > race/x; rm -rf race; ln -s %s race; done", W, OUT), 0);
+	t0 = now_ms();
+	for (int i = 0; i < RACE_CALLS; i++) {
+		json_t *r = f_write(fx.id, NULL, "race/x", RACE_WRITTEN);
+
+		writes[race_outcome(r, false, i)]++;
+		json_decref(r);
+		r = f_read(fx.id, NULL, "race/x");
+		reads[race_outcome(r, true, i)]++;
+		if (r) {
+			size_t len;
+			uint8_t *got = content_of(r, &len);
+
+			/* The guest's own file (maybe caught half-written) or ours. */
+			ck_assert_msg((len <= 6 && memcmp(got, "inside", len) == 0) ||
+				      (len == strlen(RACE_WRITTEN) && memcmp(got, RACE_WRITTEN, len) == 0),
+				      "read %d returned %zu bytes from somewhere else: %.*s", i, len, (int)len, got);
+			free(got);
+		}
+		json_decref(r);
+	}
+	GUEST_OK(fx.id, "touch /tmp/stop-race && sleep 0.3 && rm -rf %s/race", W);
+	fprintf(stderr, "race: writes %d ok, %d confined, %d not found; reads %d ok, %d confined, %d not found; "
+		"%ld ms\n", writes[RACE_OK], writes[RACE_CONFINED], writes[RACE_NOT_FOUND], reads[RACE_OK],
+		reads[RACE_CONFINED], reads[RACE_NOT_FOUND], now_ms() - t0);
+	after = outside_snapshot(fx.id);
+	ck_assert_msg(strcmp(before, after) == 0, "W-outside changed during the race:\n%s\n---- now ----\n%s",
+		      before, after);
+	ASSERT_GUEST_FILE(fx.id, OUT "/x", "OUTSIDE\n");
+	/* Both states were met, or the race proved nothing. */
+	ck_assert_msg(writes[RACE_OK] + reads[RACE_OK] > 0, "no call ever met the real directory");
+	ck_assert_msg(writes[RACE_CONFINED] + reads[RACE_CONFINED] > 0, "no call ever met the link");
+	free(before);
+	free(after);
+}
+END_TEST
+
+/* ---- 7.4 removing ----------------------------------------------------------- */
+
+START_TEST(a_removal_removes)
+{
+	GUEST_OK(fx.id, "printf d > %s/doomed.txt && printf b > %s/bystander.txt", W, W);
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "doomed.txt", false));
+	GUEST_FALSE(fx.id, "test -e %s/doomed.txt", W);
+	GUEST_OK(fx.id, "test -f %s/bystander.txt", W);
+}
+END_TEST
+
+START_TEST(a_missing_path_is_success)
+{
+	GUEST_OK(fx.id, "printf d > %s/once.txt", W);
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "once.txt", false));
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "once.txt", false));
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "once.txt", true));
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "never/there.txt", false));
+}
+END_TEST
+
+START_TEST(a_link_is_removed_never_followed)
+{
+	for (int recursive = 0; recursive <= 1; recursive++) {
+		GUEST_OK(fx.id, "printf t > %s/target.txt && ln -sfn %s/target.txt %s/a-link && ln -sfn %s %s/a-dir-link",
+			 OUT, OUT, W, OUT, W);
+		ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "a-link", recursive));
+		ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "a-dir-link", recursive));
+		GUEST_FALSE(fx.id, "test -L %s/a-link || test -L %s/a-dir-link", W, W);
+		GUEST_OK(fx.id, "test -f %s/target.txt && test -f %s/secret.txt && test -f %s/sub/leaf.txt", OUT, OUT, OUT);
+	}
+}
+END_TEST
+
+START_TEST(a_removal_through_a_linked_parent_is_refused)
+{
+	GUEST_OK(fx.id, "printf t > %s/target.txt", OUT);
+	for (int recursive = 0; recursive <= 1; recursive++) {
+		EXPECT_ERR(f_remove(fx.id, NULL, "link-dir/target.txt", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, NULL, "link-dir/sub", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, W "/link-dir", "target.txt", recursive), "ConfinementError");
+	}
+	GUEST_OK(fx.id, "test -f %s/target.txt && test -f %s/sub/leaf.txt", OUT, OUT);
+}
+END_TEST
+
+START_TEST(a_directory_needs_recursive)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/dir %s/empty && printf k > %s/dir/keeps.txt", W, W, W);
+	EXPECT_ERR(f_remove(fx.id, NULL, "dir", false), "OSError");
+	GUEST_OK(fx.id, "test -f %s/dir/keeps.txt", W);
+	EXPECT_ERR(f_remove(fx.id, NULL, "empty", false), "OSError");
+	GUEST_OK(fx.id, "test -d %s/empty", W);
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "empty", true));
+	GUEST_FALSE(fx.id, "test -e %s/empty", W);
+}
+END_TEST
+
+START_TEST(recursive_removes_the_tree)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/tree/a/b && printf l > %s/tree/leaf.txt && printf l > %s/tree/a/b/deep.txt && "
+		 "printf n > %s/next-to-tree.txt", W, W, W, W);
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "tree", true));
+	GUEST_FALSE(fx.id, "test -e %s/tree", W);
+	GUEST_OK(fx.id, "test -f %s/next-to-tree.txt", W);
+}
+END_TEST
+
+START_TEST(a_link_inside_a_recursive_removal_is_unlinked_not_followed)
+{
+	GUEST_OK(fx.id, "printf i > %s/interior-target.txt && mkdir -p %s/linked-tree && "
+		 "ln -s %s/interior-target.txt %s/linked-tree/inside-link && ln -s %s %s/linked-tree/dir-link",
+		 OUT, W, OUT, W, OUT, W);
+	ASSERT_NULL_RESULT(f_remove(fx.id, NULL, "linked-tree", true));
+	GUEST_FALSE(fx.id, "test -e %s/linked-tree", W);
+	GUEST_OK(fx.id, "test -f %s/interior-target.txt && test -f %s/secret.txt && test -f %s/sub/leaf.txt",
+		 OUT, OUT, OUT);
+}
+END_TEST
+
+START_TEST(removing_the_working_directory_is_refused)
+{
+	GUEST_OK(fx.id, "printf g > %s/ground.txt", W);
+	for (int recursive = 0; recursive <= 1; recursive++) {
+		EXPECT_ERR(f_remove(fx.id, NULL, ".", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, NULL, W, recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, "real", ".", recursive), "ConfinementError");
+	}
+	GUEST_OK(fx.id, "test -f %s/ground.txt && test -f %s/real/inside.txt", W, W);
+}
+END_TEST
+
+START_TEST(removing_a_path_outside_is_refused)
+{
+	GUEST_OK(fx.id, "printf t > %s/target.txt", OUT);
+	for (int recursive = 0; recursive <= 1; recursive++) {
+		EXPECT_ERR(f_remove(fx.id, NULL, "../work-outside/target.txt", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, NULL, OUT "/target.txt", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, NULL, "..", recursive), "ConfinementError");
+		EXPECT_ERR(f_remove(fx.id, NULL, "sub\\x", recursive), "ConfinementError");
+	}
+	GUEST_OK(fx.id, "test -f %s/target.txt", OUT);
+}
+END_TEST
+
+START_TEST(a_file_in_the_way_of_a_removal_is_not_a_directory)
+{
+	EXPECT_ERR(f_remove(fx.id, NULL, "plain.txt/x", false), "NotADirectoryError");
+	GUEST_OK(fx.id, "test -f %s/plain.txt", W);
+}
+END_TEST
+
+/* ---- 7.5 reclaiming ----------------------------------------------------------- */
+
+START_TEST(a_created_directory_is_gone)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/reclaim-me %s/reclaim-rel && printf x > %s/reclaim-me/f && printf x > %s/reclaim-rel/f "
+		 "&& printf b > %s/reclaim-bystander.txt", W, W, W, W, W);
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, W "/reclaim-me"));
+	GUEST_FALSE(fx.id, "test -e %s/reclaim-me", W);
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, "reclaim-rel"));
+	GUEST_FALSE(fx.id, "test -e %s/reclaim-rel", W);
+	GUEST_OK(fx.id, "test -f %s/reclaim-bystander.txt", W);
+}
+END_TEST
+
+START_TEST(nested_content_goes_with_it)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/reclaim-tree/deep/nested && printf l > %s/reclaim-tree/deep/nested/leaf.txt && "
+		 "printf t > %s/reclaim-tree/top.txt", W, W, W);
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, W "/reclaim-tree"));
+	GUEST_FALSE(fx.id, "test -e %s/reclaim-tree", W);
+}
+END_TEST
+
+START_TEST(a_link_inside_a_reclaim_is_unlinked_not_followed)
+{
+	GUEST_OK(fx.id, "printf r > %s/reclaim-target.txt && mkdir -p %s/reclaim-links && "
+		 "ln -s %s/reclaim-target.txt %s/reclaim-links/to-file && ln -s %s %s/reclaim-links/to-dir",
+		 OUT, W, OUT, W, OUT, W);
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, W "/reclaim-links"));
+	GUEST_FALSE(fx.id, "test -e %s/reclaim-links", W);
+	GUEST_OK(fx.id, "test -f %s/reclaim-target.txt && test -f %s/secret.txt && test -f %s/sub/leaf.txt",
+		 OUT, OUT, OUT);
+}
+END_TEST
+
+START_TEST(a_missing_directory_is_success)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/twice", W);
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, W "/twice"));
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, NULL, W "/twice"));
+	GUEST_FALSE(fx.id, "test -e %s/twice", W);
+}
+END_TEST
+
+START_TEST(an_absent_working_directory_still_succeeds)
+{
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, W "/absent-work", W "/absent-work/call-a1b2c3"));
+	ASSERT_NULL_RESULT(f_reclaim(fx.id, W "/absent-work", "call-a1b2c3"));
+	GUEST_FALSE(fx.id, "test -e %s/absent-work", W);
+}
+END_TEST
+
+/* Reclaim targets refused: too close to the root, the working directory, an escape. */
+static const char *const reclaim_refusals[] = {
+	"/", "/etc", "//tmp", "/a/..", "/tmp/..", ".", "", "..", "../work-outside", "real/../..", "x\\y",
+};
+
+START_TEST(reclaim_refuses_the_root_the_working_directory_and_escapes)
+{
+	for (size_t i = 0; i < sizeof(reclaim_refusals) / sizeof(reclaim_refusals[0]); i++)
+		EXPECT_ERR(f_reclaim(fx.id, NULL, reclaim_refusals[i]), "ConfinementError");
+	GUEST_OK(fx.id, "test -f /etc/passwd && test -d /tmp && test -f %s/real/inside.txt && test -f %s/secret.txt",
+		 W, OUT);
+}
+END_TEST
+
+/* ---- 7.8 call scope ------------------------------------------------------------ */
+
+static json_t *call_spec(void)
+{
+	json_t *spec = files_spec(img_root);
+
+	json_object_set_new(spec, "isolation_scope", json_string("call"));
+	return spec;
+}
+
+START_TEST(the_other_calls_file_is_not_here)
+{
+	char a[80], b[80];
+	json_t *r;
+
+	acquire_ok(key_for("agent", "call-a"), call_spec(), a, sizeof(a));
+	acquire_ok(key_for("agent", "call-b"), call_spec(), b, sizeof(b));
+	ck_assert_str_ne(a, b);
+	EXPECT_OK(r = f_write(a, NULL, "planted.txt", "planted in call a"));
+	json_decref(r);
+	/* Positive control: it landed in the planter. */
+	ASSERT_STAT(f_stat(a, NULL, "planted.txt"), "planted.txt", "file", 17);
+	GUEST_OK(a, "test -f %s/planted.txt", W);
+	ASSERT_NULL_RESULT(f_stat(b, NULL, "planted.txt"));
+	EXPECT_ERR(f_read(b, NULL, "planted.txt"), "FileNotFoundError");
+	GUEST_FALSE(b, "test -e %s/planted.txt", W);
+}
+END_TEST
+
+START_TEST(the_same_name_holds_this_calls_bytes)
+{
+	char a[80], b[80];
+	json_t *r;
+
+	acquire_ok(key_for("agent", "call-a"), call_spec(), a, sizeof(a));
+	acquire_ok(key_for("agent", "call-b"), call_spec(), b, sizeof(b));
+	EXPECT_OK(r = f_write(a, NULL, "same.txt", "bytes of call a"));
+	json_decref(r);
+	EXPECT_OK(r = f_write(b, NULL, "same.txt", "call b's own bytes"));
+	json_decref(r);
+	r = f_read(a, NULL, "same.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, "bytes of call a", 15);
+	json_decref(r);
+	r = f_read(b, NULL, "same.txt");
+	EXPECT_OK(r);
+	ASSERT_READ(r, "call b's own bytes", 18);
+	json_decref(r);
+}
+END_TEST
+
+/* ---- the work dir that acquire prepares ------------------------------------------ */
+
+START_TEST(acquire_prepares_the_work_dir_cold_and_warm)
+{
+	char id[80];
+	json_t *r;
+
+	acquire_ok(key_for("agent", NULL), default_spec(img_root), id, sizeof(id));
+	GUEST_OK(id, "test -d %s && test ! -L %s && test -d %s && test ! -L %s", BASE, BASE, W, W);
+	ASSERT_OWNER_MODE(id, W, "0:0 755");
+	ASSERT_OWNER_MODE(id, BASE, "0:0 755");
+	GUEST_OK(id, "rm -rf %s", BASE);
+	r = acquire(key_for("agent", NULL), default_spec(img_root));
+	EXPECT_OK(r);
+	ck_assert_str_eq(jstr(r, "sandbox"), id);
+	ck_assert(json_is_false(jget(r, "created")));
+	json_decref(r);
+	GUEST_OK(id, "test -d %s && test ! -L %s", W, W);
+	ASSERT_OWNER_MODE(id, W, "0:0 755");
+}
+END_TEST
+
+/* What the guest puts where the work dir goes, and what acquire says. */
+struct obstruction_row {
+	const char *name;
+	const char *plant;     /* guest shell; W and BASE are fixed paths */
+	const char *type;
+	const char *intact;    /* guest shell: the target is untouched */
+	const char *unplant;
+};
+
+static const struct obstruction_row obstruction_rows[] = {
+	{ "a linked work dir", "rm -rf " W " && mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere " W,
+	  "ConfinementError", "test -z \"$(ls -A /tmp/elsewhere)\"", "rm -f " W },
+	{ "a linked ancestor", "rm -rf " BASE " && mkdir -p /tmp/base && ln -s /tmp/base " BASE,
+	  "ConfinementError", "test -z \"$(ls -A /tmp/base)\"", "rm -f " BASE },
+	{ "an ancestor linked to /", "rm -rf " BASE " && mkdir -p /work && ln -s / " BASE,
+	  "ConfinementError", "test -z \"$(ls -A /work)\"", "rm -f " BASE },
+	{ "a file at the work dir", "rm -rf " W " && printf f > " W,
+	  "NotADirectoryError", "test -f " W, "rm -f " W },
+	{ "a file at an ancestor", "rm -rf " BASE " && printf f > " BASE,
+	  "NotADirectoryError", "test -f " BASE, "rm -f " BASE },
+};
+
+START_TEST(an_obstructed_work_dir_refuses_acquire)
+{
+	const struct obstruction_row *row = &obstruction_rows[_i];
+	char id[80];
+
+	acquire_ok(key_for("agent", NULL), default_spec(img_root), id, sizeof(id));
+	GUEST_OK(id, "%s", row->plant);
+	expect_err_later(acquire(key_for("agent", NULL), default_spec(img_root)), row->type, NULL);
+	/* The file plane says the same. */
+	expect_err_later(f_write(id, NULL, "landed.txt", "x"), row->type, "landed.txt");
+	expect_err_later(f_stat(id, NULL, "."), row->type, ".");
+	GUEST_OK(id, "%s", row->intact);
+	/* Once the guest clears it, a retry on the same key works. */
+	GUEST_OK(id, "%s", row->unplant);
+	acquire_ok(key_for("agent", NULL), default_spec(img_root), id, sizeof(id));
+	GUEST_OK(id, "test -d %s && test ! -L %s && test ! -L %s", W, W, BASE);
+	ck_assert_msg(!later[0], "%s:%s", row->name, later);
+}
+END_TEST
+
+START_TEST(an_existing_work_dir_keeps_its_contents_mode_and_owner)
+{
+	char id[80], *out;
+	json_t *r;
+
+	acquire_ok(key_for("agent", NULL), files_spec(img_root), id, sizeof(id));
+	GUEST_OK(id, "rm -rf %s", W);
+	/* Planted with an owner and mode the daemon would never stamp. */
+	out = sh_out("d=$(mktemp -d) && mkdir $d/work && printf 'keep\\n' > $d/work/keep.txt && chmod 0705 $d/work && "
+		     "tar -C $d --owner=4242 --group=4243 --numeric-owner -c work | docker cp -a - %s:%s/ && "
+		     "rm -rf $d && echo ok", id, BASE);
+	ck_assert_str_eq(out, "ok");
+	free(out);
+	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
+	r = acquire(key_for("agent", NULL), files_spec(img_root));
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
+	ASSERT_GUEST_FILE(id, W "/keep.txt", "keep\n");
+	/* A write into it keeps it as it is too. */
+	EXPECT_OK(r = f_write(id, NULL, "new.txt", "new"));
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
+	ASSERT_OWNER_MODE(id, W "/new.txt", "0:0 644");
+	/* And the guest's own changes above it survive a warm acquire. */
+	GUEST_OK(id, "chmod 0711 %s", BASE);
+	r = acquire(key_for("agent", NULL), files_spec(img_root));
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, BASE, "0:0 711");
+	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
+	ASSERT_GUEST_FILE(id, W "/keep.txt", "keep\n");
+}
+END_TEST
+
+START_TEST(an_explicit_work_dir_is_the_storage_base)
+{
+	json_t *spec = files_spec(img_root), *r;
+	char id[80];
+
+	json_object_set_new(spec, "work_dir", json_string("/srv/explicit/base"));
+	r = acquire(key_for("agent", NULL), spec);
+	EXPECT_OK(r);
+	ck_assert_str_eq(jstr(r, "work_dir"), "/srv/explicit/base");
+	snprintf(id, sizeof(id), "%s", jstr(r, "sandbox"));
+	json_decref(r);
+	GUEST_OK(id, "test -d /srv/explicit/base");
+	GUEST_FALSE(id, "test -e %s", W);
+	EXPECT_OK(r = f_write(id, NULL, "a.txt", "a"));
+	json_decref(r);
+	EXPECT_OK(r = f_write(id, "sub", "b.txt", "b"));
+	json_decref(r);
+	ASSERT_GUEST_FILE(id, "/srv/explicit/base/a.txt", "a");
+	ASSERT_GUEST_FILE(id, "/srv/explicit/base/sub/b.txt", "b");
+	ASSERT_STAT(f_stat(id, NULL, "."), ".", "directory", -1);
+	EXPECT_ERR(f_write(id, NULL, "../escape.txt", "x"), "ConfinementError");
+	GUEST_FALSE(id, "test -e /srv/explicit/escape.txt");
+}
+END_TEST
+
+/* ---- the guest's identity -------------------------------------------------------- */
+
+struct identity_row {
+	const char *name;
+	const char *image;     /* one of the img_* buffers */
+	const char *owner;     /* uid:gid what is written must carry */
+};
+
+static const struct identity_row identity_rows[] = {
+	{ "USER 1000:1000", img_u1000, "1000:1000" },
+	{ "USER app (app:x:1001:1002 in /etc/passwd)", img_app, "1001:1002" },
+};
+
+START_TEST(what_a_write_lands_belongs_to_the_guest)
+{
+	const struct identity_row *row = &identity_rows[_i];
+	char id[80], want[64];
+	json_t *r;
+
+	acquire_ok(key_for("agent", NULL), files_spec(row->image), id, sizeof(id));
+	snprintf(want, sizeof(want), "%s 755", row->owner);
+	ASSERT_OWNER_MODE(id, W, want);
+	ASSERT_OWNER_MODE(id, BASE, "0:0 755");
+	EXPECT_OK(r = f_write(id, NULL, "sub/dir/f.txt", "written"));
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, W "/sub", want);
+	ASSERT_OWNER_MODE(id, W "/sub/dir", want);
+	snprintf(want, sizeof(want), "%s 644", row->owner);
+	ASSERT_OWNER_MODE(id, W "/sub/dir/f.txt", want);
+	/* The guest program changes and removes what was written. */
+	ck_assert_int_eq(guest_user(id, "printf ' and changed' >> %s/sub/dir/f.txt && rm -rf %s/sub && test ! -e %s/sub "
+				    "&& printf mine > %s/guests.txt", W, W, W, W), 0);
+	/* files.remove and files.reclaim act as the guest. */
+	EXPECT_OK(r = f_write(id, NULL, "gone/f.txt", "x"));
+	json_decref(r);
+	ASSERT_NULL_RESULT(f_remove(id, NULL, "gone", true));
+	EXPECT_OK(r = f_write(id, NULL, "call-x/f.txt", "x"));
+	json_decref(r);
+	ASSERT_NULL_RESULT(f_reclaim(id, NULL, W "/call-x"));
+	GUEST_FALSE(id, "test -e %s/gone || test -e %s/call-x", W, W);
+	(void)row->name;
+}
+END_TEST
+
+START_TEST(a_removal_takes_nothing_beyond_the_guest)
+{
+	char id[80], *out;
+	json_t *r;
+
+	acquire_ok(key_for("agent", NULL), files_spec(img_u1000), id, sizeof(id));
+	/* A root-owned directory the guest (uid 1000) cannot empty: docker cp
+	 * without -a lands it root-owned (-a would look "1000:1000" up by name). */
+	out = sh_out("d=$(mktemp -d) && mkdir $d/rootdir && printf r > $d/rootdir/root.txt && "
+		     "tar -C $d -c rootdir | docker cp - %s:%s/ && "
+		     "rm -rf $d && echo ok", id, W);
+	ck_assert_str_eq(out, "ok");
+	free(out);
+	ASSERT_OWNER_MODE(id, W "/rootdir", "0:0 755");
+	ck_assert_int_ne(guest_user(id, "rm -f %s/rootdir/root.txt 2>/dev/null", W), 0);   /* the guest cannot */
+	r = f_remove(id, NULL, "rootdir/root.txt", false);
+	EXPECT_ERR(r, "OSError");
+	ck_assert_msg(json_integer_value(json_object_get(last_data, "exit_code")) != 0, "exit_code: %s", last_reply);
+	ck_assert_msg(json_is_string(json_object_get(last_data, "stderr")), "stderr: %s", last_reply);
+	expect_err_later(f_remove(id, NULL, "rootdir/root.txt", false), "OSError", "rootdir/root.txt");
+	EXPECT_ERR(f_remove(id, NULL, "rootdir", true), "OSError");
+	EXPECT_ERR(f_reclaim(id, NULL, W "/rootdir"), "OSError");
+	GUEST_OK(id, "test -f %s/rootdir/root.txt", W);
+	ASSERT_NOTHING_LATER();
+}
+END_TEST
+
+START_TEST(an_unresolvable_user_refuses_files_out)
+{
+	json_t *spec, *r;
+	char id[80];
+
+	/* USER ghost: its passwd line sits past what the daemon reads (64 KiB)
+	 * and the image has no `id`; runc still finds it, so the container runs. */
+	spec = json_pack("{s:s, s:s, s:{s:s}, s:[sss]}", "kind", "files", "image", img_ghost, "labels", RUN_LABEL,
+			 run_id, "requires", "exec", "files_in", "files_out");
+	r = acquire(key_for("needs-out", NULL), spec);
+	EXPECT_ERR(r, "SandboxCapabilityNotSupported");
+	/* Input only: served, with root-owned inputs. */
+	acquire_ok(key_for("input-only", NULL), default_spec(img_ghost), id, sizeof(id));
+	ASSERT_OWNER_MODE(id, W, "0:0 755");
+	EXPECT_OK(r = f_write(id, NULL, "in.txt", "in"));
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, W "/in.txt", "0:0 644");
+}
+END_TEST
+
+/* ---- configured ceilings ----------------------------------------------------- */
+
+static void fx_low_ceilings_setup(void)
+{
+	char file[32], total[32], files[32];
+	json_t *spec;
+
+	snprintf(file, sizeof(file), "files.max_file_bytes=%d", LOW_FILE_BYTES);
+	snprintf(total, sizeof(total), "files.max_total_bytes=%d", LOW_TOTAL_BYTES);
+	snprintf(files, sizeof(files), "files.max_files=%d", LOW_FILES);
+	daemon_up((const char *[]){ "--set", file, "--set", total, "--set", files, NULL });
+	spec = files_spec(img_root);
+	json_object_set_new(spec, "files_in", json_pack("{s:i, s:i, s:i}", "max_bytes_per_file", LOW_FILE_BYTES,
+							"max_total_bytes", LOW_TOTAL_BYTES, "max_files", LOW_FILES));
+	json_object_set(spec, "files_out", json_object_get(spec, "files_in"));
+	acquire_ok(key_for("agent", NULL), spec, fx.id, sizeof(fx.id));
+	plant_layout(fx.id);
+}
+
+START_TEST(configured_ceilings_refuse_whole_calls)
+{
+	char buf[LOW_FILE_BYTES + 1];
+	json_t *r, *files;
+
+	memset(buf, 'c', sizeof(buf));
+	EXPECT_ERR(f_write_bytes(fx.id, NULL, "over.bin", buf, LOW_FILE_BYTES + 1), "SandboxTransferCapExceeded");
+	GUEST_FALSE(fx.id, "test -e %s/over.bin", W);
+	EXPECT_OK(r = f_write_bytes(fx.id, NULL, "at.bin", buf, LOW_FILE_BYTES));
+	json_decref(r);
+	/* Over the file count. */
+	EXPECT_ERR(rpc("files.write", json_pack("{s:s, s:o}", "sandbox", fx.id, "files", many_files("five", LOW_FILES + 1))),
+		   "SandboxTransferCapExceeded");
+	GUEST_FALSE(fx.id, "test -e %s/five", W);
+	/* Over the total: three files each under the per-file ceiling. */
+	files = json_array();
+	for (int i = 0; i < 3; i++) {
+		char path[32], *b = b64_encode(buf, LOW_FILE_BYTES);
+
+		snprintf(path, sizeof(path), "total/%d.bin", i);
+		json_array_append_new(files, json_pack("{s:s, s:s}", "path", path, "content_b64", b));
+		free(b);
+	}
+	EXPECT_ERR(rpc("files.write", json_pack("{s:s, s:o}", "sandbox", fx.id, "files", files)),
+		   "SandboxTransferCapExceeded");
+	GUEST_FALSE(fx.id, "test -e %s/total", W);
+	/* Reads: a planted file over the ceiling, and a multi-read over the total. */
+	GUEST_OK(fx.id, "head -c %d /dev/zero > %s/big.bin && cp %s/at.bin %s/at2.bin && cp %s/at.bin %s/at3.bin",
+		 LOW_FILE_BYTES + 1, W, W, W, W, W);
+	EXPECT_ERR(f_read(fx.id, NULL, "big.bin"), "SandboxTransferCapExceeded");
+	ck_assert_msg(json_integer_value(json_object_get(last_data, "size")) == LOW_FILE_BYTES + 1, "%s", last_reply);
+	r = f_read(fx.id, NULL, "at.bin");
+	EXPECT_OK(r);
+	ASSERT_READ(r, buf, LOW_FILE_BYTES);
+	json_decref(r);
+	EXPECT_ERR(rpc("files.read", json_pack("{s:s, s:[sss]}", "sandbox", fx.id, "paths", "at.bin", "at2.bin",
+					       "at3.bin")), "SandboxTransferCapExceeded");
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------------------- */
+
+#define ADD(tc, fn) tcase_add_test(tc, fn)
+#define NROWS(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static TCase *layout_tcase(const char *name, int timeout)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, fx_layout_setup, fx_teardown);
+	tcase_set_timeout(tc, timeout);
+	return tc;
+}
+
+static TCase *daemon_tcase(const char *name, int timeout)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, fx_daemon_setup, fx_teardown);
+	tcase_set_timeout(tc, timeout);
+	return tc;
+}
+
+static Suite *files_suite(void)
+{
+	Suite *s = suite_create("files");
+	TCase *out = layout_tcase("reading_out", 60), *paths = layout_tcase("paths", 60);
+	TCase *in = layout_tcase("writing_in", 60), *caps = layout_tcase("ceilings", 90);
+	TCase *del = layout_tcase("removing", 60), *rec = layout_tcase("reclaiming", 60);
+	TCase *frz = layout_tcase("freeze", 90), *race = layout_tcase("race", 240);
+	TCase *call = daemon_tcase("call_scope", 60), *wd = daemon_tcase("work_dir", 60);
+	TCase *who = daemon_tcase("identity", 60), *low = tcase_create("configured_ceilings");
+
+	ADD(out, a_legitimate_read_still_works);
+	ADD(out, a_link_is_named_a_link);
+	ADD(out, a_link_is_never_read);
+	ADD(out, stat_and_read_through_a_linked_parent_are_refused);
+	ADD(out, a_linked_working_directory_is_refused_for_reading);
+	ADD(out, a_linked_ancestor_of_the_working_directory_is_refused_for_reading);
+	ADD(out, a_plain_parent_is_not_an_escape);
+	ADD(out, stat_describes_each_kind_without_following);
+	ADD(out, read_serves_only_regular_files);
+	ADD(out, read_many_in_one_call_keeps_the_order);
+	ADD(paths, escapes_and_backslashes_are_confinement_errors);
+	ADD(paths, a_nul_in_a_path_is_refused_by_the_parser);
+	ADD(paths, paths_over_the_limits_are_invalid_params);
+	ADD(paths, an_unknown_or_gone_sandbox_is_not_found);
+	ADD(in, a_write_lands_and_reads_back);
+	ADD(in, bytes_survive_the_round_trip);
+	ADD(in, all_256_byte_values_nul_and_invalid_utf8_survive);
+	ADD(in, str_content_is_utf8);
+	ADD(in, a_second_write_replaces);
+	ADD(in, parents_are_created);
+	ADD(in, deep_parents_are_created);
+	ADD(in, a_path_outside_is_refused);
+	ADD(in, a_path_through_a_linked_parent_is_refused);
+	ADD(in, a_linked_destination_is_refused_not_followed);
+	ADD(in, the_working_directory_is_refused);
+	ADD(in, a_backslash_is_refused);
+	ADD(in, a_linked_working_directory_is_refused_for_writing);
+	ADD(in, a_linked_ancestor_of_the_working_directory_is_refused_for_writing);
+	ADD(in, what_is_in_the_way_is_classified);
+	ADD(in, a_malformed_write_is_invalid_params);
+	ADD(caps, an_empty_file_is_a_file);
+	ADD(caps, max_bytes_refuses_never_truncates);
+	ADD(caps, the_file_count_ceiling_is_whole_call);
+	ADD(del, a_removal_removes);
+	ADD(del, a_missing_path_is_success);
+	ADD(del, a_link_is_removed_never_followed);
+	ADD(del, a_removal_through_a_linked_parent_is_refused);
+	ADD(del, a_directory_needs_recursive);
+	ADD(del, recursive_removes_the_tree);
+	ADD(del, a_link_inside_a_recursive_removal_is_unlinked_not_followed);
+	ADD(del, removing_the_working_directory_is_refused);
+	ADD(del, removing_a_path_outside_is_refused);
+	ADD(del, a_file_in_the_way_of_a_removal_is_not_a_directory);
+	ADD(rec, a_created_directory_is_gone);
+	ADD(rec, nested_content_goes_with_it);
+	ADD(rec, a_link_inside_a_reclaim_is_unlinked_not_followed);
+	ADD(rec, a_missing_directory_is_success);
+	ADD(rec, an_absent_working_directory_still_succeeds);
+	ADD(rec, reclaim_refuses_the_root_the_working_directory_and_escapes);
+	ADD(frz, a_client_leaving_mid_write_leaves_the_guest_running);
+	ADD(frz, a_client_leaving_mid_read_leaves_the_guest_running);
+	ADD(frz, a_container_paused_by_someone_else_is_refused_and_left_so);
+	ADD(frz, quick_calls_back_to_back_never_leave_the_guest_paused);
+	ADD(race, a_guest_swapping_a_directory_for_a_link_never_gets_through);
+	ADD(call, the_other_calls_file_is_not_here);
+	ADD(call, the_same_name_holds_this_calls_bytes);
+	ADD(wd, acquire_prepares_the_work_dir_cold_and_warm);
+	tcase_add_loop_test(wd, an_obstructed_work_dir_refuses_acquire, 0, NROWS(obstruction_rows));
+	ADD(wd, an_existing_work_dir_keeps_its_contents_mode_and_owner);
+	ADD(wd, an_explicit_work_dir_is_the_storage_base);
+	tcase_add_loop_test(who, what_a_write_lands_belongs_to_the_guest, 0, NROWS(identity_rows));
+	ADD(who, a_removal_takes_nothing_beyond_the_guest);
+	ADD(who, an_unresolvable_user_refuses_files_out);
+	tcase_add_checked_fixture(low, fx_low_ceilings_setup, fx_teardown);
+	tcase_set_timeout(low, 60);
+	ADD(low, configured_ceilings_refuse_whole_calls);
+	suite_add_tcase(s, out);
+	suite_add_tcase(s, paths);
+	suite_add_tcase(s, in);
+	suite_add_tcase(s, caps);
+	suite_add_tcase(s, del);
+	suite_add_tcase(s, rec);
+	suite_add_tcase(s, call);
+	suite_add_tcase(s, wd);
+	suite_add_tcase(s, who);
+	suite_add_tcase(s, low);
+	suite_add_tcase(s, frz);
+	suite_add_tcase(s, race);
+	return s;
+}
+
+/* ---- images and main ---------------------------------------------------------- */
+
+/* The busybox root of testimage.sh, with USER and a shell step of its own
+ * ($d is the root) before the import. */
+static bool build_image(const char *ref, const char *user, const char *extra)
+{
+	char *out = sh_out("set -e; d=$(mktemp -d); trap 'rm -rf \"$d\"' EXIT; "
+			   "mkdir -p \"$d/bin\" \"$d/tmp\" \"$d/etc\"; cp /bin/busybox \"$d/bin/busybox\"; "
+			   "for a in $(/bin/busybox --list); do [ \"$a\" = busybox ] || ln -s busybox \"$d/bin/$a\"; done; "
+			   "echo 'root:x:0:0:root:/root:/bin/sh' > \"$d/etc/passwd\"; echo 'root:x:0:' > \"$d/etc/group\"; "
+			   "%s; tar -C \"$d\" -c . | docker import -c 'ENV PATH=/bin' -c 'USER %s' - '%s' >/dev/null; "
+			   "echo ok", extra, user, ref);
+	bool ok = strcmp(out, "ok") == 0;
+
+	if (!ok)
+		fprintf(stderr, "cannot build %s: %s\n", ref, out);
+	free(out);
+	return ok;
+}
+
+static bool build_images(void)
+{
+	const char *script = getenv("MSB_TESTIMAGE");
+	char *out;
+	bool ok;
+
+	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", img_root);
+	ok = strstr(out, "ok") != NULL;
+	if (!ok)
+		fprintf(stderr, "cannot build the test image: %s\n", out);
+	free(out);
+	return ok && build_image(img_u1000, "1000:1000", "true") &&
+	       build_image(img_app, "app", "echo 'app:x:1001:1002::/:/bin/sh' >> \"$d/etc/passwd\"; "
+			   "echo 'app:x:1002:' >> \"$d/etc/group\"") &&
+	       /* ghost: its line after 2000 others (over 64 KiB), and no `id`. */
+	       build_image(img_ghost, "ghost", "i=0; while [ $i -lt 2000 ]; do "
+			   "echo \"padding-user-$i:x:$((20000 + i)):$((20000 + i))::/nonexistent:/bin/false\"; "
+			   "i=$((i + 1)); done >> \"$d/etc/passwd\"; "
+			   "echo 'ghost:x:1003:1003::/:/bin/sh' >> \"$d/etc/passwd\"; rm \"$d/bin/id\"");
+}
+
+int main(void)
+{
+	SRunner *sr;
+	char *out;
+	int failed = 1;
+
+	snprintf(run_id, sizeof(run_id), "itf%d", (int)getpid());
+	snprintf(img_root, sizeof(img_root), "msb-it-files-root:%s", run_id);
+	snprintf(img_u1000, sizeof(img_u1000), "msb-it-files-u1000:%s", run_id);
+	snprintf(img_app, sizeof(img_app), "msb-it-files-app:%s", run_id);
+	snprintf(img_ghost, sizeof(img_ghost), "msb-it-files-ghost:%s", run_id);
+	if (build_images()) {
+		harness_run_dir_create();
+		sr = srunner_create(files_suite());
+		srunner_run_all(sr, CK_NORMAL);
+		failed = srunner_ntests_failed(sr);
+		srunner_free(sr);
+		harness_run_dir_remove();
+	}
+	/* Whatever failed: nothing of this run stays. */
+	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
+		     "docker rmi -f %s %s %s %s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, img_root, img_u1000,
+		     img_app, img_ghost);
+	free(out);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
