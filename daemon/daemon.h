@@ -17,6 +17,7 @@ struct registry;
 struct docker_events;
 struct acquire_table;
 struct freeze_table;
+struct fileop_table;
 
 struct msbd {
 	struct event_base *base;
@@ -28,6 +29,7 @@ struct msbd {
 	struct docker_events *events;       /* keeps the registry current */
 	struct acquire_table *acquires;     /* acquires in flight */
 	struct freeze_table *freezes;       /* the pause lock of each container */
+	struct fileop_table *fileops;       /* file operations in flight */
 	bool registry_synced;               /* a listing has been read since the last resync */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */

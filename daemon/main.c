@@ -15,6 +15,7 @@
 #include "acquire.h"
 #include "docker.h"
 #include "engine.h"
+#include "fileop.h"
 #include "freeze.h"
 #include "reap.h"
 #include "registry.h"
@@ -31,6 +32,8 @@ struct msbd_main {
 	struct event *sig_term, *sig_int, *sig_hup;
 	struct event *drain_timer;
 	struct event *flush_timer;
+	struct event *thaw_timer;        /* at the drain deadline: waits for file calls' thaws */
+	int thaw_waited_ms;
 	struct event *reap_timer;
 	bool reap_running;
 	bool stopping;
@@ -322,21 +325,50 @@ static void final_flush_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(m->d.base, NULL);
 }
 
-/* The drain deadline: cancel what is still in flight (its callers get
- * ShuttingDown), then give the replies a moment to be written. */
-static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+/* Cancels every engine request (their callers get ShuttingDown), then
+ * gives the replies a moment to be written. */
+static void drain_cancel_engine(struct msbd_main *m)
 {
-	struct msbd_main *m = arg;
 	struct timeval tv = { MSB_FINAL_FLUSH_MS / 1000, (MSB_FINAL_FLUSH_MS % 1000) * 1000 };
 
-	(void)fd, (void)what;
-	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
-		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
 	evtimer_add(m->flush_timer, &tv);
 	m->d.events = docker_events_free(m->d.events);
 	evtimer_del(m->d.resync_timer);
 	freeze_table_cancel_retries(m->d.freezes);
 	m->d.engine = engine_free(m->d.engine);
+}
+
+/* File calls cut short at the drain deadline unpause their guests while the
+ * engine is still there: wait for that (bounded), then cancel the rest. */
+static void thaw_wait_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+	struct timeval tv = { 0, MSB_THAW_POLL_MS * 1000 };
+
+	(void)fd, (void)what;
+	if (freeze_table_count(m->d.freezes) > 0 && m->thaw_waited_ms < MSB_THAW_WAIT_MS) {
+		m->thaw_waited_ms += MSB_THAW_POLL_MS;
+		evtimer_add(m->thaw_timer, &tv);
+		return;
+	}
+	if (freeze_table_count(m->d.freezes) > 0)
+		log_warnx("%zu freeze(s) still on after %d ms; the next start thaws what stays paused",
+			  freeze_table_count(m->d.freezes), MSB_THAW_WAIT_MS);
+	drain_cancel_engine(m);
+}
+
+/* The drain deadline: end what is still in flight (its callers get
+ * ShuttingDown), file calls first so their guests are thawed. */
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct msbd_main *m = arg;
+
+	(void)fd, (void)what;
+	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
+		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
+	fileop_table_cancel_all(m->d.fileops);
+	m->thaw_waited_ms = 0;
+	thaw_wait_cb(-1, 0, m);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -374,8 +406,9 @@ static int setup_signals(struct msbd_main *m)
 	m->sig_hup = evsignal_new(b, SIGHUP, signal_cb, m);
 	m->drain_timer = evtimer_new(b, drain_timeout_cb, m);
 	m->flush_timer = evtimer_new(b, final_flush_timeout_cb, m);
+	m->thaw_timer = evtimer_new(b, thaw_wait_cb, m);
 	m->reap_timer = evtimer_new(b, reap_timer_cb, m);
-	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer || !m->flush_timer ||
+	if (!m->sig_term || !m->sig_int || !m->sig_hup || !m->drain_timer || !m->flush_timer || !m->thaw_timer ||
 	    !m->reap_timer ||
 	    evsignal_add(m->sig_term, NULL) < 0 || evsignal_add(m->sig_int, NULL) < 0 ||
 	    evsignal_add(m->sig_hup, NULL) < 0)
@@ -403,6 +436,7 @@ static int start(struct msbd_main *m)
 	m->d.acquires = acquire_table_new();
 	m->d.freezes = freeze_table_new();
 	freeze_table_set_base(m->d.freezes, m->d.base);
+	m->d.fileops = fileop_table_new();
 	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
 	if (!m->d.resync_timer)
 		return -EIO;
@@ -452,6 +486,7 @@ static void stop(struct msbd_main *m)
 	if (m->d.base)
 		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
 	m->d.acquires = acquire_table_free(m->d.acquires);
+	m->d.fileops = fileop_table_free(m->d.fileops);
 	m->d.registry = registry_free(m->d.registry);
 	if (m->d.resync_timer)
 		event_free(m->d.resync_timer);
@@ -465,6 +500,8 @@ static void stop(struct msbd_main *m)
 		event_free(m->drain_timer);
 	if (m->flush_timer)
 		event_free(m->flush_timer);
+	if (m->thaw_timer)
+		event_free(m->thaw_timer);
 	if (m->reap_timer)
 		event_free(m->reap_timer);
 	m->d.config = config_free(m->d.config);

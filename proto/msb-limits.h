@@ -27,5 +27,9 @@
 #define MSB_DRAIN_TIMEOUT_MS         10000        /* shutdown.drain_ms */
 /* After the drain deadline cancels what is left, replies get this long to be written. */
 #define MSB_FINAL_FLUSH_MS           2000
+/* At the drain deadline, file calls cut short unpause their guests: the
+ * daemon waits this long for those thaws (polling), then cancels the rest. */
+#define MSB_THAW_WAIT_MS             3000
+#define MSB_THAW_POLL_MS             20
 
 #endif

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <sys/queue.h>
 
 #include <event2/event.h>
 
@@ -55,6 +56,13 @@ struct fileop {
 	fileop_cb *cb;
 	void *arg;
 	bool started;
+	TAILQ_ENTRY(fileop) entry;   /* in d->fileops, while started */
+	struct fileop_table *table;
+};
+
+struct fileop_table {
+	TAILQ_HEAD(, fileop) ops;
+	size_t count;
 };
 
 static const char *const kind_names[_FILEOP_KIND_MAX] = {
@@ -163,6 +171,10 @@ struct fileop *fileop_free(struct fileop *op)
 		msb_error_clear(&it->err);
 	}
 	free(op->items);
+	if (op->table) {
+		TAILQ_REMOVE(&op->table->ops, op, entry);
+		op->table->count--;
+	}
 	tarball_reader_free(op->reader);
 	json_decref(op->cache);
 	msb_error_clear(&op->err);
@@ -274,18 +286,10 @@ static void fop_fail_engine(struct fileop *op, int error, long status, const cha
 	fop_fail_error(op, &e);
 }
 
-static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+/* Ends op early (its deadline, or the daemon stopping): the request in
+ * flight is cancelled, and the guest thawed before the callback. */
+static void fop_abort(struct fileop *op)
 {
-	struct fileop *op = arg;
-
-	(void)fd, (void)what;
-	if (op->state == FOP_THAW || op->state == FOP_DONE)
-		return;
-	op->timed_out = true;
-	msb_error_set(&op->err, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)op->p.timeout_ms),
-		      "the file call did not finish within %ld ms", op->p.timeout_ms);
-	log_warnx("file %s on %.12s: deadline passed in state %d", fileop_kind_to_string(op->p.kind),
-		  op->id, op->state);
 	if (op->req) {
 		/* Its callback runs now with -ECANCELED and thaws. */
 		engine_req_cancel(op->req);
@@ -307,6 +311,60 @@ static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (op->state == FOP_FREEZE)
 		fop_done(op);
+}
+
+static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fileop *op = arg;
+
+	(void)fd, (void)what;
+	if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
+		return;
+	op->timed_out = true;
+	msb_error_set(&op->err, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)op->p.timeout_ms),
+		      "the file call did not finish within %ld ms", op->p.timeout_ms);
+	log_warnx("file %s on %.12s: deadline passed in state %d", fileop_kind_to_string(op->p.kind),
+		  op->id, op->state);
+	fop_abort(op);
+}
+
+struct fileop_table *fileop_table_new(void)
+{
+	struct fileop_table *t = xcalloc(1, sizeof(*t));
+
+	TAILQ_INIT(&t->ops);
+	return t;
+}
+
+struct fileop_table *fileop_table_free(struct fileop_table *t)
+{
+	if (!t)
+		return NULL;
+	assert(TAILQ_EMPTY(&t->ops));
+	free(t);
+	return NULL;
+}
+
+size_t fileop_table_count(const struct fileop_table *t)
+{
+	return t ? t->count : 0;
+}
+
+void fileop_table_cancel_all(struct fileop_table *t)
+{
+	struct fileop *op, *next;
+
+	if (!t)
+		return;
+	for (op = TAILQ_FIRST(&t->ops); op; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
+			continue;
+		op->timed_out = true;
+		if (!op->err.code)
+			msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		fop_abort(op);
+	}
 }
 
 /* ---- walking ------------------------------------------------------------ */
@@ -846,6 +904,11 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 	op->started = true;
 	op->cb = cb;
 	op->arg = arg;
+	if (op->d->fileops) {
+		op->table = op->d->fileops;
+		TAILQ_INSERT_TAIL(&op->table->ops, op, entry);
+		op->table->count++;
+	}
 	op->state = FOP_FREEZE;
 	event_add(op->deadline, &tv);
 	if (op->p.kind == FILEOP_CHECK) {

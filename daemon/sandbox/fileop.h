@@ -108,6 +108,17 @@ struct fileop *fileop_free(struct fileop *op);
  * the guest is thawed exactly as it would have been. */
 void fileop_abandon(struct fileop *op);
 
+/* Every operation in flight, so a stopping daemon can end them cleanly. */
+struct fileop_table;
+struct fileop_table *fileop_table_new(void);
+/* Every op must have completed. NULL-safe; returns NULL. */
+struct fileop_table *fileop_table_free(struct fileop_table *t);
+size_t fileop_table_count(const struct fileop_table *t);
+/* The daemon stops (drain deadline): each started op ends as at its own
+ * deadline, but with MSB_ERR_SHUTTING_DOWN — its request is cancelled and
+ * the guest thawed while the engine is still there. */
+void fileop_table_cancel_all(struct fileop_table *t);
+
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */
 void fileop_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "cleanup.h"
 #include "docker.h"
@@ -45,6 +46,7 @@ struct freeze_claim {
 	struct event *retry_ev;        /* a stale-state answer is asked again (FREEZE_STALE_*) */
 	bool stale;                    /* stale_since is set */
 	struct timespec stale_since;   /* CLOCK_MONOTONIC: the first stale answer */
+	long paused_at_ms;             /* CLOCK_MONOTONIC ms when our pause was confirmed */
 };
 
 struct freeze_lock {
@@ -66,6 +68,7 @@ struct freeze_table {
 	uint64_t generation;           /* the last confirmed hold's tick */
 	bool dead;                     /* freeze_table_free is running */
 	struct event_base *base;       /* for retries; NULL: none */
+	json_t *unpaused_at;           /* id → CLOCK_MONOTONIC ms of our last thaw of a hold */
 };
 
 static const char *const claim_state_names[_FREEZE_CLAIM_STATE_MAX] = {
@@ -122,6 +125,9 @@ struct freeze_table *freeze_table_new(void)
 	struct freeze_table *t = xcalloc(1, sizeof(*t));
 
 	TAILQ_INIT(&t->locks);
+	t->unpaused_at = json_object();
+	if (!t->unpaused_at)
+		fatalx("%s: out of memory", __func__);
 	return t;
 }
 
@@ -378,6 +384,36 @@ static void claim_notify_cancelled(struct freeze_claim *c)
 	claim_notify(c, -ECANCELED, &f);
 }
 
+static long mono_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* Our hold of id was just thawed: a pause refused as "already paused" in
+ * the next FREEZE_STALE_BUDGET_MS may be the engine's late view of it. */
+static void note_unpaused(struct freeze_table *t, const char *id)
+{
+	long now = mono_ms();
+	const char *key;
+	json_t *v, *tmp;
+
+	json_object_foreach_safe(t->unpaused_at, tmp, key, v)
+		if (now - json_integer_value(v) >= FREEZE_STALE_BUDGET_MS)
+			json_object_del(t->unpaused_at, key);
+	json_object_set_new(t->unpaused_at, id, json_integer(now));
+}
+
+/* Did we thaw a hold of id within FREEZE_STALE_BUDGET_MS? */
+static bool recently_unpaused(const struct freeze_table *t, const char *id)
+{
+	json_t *v = json_object_get(t->unpaused_at, id);
+
+	return v && mono_ms() - json_integer_value(v) < FREEZE_STALE_BUDGET_MS;
+}
+
 /* ---- requests ------------------------------------------------------------------- */
 
 static void pause_done_cb(const struct docker_reply *r, void *arg);
@@ -389,6 +425,8 @@ static void thaw_finished(struct freeze_claim *c, const struct docker_reply *r)
 	struct freeze_lock *l = c->lock;
 
 	claim_finish(c);
+	if (c->kind == FREEZE_KIND_HOLD && reply_is_2xx(r))
+		note_unpaused(l->table, l->id);
 	if (thaw_is_success(r)) {
 		log_debug("op", "freeze %.64s: thawed (HTTP %ld)", l->id, r->status);
 		claim_notify(c, 0, NULL);
@@ -512,6 +550,7 @@ static void pause_confirmed(struct freeze_claim *c)
 	}
 	l->confirmed_gen = ++l->table->generation;
 	c->stale = false;   /* the unpause gets a budget of its own */
+	c->paused_at_ms = mono_ms();
 	claim_set_state(c, FREEZE_CLAIM_HELD);
 	claim_notify(c, 0, NULL);
 }
@@ -544,7 +583,7 @@ static void pause_outcome(struct freeze_claim *c, const struct docker_reply *r)
 		claim_fail(c, r, false);
 		claim_thaw(c);
 	} else if (r->status == 409 && reply_says(r, "already paused") && !c->withdrawn &&
-		   claim_retry_stale(c)) {
+		   (c->stale || recently_unpaused(c->lock->table, c->lock->id)) && claim_retry_stale(c)) {
 		/* Perhaps only the engine's late view of our own last unpause. */
 	} else if (c->withdrawn && r->error == 0 && r->status == 409) {
 		/* Withdrawn while waiting to ask again: nothing was paused by us. */
@@ -582,7 +621,8 @@ static void unpause_done_cb(const struct docker_reply *r, void *arg)
 	claim_enter(c);
 	/* Our own pause said "not paused" back: perhaps the engine's late view
 	 * of an earlier unpause, while the guest is frozen. Ask again. */
-	if (!(c->kind == FREEZE_KIND_HOLD && reply_says(r, "is not paused") && claim_retry_stale(c)))
+	if (!(c->kind == FREEZE_KIND_HOLD && reply_says(r, "is not paused") &&
+	      mono_ms() - c->paused_at_ms < FREEZE_STALE_BUDGET_MS && claim_retry_stale(c)))
 		thaw_finished(c, r);
 	claim_leave(c);
 }
@@ -856,6 +896,7 @@ struct freeze_table *freeze_table_free(struct freeze_table *t)
 		TAILQ_REMOVE(&t->locks, l, entry);
 		free(l);
 	}
+	json_decref(t->unpaused_at);
 	free(t);
 	return NULL;
 }

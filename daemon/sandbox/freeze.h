@@ -107,9 +107,13 @@ struct freeze_table *freeze_table_new(void);
  * right after our pause an unpause can meet "is not paused" while the guest
  * is frozen. With an event base, a hold asks again every
  * FREEZE_STALE_RETRY_MS for up to FREEZE_STALE_BUDGET_MS (then the answer
- * stands: refused, or thawed). Without one, the first answer stands. */
-#define FREEZE_STALE_RETRY_MS  25
-#define FREEZE_STALE_BUDGET_MS 2000
+ * stands: refused, or thawed) — but only within FREEZE_STALE_BUDGET_MS of
+ * our own thaw of that container (for "already paused") or of our own
+ * confirmed pause (for "is not paused"). A pause someone else made is
+ * refused at once, as before. Without an event base, the first answer
+ * stands. */
+#define FREEZE_STALE_RETRY_MS  20
+#define FREEZE_STALE_BUDGET_MS 1000
 struct event_base;
 void freeze_table_set_base(struct freeze_table *t, struct event_base *base);
 /* The engine is about to be freed: a claim waiting to ask again gets the

@@ -330,23 +330,43 @@ END_TEST
 #define ALREADY_PAUSED_409 \
 	PAUSE_R(409, .body = "{\"message\":\"container c1 is already paused\"}")
 
-/* With an event base, "already paused" right after our unpause is asked
- * again, and the hold is granted once the engine catches up. */
+/* With an event base, "already paused" right after our own unpause is
+ * asked again, and the hold is granted once the engine catches up. */
 START_TEST(test_stale_already_paused_is_asked_again)
 {
-	static const struct fake_reply script[] = { PING, VERSION, ALREADY_PAUSED_409, ALREADY_PAUSED_409,
-						    PAUSES, UNPAUSES };
+	static const struct fake_reply script[] = { PING, VERSION, PAUSE(), UNPAUSE(), ALREADY_PAUSED_409,
+						    ALREADY_PAUSED_409, PAUSES, UNPAUSES };
 	struct rec *a, *t;
 
 	freeze_table_set_base(table, base);
 	start_reachable(script, ELEMENTSOF(script));
 	a = hold();
 	wait_calls(a, 1);
-	ck_assert_int_eq(a->error, 0);
-	ck_assert_str_eq(trace(), "c1/pause;c1/pause;c1/pause;");
 	t = release_and_wait(a);
 	ck_assert_int_eq(t->error, 0);
-	ck_assert_str_eq(trace(), "c1/pause;c1/pause;c1/pause;c1/unpause;");
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;c1/pause;c1/pause;");
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+}
+END_TEST
+
+/* No thaw of ours just before: "already paused" is someone else's pause,
+ * refused at once and never undone. */
+START_TEST(test_already_paused_without_our_thaw_is_refused_at_once)
+{
+	static const struct fake_reply script[] = { PING, VERSION, ALREADY_PAUSED_409, PAUSES, UNPAUSES };
+	struct rec *a;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, -EBUSY);
+	run_for(FREEZE_STALE_RETRY_MS * 4);
+	ck_assert_str_eq(trace(), "c1/pause;");
 }
 END_TEST
 
@@ -368,23 +388,28 @@ START_TEST(test_stale_not_paused_is_asked_again)
 }
 END_TEST
 
-/* Someone else really holds it: after the budget, the refusal stands and
- * nothing is unpaused. */
+/* Our thaw was recent, but the pause is really someone else's: after the
+ * budget the refusal stands, and nothing of theirs is unpaused. */
 START_TEST(test_stale_budget_then_refused)
 {
 	static const struct fake_reply script[] = {
-		PING, VERSION, PAUSE_R(409, .body = "{\"message\":\"container c1 is already paused\"}", .repeat = true),
+		PING, VERSION, PAUSE(), UNPAUSE(),
+		PAUSE_R(409, .body = "{\"message\":\"container c1 is already paused\"}", .repeat = true),
 	};
-	struct rec *a;
+	struct rec *a, *t;
 
 	freeze_table_set_base(table, base);
 	start_reachable(script, ELEMENTSOF(script));
 	a = hold();
+	wait_calls(a, 1);
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	a = hold();
 	run_until(&a->calls, 1, FREEZE_STALE_BUDGET_MS + RUN_MAX_MS);
 	ck_assert_int_eq(a->calls, 1);
 	ck_assert_int_eq(a->error, -EBUSY);
-	ck_assert(strstr(trace(), "unpause") == NULL);
-	ck_assert(fake_engine_request_count() >= 3);
+	ck_assert(strncmp(trace(), "c1/pause;c1/unpause;c1/pause;c1/pause;", 38) == 0);
+	ck_assert(strstr(trace() + 20, "unpause") == NULL);
 	ck_assert_uint_eq(freeze_table_count(table), 0);
 }
 END_TEST
@@ -393,21 +418,26 @@ END_TEST
  * now, like a request in flight, and nothing more is sent. */
 START_TEST(test_stale_retry_cancelled)
 {
-	static const struct fake_reply script[] = { PING, VERSION, ALREADY_PAUSED_409, PAUSES, UNPAUSES };
-	struct rec *a;
+	static const struct fake_reply script[] = { PING, VERSION, PAUSE(), UNPAUSE(), ALREADY_PAUSED_409,
+						    PAUSES, UNPAUSES };
+	struct rec *a, *t;
 
 	freeze_table_set_base(table, base);
 	start_reachable(script, ELEMENTSOF(script));
 	a = hold();
-	while (fake_engine_request_count() < 3)
+	wait_calls(a, 1);
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	a = hold();
+	while (fake_engine_request_count() < 5)
 		run_for(1);
-	run_for(8);     /* the 409 is in; the retry waits FREEZE_STALE_RETRY_MS */
-	ck_assert_str_eq(trace(), "c1/pause;");
+	run_for(6);     /* the 409 is in; the retry waits FREEZE_STALE_RETRY_MS */
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
 	freeze_table_cancel_retries(table);
 	ck_assert_int_eq(a->calls, 1);
 	ck_assert_int_eq(a->error, -ECANCELED);
 	run_for(FREEZE_STALE_RETRY_MS * 4);
-	ck_assert_str_eq(trace(), "c1/pause;");
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
 }
 END_TEST
 
@@ -1181,6 +1211,7 @@ static Suite *freeze_suite(void)
 
 	tc = fixture_tcase("stale_state");
 	tcase_add_test(tc, test_stale_already_paused_is_asked_again);
+	tcase_add_test(tc, test_already_paused_without_our_thaw_is_refused_at_once);
 	tcase_add_test(tc, test_stale_not_paused_is_asked_again);
 	tcase_add_test(tc, test_stale_budget_then_refused);
 	tcase_add_test(tc, test_stale_retry_cancelled);
