@@ -1,5 +1,9 @@
 #include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "loop.h"
@@ -62,4 +66,49 @@ void loop_engine_start_reachable(struct event_base *base, struct engine *e, int 
 	engine_start(e);
 	loop_run_until(base, reachable, want, max_ms);
 	ck_assert_int_eq(engine_get_state(e), ENGINE_REACHABLE);
+}
+
+/* ---- the log: stderr goes to a file for the test's length ------------------------- */
+
+static int saved_stderr = -1;
+static char log_path[4096];
+
+void loop_log_capture_start(void)
+{
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	int fd;
+
+	snprintf(log_path, sizeof(log_path), "%s/test-log-XXXXXX", dir);
+	fd = mkstemp(log_path);
+	ck_assert_int_ge(fd, 0);
+	fflush(stderr);
+	saved_stderr = dup(STDERR_FILENO);
+	ck_assert_int_ge(saved_stderr, 0);
+	ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+	close(fd);
+}
+
+void loop_log_capture_stop(void)
+{
+	if (saved_stderr < 0)
+		return;
+	fflush(stderr);
+	dup2(saved_stderr, STDERR_FILENO);
+	close(saved_stderr);
+	saved_stderr = -1;
+	unlink(log_path);
+}
+
+const char *loop_logged(void)
+{
+	static char buf[LOOP_LOG_MAX];
+	_cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	fflush(stderr);
+	ck_assert_int_ge(fd, 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	ck_assert_int_ge(n, 0);
+	buf[n] = '\0';
+	return buf;
 }

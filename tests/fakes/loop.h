@@ -22,4 +22,12 @@ struct engine *loop_engine_new(struct event_base *base, const struct engine_opti
 void loop_engine_start_reachable(struct event_base *base, struct engine *e, int *reachable,
 				 const struct fake_reply *script, size_t n, int max_ms);
 
+/* stderr (the daemon's log) goes to a temp file from start to stop, so a
+ * test can read what was logged (loop_logged: a static buffer of at most
+ * LOOP_LOG_MAX - 1 bytes). */
+#define LOOP_LOG_MAX (64 * 1024)
+void loop_log_capture_start(void);
+void loop_log_capture_stop(void);
+const char *loop_logged(void);
+
 #endif

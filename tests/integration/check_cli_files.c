@@ -36,30 +36,6 @@ static char image[64];
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Runs a shell command; returns its stdout (trailing newlines cut). */
-static char *sh_out(const char *fmt, ...)
-{
-	char cmd[2048], *out = calloc(1, 65536);
-	va_list ap;
-	FILE *p;
-	size_t n;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	/* No ck_assert here: main() uses this outside any test. */
-	p = popen(cmd, "r");
-	if (!p)
-		return out;
-	n = fread(out, 1, 65535, p);
-	pclose(p);
-	while (n > 0 && out[n - 1] == '\n')
-		out[--n] = '\0';
-	return out;
-}
-
 /* A daemon whose registry has been read, and one sandbox acquired in it. */
 struct env {
 	struct msbd_proc d;

@@ -140,30 +140,6 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Runs a host shell command; returns its stdout (trailing newlines cut). */
-static char *sh_out(const char *fmt, ...)
-{
-	char cmd[4096], *out = calloc(1, 65536);
-	va_list ap;
-	FILE *p;
-	size_t n;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	/* No ck_assert here: main() uses this outside any test. */
-	p = popen(cmd, "r");
-	if (!p)
-		return out;
-	n = fread(out, 1, 65535, p);
-	pclose(p);
-	while (n > 0 && out[n - 1] == '\n')
-		out[--n] = '\0';
-	return out;
-}
-
 static char *read_fd(int fd, size_t *ret_len)
 {
 	size_t cap = 4096, len = 0;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,4 +502,26 @@ json_int_t jint(json_t *root, const char *path)
 
 	ck_assert_msg(json_is_integer(v), "%s is not an integer", path);
 	return json_integer_value(v);
+}
+
+char *sh_out(const char *fmt, ...)
+{
+	char cmd[4096], *out = calloc(1, 65536);
+	va_list ap;
+	FILE *p;
+	size_t n;
+
+	if (!out)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	p = popen(cmd, "r");
+	if (!p)
+		return out;
+	n = fread(out, 1, 65535, p);
+	pclose(p);
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = '\0';
+	return out;
 }

@@ -73,6 +73,11 @@ const char *engine_socket_path(void);
  * if wanted, the value of header (malloc'd). */
 char *engine_get(const char *path, const char *header, char **ret_header_value);
 
+/* Runs a host shell command (popen); returns its stdout, trailing newlines
+ * cut, at most 64 KiB (malloc'd; empty if it could not run). No Check
+ * assertion inside: main() may use it outside any test. */
+char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Helpers on results. */
 const char *jstr(json_t *root, const char *path);   /* "a.b.c" */
 json_int_t jint(json_t *root, const char *path);

@@ -50,7 +50,6 @@
 #define TEXT_MAX     512
 #define ITEMS_MAX    8
 #define MTIME        "2024-05-01T10:34:56Z"
-#define LOG_MAX      (64 * 1024)
 
 #define GO_DIR      (PATHS_GO_MODE_DIR | 0755u)
 #define GO_SYMLINK  (PATHS_GO_MODE_SYMLINK | 0777u)
@@ -69,52 +68,6 @@ static int reachable_count;
 static const struct engine_options test_opts = {
 	.timeout_ms = 2000, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
 };
-
-/* ---- the log: stderr goes to a file for the test's length ------------------------- */
-
-static int saved_stderr = -1;
-static char log_path[PATH_MAX];
-
-static void log_capture_start(void)
-{
-	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	int fd;
-
-	snprintf(log_path, sizeof(log_path), "%s/fileop-log-XXXXXX", dir);
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	fflush(stderr);
-	saved_stderr = dup(STDERR_FILENO);
-	ck_assert_int_ge(saved_stderr, 0);
-	ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
-	close(fd);
-}
-
-static void log_capture_stop(void)
-{
-	if (saved_stderr < 0)
-		return;
-	fflush(stderr);
-	dup2(saved_stderr, STDERR_FILENO);
-	close(saved_stderr);
-	saved_stderr = -1;
-	unlink(log_path);
-}
-
-/* What was logged so far (static buffer). */
-static const char *logged(void)
-{
-	static char buf[LOG_MAX];
-	_cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	fflush(stderr);
-	ck_assert_int_ge(fd, 0);
-	n = read(fd, buf, sizeof(buf) - 1);
-	ck_assert_int_ge(n, 0);
-	buf[n] = '\0';
-	return buf;
-}
 
 /* ---- the script: built per test, kept until teardown ------------------------------- */
 
@@ -587,7 +540,7 @@ static void setup(void)
 	daemon_ctx.config->engine_timeout_ms = 2000;
 	daemon_ctx.freezes = freeze_table_new();
 	ck_assert_ptr_nonnull(daemon_ctx.freezes);
-	log_capture_start();
+	loop_log_capture_start();
 	log_set_debug(true);   /* the debug lines are formatted too (UBSan sees them) */
 }
 
@@ -598,7 +551,7 @@ static void teardown(void)
 	daemon_ctx.config = config_free(daemon_ctx.config);
 	event_base_free(base);
 	fake_engine_cleanup();
-	log_capture_stop();
+	loop_log_capture_stop();
 	res_forget();
 	for (size_t i = 0; i < n_owned; i++)
 		free(owned[i]);
@@ -679,7 +632,7 @@ START_TEST(test_write_sequence)
 	assert_thawed_before_cb();
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/a.txt 0644 1000:1001 hello");
-	ck_assert_ptr_null(strstr(logged(), "warning"));
+	ck_assert_ptr_null(strstr(loop_logged(), "warning"));
 }
 END_TEST
 
@@ -1358,7 +1311,7 @@ START_TEST(test_get_closes_mid_body)
 	ck_assert_str_eq(res.type, msb_error_name(res.code));
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/f;GET " WD "/f;unpause;");
 	assert_thawed_before_cb();
-	ck_assert_ptr_null(strstr(logged(), "still frozen"));
+	ck_assert_ptr_null(strstr(loop_logged(), "still frozen"));
 }
 END_TEST
 

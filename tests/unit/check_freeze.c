@@ -33,7 +33,6 @@
 #define MAX_RECS    (FREEZE_MAX_CLAIMS_PER_CONTAINER + 8)
 #define TEXT_MAX    512
 #define TRACE_MAX   4096
-#define LOG_MAX     (64 * 1024)
 
 #define VERSION_BODY \
 	"{\"Version\":\"26.1.0\",\"ApiVersion\":\"1.45\",\"Os\":\"linux\",\"Arch\":\"amd64\"," \
@@ -73,52 +72,6 @@ static void run_for(int ms)
 	run_until(NULL, 0, ms);
 }
 
-/* ---- the log: stderr goes to a file for the test's length ------------------------- */
-
-static int saved_stderr = -1;
-static char log_path[PATH_MAX];
-
-static void log_capture_start(void)
-{
-	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	int fd;
-
-	snprintf(log_path, sizeof(log_path), "%s/freeze-log-XXXXXX", dir);
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	fflush(stderr);
-	saved_stderr = dup(STDERR_FILENO);
-	ck_assert_int_ge(saved_stderr, 0);
-	ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
-	close(fd);
-}
-
-static void log_capture_stop(void)
-{
-	if (saved_stderr < 0)
-		return;
-	fflush(stderr);
-	dup2(saved_stderr, STDERR_FILENO);
-	close(saved_stderr);
-	saved_stderr = -1;
-	unlink(log_path);
-}
-
-/* What was logged so far (static buffer). */
-static const char *logged(void)
-{
-	static char buf[LOG_MAX];
-	_cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	fflush(stderr);
-	ck_assert_int_ge(fd, 0);
-	n = read(fd, buf, sizeof(buf) - 1);
-	ck_assert_int_ge(n, 0);
-	buf[n] = '\0';
-	return buf;
-}
-
 /* ---- fixture ------------------------------------------------------------------------- */
 
 static void setup(void)
@@ -129,7 +82,7 @@ static void setup(void)
 	engine = loop_engine_new(base, &test_opts, &reachable_count);
 	table = freeze_table_new();
 	ck_assert_ptr_nonnull(table);
-	log_capture_start();
+	loop_log_capture_start();
 	log_set_debug(true);   /* the debug lines are formatted too (UBSan sees them) */
 }
 
@@ -143,7 +96,7 @@ static void teardown(void)
 	table = freeze_table_free(table);
 	event_base_free(base);
 	fake_engine_cleanup();
-	log_capture_stop();
+	loop_log_capture_stop();
 	records_forget();   /* so a claim left unfreed is a leak to LeakSanitizer */
 }
 
@@ -464,7 +417,7 @@ START_TEST(test_one_hold)
 	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
 	settle();
 	assert_idle();
-	ck_assert_ptr_null(strstr(logged(), "warning"));
+	ck_assert_ptr_null(strstr(loop_logged(), "warning"));
 }
 END_TEST
 
@@ -744,7 +697,7 @@ START_TEST(test_pause_timeout_undone)
 	wait_calls(b, 1);
 	ck_assert_int_eq(b->error, 0);
 	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
-	ck_assert_ptr_null(strstr(logged(), "still frozen"));
+	ck_assert_ptr_null(strstr(loop_logged(), "still frozen"));
 	release_and_wait(b);
 	settle();
 	assert_idle();
@@ -819,7 +772,7 @@ START_TEST(test_unpause_result)
 	}
 	wait_calls(b, 1);
 	ck_assert_int_eq(b->error, 0);
-	log = logged();
+	log = loop_logged();
 	if (unpause_rows[_i].warns) {
 		ck_assert_msg(strstr(log, "warning") && strstr(log, "still frozen"), "log: %s", log);
 	} else {
@@ -1000,7 +953,7 @@ START_TEST(test_engine_freed_while_pausing)
 	assert_idle();
 	settle();
 	ck_assert_str_eq(trace(), "c1/pause;");
-	ck_assert(strstr(logged(), "may be left frozen"));
+	ck_assert(strstr(loop_logged(), "may be left frozen"));
 }
 END_TEST
 
@@ -1025,7 +978,7 @@ START_TEST(test_engine_freed_while_thawing)
 	assert_idle();
 	settle();
 	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
-	ck_assert(strstr(logged(), "still frozen"));
+	ck_assert(strstr(loop_logged(), "still frozen"));
 }
 END_TEST
 
@@ -1067,7 +1020,7 @@ START_TEST(test_engine_freed_mid_hold)
 	assert_idle();
 	settle();
 	ck_assert_str_eq(trace(), "c1/pause;c1/archive?path=%2F;");
-	ck_assert(strstr(logged(), "still frozen"));
+	ck_assert(strstr(loop_logged(), "still frozen"));
 }
 END_TEST
 
@@ -1089,7 +1042,7 @@ START_TEST(test_table_freed_with_holder)
 	ck_assert_int_eq(b->calls, 1);
 	ck_assert_int_eq(b->error, -ECANCELED);
 	settle();
-	ck_assert(strstr(logged(), "still frozen"));
+	ck_assert(strstr(loop_logged(), "still frozen"));
 }
 END_TEST
 
@@ -1141,7 +1094,7 @@ START_TEST(test_thaw_orphan)
 					"refusing to serve a container whose guest cannot run: "), "%s", r->message);
 	}
 	ck_assert_str_eq(trace(), "c1/unpause;");
-	ck_assert_ptr_null(strstr(logged(), "warning"));   /* the caller decides what to say */
+	ck_assert_ptr_null(strstr(loop_logged(), "warning"));   /* the caller decides what to say */
 	settle();
 	assert_idle();
 	fake_engine_stop();
