@@ -585,7 +585,11 @@ static void pause_outcome(struct freeze_claim *c, const struct docker_reply *r)
 	} else if (r->status == 409 && reply_says(r, "already paused") && !c->withdrawn &&
 		   (c->stale || recently_unpaused(c->lock->table, c->lock->id)) && claim_retry_stale(c)) {
 		/* Perhaps only the engine's late view of our own last unpause. */
-	} else if (c->withdrawn && r->error == 0 && r->status == 409) {
+	} else if (r->error == 0 && r->status >= 500 && reply_says(r, "unable to freeze") && !c->withdrawn &&
+		   claim_retry_stale(c)) {
+		/* runc gave up on a guest that forks as fast as it can freeze it,
+		 * and thawed it again: a moment later it usually works. */
+	} else if (c->withdrawn && r->error == 0 && (r->status == 409 || r->status >= 500)) {
 		/* Withdrawn while waiting to ask again: nothing was paused by us. */
 		claim_finish(c);
 		lock_advance(c->lock);

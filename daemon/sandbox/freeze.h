@@ -110,8 +110,10 @@ struct freeze_table *freeze_table_new(void);
  * stands: refused, or thawed) — but only within FREEZE_STALE_BUDGET_MS of
  * our own thaw of that container (for "already paused") or of our own
  * confirmed pause (for "is not paused"). A pause someone else made is
- * refused at once, as before. Without an event base, the first answer
- * stands. */
+ * refused at once, as before. A pause runc gave up on ("unable to freeze":
+ * a guest forking faster than the freezer settles; runc thaws it again) is
+ * asked again within the same budget. Without an event base, the first
+ * answer stands. */
 #define FREEZE_STALE_RETRY_MS  20
 #define FREEZE_STALE_BUDGET_MS 1000
 struct event_base;

@@ -1351,7 +1351,7 @@ START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
 	json_t *req;
 	char *frame;
 	bool seen = false;
-	int fd;
+	int fd, status;
 
 	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
 	msbd_start(&d2, args);
@@ -1379,7 +1379,10 @@ START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
 	}
 	ck_assert_msg(seen, "the read never froze the guest");
 	msbd_signal(&d2, SIGTERM);
-	ck_assert_int_eq(msbd_wait(&d2, 20000), 0);
+	status = msbd_wait(&d2, 20000);
+	if (status != 0)
+		msbd_dump_log(&d2);
+	ck_assert_int_eq(status, 0);
 	/* Exited: whatever it owed is done. No waiting here. */
 	ck_assert_msg(!engine_paused(fx.id), "the daemon exited and left the guest paused");
 	close(fd);

@@ -341,6 +341,29 @@ START_TEST(test_stale_not_paused_is_asked_again)
 }
 END_TEST
 
+/* runc gave up freezing a busy guest (500 "unable to freeze"; it thawed
+ * it again): asked again, granted once it works. */
+START_TEST(test_unable_to_freeze_is_asked_again)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION,
+		PAUSE_R(500, .body = "{\"message\":\"Cannot pause container c1: OCI runtime pause failed: "
+				     "unable to freeze: unknown\"}"),
+		PAUSES, UNPAUSES,
+	};
+	struct rec *a, *t;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/pause;");
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+}
+END_TEST
+
 /* Our thaw was recent, but the pause is really someone else's: after the
  * budget the refusal stands, and nothing of theirs is unpaused. */
 START_TEST(test_stale_budget_then_refused)
@@ -1165,6 +1188,7 @@ static Suite *freeze_suite(void)
 	tc = fixture_tcase("stale_state");
 	tcase_add_test(tc, test_stale_already_paused_is_asked_again);
 	tcase_add_test(tc, test_already_paused_without_our_thaw_is_refused_at_once);
+	tcase_add_test(tc, test_unable_to_freeze_is_asked_again);
 	tcase_add_test(tc, test_stale_not_paused_is_asked_again);
 	tcase_add_test(tc, test_stale_budget_then_refused);
 	tcase_add_test(tc, test_stale_retry_cancelled);
