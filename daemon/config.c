@@ -65,6 +65,7 @@ static const struct config_key config_keys[] = {
 	K("files.max_total_bytes", CONFIG_SIZE, files_max_total_bytes, 1, MSB_TRANSFER_MAX_TOTAL_BYTES, false, "bytes one file call moves in all"),
 	K("files.max_files", CONFIG_LONG, files_max_files, 1, MSB_TRANSFER_MAX_FILES, false, "files one file call moves"),
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
+	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
 	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
 	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
 };
@@ -109,6 +110,7 @@ struct msbd_config *config_new_defaults(void)
 	cfg->files_max_total_bytes = MSB_TRANSFER_MAX_TOTAL_BYTES;
 	cfg->files_max_files = MSB_TRANSFER_MAX_FILES;
 	cfg->files_timeout_ms = MSB_FILES_TIMEOUT_MS;
+	cfg->exec_max_output_bytes = MSB_EXEC_MAX_OUTPUT_BYTES;
 	return cfg;
 }
 

@@ -40,6 +40,7 @@ struct msbd_config {
 	size_t files_max_total_bytes; /* files.max_total_bytes: all files of one call */
 	long files_max_files;         /* files.max_files: files in one call */
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
+	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
 	bool debug;                 /* log.debug */
@@ -61,6 +62,7 @@ struct msbd_cmdline {
 #define MSB_PULL_TIMEOUT_MS          600000
 #define MSB_REAP_INTERVAL_S          3600
 #define MSB_FILES_TIMEOUT_MS         60000
+#define MSB_EXEC_MAX_OUTPUT_BYTES    (8u * 1024 * 1024)
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

@@ -11,6 +11,7 @@
 #include "errmap.h"
 #include "msb-limits.h"
 #include "log.h"
+#include "m_exec.h"
 #include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-build.h"
@@ -245,6 +246,7 @@ const struct rpc_method msbd_methods[] = {
 	  sizeof(struct m_sandbox_scope_params) },
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
 	  sizeof(struct m_sandbox_reap_params) },
+	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params) },
 	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },

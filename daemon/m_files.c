@@ -137,7 +137,7 @@ static const struct sandbox *files_sandbox(struct msbd *d, struct rpc_call *call
 }
 
 /* Checks the sandbox param; NULL and *ret_fail set when the call is refused. */
-static const struct sandbox *files_begin(struct msbd *d, struct rpc_call *call, const char *id,
+const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *id,
 					 struct rpc_result **ret_fail)
 {
 	const struct sandbox *sb;
@@ -159,7 +159,7 @@ static const struct sandbox *files_begin(struct msbd *d, struct rpc_call *call, 
 	return sb;
 }
 
-static const char *files_base(const struct sandbox *sb)
+const char *m_files_sandbox_base(const struct sandbox *sb)
 {
 	const char *base = sandbox_label(sb, LABEL_WORK_DIR);
 
@@ -172,7 +172,7 @@ static int files_plan(enum paths_op op, const json_t *path, const json_t *wd, co
 {
 	return paths_plan_new(op, json_string_value(path), json_string_length(path),
 			      wd ? json_string_value(wd) : NULL, wd ? json_string_length(wd) : 0,
-			      files_base(sb), ret, reterr_reason);
+			      m_files_sandbox_base(sb), ret, reterr_reason);
 }
 
 static void files_reply_error(struct files_req *fr, const struct msb_error *err)
@@ -369,7 +369,7 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	const struct msbd_config *c = d->config;
 	struct rpc_result *fail;
-	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	size_t n;
 
@@ -443,7 +443,7 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	const struct msbd_config *c = d->config;
 	struct rpc_result *fail;
-	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	uint64_t max;
 	size_t n;
@@ -489,7 +489,7 @@ struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
@@ -594,7 +594,7 @@ struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	const struct fileop_params fp = { .kind = FILEOP_CHECK, .id = sb ? sb->id : "",
 					  .timeout_ms = d->config->files_timeout_ms };
 	struct paths_plan *plan = NULL;
@@ -623,7 +623,7 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = files_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	long max_ms = d->config->files_timeout_ms;
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;

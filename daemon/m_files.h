@@ -27,6 +27,16 @@ struct m_files_params {
 /* Most bytes of a guest rm's stderr carried in an OSError. */
 #define M_FILES_STDERR_MAX 4096
 
+/* The caller's sandbox named by id (a full container id), or NULL with
+ * *ret_fail set: InvalidParams (not a full id), EngineUnavailable (the
+ * registry is not read yet), SandboxNotFound (absent, or another user's). */
+struct msbd;
+struct sandbox;
+const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *id,
+					    struct rpc_result **ret_fail);
+/* The sandbox's storage base (its work-dir label), or the default. */
+const char *m_files_sandbox_base(const struct sandbox *sb);
+
 extern const struct rpc_param m_files_write_spec[];
 extern const struct rpc_param m_files_read_spec[];
 extern const struct rpc_param m_files_stat_spec[];

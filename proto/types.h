@@ -19,6 +19,7 @@
 #define MSB_METHOD_SANDBOX_DISPOSE_SCOPE "sandbox.dispose_scope"
 #define MSB_METHOD_SANDBOX_LIST          "sandbox.list"
 #define MSB_METHOD_SANDBOX_REAP          "sandbox.reap"
+#define MSB_METHOD_SANDBOX_EXEC          "sandbox.exec"
 #define MSB_METHOD_FILES_WRITE           "files.write"
 #define MSB_METHOD_FILES_READ            "files.read"
 #define MSB_METHOD_FILES_STAT            "files.stat"

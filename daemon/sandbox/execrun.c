@@ -587,6 +587,13 @@ static int spec_check(const struct execrun_spec *spec)
 		if (bytes > EXECRUN_MAX_ARGV_BYTES)
 			return -E2BIG;
 	}
+	for (size_t i = 0; spec->env && spec->env[i]; i++) {
+		if (n + i >= EXECRUN_MAX_ARGS || !strchr(spec->env[i], '=') || spec->env[i][0] == '=')
+			return n + i >= EXECRUN_MAX_ARGS ? -E2BIG : -EINVAL;
+		bytes += strnlen(spec->env[i], EXECRUN_MAX_ARGV_BYTES + 1);
+		if (bytes > EXECRUN_MAX_ARGV_BYTES)
+			return -E2BIG;
+	}
 	bytes += spec->working_dir ? strnlen(spec->working_dir, EXECRUN_MAX_ARGV_BYTES + 1) : 0;
 	bytes += spec->user ? strnlen(spec->user, EXECRUN_MAX_ARGV_BYTES + 1) : 0;
 	return bytes > EXECRUN_MAX_ARGV_BYTES ? -E2BIG : 0;
@@ -613,6 +620,15 @@ static int config_new(const struct execrun_spec *spec, json_t **ret)
 	for (size_t i = 0; spec->argv[i]; i++)
 		if (json_array_append_new(cmd, json_string(spec->argv[i])) < 0)
 			return -EINVAL;   /* not UTF-8 */
+	if (spec->env) {
+		json_t *env = json_array();
+
+		if (!env || json_object_set_new(cfg, "Env", env) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; spec->env[i]; i++)
+			if (json_array_append_new(env, json_string(spec->env[i])) < 0)
+				return -EINVAL;   /* not UTF-8 */
+	}
 	r = config_set_string(cfg, "WorkingDir", spec->working_dir);
 	if (r >= 0)
 		r = config_set_string(cfg, "User", spec->user);

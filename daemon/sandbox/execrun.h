@@ -52,6 +52,8 @@ struct execrun_spec {
 				      * UTF-8 (JSON strings); borrowed (copied) */
 	const char *working_dir;     /* absolute; NULL = the image's */
 	const char *user;            /* NULL = the image's user ("" is refused) */
+	const char *const *env;      /* NULL-terminated "NAME=VALUE" added to the image's
+				      * environment (Env); NULL = none; counted in the limits */
 	long timeout_ms;             /* the whole run, retries included; 0 = none */
 	size_t max_output;           /* stdout + stderr bytes; 0 = EXECRUN_DEFAULT_MAX_OUTPUT */
 };

@@ -252,6 +252,7 @@ START_TEST(test_contract_names)
 	ck_assert_str_eq(MSB_METHOD_DAEMON_DESCRIBE, "daemon.describe");
 	ck_assert_str_eq(MSB_METHOD_DAEMON_STATUS, "daemon.status");
 	ck_assert_str_eq(MSB_METHOD_DAEMON_ENGINE, "daemon.engine");
+	ck_assert_str_eq(MSB_METHOD_SANDBOX_EXEC, "sandbox.exec");
 	ck_assert_str_eq(MSB_METHOD_FILES_WRITE, "files.write");
 	ck_assert_str_eq(MSB_METHOD_FILES_READ, "files.read");
 	ck_assert_str_eq(MSB_METHOD_FILES_STAT, "files.stat");

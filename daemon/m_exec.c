@@ -1,0 +1,416 @@
+/* m_exec.c — sandbox.exec (PROTOCOL.md): one command in the guest, as the
+ * image's user, over execrun.h. Every process it starts carries a mark in
+ * its environment (MSB_EXEC_ID); on a deadline or an output overflow the
+ * daemon kills every guest process with that mark, and the sandbox stays. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base64.h"
+#include "cleanup.h"
+#include "daemon.h"
+#include "execrun.h"
+#include "fileop.h"
+#include "log.h"
+#include "m_exec.h"
+#include "m_files.h"
+#include "paths.h"
+#include "registry.h"
+#include "xmalloc.h"
+
+/* The mark's name and its token length (hex). */
+#define EXEC_MARK_NAME  "MSB_EXEC_ID"
+#define EXEC_TOKEN_HEX  32
+/* The killer: every process (but itself) whose environment holds the mark
+ * gets SIGKILL; a few rounds catch children forked meanwhile. Needs sh, tr
+ * and grep in the guest. */
+#define EXEC_KILL_SCRIPT \
+	"t=\"" EXEC_MARK_NAME "=$1\"; me=$$; n=0\n" \
+	"while [ $n -lt 5 ]; do\n" \
+	"  found=\n" \
+	"  for d in /proc/[0-9]*; do\n" \
+	"    p=${d#/proc/}\n" \
+	"    [ \"$p\" = \"$me\" ] && continue\n" \
+	"    if tr '\\000' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF -- \"$t\"; then\n" \
+	"      kill -9 \"$p\" 2>/dev/null && found=1\n" \
+	"    fi\n" \
+	"  done\n" \
+	"  [ -z \"$found\" ] && exit 0\n" \
+	"  n=$((n + 1))\n" \
+	"done\n" \
+	"exit 1\n"
+#define EXEC_KILL_TIMEOUT_MS 5000
+
+static int check_timeout(const json_t *v, char **reterr_message)
+{
+	double s = json_number_value(v);
+
+	if (json_is_number(v) && s > 0 && s <= EXEC_MAX_TIMEOUT_S)
+		return 0;
+	*reterr_message = xasprintf("must be a number of seconds > 0 and at most %d", EXEC_MAX_TIMEOUT_S);
+	return -EINVAL;
+}
+
+static int check_command(const json_t *v, char **reterr_message)
+{
+	size_t i;
+	json_t *a;
+
+	if (json_is_string(v))
+		return 0;
+	if (json_is_array(v) && json_array_size(v) > 0) {
+		json_array_foreach(v, i, a)
+			if (!json_is_string(a))
+				break;
+		if (i == json_array_size(v))
+			return 0;
+	}
+	*reterr_message = xstrdup("must be a string (run by sh -c) or a non-empty array of strings (argv)");
+	return -EINVAL;
+}
+
+static int check_string(const json_t *v, char **reterr_message)
+{
+	if (json_is_string(v))
+		return 0;
+	*reterr_message = xstrdup("must be a string");
+	return -EINVAL;
+}
+
+static int check_count(const json_t *v, char **reterr_message)
+{
+	if (json_is_integer(v) && json_integer_value(v) > 0)
+		return 0;
+	*reterr_message = xstrdup("must be an integer > 0");
+	return -EINVAL;
+}
+
+#define P(name, type, req, member, check) \
+	{ name, type, req, offsetof(struct m_exec_params, member), check }
+
+const struct rpc_param m_exec_spec[] = {
+	P("sandbox", RPC_PARAM_STRING, true, sandbox, NULL),
+	P("command", RPC_PARAM_JSON, true, command, check_command),
+	P("working_directory", RPC_PARAM_JSON, false, working_directory, check_string),
+	P("timeout_seconds", RPC_PARAM_JSON, true, timeout_seconds, check_timeout),
+	P("env", RPC_PARAM_OBJECT, false, env, NULL),
+	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
+	{ NULL },
+};
+
+struct exec_req {
+	struct msbd *d;
+	struct rpc_call *call;
+	char id[REGISTRY_ID_LEN + 1];
+	char token[EXEC_TOKEN_HEX + 1];
+	struct timespec started;
+	long timeout_ms;
+	size_t max_output;
+	int failure;          /* set while the killer runs: the error to answer with */
+};
+
+static long since_ms(const struct timespec *t)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
+/* ---- text views ---------------------------------------------------------- */
+
+/* The length of a valid UTF-8 sequence at s (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF), or 0. NUL is refused too: JSON parsers
+ * commonly refuse \u0000, so the text views never carry it. */
+static size_t utf8_valid_len(const uint8_t *s, size_t n)
+{
+	uint8_t c = s[0];
+	size_t len;
+	uint32_t cp;
+
+	if (c == 0)
+		return 0;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4, cp = c & 0x07;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* bytes as UTF-8 text, each invalid byte (and NUL) replaced by U+FFFD. */
+json_t *m_exec_text_view(const uint8_t *b, size_t n)
+{
+	_cleanup_free_ char *out = xmalloc(n * 3 + 1);
+	size_t o = 0;
+	json_t *j;
+
+	for (size_t i = 0; i < n;) {
+		size_t l = utf8_valid_len(b + i, n - i);
+
+		if (l) {
+			memcpy(out + o, b + i, l);
+			o += l;
+			i += l;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(out, o);
+	return j ? j : json_string("");
+}
+
+static json_t *b64_string(const uint8_t *b, size_t n)
+{
+	size_t len;
+	_cleanup_free_ char *s = msb_base64_encode(b, n, &len);
+
+	return json_stringn_nocheck(s, len);
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+static void exec_req_free(struct exec_req *x)
+{
+	free(x);
+}
+
+static void exec_fail_final(struct exec_req *x)
+{
+	if (x->failure == -ETIMEDOUT)
+		rpc_call_fail(x->call, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)x->timeout_ms),
+			      "the command did not finish within %ld ms; what it started was killed",
+			      x->timeout_ms);
+	else
+		rpc_call_fail(x->call, MSB_ERR_EXEC_OUTPUT_LIMIT,
+			      json_pack("{s:I}", "limit", (json_int_t)x->max_output),
+			      "the command wrote more than %zu bytes (stdout and stderr together); it was killed",
+			      x->max_output);
+	exec_req_free(x);
+}
+
+static void exec_killed_cb(const struct execrun_result *r, void *arg)
+{
+	struct exec_req *x = arg;
+
+	if (r->error || r->exit_code != 0)
+		log_warnx("exec in %.12s: could not verify the command's processes are gone (%s, exit %d)",
+			  x->id, r->error ? strerror(-r->error) : "ran", r->error ? -1 : r->exit_code);
+	exec_fail_final(x);
+}
+
+/* Kills every guest process carrying x's mark, then answers. */
+static void exec_kill_then_fail(struct exec_req *x, int failure)
+{
+	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
+	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .timeout_ms = EXEC_KILL_TIMEOUT_MS,
+				     .max_output = 4096 };
+
+	x->failure = failure;
+	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
+		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
+		exec_fail_final(x);
+	}
+}
+
+static void exec_done_cb(const struct execrun_result *r, void *arg)
+{
+	struct exec_req *x = arg;
+
+	switch (r->error) {
+	case 0:
+		rpc_call_reply(x->call, json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
+						  "stdout_b64", b64_string(r->out, r->out_len),
+						  "stderr_b64", b64_string(r->err, r->err_len),
+						  "stdout_text", m_exec_text_view(r->out, r->out_len),
+						  "stderr_text", m_exec_text_view(r->err, r->err_len),
+						  "duration_ms", (json_int_t)since_ms(&x->started)));
+		break;
+	case -ETIMEDOUT:
+	case -EFBIG:
+		exec_kill_then_fail(x, r->error);
+		return;
+	case -ENOENT:
+		rpc_call_fail(x->call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		break;
+	case -ESRCH:
+		rpc_call_fail(x->call, MSB_ERR_OS_ERROR, NULL, "the sandbox is not running");
+		break;
+	case -EBUSY:
+		rpc_call_fail(x->call, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
+			      "the sandbox stayed paused for the whole call; the next acquire thaws a stray pause");
+		break;
+	case -ECANCELED:
+		rpc_call_fail(x->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		break;
+	case -EIO:
+		log_warnx("exec in %.12s: the engine refused: %s", x->id, r->message ? r->message : "(no message)");
+		rpc_call_fail(x->call, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "the Docker engine refused to run the command");
+		break;
+	default:
+		rpc_call_fail(x->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		break;
+	}
+	exec_req_free(x);
+}
+
+/* ---- the handler ---------------------------------------------------------- */
+
+static bool env_name_ok(const char *k)
+{
+	if (!*k || (*k >= '0' && *k <= '9'))
+		return false;
+	for (const char *p = k; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+			return false;
+	return strcmp(k, EXEC_MARK_NAME) != 0;
+}
+
+static struct rpc_result *fail_field(struct rpc_call *call, const char *field, const char *msg)
+{
+	return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", field), "%s", msg);
+}
+
+static void token_new(char out[EXEC_TOKEN_HEX + 1])
+{
+	uint8_t raw[EXEC_TOKEN_HEX / 2];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		fatal("%s: getrandom", __func__);
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+struct rpc_result *m_exec(struct rpc_call *call, const void *params)
+{
+	const struct m_exec_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct rpc_result *fail;
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const json_t *wd = p->working_directory;
+	_cleanup_free_ const char **argv = NULL;
+	_cleanup_free_ char **env = NULL;
+	_cleanup_free_ char *mark = NULL;
+	struct paths_resolved res = { 0 };
+	enum paths_reason reason;
+	struct execrun_spec spec = { 0 };
+	size_t n_env = 0, env_bytes = 0, i;
+	struct exec_req *x;
+	const char *key;
+	json_t *v;
+	int r;
+
+	if (!sb)
+		return fail;
+	/* The working directory, confined to the base when relative. */
+	if (paths_confine_resolve(".", 1, wd ? json_string_value(wd) : NULL, wd ? json_string_length(wd) : 0,
+				  m_files_sandbox_base(sb), &res, &reason) < 0) {
+		struct msb_error e = { 0 };
+
+		fileop_error_from_reason(reason, wd ? json_string_value(wd) : ".", &e);
+		fail = rpc_fail_error(call, &e);
+		msb_error_clear(&e);
+		return fail;
+	}
+	if (p->env) {
+		if (json_object_size(p->env) > EXEC_MAX_ENV)
+			return fail_field(call, "env", "too many variables");
+		env = xcalloc(json_object_size(p->env) + 2, sizeof(*env));
+		json_object_foreach(p->env, key, v) {
+			if (!env_name_ok(key) || !json_is_string(v)) {
+				for (i = 0; i < n_env; i++)
+					free(env[i]);
+				paths_resolved_release(&res);
+				return fail_field(call, "env", "each entry is NAME: \"value\", NAME made of letters, "
+						  "digits and _ (not first a digit), not " EXEC_MARK_NAME);
+			}
+			env[n_env] = xasprintf("%s=%s", key, json_string_value(v));
+			env_bytes += strlen(env[n_env++]);
+		}
+		if (env_bytes > EXEC_MAX_ENV_BYTES) {
+			for (i = 0; i < n_env; i++)
+				free(env[i]);
+			paths_resolved_release(&res);
+			return fail_field(call, "env", "the variables are too long together");
+		}
+	} else {
+		env = xcalloc(2, sizeof(*env));
+	}
+	x = xcalloc(1, sizeof(*x));
+	x->d = d;
+	x->call = call;
+	snprintf(x->id, sizeof(x->id), "%s", sb->id);
+	token_new(x->token);
+	clock_gettime(CLOCK_MONOTONIC, &x->started);
+	x->timeout_ms = (long)(json_number_value(p->timeout_seconds) * 1000);
+	if (x->timeout_ms < 1)
+		x->timeout_ms = 1;
+	x->max_output = d->config->exec_max_output_bytes;
+	if (p->max_output_bytes) {
+		json_int_t m = json_integer_value(p->max_output_bytes);
+
+		if ((uint64_t)m > d->config->exec_max_output_bytes) {
+			for (i = 0; i < n_env; i++)
+				free(env[i]);
+			paths_resolved_release(&res);
+			free(x);
+			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+					json_pack("{s:s, s:I}", "field", "max_output_bytes", "limit",
+						  (json_int_t)d->config->exec_max_output_bytes),
+					"max_output_bytes is over exec.max_output_bytes (%zu)",
+					d->config->exec_max_output_bytes);
+		}
+		x->max_output = (size_t)m;
+	}
+	mark = xasprintf(EXEC_MARK_NAME "=%s", x->token);
+	env[n_env] = mark;
+	if (json_is_string(p->command)) {
+		argv = xcalloc(4, sizeof(*argv));
+		argv[0] = "sh";
+		argv[1] = "-c";
+		argv[2] = json_string_value(p->command);
+	} else {
+		argv = xcalloc(json_array_size(p->command) + 1, sizeof(*argv));
+		json_array_foreach(p->command, i, v)
+			argv[i] = json_string_value(v);
+	}
+	spec = (struct execrun_spec){
+		.argv = argv, .working_dir = res.path, .env = (const char *const *)env,
+		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
+	};
+	r = execrun_start(d->base, d->engine, d->freezes, x->id, &spec, exec_done_cb, x, NULL);
+	for (i = 0; i < n_env; i++)
+		free(env[i]);
+	paths_resolved_release(&res);
+	if (r < 0) {
+		free(x);
+		if (r == -E2BIG)
+			return fail_field(call, "command", "the command (with env and working directory) is over "
+					  "4096 arguments or 256 KiB");
+		if (r == -EINVAL)
+			return fail_field(call, "command", "the command is not valid");
+		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+	}
+	return rpc_pending(call);
+}

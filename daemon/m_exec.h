@@ -1,0 +1,31 @@
+/* m_exec.h — sandbox.exec (PROTOCOL.md). */
+#ifndef MSB_M_EXEC_H
+#define MSB_M_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "rpc.h"
+
+#define EXEC_MAX_TIMEOUT_S   86400          /* timeout_seconds at most (a day) */
+#define EXEC_MAX_ENV         256            /* env entries */
+#define EXEC_MAX_ENV_BYTES   (64 * 1024)    /* env "NAME=VALUE" bytes together */
+
+struct m_exec_params {
+	const char *sandbox;
+	json_t *command;            /* string or array of strings (borrowed) */
+	json_t *working_directory;  /* string or NULL */
+	json_t *timeout_seconds;    /* number */
+	json_t *env;                /* object or NULL */
+	json_t *max_output_bytes;   /* integer or NULL */
+};
+
+extern const struct rpc_param m_exec_spec[];
+struct rpc_result *m_exec(struct rpc_call *call, const void *params);
+
+/* bytes as a JSON string of UTF-8 text: each byte that does not begin a
+ * valid sequence (RFC 3629), and each NUL, becomes U+FFFD. New reference. */
+json_t *m_exec_text_view(const uint8_t *b, size_t n);
+
+#endif
