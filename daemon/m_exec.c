@@ -98,6 +98,7 @@ const struct rpc_param m_exec_spec[] = {
 	P("timeout_seconds", RPC_PARAM_JSON, true, timeout_seconds, check_timeout),
 	P("env", RPC_PARAM_OBJECT, false, env, NULL),
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
+	P("stream", RPC_PARAM_BOOL, false, stream, NULL),
 	{ NULL },
 };
 
@@ -189,6 +190,16 @@ static json_t *b64_string(const uint8_t *b, size_t n)
 }
 
 /* ---- the run ------------------------------------------------------------- */
+
+/* stream: true — each chunk as it arrives, bounded by max_output in all. */
+static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg)
+{
+	struct exec_req *x = arg;
+
+	rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
+			json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call),
+				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", b64_string(data, len)));
+}
 
 static void exec_req_free(struct exec_req *x)
 {
@@ -398,6 +409,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	spec = (struct execrun_spec){
 		.argv = argv, .working_dir = res.path, .env = (const char *const *)env,
 		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
+		.on_output = p->stream ? exec_output_cb : NULL, .output_arg = x,
 	};
 	r = execrun_start(d->base, d->engine, d->freezes, x->id, &spec, exec_done_cb, x, NULL);
 	for (i = 0; i < n_env; i++)

@@ -19,7 +19,11 @@ struct m_exec_params {
 	json_t *timeout_seconds;    /* number */
 	json_t *env;                /* object or NULL */
 	json_t *max_output_bytes;   /* integer or NULL */
+	bool stream;                /* exec.output notifications as output arrives */
 };
+
+/* Sent with stream: true, one per chunk of output. */
+#define EXEC_OUTPUT_NOTIFICATION "exec.output"
 
 extern const struct rpc_param m_exec_spec[];
 struct rpc_result *m_exec(struct rpc_call *call, const void *params);

@@ -135,6 +135,17 @@ void rpc_call_fail_error(struct rpc_call *call, const struct msb_error *e)
 	rpc_call_finish(call, NULL, msb_error_to_json(e));
 }
 
+const json_t *rpc_call_id(const struct rpc_call *call)
+{
+	static json_t *null_id;
+
+	if (call->id)
+		return call->id;
+	if (!null_id)
+		null_id = json_null();   /* a singleton in jansson: never freed */
+	return null_id;
+}
+
 void rpc_call_notify(struct rpc_call *call, const char *method, json_t *params)
 {
 	json_t *n;

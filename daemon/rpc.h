@@ -103,6 +103,9 @@ void rpc_call_fail_error(struct rpc_call *call, const struct msb_error *e);
  * client while it is attached; params stolen. */
 void rpc_call_notify(struct rpc_call *call, const char *method, json_t *params);
 
+/* The request's id (borrowed; JSON null when it had none or a null id). */
+const json_t *rpc_call_id(const struct rpc_call *call);
+
 /* The client left: drop the reply when it comes. */
 void rpc_call_detach(struct rpc_call *call);
 bool rpc_call_is_detached(const struct rpc_call *call);

@@ -149,6 +149,8 @@ struct execrun {
 	struct execrun_buf out, err;
 	size_t max_output;
 	size_t total;                          /* stdout + stderr bytes so far */
+	execrun_output_cb *on_output;          /* NULL: none */
+	void *output_arg;
 	char syserr[EXECRUN_MAX_SYSERR_BYTES + 1];
 	size_t syserr_len;
 	int abort;                             /* what start_data_cb aborted with (0: none) */
@@ -282,6 +284,8 @@ static int output_add(struct execrun *x, struct execrun_buf *b, const uint8_t *p
 	}
 	x->total += n;
 	buf_append(b, p, n, x->max_output);
+	if (x->on_output && n)
+		x->on_output(b == &x->out ? EXECRUN_STREAM_STDOUT : EXECRUN_STREAM_STDERR, p, n, x->output_arg);
 	return 0;
 }
 
@@ -661,6 +665,8 @@ int execrun_start(struct event_base *base, struct engine *e, const struct freeze
 	x->cb = cb;
 	x->arg = arg;
 	x->max_output = spec->max_output ? spec->max_output : EXECRUN_DEFAULT_MAX_OUTPUT;
+	x->on_output = spec->on_output;
+	x->output_arg = spec->output_arg;
 	x->state = EXECRUN_CREATING;
 	x->deadline = evtimer_new(base, execrun_deadline_cb, x);
 	x->timer = evtimer_new(base, execrun_timer_cb, x);

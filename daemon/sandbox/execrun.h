@@ -47,6 +47,11 @@ struct freeze_table;
 /* The text of a "system error" frame (stream 3) kept for the message. */
 #define EXECRUN_MAX_SYSERR_BYTES 1024
 
+/* A chunk of the command's output as it arrives (stream 1 stdout, 2
+ * stderr), after the cap check. Runs inside the transfer (http.h's on_data
+ * rules: no cancel, no free, no request started). */
+typedef void execrun_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg);
+
 struct execrun_spec {
 	const char *const *argv;     /* NULL-terminated, at least one entry, each valid
 				      * UTF-8 (JSON strings); borrowed (copied) */
@@ -56,6 +61,8 @@ struct execrun_spec {
 				      * environment (Env); NULL = none; counted in the limits */
 	long timeout_ms;             /* the whole run, retries included; 0 = none */
 	size_t max_output;           /* stdout + stderr bytes; 0 = EXECRUN_DEFAULT_MAX_OUTPUT */
+	execrun_output_cb *on_output; /* NULL: none */
+	void *output_arg;
 };
 
 struct execrun_result {
