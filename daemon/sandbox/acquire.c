@@ -12,6 +12,7 @@
 #include "docker.h"
 #include "errmap.h"
 #include "fileop.h"
+#include "execrun.h"
 #include "freeze.h"
 #include "guest.h"
 #include "log.h"
@@ -46,6 +47,9 @@ struct acquire_op {
 	struct fileop *fop;
 	bool ident_known;            /* ident holds the answer */
 	struct guest_identity ident;
+	uint32_t probes_todo;        /* MSB_BIT(cap) of the probes still to run */
+	uint32_t probes_failed;      /* and of those that failed: their waiters are refused */
+	char *probe_failure;         /* the first failure, for the message */
 };
 
 /* Each caller joined to the op, with what it asked for: the container is
@@ -83,6 +87,7 @@ static const char *const acq_state_names[_ACQ_STATE_MAX] = {
 	[ACQ_IDENTITY] = "identity",
 	[ACQ_WORKDIR_STAT] = "workdir-stat",
 	[ACQ_WORKDIR_MAKE] = "workdir-make",
+	[ACQ_PROBES] = "probes",
 	[ACQ_DONE] = "done",
 	[ACQ_FAILED] = "failed",
 };
@@ -163,6 +168,7 @@ static void acq_free(struct acquire_op *op)
 	json_decref(op->spec_json);
 	msb_error_clear(&op->err);
 	json_decref(op->last_inspect);
+	free(op->probe_failure);
 	free(op->id);
 	for (size_t i = 0; i < op->n_waiters; i++) {
 		msb_spec_release(&op->waiters[i].spec);
@@ -194,6 +200,13 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, &err) < 0) {
 		rpc_call_fail_error(w->call, &err);
 		msb_error_clear(&err);
+		return;
+	}
+	if (w->spec.requires & op->probes_failed) {
+		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:o}", "missing", msb_capability_set_encode(w->spec.requires & op->probes_failed)),
+			      "image %s cannot serve this spec: %s", msb_spec_image_ref(&w->spec),
+			      op->probe_failure ? op->probe_failure : "a command probe failed");
 		return;
 	}
 	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest_known || !sb->guest_resolved)) {
@@ -278,9 +291,98 @@ static uint32_t acq_requires(const struct acquire_op *op)
 	return r;
 }
 
+/* The command probes of behaviour-docker §2.1 step 15: which capability,
+ * what runs, what must come back. */
+static const struct acq_probe {
+	enum msb_capability cap;
+	const char *name;
+	const char *script;
+} acq_probes[] = {
+	{ MSB_CAP_HOST_TOOLS, "host-tools",
+	  "mkdir -p / || exit 11; t=/.maf-command-probe-$$; mv -f \"$t\" \"$t-to\" 2>/dev/null; "
+	  "[ $? -eq 1 ] || exit 12; nohup sh -c 'exit 0' >/dev/null 2>&1 || exit 13; exit 0" },
+	{ MSB_CAP_EXEC, "sh", "exit 0" },
+	{ MSB_CAP_FILES_DELETE, "rm", "rm -rf -- || exit 14; exit 0" },
+};
+
+static void acq_probe_next(struct acquire_op *op);
+
+static void acq_probe_cb(const struct execrun_result *r, void *arg)
+{
+	struct acquire_op *op = arg;
+	const struct acq_probe *p = NULL;
+	struct sandbox *sb;
+
+	for (size_t i = 0; i < ELEMENTSOF(acq_probes) && !p; i++)
+		if (op->probes_todo & MSB_BIT(acq_probes[i].cap))
+			p = &acq_probes[i];
+	op->probes_todo &= ~MSB_BIT(p->cap);
+	if (r->error == -ECANCELED) {
+		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		acq_complete(op, ACQ_FAILED);
+		return;
+	}
+	if (r->error == 0 && r->exit_code == 0) {
+		sb = registry_find_id(op->d->registry, op->id);
+		if (sb)
+			sb->probes_passed |= MSB_BIT(p->cap);
+		if (p->cap == MSB_CAP_HOST_TOOLS && sb)
+			sb->probes_passed |= MSB_BIT(MSB_CAP_EXEC);   /* it ran sh */
+	} else {
+		log_warnx("sandbox %s: the %s probe failed (%s, exit %d)", op->name, p->name,
+			  r->error ? strerror(-r->error) : "ran", r->error ? -1 : r->exit_code);
+		op->probes_failed |= MSB_BIT(p->cap);
+		if (p->cap == MSB_CAP_HOST_TOOLS)
+			op->probes_failed |= MSB_BIT(MSB_CAP_EXEC);
+		if (!op->probe_failure)
+			op->probe_failure = r->error ? xasprintf("the %s probe could not run (%s)", p->name,
+								 strerror(-r->error))
+						     : xasprintf("the %s probe exited %d", p->name, r->exit_code);
+	}
+	acq_probe_next(op);
+}
+
+/* Runs the next probe still to do, or completes. */
+static void acq_probe_next(struct acquire_op *op)
+{
+	for (size_t i = 0; i < ELEMENTSOF(acq_probes); i++) {
+		const char *argv[] = { "sh", "-c", acq_probes[i].script, NULL };
+		struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+					     .timeout_ms = op->d->config->files_timeout_ms, .max_output = 4096 };
+		struct execrun_result fr = { 0 };
+
+		if (!(op->probes_todo & MSB_BIT(acq_probes[i].cap)))
+			continue;
+		op->state = ACQ_PROBES;
+		fr.error = execrun_start(op->d->base, op->d->engine, op->d->freezes, op->id, &spec, acq_probe_cb, op,
+					 NULL);
+		if (fr.error < 0) {
+			fr.out = fr.err = (const uint8_t *)"";
+			acq_probe_cb(&fr, op);
+		}
+		return;
+	}
+	acq_complete(op, ACQ_DONE);
+}
+
+/* Identity and work dir done: the command probes the waiters' specs need,
+ * each once per instance (only passes are remembered: a failure is tried
+ * again on the next acquire). */
 static void acq_prepared(struct acquire_op *op)
 {
-	acq_complete(op, ACQ_DONE);
+	const struct sandbox *sb = registry_find_id(op->d->registry, op->id);
+	uint32_t want = acq_requires(op);
+	uint32_t passed = sb ? sb->probes_passed : 0;
+
+	op->probes_todo = 0;
+	if (want & MSB_BIT(MSB_CAP_HOST_TOOLS))
+		op->probes_todo |= MSB_BIT(MSB_CAP_HOST_TOOLS);
+	else if (want & MSB_BIT(MSB_CAP_EXEC))
+		op->probes_todo |= MSB_BIT(MSB_CAP_EXEC);
+	if (want & MSB_BIT(MSB_CAP_FILES_DELETE))
+		op->probes_todo |= MSB_BIT(MSB_CAP_FILES_DELETE);
+	op->probes_todo &= ~passed;
+	acq_probe_next(op);
 }
 
 static void acq_workdir_make_done(struct fileop *fop, const struct msb_error *err, void *arg)

@@ -12,8 +12,8 @@
  *   Any failure after this op created the container → ROLLBACK_REMOVE → FAILED.
  *
  *   Every path to DONE first prepares (a warm acquire starts here):
- *   → IDENTITY (unless known) → WORKDIR_STAT ─ a directory ─→ DONE
- *                                     └ absent, a link, … → WORKDIR_MAKE → DONE
+ *   → IDENTITY (unless known) → WORKDIR_STAT ─ a directory ─→ PROBES → DONE
+ *                                     └ absent, a link, … → WORKDIR_MAKE → PROBES → DONE
  *   only for specs that need them (any FILES_* or EXEC; behaviour-core §4.7).
  *   A failure here keeps the container (a retry of the key works on it).
  *
@@ -58,6 +58,7 @@ enum acq_state {
 	ACQ_IDENTITY,        /* the guest's uid:gid (guest.h), once per instance */
 	ACQ_WORKDIR_STAT,    /* HEAD of the work dir: a directory there → done */
 	ACQ_WORKDIR_MAKE,    /* frozen walk from "/" and one tar of what is missing */
+	ACQ_PROBES,          /* the spec's guest commands run (sh, rm, host tools), once per instance */
 	ACQ_DONE,
 	ACQ_FAILED,
 	_ACQ_STATE_MAX,

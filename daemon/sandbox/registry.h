@@ -49,6 +49,7 @@ struct sandbox {
 	bool guest_resolved;   /* false: known to be unresolvable (inputs land root-owned) */
 	uid_t guest_uid;
 	gid_t guest_gid;
+	uint32_t probes_passed; /* MSB_BIT(capability) whose command probe passed (acquire.c) */
 	TAILQ_ENTRY(sandbox) entry;
 };
 

@@ -185,6 +185,57 @@ START_TEST(warm_acquire_makes_no_engine_request)
 }
 END_TEST
 
+/* The command probes (behaviour-docker §2.1 step 15): an image that cannot
+ * run what the spec needs is refused naming the probe, the container stays
+ * for a spec that needs nothing of it, and a passed probe is not run again. */
+START_TEST(command_probes_refuse_what_the_image_cannot_run)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("probes");
+	char img[96], *out;
+	json_t *r;
+	int code = 0;
+	char *type = NULL;
+	json_int_t before;
+
+	/* busybox's sleep and nothing else: no sh. */
+	snprintf(img, sizeof(img), "msb-it-nosh:%s", run_id);
+	out = sh_out("d=$(mktemp -d) && mkdir -p $d/bin && cp /bin/busybox $d/bin/ && ln -s busybox $d/bin/sleep && "
+		     "tar -C $d -c . | docker import -c 'ENV PATH=/bin' - %s >/dev/null && rm -rf $d && echo ok", img);
+	ck_assert_str_eq(out, "ok");
+	free(out);
+	start_daemon(&d, NULL);
+	r = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", img, "[\"exec\"]"), &code, &type);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(code, 1100);
+	ck_assert_str_eq(type, "SandboxCapabilityNotSupported");
+	free(type);
+	type = NULL;
+	/* Needing nothing of the guest, the same container is served. */
+	r = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", img, "[]"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	json_decref(r);
+	/* Debian's busybox has no nohup: host_tools is refused on the usual image... */
+	r = acquire(d.sock, key_for(scope, "t2", "agent", NULL), spec_requiring("k", image, "[\"host_tools\"]"),
+		    &code, &type);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(code, 1100);
+	free(type);
+	/* ...while exec and files_delete pass, once: a warm acquire runs no probe again. */
+	r = acquire(d.sock, key_for(scope, "t3", "agent", NULL),
+		    spec_requiring("k", image, "[\"exec\", \"files_delete\"]"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	json_decref(r);
+	before = call_requests(d.sock);
+	r = acquire(d.sock, key_for(scope, "t3", "agent", NULL),
+		    spec_requiring("k", image, "[\"exec\", \"files_delete\"]"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	json_decref(r);
+	ck_assert_int_eq(call_requests(d.sock), before + 2);   /* the work dir's two stats only */
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 struct concurrent {
 	const char *sock;
 	const char *scope;
@@ -807,6 +858,7 @@ static Suite *sandbox_suite(void)
 	tcase_set_timeout(acq, 120);
 	tcase_add_test(acq, cold_acquire_creates_the_named_labelled_container);
 	tcase_add_test(acq, warm_acquire_makes_no_engine_request);
+	tcase_add_test(acq, command_probes_refuse_what_the_image_cannot_run);
 	tcase_add_test(acq, concurrent_acquires_make_one_container);
 	tcase_add_test(acq, concurrent_acquire_with_another_work_dir_is_refused);
 	tcase_add_loop_test(acq, acquire_recovers_what_was_done_behind_its_back, 0,
@@ -856,8 +908,8 @@ int main(void)
 	harness_run_dir_remove();
 	/* Whatever failed: nothing of this run stays. */
 	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
-		     "docker rmi -f %s msb-it-nosleep:%s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image,
-		     run_id);
+		     "docker rmi -f %s msb-it-nosleep:%s msb-it-nosh:%s >/dev/null 2>&1; echo done", RUN_LABEL, run_id,
+		     image, run_id, run_id);
 	free(out);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
