@@ -66,6 +66,7 @@ static const struct config_key config_keys[] = {
 	K("files.max_files", CONFIG_LONG, files_max_files, 1, MSB_TRANSFER_MAX_FILES, false, "files one file call moves"),
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
 	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
+	K("exec.on_timeout", CONFIG_STRING, exec_on_timeout, 0, 0, false, "kill: kill what the command started, keep the sandbox; dispose: remove the sandbox"),
 	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
 	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
 };
@@ -111,6 +112,7 @@ struct msbd_config *config_new_defaults(void)
 	cfg->files_max_files = MSB_TRANSFER_MAX_FILES;
 	cfg->files_timeout_ms = MSB_FILES_TIMEOUT_MS;
 	cfg->exec_max_output_bytes = MSB_EXEC_MAX_OUTPUT_BYTES;
+	cfg->exec_on_timeout = xstrdup("kill");
 	return cfg;
 }
 
@@ -122,6 +124,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->socket_group);
 	free(cfg->engine_host);
 	free(cfg->admin_group);
+	free(cfg->exec_on_timeout);
 	free(cfg->file);
 	free(cfg);
 	return NULL;
@@ -281,6 +284,11 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 		*reterr_message = xasprintf("socket.path is longer than a Unix socket path may be "
 					    "(107 bytes): %s", cfg->socket_path);
 		return -ENAMETOOLONG;
+	}
+	if (!cfg->exec_on_timeout || (strcmp(cfg->exec_on_timeout, "kill") && strcmp(cfg->exec_on_timeout, "dispose"))) {
+		*reterr_message = xasprintf("exec.on_timeout must be kill or dispose, not \"%s\"",
+					    cfg->exec_on_timeout ? cfg->exec_on_timeout : "");
+		return -EINVAL;
 	}
 	if (cfg->admin_group && !getgrnam(cfg->admin_group)) {
 		*reterr_message = xasprintf("sandbox.admin_group: no group named \"%s\"", cfg->admin_group);

@@ -41,6 +41,7 @@ struct msbd_config {
 	long files_max_files;         /* files.max_files: files in one call */
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
 	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
+	char *exec_on_timeout;        /* exec.on_timeout as given: "kill" or "dispose" */
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
 	bool debug;                 /* log.debug */

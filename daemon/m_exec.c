@@ -12,6 +12,7 @@
 #include "base64.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "docker.h"
 #include "execrun.h"
 #include "fileop.h"
 #include "log.h"
@@ -230,7 +231,21 @@ static void exec_killed_cb(const struct execrun_result *r, void *arg)
 	exec_fail_final(x);
 }
 
-/* Kills every guest process carrying x's mark, then answers. */
+static void exec_disposed_cb(const struct docker_reply *r, void *arg)
+{
+	struct exec_req *x = arg;
+
+	if (r->error || (r->status != 204 && r->status != 404))
+		log_warnx("exec in %.12s: exec.on_timeout=dispose could not remove the sandbox (%s)", x->id,
+			  r->error ? strerror(-r->error) : r->message ? r->message : "engine refused");
+	else
+		log_info("sandbox %.12s removed after its command %s (exec.on_timeout=dispose)", x->id,
+			 x->failure == -ETIMEDOUT ? "timed out" : "overflowed");
+	exec_fail_final(x);
+}
+
+/* Kills every guest process carrying x's mark (or, with exec.on_timeout =
+ * dispose, removes the whole sandbox as the seed does), then answers. */
 static void exec_kill_then_fail(struct exec_req *x, int failure)
 {
 	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
@@ -238,6 +253,11 @@ static void exec_kill_then_fail(struct exec_req *x, int failure)
 				     .max_output = 4096 };
 
 	x->failure = failure;
+	if (strcmp(x->d->config->exec_on_timeout, "dispose") == 0) {
+		if (docker_container_remove(x->d->engine, x->id, true, exec_disposed_cb, x, NULL) < 0)
+			exec_fail_final(x);
+		return;
+	}
 	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
 		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
 		exec_fail_final(x);

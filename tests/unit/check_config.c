@@ -147,6 +147,10 @@ static const struct bad_row bad_rows[] = {
 	{ "socket.group = no-such-group-xyz\n", "no group named" },
 	{ "limits.max_frame_bytes = 64M\nlimits.buffer_budget_bytes = 32M\n", "buffer_budget_bytes" },
 	{ "engine.reconnect_min_ms = 5000\nengine.reconnect_max_ms = 100\n", "reconnect_min_ms" },
+	{ "exec.on_timeout = later\n", "exec.on_timeout must be kill or dispose" },
+	{ "files.max_file_bytes = 65M\n", "files.max_file_bytes" },     /* over the 64 MiB ceiling */
+	{ "files.max_files = 257\n", "files.max_files" },
+	{ "exec.max_output_bytes = 0\n", "exec.max_output_bytes" },
 };
 
 START_TEST(bad_files_are_refused_with_a_message)
