@@ -15,12 +15,16 @@
  *   2  usage error
  *   3  cannot connect to the daemon (socket missing, refused or not permitted)
  *   4  protocol or I/O error, or timeout
+ * except for exec, which exits with the command's own status (0-255), 2 for
+ * a usage error, and 125 when the command's result could not be had (the
+ * daemon's error, no connection, protocol or I/O error, timeout).
  */
 #include "msb-build.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -48,6 +52,7 @@ enum cli_exit {
 	CLI_EXIT_USAGE = 2,
 	CLI_EXIT_CONNECT = 3,
 	CLI_EXIT_FAILURE = 4,
+	CLI_EXIT_EXEC_FAILED = 125,  /* exec: no result of the command (as docker run) */
 };
 
 /* The largest --timeout: its milliseconds must fit an int. */
@@ -80,7 +85,13 @@ enum cli_exit {
  * this much longer, so the daemon's TimeoutError arrives before the client
  * gives up. */
 #define CLI_DAEMON_TIMEOUT_MARGIN_MS 5000
-/* The notification sandbox.acquire sends while it pulls an image. */
+/* exec: the command's deadline when --timeout is 0 or not given, and the
+ * most the daemon takes (PROTOCOL.md sandbox.exec timeout_seconds); the most
+ * --env options (the daemon's env entry limit). */
+#define CLI_EXEC_DEFAULT_TIMEOUT_SECONDS 600
+#define CLI_EXEC_MAX_TIMEOUT_SECONDS 86400
+#define CLI_EXEC_MAX_ENV 256
+#define CLI_MS_PER_SECOND 1000
 
 /* Command options: long (a few also short, cli_short_opts[]), each taken by
  * the commands whose row has its CLI_OPT_BIT. A flag's value is "" when
@@ -99,6 +110,8 @@ enum cli_opt {
 	CLI_OPT_WORKDIR,     /* also -w */
 	CLI_OPT_RECURSIVE,   /* also -r */
 	CLI_OPT_MAX_BYTES,
+	CLI_OPT_ENV,         /* repeatable: each goes to cli_opts.env[] */
+	CLI_OPT_SH,
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -112,6 +125,8 @@ struct cli_opts {
 	const char *arg[CLI_NOPTS];  /* command options by enum cli_opt - CLI_OPT_SCOPE; NULL = absent */
 	char **operands;     /* the command's operands (borrowed from argv) */
 	int noperands;
+	const char *env[CLI_EXEC_MAX_ENV];  /* each --env NAME=VALUE (borrowed from argv) */
+	int nenv;
 };
 
 struct cli_cmd {
@@ -152,7 +167,8 @@ static const char options_help[] =
 	"  1  the daemon answered with an error\n"
 	"  2  usage error\n"
 	"  3  cannot connect to the daemon (socket missing, refused or not permitted)\n"
-	"  4  protocol or I/O error, or timeout\n";
+	"  4  protocol or I/O error, or timeout\n"
+	"  (exec exits with the command's own status instead: see 'maf-sandbox exec --help')\n";
 
 /* Prints the top-level help (cmd NULL) or a command's help to stdout. */
 static void print_help(const struct cli_cmd *cmd);
@@ -242,6 +258,8 @@ static const struct option cli_options[] = {
 	{ "working-directory", required_argument, NULL, CLI_OPT_WORKDIR },
 	{ "recursive", no_argument, NULL, CLI_OPT_RECURSIVE },
 	{ "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES },
+	{ "env", required_argument, NULL, CLI_OPT_ENV },
+	{ "sh", required_argument, NULL, CLI_OPT_SH },
 	{ 0 },
 };
 
@@ -295,6 +313,11 @@ static int set_cmd_option(int c, const char *value, struct cli_opts *opts, const
 		return usage_error(cmd, "'%s' takes no option '--%s'", cmd->name, opt_name(c));
 	if (value && !is_utf8(value))
 		return usage_error(cmd, "the value of '--%s' is not valid UTF-8", opt_name(c));
+	if (c == CLI_OPT_ENV) {
+		if (opts->nenv == CLI_EXEC_MAX_ENV)
+			return usage_error(cmd, "at most %d '--env' options", CLI_EXEC_MAX_ENV);
+		opts->env[opts->nenv++] = value;
+	}
 	opts->arg[c - CLI_OPT_SCOPE] = value ? value : "";
 	return CLI_CONTINUE;
 }
@@ -1567,6 +1590,207 @@ static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	return CLI_EXIT_OK;
 }
 
+/* --- exec ---------------------------------------------------------------- */
+
+/* The highest exit status a command can have. */
+#define CLI_EXEC_MAX_EXIT_CODE 255
+
+/* exec's status when the command's result could not be had: usage errors
+ * stay 2, everything else is CLI_EXIT_EXEC_FAILED. */
+static int exec_failure(int r)
+{
+	return r == CLI_EXIT_USAGE ? r : CLI_EXIT_EXEC_FAILED;
+}
+
+/* The command's deadline in ms: --timeout, or the default when it is 0 or
+ * not given. Returns CLI_CONTINUE or the exit code. */
+static int exec_deadline_ms(const struct cli_cmd *cmd, const struct cli_opts *opts, int *ret_ms)
+{
+	if (opts->timeout_ms > CLI_EXEC_MAX_TIMEOUT_SECONDS * CLI_MS_PER_SECOND)
+		return usage_error(cmd, "'%s' takes a --timeout of at most %d seconds", cmd->name,
+				   CLI_EXEC_MAX_TIMEOUT_SECONDS);
+	*ret_ms = opts->timeout_ms > 0 ? opts->timeout_ms :
+		  CLI_EXEC_DEFAULT_TIMEOUT_SECONDS * CLI_MS_PER_SECOND;
+	return CLI_CONTINUE;
+}
+
+/* Letters, digits and '_', not starting with a digit (s[0..len), len > 0). */
+static bool env_name_ok(const char *s, size_t len)
+{
+	if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= 'A' && s[i] <= 'Z')))
+			return false;
+	return true;
+}
+
+/* {NAME: VALUE, ...} from the --env options, a later NAME over an earlier
+ * one. Returns CLI_CONTINUE with *ret_env (new reference; NULL when there
+ * is none), or the exit code. */
+static int exec_env_new(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_env)
+{
+	json_t *env;
+
+	*ret_env = NULL;
+	if (opts->nenv == 0)
+		return CLI_CONTINUE;
+	env = json_object();
+	for (int i = 0; i < opts->nenv; i++) {
+		const char *eq = strchr(opts->env[i], '=');
+
+		if (!eq || !env_name_ok(opts->env[i], (size_t)(eq - opts->env[i]))) {
+			json_decref(env);
+			return usage_error(cmd, "invalid --env '%s': want NAME=VALUE, NAME of letters, "
+					   "digits and '_', not starting with a digit", opts->env[i]);
+		}
+		json_object_setn_new(env, opts->env[i], (size_t)(eq - opts->env[i]), json_string(eq + 1));
+	}
+	*ret_env = env;
+	return CLI_CONTINUE;
+}
+
+/* The command: --sh's STRING, or the operands after "SANDBOX --" as an
+ * array. Returns CLI_CONTINUE with *ret_command (new reference), or the
+ * exit code. */
+static int exec_command_new(const struct cli_cmd *cmd, const struct cli_opts *opts,
+			    json_t **ret_command)
+{
+	const char *sh = opt_arg(opts, CLI_OPT_SH);
+	json_t *argv;
+
+	if (sh) {
+		if (opts->noperands > 1)
+			return usage_error(cmd, "'%s --sh' takes SANDBOX only, no ARGV", cmd->name);
+		*ret_command = json_string(sh);
+		return CLI_CONTINUE;
+	}
+	if (opts->noperands < 2 || strcmp(opts->operands[1], "--"))
+		return usage_error(cmd, "'%s' wants '--' and the command after SANDBOX, or --sh STRING",
+				   cmd->name);
+	if (opts->noperands < 3)
+		return usage_error(cmd, "'%s' is missing the command after '--'", cmd->name);
+	argv = json_array();
+	for (int i = 2; i < opts->noperands; i++) {
+		json_t *a = json_string(opts->operands[i]);
+
+		if (!a) {
+			json_decref(argv);
+			return usage_error(cmd, "argument %d of the command is not valid UTF-8", i - 1);
+		}
+		json_array_append_new(argv, a);
+	}
+	*ret_command = argv;
+	return CLI_CONTINUE;
+}
+
+/* sandbox.exec {sandbox, command, timeout_seconds, working_directory?, env?}:
+ * timeout_seconds whole when it is, else with its fraction. */
+static int exec_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	const char *sandbox = opts->operands[0];
+	json_t *command = NULL, *env = NULL, *timeout;
+	int ms = 0, r;
+
+	if (!is_utf8(sandbox))
+		return usage_error(cmd, "the SANDBOX '%s' is not valid UTF-8", sandbox);
+	r = exec_deadline_ms(cmd, opts, &ms);
+	if (r == CLI_CONTINUE)
+		r = exec_command_new(cmd, opts, &command);
+	if (r == CLI_CONTINUE)
+		r = exec_env_new(cmd, opts, &env);
+	if (r != CLI_CONTINUE) {
+		json_decref(command);
+		return r;
+	}
+	timeout = ms % CLI_MS_PER_SECOND ? json_real((double)ms / CLI_MS_PER_SECOND) :
+		  json_integer(ms / CLI_MS_PER_SECOND);
+	*ret_params = json_pack("{s:s, s:o, s:o, s:s*, s:o*}", "sandbox", sandbox, "command", command,
+				"timeout_seconds", timeout, "working_directory",
+				opt_arg(opts, CLI_OPT_WORKDIR), "env", env);
+	if (!*ret_params) {
+		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	return CLI_CONTINUE;
+}
+
+/* The bytes of the base64 string member key of r (malloc'd). */
+static int b64_member(const json_t *r, const char *key, uint8_t **ret, size_t *ret_len)
+{
+	const json_t *v = json_object_get(r, key);
+
+	if (!json_is_string(v))
+		return -EINVAL;
+	return msb_base64_decode(json_string_value(v), json_string_length(v), ret, ret_len);
+}
+
+/* {exit_code, stdout_b64, stderr_b64, ...}: the bytes to stdout and stderr,
+ * exactly, once both decoded; exits with exit_code. With --json: the result
+ * as it is, and the same status. */
+static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	_cleanup_free_ uint8_t *out = NULL, *err = NULL;
+	size_t out_len = 0, err_len = 0;
+	json_int_t code;
+	bool ok;
+
+	ok = get_int(r, "exit_code", &code) && code >= 0 && code <= CLI_EXEC_MAX_EXIT_CODE;
+	if (opts->json) {
+		if (print_json(r) != CLI_EXIT_OK || fflush(stdout) != 0)
+			return CLI_EXIT_EXEC_FAILED;
+	} else {
+		ok = ok && b64_member(r, "stdout_b64", &out, &out_len) == 0 &&
+		     b64_member(r, "stderr_b64", &err, &err_len) == 0;
+	}
+	if (!ok) {
+		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a command's result\n",
+			cmd->name);
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	if (opts->json)
+		return (int)code;
+	if (fwrite(out, 1, out_len, stdout) != out_len || fflush(stdout) != 0 ||
+	    fwrite(err, 1, err_len, stderr) != err_len || fflush(stderr) != 0) {
+		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
+		return CLI_EXIT_EXEC_FAILED;
+	}
+	return (int)code;
+}
+
+/* exec: as cmd_method, but every failure to get the command's result exits
+ * CLI_EXIT_EXEC_FAILED (the other statuses are the command's), and the
+ * client waits CLI_DAEMON_TIMEOUT_MARGIN_MS past the command's deadline, so
+ * the daemon's TimeoutError comes first. */
+static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv)
+{
+	struct msb_conn *conn = NULL;
+	json_auto_t *result = NULL;
+	json_t *params = NULL;
+	int r, ms = 0;
+
+	r = parse_cmd_options(cmd, opts, argc, argv);
+	if (r == CLI_CONTINUE)
+		r = cmd->params(cmd, opts, &params);
+	if (r != CLI_CONTINUE)
+		return r;
+	(void)exec_deadline_ms(cmd, opts, &ms);     /* checked by cmd->params */
+	opts->timeout_ms = ms + CLI_DAEMON_TIMEOUT_MARGIN_MS;
+	r = cli_connect(opts, &conn);
+	if (r != 0) {
+		json_decref(params);
+		return exec_failure(r);
+	}
+	r = msb_call(conn, cmd->method, params, &result);
+	if (r < 0)
+		r = exec_failure(report_failure(cmd, conn, r));
+	else
+		r = cmd->report(cmd, opts, result);
+	msb_conn_free(conn);
+	return r;
+}
+
 #define CLI_HELP_SANDBOX \
 	"  SANDBOX                     the sandbox's id, as acquire printed it\n"
 #define CLI_HELP_WORKDIR \
@@ -1785,6 +2009,44 @@ static const struct cli_cmd cli_cmds[] = {
 		.min_operands = 2, .max_operands = 2,
 		.method = MSB_METHOD_FILES_RECLAIM, .params = reclaim_params, .report = report_quiet,
 		.daemon_timeout = true,
+	},
+	{
+		.name = "exec",
+		.usage = "exec [-w WD] [--timeout S] [--env NAME=VALUE]... SANDBOX -- ARGV...\n"
+			 "   or: maf-sandbox [OPTIONS] exec [-w WD] [--timeout S] [--env NAME=VALUE]...\n"
+			 "         --sh STRING SANDBOX",
+		.summary = "run a command in a sandbox; its output and exit status are this one's",
+		.help = "Run a command in the sandbox as the image's user and wait for it\n"
+			"(sandbox.exec): ARGV is the command's argv itself (no shell; nothing is\n"
+			"joined or re-quoted), or with --sh, STRING runs under sh -c. Once the\n"
+			"command has ended, its stdout and stderr are written to this one's, byte\n"
+			"for byte; more than 8 MiB of them together is an error, and then nothing\n"
+			"of them is written. With --json: the daemon's result (exit_code,\n"
+			"stdout_b64, stderr_b64, stdout_text, stderr_text, duration_ms) on stdout\n"
+			"instead, and the same exit status.\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR "\n"
+			"                              (it must exist in the guest)\n"
+			"  --sh STRING                 run STRING with sh -c, instead of an ARGV\n"
+			"  --env NAME=VALUE            add NAME to the command's environment; again\n"
+			"                              for more (NAME: letters, digits and '_', not\n"
+			"                              starting with a digit)\n"
+			"  -t, --timeout S             the command's deadline in seconds, fractions\n"
+			"                              allowed (default 600, also for 0; at most\n"
+			"                              86400): past it, the command and every\n"
+			"                              process it started are killed (TimeoutError)\n"
+			"\n"
+			"Exit status of exec, in place of the list below: the command's own\n"
+			"(0-255; 126 or 127 when the guest could not run it); 125 when there is no\n"
+			"result of the command: the daemon refused or failed (its error type on\n"
+			"stderr, e.g. TimeoutError, SandboxExecOutputLimitExceeded,\n"
+			"SandboxNotFound), or no connection, a protocol or I/O error, the client's\n"
+			"own timeout; 2 for a usage error (nothing was sent).",
+		.handler = cmd_exec,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH),
+		.min_operands = 1, .max_operands = INT_MAX,
+		.method = MSB_METHOD_SANDBOX_EXEC, .params = exec_params, .report = report_exec,
 	},
 };
 static const size_t cli_ncmds = ELEMENTSOF(cli_cmds);

@@ -338,8 +338,9 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	const struct m_exec_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
+	/* A refusal here finishes the call and frees p: p is read only after. */
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
-	const json_t *wd = p->working_directory;
+	const json_t *wd;
 	_cleanup_free_ const char **argv = NULL;
 	_cleanup_free_ char **env = NULL;
 	_cleanup_free_ char *mark = NULL;
@@ -354,6 +355,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 
 	if (!sb)
 		return fail;
+	wd = p->working_directory;
 	/* The working directory, confined to the base when relative. */
 	if (paths_confine_resolve(".", 1, wd ? json_string_value(wd) : NULL, wd ? json_string_length(wd) : 0,
 				  m_files_sandbox_base(sb), &res, &reason) < 0) {

@@ -1,0 +1,935 @@
+/* check_exec.c — sandbox.exec through a real maf-sandboxd against the real
+ * engine (behaviour-core §7.3 and PROTOCOL.md sandbox.exec): argv and
+ * string commands, exit codes, quoting, the working directory, separate
+ * streams, byte fidelity, timeouts and output limits that leave no process
+ * behind, env, concurrency; and the CLI's exec verb.
+ *
+ * Test image: Debian's static busybox imported in main() (no registry).
+ * Every container carries the spec label msb-it-run=<run>, and main()
+ * removes all of them and the image at the end, whatever failed. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base64.h"
+#include "harness.h"
+#include "msb.h"
+
+#define ENGINE_WAIT_MS 15000
+#define RUN_LABEL "msb-it-run"
+/* The guest's storage base (spec work_dir null): the default working directory. */
+#define GUEST_BASE "/maf-sandbox/work"
+#define TEST_TIMEOUT_S 180
+/* An exec's deadline in the tests that do not probe it, and the client's
+ * wait for a reply (past any deadline sent). */
+#define EXEC_TIMEOUT_S 30
+#define CLIENT_TIMEOUT_MS 60000
+/* §7.3 a-timeout-raises-timeout-error: timeout 1 → TimeoutError within 0.5–4 s. */
+#define PROBE_TIMEOUT_S 1
+#define TIMEOUT_MIN_MS 500
+#define TIMEOUT_MAX_MS 4000
+/* After a timeout or an output limit, how long the killed processes may take
+ * to leave the guest's process table. */
+#define KILL_GRACE_MS 2000
+#define POLL_MS 100
+/* The output-limit probe: a 64 KiB cap, 1 MiB printed. */
+#define OUTPUT_CAP_BYTES (64 * 1024)
+#define OUTPUT_PRINTED_BYTES (1024 * 1024)
+/* The concurrency probe: execs at once, each its own connection and lines. */
+#define CONCURRENT_EXECS 32
+#define CONCURRENT_LINES 200
+#define CLI_MAX_ARGS 24
+
+#define ERR_INVALID_PARAMS (-32602)
+#define ERR_TIMEOUT 1205
+#define ERR_OUTPUT_LIMIT 1208
+#define ERR_SANDBOX_NOT_FOUND 1206
+/* Exit statuses of the CLI's exec beside the command's own. */
+#define CLI_EXEC_USAGE 2
+#define CLI_EXEC_FAILED 125
+
+static char run_id[32];
+static char image[64];
+
+/* ---- helpers ------------------------------------------------------------ */
+
+struct env {
+	struct msbd_proc d;
+	char sandbox[80];
+};
+
+static void env_start(struct env *e, const char *test)
+{
+	char scope[96];
+	json_t *r = NULL;
+	int code = 0;
+
+	msbd_start(&e->d, NULL);
+	json_decref(wait_engine_state(e->d.sock, "reachable", ENGINE_WAIT_MS));
+	/* sandbox.list answers once the registry is synchronised. */
+	for (int i = 0; i < 200 && !r; i++) {
+		r = call(e->d.sock, "sandbox.list", NULL, NULL, NULL);
+		if (!r)
+			usleep(50 * 1000);
+	}
+	ck_assert_msg(r, "the registry never synchronised");
+	json_decref(r);
+	snprintf(scope, sizeof(scope), "%s-%s", run_id, test);
+	r = call(e->d.sock, "sandbox.acquire",
+		 json_pack("{s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}}",
+			   "key", "scope", scope, "thread_id", "t", "agent_dir", "a",
+			   "spec", "kind", "k", "image", image, "labels", RUN_LABEL, run_id),
+		 &code, NULL);
+	if (!r)
+		msbd_dump_log(&e->d);
+	ck_assert_msg(r, "sandbox.acquire failed: %d", code);
+	snprintf(e->sandbox, sizeof(e->sandbox), "%s", jstr(r, "sandbox"));
+	json_decref(r);
+}
+
+static void env_stop(struct env *e)
+{
+	ck_assert_int_eq(msbd_stop(&e->d), 0);
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* One call's outcome: the result, or the daemon's error (code, type,
+ * data), or a client failure (code: a negative MSB_E_*). */
+struct reply {
+	json_t *result;
+	int code;
+	char type[64];
+	json_t *data;
+	long elapsed_ms;
+	char *text;        /* the reply for messages (malloc'd) */
+};
+
+static void reply_clear(struct reply *rep)
+{
+	json_decref(rep->result);
+	json_decref(rep->data);
+	free(rep->text);
+	memset(rep, 0, sizeof(*rep));
+}
+
+/* Calls method on its own connection; no Check assertion inside (threads use it). */
+static void rpc(const char *sock, const char *method, json_t *params, struct reply *rep)
+{
+	struct msb_conn *c = NULL;
+	long t0 = now_ms();
+	int r;
+
+	memset(rep, 0, sizeof(*rep));
+	r = msb_connect(sock, &c);
+	if (r != MSB_OK) {
+		json_decref(params);
+		rep->code = r;
+		rep->text = strdup("cannot connect");
+		return;
+	}
+	msb_set_timeout(c, CLIENT_TIMEOUT_MS);
+	r = msb_call(c, method, params, &rep->result);
+	rep->elapsed_ms = now_ms() - t0;
+	if (r == MSB_E_REMOTE) {
+		json_t *err;
+
+		rep->code = msb_last_error_code(c);
+		snprintf(rep->type, sizeof(rep->type), "%s",
+			 msb_last_error_type(c) ? msb_last_error_type(c) : "");
+		rep->data = json_incref(msb_last_error_data(c));
+		err = json_pack("{s:i, s:s, s:s?, s:O?}", "code", rep->code, "type", rep->type,
+				"message", msb_last_error_message(c), "data", rep->data);
+		rep->text = json_dumps(err, JSON_COMPACT);
+		json_decref(err);
+	} else if (r != MSB_OK) {
+		rep->code = r;
+		rep->text = strdup(msb_strerror(r));
+	} else {
+		rep->text = json_dumps(rep->result, JSON_COMPACT | JSON_ENCODE_ANY);
+	}
+	msb_conn_free(c);
+}
+
+/* sandbox.exec with {sandbox} added to params (stolen); timeout_seconds
+ * EXEC_TIMEOUT_S unless params names one. */
+static void exec_rpc(const struct env *e, json_t *params, struct reply *rep)
+{
+	json_object_set_new(params, "sandbox", json_string(e->sandbox));
+	if (!json_object_get(params, "timeout_seconds"))
+		json_object_set_new(params, "timeout_seconds", json_integer(EXEC_TIMEOUT_S));
+	rpc(e->d.sock, "sandbox.exec", params, rep);
+}
+
+/* Runs command (stolen) and asserts a result, which it returns in rep. */
+static void exec_ok(const struct env *e, json_t *command, struct reply *rep)
+{
+	exec_rpc(e, json_pack("{s:o}", "command", command), rep);
+	ck_assert_msg(rep->result && rep->code == 0, "sandbox.exec failed: %s", rep->text);
+}
+
+#define ARGV(fmt, ...) json_pack("[" fmt "]", __VA_ARGS__)
+
+/* The decoded bytes of the base64 member key (malloc'd, NUL added). */
+static uint8_t *b64_get(json_t *r, const char *key, size_t *ret_len)
+{
+	json_t *v = json_object_get(r, key);
+	uint8_t *raw = NULL, *buf;
+	size_t len = 0;
+
+	ck_assert_msg(json_is_string(v), "%s is not a string", key);
+	ck_assert_msg(msb_base64_decode(json_string_value(v), json_string_length(v), &raw, &len) == 0,
+		      "%s is not base64", key);
+	buf = malloc(len + 1);
+	memcpy(buf, raw, len);
+	buf[len] = '\0';
+	free(raw);
+	*ret_len = len;
+	return buf;
+}
+
+/* Asserts the result's stdout (or stderr) is want, in both views. */
+static void assert_stream(json_t *r, const char *stream, const char *want)
+{
+	char b64_key[32], text_key[32];
+	size_t len;
+	uint8_t *got;
+
+	snprintf(b64_key, sizeof(b64_key), "%s_b64", stream);
+	snprintf(text_key, sizeof(text_key), "%s_text", stream);
+	got = b64_get(r, b64_key, &len);
+	ck_assert_msg(len == strlen(want) && memcmp(got, want, len) == 0, "%s is '%s', want '%s'",
+		      b64_key, (char *)got, want);
+	free(got);
+	ck_assert_msg(jstr(r, text_key), "%s is not a string", text_key);
+	ck_assert_str_eq(jstr(r, text_key), want);
+}
+
+/* The lines of the guest's `ps` that end with suffix (e.g. " sleep 30"). */
+static int guest_procs(const struct env *e, const char *suffix)
+{
+	struct reply rep;
+	size_t slen = strlen(suffix), len;
+	char *out, *line, *save = NULL;
+	int n = 0;
+
+	exec_ok(e, ARGV("s", "ps"), &rep);
+	out = (char *)b64_get(rep.result, "stdout_b64", &len);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t l = strlen(line);
+
+		while (l > 0 && line[l - 1] == ' ')
+			l--;
+		n += l >= slen && memcmp(line + l - slen, suffix, slen) == 0;
+	}
+	free(out);
+	reply_clear(&rep);
+	return n;
+}
+
+/* Asserts that no guest process ends with suffix, within KILL_GRACE_MS. */
+static void assert_no_survivor(const struct env *e, const char *suffix)
+{
+	long deadline = now_ms() + KILL_GRACE_MS;
+	int n;
+
+	while ((n = guest_procs(e, suffix)) > 0 && now_ms() < deadline)
+		usleep(POLL_MS * 1000);
+	ck_assert_msg(n == 0, "%d guest process(es) '...%s' survived the kill (after %d ms)", n,
+		      suffix, KILL_GRACE_MS);
+}
+
+/* ---- §7.3 through the RPC ------------------------------------------------ */
+
+START_TEST(an_argv_sequence_runs)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "argv");
+	exec_ok(&e, ARGV("s, s", "printf", "ok-ran"), &rep);
+	ck_assert_int_eq(jint(rep.result, "exit_code"), 0);
+	assert_stream(rep.result, "stdout", "ok-ran");
+	assert_stream(rep.result, "stderr", "");
+	ck_assert_int_ge(jint(rep.result, "duration_ms"), 0);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exit_code_fidelity)
+{
+	static const struct { const char *sh; int code; } rows[] = {
+		{ "exit 7", 7 }, { "exit 0", 0 }, { "exit 255", 255 }, { "false", 1 },
+		{ "no-such-binary-msb", 127 },      /* sh's own "not found": kept */
+		{ "kill -9 $$", 137 },
+	};
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "exitcode");
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		exec_ok(&e, json_string(rows[i].sh), &rep);
+		ck_assert_msg(jint(rep.result, "exit_code") == rows[i].code, "'%s': %s, want exit %d",
+			      rows[i].sh, rep.text, rows[i].code);
+		reply_clear(&rep);
+	}
+	/* An argv whose binary is not there: the runtime's 126 or 127, as a result. */
+	exec_ok(&e, ARGV("s", "no-such-binary-msb"), &rep);
+	ck_assert_msg(jint(rep.result, "exit_code") == 126 || jint(rep.result, "exit_code") == 127,
+		      "missing binary: %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(argv_is_quoted)
+{
+	static const char hostile[] = "a b$(echo injected)c";
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "quoted");
+	exec_ok(&e, ARGV("s, s, s, s, s", "sh", "-c", "printf '%s' \"$1\"", "probe", hostile), &rep);
+	ck_assert_int_eq(jint(rep.result, "exit_code"), 0);
+	assert_stream(rep.result, "stdout", hostile);
+	reply_clear(&rep);
+	/* Nor is a lone argument split, globbed or expanded. */
+	exec_ok(&e, ARGV("s, s, s", "printf", "%s", "'*' \"x\"  ; $HOME"), &rep);
+	assert_stream(rep.result, "stdout", "'*' \"x\"  ; $HOME");
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(working_directory_is_honoured)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "wd");
+	exec_ok(&e, ARGV("s", "pwd"), &rep);
+	assert_stream(rep.result, "stdout", GUEST_BASE "\n");
+	reply_clear(&rep);
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "."), &rep);
+	ck_assert_msg(rep.result, "wd '.': %s", rep.text);
+	assert_stream(rep.result, "stdout", GUEST_BASE "\n");
+	reply_clear(&rep);
+	/* A relative one, made by files.write first. */
+	rpc(e.d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", e.sandbox, "path",
+					       "sub/.keep", "content_b64", ""), &rep);
+	ck_assert_msg(rep.code == 0, "files.write: %s", rep.text);
+	reply_clear(&rep);
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "sub"), &rep);
+	ck_assert_msg(rep.result, "wd 'sub': %s", rep.text);
+	assert_stream(rep.result, "stdout", GUEST_BASE "/sub\n");
+	reply_clear(&rep);
+	/* An absolute one. */
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "/tmp"), &rep);
+	ck_assert_msg(rep.result, "wd '/tmp': %s", rep.text);
+	assert_stream(rep.result, "stdout", "/tmp\n");
+	reply_clear(&rep);
+	/* Climbing out of the work dir is refused. */
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "../.."), &rep);
+	ck_assert_msg(!rep.result && !strcmp(rep.type, "ConfinementError"), "wd '../..': %s", rep.text);
+	reply_clear(&rep);
+	/* One that is not there: the runtime fails the command, a result. */
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "no-such-dir"),
+		 &rep);
+	ck_assert_msg(rep.result, "wd 'no-such-dir': %s", rep.text);
+	ck_assert_msg(jint(rep.result, "exit_code") == 126 || jint(rep.result, "exit_code") == 127,
+		      "wd 'no-such-dir': %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(streams_stay_separate)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "streams");
+	exec_ok(&e, json_string("printf out; printf err >&2; printf more; printf ERR >&2"), &rep);
+	ck_assert_int_eq(jint(rep.result, "exit_code"), 0);
+	assert_stream(rep.result, "stdout", "outmore");
+	assert_stream(rep.result, "stderr", "errERR");
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exec_byte_fidelity)
+{
+	static const uint8_t want[] = { 0xff, 0xfe, 0x00, 'x' };
+	/* Each invalid byte → U+FFFD, and the NUL too: the daemon keeps \u0000
+	 * out of the text views (m_exec.c: JSON parsers commonly refuse it). */
+	static const char want_text[] = "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx";
+	struct env e = { 0 };
+	struct reply rep;
+	uint8_t *got;
+	size_t len;
+	json_t *text;
+
+	env_start(&e, "bytes");
+	exec_ok(&e, json_string("printf '\\377\\376\\000x'; printf '\\377e' >&2"), &rep);
+	got = b64_get(rep.result, "stdout_b64", &len);
+	ck_assert_msg(len == sizeof(want) && memcmp(got, want, len) == 0, "stdout_b64: %s", rep.text);
+	free(got);
+	got = b64_get(rep.result, "stderr_b64", &len);
+	ck_assert_msg(len == 2 && got[0] == 0xff && got[1] == 'e', "stderr_b64: %s", rep.text);
+	free(got);
+	text = json_object_get(rep.result, "stdout_text");
+	ck_assert_msg(json_is_string(text) && json_string_length(text) == sizeof(want_text) - 1 &&
+		      memcmp(json_string_value(text), want_text, sizeof(want_text) - 1) == 0,
+		      "stdout_text: %s", rep.text);
+	ck_assert_str_eq(jstr(rep.result, "stderr_text"), "\xef\xbf\xbd" "e");
+	reply_clear(&rep);
+	/* Every byte value, in order. */
+	exec_ok(&e, json_string("i=0; while [ $i -lt 256 ]; do printf \"\\\\$(printf %o $i)\"; "
+				"i=$((i+1)); done"), &rep);
+	got = b64_get(rep.result, "stdout_b64", &len);
+	ck_assert_msg(len == 256, "256 bytes: %s", rep.text);
+	for (size_t i = 0; i < 256; i++)
+		ck_assert_msg(got[i] == i, "byte %zu is %u", i, got[i]);
+	free(got);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(a_timeout_raises_timeout_error)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "timeout");
+	exec_rpc(&e, json_pack("{s:[s, s], s:i}", "command", "sleep", "30", "timeout_seconds",
+			       PROBE_TIMEOUT_S), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_TIMEOUT && !strcmp(rep.type, "TimeoutError"),
+		      "sleep 30 with timeout 1: %s", rep.text);
+	ck_assert_msg(rep.elapsed_ms >= TIMEOUT_MIN_MS && rep.elapsed_ms <= TIMEOUT_MAX_MS,
+		      "TimeoutError after %ld ms, want %d-%d", rep.elapsed_ms, TIMEOUT_MIN_MS,
+		      TIMEOUT_MAX_MS);
+	reply_clear(&rep);
+	/* The sandbox stays: the next exec works, and nothing of the first is left. */
+	exec_ok(&e, ARGV("s, s", "printf", "after"), &rep);
+	assert_stream(rep.result, "stdout", "after");
+	reply_clear(&rep);
+	assert_no_survivor(&e, " sleep 30");
+	/* Control: a process started beside the daemon (by the engine) is seen. */
+	free(sh_out("docker exec -d %s sleep 29", e.sandbox));
+	ck_assert_int_eq(guest_procs(&e, " sleep 29"), 1);
+	env_stop(&e);
+}
+END_TEST
+
+/* A command that ignores SIGTERM and leaves a grandchild in the background. */
+START_TEST(a_timeout_kills_what_ignores_term_and_its_children)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "trap");
+	exec_rpc(&e, json_pack("{s:[s, s, s], s:i}", "command", "sh", "-c",
+			       "trap '' TERM; sleep 300 & sleep 300", "timeout_seconds", PROBE_TIMEOUT_S),
+		 &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_TIMEOUT, "trap TERM with timeout 1: %s", rep.text);
+	ck_assert_msg(rep.elapsed_ms <= TIMEOUT_MAX_MS, "TimeoutError after %ld ms", rep.elapsed_ms);
+	reply_clear(&rep);
+	/* Both sleeps and the sh (its argv ends "sleep 300" too). */
+	assert_no_survivor(&e, "sleep 300");
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(output_over_the_cap_is_refused_and_killed)
+{
+	char cmd[128];
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "outcap");
+	snprintf(cmd, sizeof(cmd), "head -c %d /dev/zero; sleep 300", OUTPUT_PRINTED_BYTES);
+	exec_rpc(&e, json_pack("{s:s, s:i, s:i}", "command", cmd, "max_output_bytes", OUTPUT_CAP_BYTES,
+			       "timeout_seconds", EXEC_TIMEOUT_S), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_OUTPUT_LIMIT &&
+		      !strcmp(rep.type, "SandboxExecOutputLimitExceeded"), "1 MiB over a 64 KiB cap: %s",
+		      rep.text);
+	ck_assert_msg(json_integer_value(json_object_get(rep.data, "limit")) == OUTPUT_CAP_BYTES,
+		      "data.limit: %s", rep.text);
+	ck_assert_msg(rep.elapsed_ms < EXEC_TIMEOUT_S * 1000L / 2, "refused after %ld ms", rep.elapsed_ms);
+	reply_clear(&rep);
+	assert_no_survivor(&e, "sleep 300");
+	/* Stderr counts too; at the cap exactly is a result. */
+	snprintf(cmd, sizeof(cmd), "head -c %d /dev/zero >&2", OUTPUT_CAP_BYTES + 1);
+	exec_rpc(&e, json_pack("{s:s, s:i}", "command", cmd, "max_output_bytes", OUTPUT_CAP_BYTES), &rep);
+	ck_assert_msg(rep.code == ERR_OUTPUT_LIMIT, "cap + 1 on stderr: %s", rep.text);
+	reply_clear(&rep);
+	snprintf(cmd, sizeof(cmd), "head -c %d /dev/zero; head -c %d /dev/zero >&2",
+		 OUTPUT_CAP_BYTES / 2, OUTPUT_CAP_BYTES / 2);
+	exec_rpc(&e, json_pack("{s:s, s:i}", "command", cmd, "max_output_bytes", OUTPUT_CAP_BYTES), &rep);
+	ck_assert_msg(rep.result && jint(rep.result, "exit_code") == 0, "at the cap: %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(env_is_visible)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "env");
+	exec_rpc(&e, json_pack("{s:[s, s, s], s:{s:s, s:s}}", "command", "sh", "-c",
+			       "printf '%s|%s' \"$FOO\" \"$_B2\"", "env", "FOO", "bar", "_B2", "x y=$z"),
+		 &rep);
+	ck_assert_msg(rep.result, "env: %s", rep.text);
+	assert_stream(rep.result, "stdout", "bar|x y=$z");
+	reply_clear(&rep);
+	/* The call's mark is there, the daemon's own. */
+	exec_ok(&e, json_string("printf %s \"$MSB_EXEC_ID\""), &rep);
+	ck_assert_msg(strlen(jstr(rep.result, "stdout_text")) > 0, "no MSB_EXEC_ID: %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+/* Params the daemon refuses with InvalidParams, before running anything. */
+START_TEST(invalid_params_are_refused)
+{
+	static const char *const rows[] = {
+		"{\"command\": \"true\", \"env\": {\"1BAD\": \"x\"}}",
+		"{\"command\": \"true\", \"env\": {\"A-B\": \"x\"}}",
+		"{\"command\": \"true\", \"env\": {\"\": \"x\"}}",
+		"{\"command\": \"true\", \"env\": {\"A=B\": \"x\"}}",
+		"{\"command\": \"true\", \"env\": {\"FOO\": 1}}",
+		"{\"command\": \"true\", \"env\": [\"FOO=bar\"]}",
+		"{\"command\": []}",
+		"{\"command\": [\"true\", 1]}",
+		"{\"command\": 5}",
+		"{\"command\": \"true\", \"timeout_seconds\": 0}",
+		"{\"command\": \"true\", \"timeout_seconds\": -1}",
+		"{\"command\": \"true\", \"timeout_seconds\": 86401}",
+		"{\"command\": \"true\", \"timeout_seconds\": \"5\"}",
+		"{\"command\": \"true\", \"max_output_bytes\": -1}",
+		"{\"command\": \"true\", \"working_directory\": 7}",
+	};
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "invalid");
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		json_t *params = json_loads(rows[i], 0, NULL);
+
+		ck_assert_ptr_nonnull(params);
+		exec_rpc(&e, params, &rep);
+		ck_assert_msg(rep.code == ERR_INVALID_PARAMS, "%s: %s", rows[i], rep.text);
+		reply_clear(&rep);
+	}
+	/* No timeout_seconds at all (exec_rpc would add one). */
+	rpc(e.d.sock, "sandbox.exec", json_pack("{s:s, s:s}", "sandbox", e.sandbox, "command", "true"),
+	    &rep);
+	ck_assert_msg(rep.code == ERR_INVALID_PARAMS, "no timeout_seconds: %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+/* A sandbox id that names nothing, and one that is no id; the daemon lives on. */
+START_TEST(unknown_sandbox_is_refused)
+{
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "nosandbox");
+	rpc(e.d.sock, "sandbox.exec", json_pack("{s:s, s:[s], s:i, s:s}", "sandbox",
+						"0000000000000000000000000000000000000000000000000000000000000000",
+						"command", "true", "timeout_seconds", EXEC_TIMEOUT_S,
+						"working_directory", "sub"), &rep);
+	ck_assert_msg(rep.code == ERR_SANDBOX_NOT_FOUND, "unknown sandbox: %s", rep.text);
+	reply_clear(&rep);
+	rpc(e.d.sock, "sandbox.exec", json_pack("{s:s, s:[s], s:i}", "sandbox", "abc", "command", "true",
+						"timeout_seconds", EXEC_TIMEOUT_S), &rep);
+	ck_assert_msg(rep.code == ERR_INVALID_PARAMS, "sandbox 'abc': %s", rep.text);
+	reply_clear(&rep);
+	exec_ok(&e, ARGV("s, s", "printf", "alive"), &rep);
+	assert_stream(rep.result, "stdout", "alive");
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+struct worker {
+	const struct env *e;
+	int n;
+	struct reply rep;
+};
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+	char tag[8], lines[16];
+
+	snprintf(tag, sizeof(tag), "%02d", w->n);
+	snprintf(lines, sizeof(lines), "%d", CONCURRENT_LINES);
+	exec_rpc(w->e, json_pack("{s:[s, s, s, s, s, s]}", "command", "sh", "-c",
+				 "i=0; while [ $i -lt $2 ]; do printf 'T%s-line-%03d\\n' \"$1\" $i; "
+				 "i=$((i+1)); done; printf 'E%s' \"$1\" >&2", "probe", tag, lines),
+		 &w->rep);
+	return NULL;
+}
+
+START_TEST(concurrent_execs_keep_their_own_output)
+{
+	static struct worker w[CONCURRENT_EXECS];
+	struct env e = { 0 };
+	pthread_t th[CONCURRENT_EXECS];
+	char want[CONCURRENT_LINES * 32], line[32], err[8];
+
+	env_start(&e, "concurrent");
+	for (int i = 0; i < CONCURRENT_EXECS; i++) {
+		w[i] = (struct worker){ .e = &e, .n = i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, worker_run, &w[i]), 0);
+	}
+	for (int i = 0; i < CONCURRENT_EXECS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < CONCURRENT_EXECS; i++) {
+		ck_assert_msg(w[i].rep.result, "exec %d: %s", i, w[i].rep.text);
+		ck_assert_int_eq(jint(w[i].rep.result, "exit_code"), 0);
+		want[0] = '\0';
+		for (int k = 0; k < CONCURRENT_LINES; k++) {
+			snprintf(line, sizeof(line), "T%02d-line-%03d\n", i, k);
+			strcat(want, line);
+		}
+		snprintf(err, sizeof(err), "E%02d", i);
+		assert_stream(w[i].rep.result, "stdout", want);
+		assert_stream(w[i].rep.result, "stderr", err);
+		reply_clear(&w[i].rep);
+	}
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- the CLI ------------------------------------------------------------- */
+
+/* The whole of a local file (malloc'd, NUL added) and its length. */
+static char *file_get(const char *path, size_t *ret_len)
+{
+	FILE *f = fopen(path, "re");
+	char *buf = NULL;
+	size_t n = 0, cap = 0, k;
+
+	ck_assert_msg(f, "open %s: %s", path, strerror(errno));
+	do {
+		if (cap - n < 4096)
+			buf = realloc(buf, cap = cap * 2 + 4096);
+		k = fread(buf + n, 1, cap - n - 1, f);
+		n += k;
+	} while (k > 0);
+	fclose(f);
+	buf[n] = '\0';
+	*ret_len = n;
+	return buf;
+}
+
+struct cli_out {
+	int status;
+	char *out, *err;     /* NUL added */
+	size_t out_len, err_len;
+	long elapsed_ms;
+};
+
+static void cli_out_clear(struct cli_out *o)
+{
+	free(o->out);
+	free(o->err);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Runs maf-sandbox --socket S args... with stdout and stderr into files
+ * (byte-exact, any size). */
+static void run_exec_cli(const struct env *e, const char *const *args, struct cli_out *o)
+{
+	const char *cli = getenv("MSB_CLI"), *argv[CLI_MAX_ARGS + 4];
+	char out_path[160], err_path[160];
+	long t0 = now_ms();
+	size_t n = 0;
+	int status;
+	pid_t pid;
+
+	ck_assert_msg(cli, "MSB_CLI is not set");
+	snprintf(out_path, sizeof(out_path), "%s/cli.out", e->d.dir);
+	snprintf(err_path, sizeof(err_path), "%s/cli.err", e->d.dir);
+	argv[n++] = cli;
+	argv[n++] = "--socket";
+	argv[n++] = e->d.sock;
+	for (; *args; args++) {
+		ck_assert_uint_lt(n, CLI_MAX_ARGS + 3);
+		argv[n++] = *args;
+	}
+	argv[n] = NULL;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int in = open("/dev/null", O_RDONLY);
+		int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (in < 0 || out < 0 || err < 0)
+			_exit(99);
+		dup2(in, STDIN_FILENO);
+		dup2(out, STDOUT_FILENO);
+		dup2(err, STDERR_FILENO);
+		execv(cli, (char *const *)argv);
+		_exit(98);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	memset(o, 0, sizeof(*o));
+	o->elapsed_ms = now_ms() - t0;
+	o->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	o->out = file_get(out_path, &o->out_len);
+	o->err = file_get(err_path, &o->err_len);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+#define assert_cli_status(o, want) \
+	ck_assert_msg((o)->status == (want), "exit status %d, want %d; stderr: %s", (o)->status, \
+		      (want), (o)->err)
+
+START_TEST(cli_exit_status_is_the_commands)
+{
+	static const struct { const char *sh; int status; } rows[] = {
+		{ "true", 0 }, { "exit 1", 1 }, { "exit 3", 3 }, { "exit 7", 7 }, { "exit 125", 125 },
+		{ "exit 255", 255 }, { "no-such-binary-msb", 127 },
+	};
+	struct env e = { 0 };
+	struct cli_out o;
+
+	env_start(&e, "cliexit");
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		run_exec_cli(&e, ARGS("exec", "--sh", rows[i].sh, e.sandbox), &o);
+		ck_assert_msg(o.status == rows[i].status, "'%s': exit status %d, want %d; stderr: %s",
+			      rows[i].sh, o.status, rows[i].status, o.err);
+		cli_out_clear(&o);
+	}
+	run_exec_cli(&e, ARGS("exec", e.sandbox, "--", "sh", "-c", "exit \"$1\"", "probe", "42"), &o);
+	assert_cli_status(&o, 42);
+	ck_assert_uint_eq(o.out_len + o.err_len, 0);
+	cli_out_clear(&o);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(cli_writes_the_exact_bytes_to_each_stream)
+{
+	static const char want_out[] = "o\377\000u\n";
+	static const char want_err[] = "e\376r";
+	struct env e = { 0 };
+	struct cli_out o;
+
+	env_start(&e, "clibytes");
+	run_exec_cli(&e, ARGS("exec", e.sandbox, "--", "sh", "-c",
+			      "printf 'o\\377\\000u\\n'; printf 'e\\376r' >&2; exit 5"), &o);
+	assert_cli_status(&o, 5);
+	ck_assert_msg(o.out_len == sizeof(want_out) - 1 && !memcmp(o.out, want_out, o.out_len),
+		      "stdout: %zu bytes", o.out_len);
+	ck_assert_msg(o.err_len == sizeof(want_err) - 1 && !memcmp(o.err, want_err, o.err_len),
+		      "stderr: %zu bytes", o.err_len);
+	cli_out_clear(&o);
+	/* An argv is not re-quoted; options after '--' are the command's. */
+	run_exec_cli(&e, ARGS("exec", e.sandbox, "--", "printf", "%s|%s", "a b$(x)", "--json"), &o);
+	assert_cli_status(&o, 0);
+	ck_assert_str_eq(o.out, "a b$(x)|--json");
+	cli_out_clear(&o);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(cli_sh_env_and_working_directory)
+{
+	struct env e = { 0 };
+	struct cli_out o;
+
+	env_start(&e, "clish");
+	run_exec_cli(&e, ARGS("exec", "--env", "FOO=b a=r", "--env", "BAR=1", "--env", "BAR=2", "--sh",
+			      "printf '%s|%s|' \"$FOO\" \"$BAR\"; pwd", e.sandbox), &o);
+	assert_cli_status(&o, 0);
+	ck_assert_str_eq(o.out, "b a=r|2|" GUEST_BASE "\n");
+	cli_out_clear(&o);
+	run_exec_cli(&e, ARGS("exec", "-w", "/tmp", e.sandbox, "--", "pwd"), &o);
+	assert_cli_status(&o, 0);
+	ck_assert_str_eq(o.out, "/tmp\n");
+	cli_out_clear(&o);
+	/* --json: the daemon's result, and still the command's status. */
+	run_exec_cli(&e, ARGS("--json", "exec", "--sh", "printf hi; exit 4", e.sandbox), &o);
+	assert_cli_status(&o, 4);
+	{
+		json_t *j = json_loads(o.out, 0, NULL);
+
+		ck_assert_msg(j, "not JSON: %s", o.out);
+		ck_assert_int_eq(jint(j, "exit_code"), 4);
+		ck_assert_str_eq(jstr(j, "stdout_text"), "hi");
+		ck_assert_str_eq(jstr(j, "stdout_b64"), "aGk=");
+		json_decref(j);
+	}
+	cli_out_clear(&o);
+	env_stop(&e);
+}
+END_TEST
+
+/* The daemon's errors exit 125 with the error's type; a client-side
+ * timeout never comes first (the client waits past the daemon's deadline). */
+START_TEST(cli_failures_exit_125)
+{
+	static const char no_such[] =
+		"0000000000000000000000000000000000000000000000000000000000000000";
+	struct env e = { 0 };
+	struct cli_out o;
+
+	env_start(&e, "clifail");
+	run_exec_cli(&e, ARGS("--timeout", "1", "exec", e.sandbox, "--", "sleep", "30"), &o);
+	assert_cli_status(&o, CLI_EXEC_FAILED);
+	ck_assert_msg(strstr(o.err, "TimeoutError"), "stderr: %s", o.err);
+	ck_assert_msg(o.elapsed_ms <= TIMEOUT_MAX_MS, "exec --timeout 1 took %ld ms", o.elapsed_ms);
+	ck_assert_uint_eq(o.out_len, 0);
+	cli_out_clear(&o);
+	run_exec_cli(&e, ARGS("exec", "--timeout", "0.5", e.sandbox, "--", "sleep", "30"), &o);
+	assert_cli_status(&o, CLI_EXEC_FAILED);
+	ck_assert_msg(strstr(o.err, "TimeoutError"), "--timeout 0.5: stderr: %s", o.err);
+	cli_out_clear(&o);
+	run_exec_cli(&e, ARGS("exec", no_such, "--", "true"), &o);
+	assert_cli_status(&o, CLI_EXEC_FAILED);
+	ck_assert_msg(strstr(o.err, "maf-sandbox: "), "stderr: %s", o.err);
+	cli_out_clear(&o);
+	run_exec_cli(&e, ARGS("--socket", "/nonexistent/msb.sock", "exec", e.sandbox, "--", "true"), &o);
+	assert_cli_status(&o, CLI_EXEC_FAILED);
+	cli_out_clear(&o);
+	env_stop(&e);
+}
+END_TEST
+
+struct usage_row {
+	const char *args[10];
+	const char *needle;      /* in stderr */
+};
+
+static const struct usage_row usage_rows[] = {
+	{ { "exec", NULL }, "missing arguments" },
+	{ { "exec", "SB", NULL }, "'--'" },
+	{ { "exec", "SB", "true", NULL }, "'--'" },
+	{ { "exec", "SB", "--", NULL }, "missing the command" },
+	{ { "exec", "--sh", "true", "SB", "--", "x", NULL }, "no ARGV" },
+	{ { "exec", "--sh", NULL }, "needs an argument" },
+	{ { "exec", "--env", "1A=b", "SB", "--", "true", NULL }, "--env" },
+	{ { "exec", "--env", "NOEQUALS", "SB", "--", "true", NULL }, "--env" },
+	{ { "exec", "--env", "=v", "SB", "--", "true", NULL }, "--env" },
+	{ { "exec", "--timeout", "86401", "SB", "--", "true", NULL }, "86400" },
+	{ { "exec", "--timeout", "x", "SB", "--", "true", NULL }, "--timeout" },
+	{ { "exec", "-r", "SB", "--", "true", NULL }, "--recursive" },
+	{ { "exec", "SB", "--", "\xff", NULL }, "UTF-8" },
+	{ { "exec", "--sh", "\xff", "SB", NULL }, "UTF-8" },
+	{ { "get", "--sh", "x", "SB", "g", NULL }, "--sh" },
+};
+
+START_TEST(cli_usage_errors_exit_2)
+{
+	const struct usage_row *row = &usage_rows[_i];
+	const char *args[14] = { "--socket", "/nonexistent/msb.sock" };
+	char *err = NULL;
+	size_t n = 2;
+	int rc;
+
+	for (const char *const *a = row->args; *a; a++)
+		args[n++] = *a;
+	args[n] = NULL;
+	rc = run_cli(args, NULL, &err);
+	ck_assert_msg(rc == CLI_EXEC_USAGE, "row %d: exit status %d; stderr: %s", _i, rc, err);
+	ck_assert_msg(strstr(err, row->needle), "row %d: stderr lacks '%s': %s", _i, row->needle, err);
+	free(err);
+}
+END_TEST
+
+static Suite *exec_suite(void)
+{
+	Suite *s = suite_create("exec");
+	TCase *tc;
+
+	tc = tcase_create("core");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, an_argv_sequence_runs);
+	tcase_add_test(tc, exit_code_fidelity);
+	tcase_add_test(tc, argv_is_quoted);
+	tcase_add_test(tc, working_directory_is_honoured);
+	tcase_add_test(tc, streams_stay_separate);
+	tcase_add_test(tc, exec_byte_fidelity);
+	tcase_add_test(tc, env_is_visible);
+	tcase_add_test(tc, invalid_params_are_refused);
+	tcase_add_test(tc, unknown_sandbox_is_refused);
+	tcase_add_test(tc, concurrent_execs_keep_their_own_output);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("kill");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, a_timeout_raises_timeout_error);
+	tcase_add_test(tc, a_timeout_kills_what_ignores_term_and_its_children);
+	tcase_add_test(tc, output_over_the_cap_is_refused_and_killed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, cli_exit_status_is_the_commands);
+	tcase_add_test(tc, cli_writes_the_exact_bytes_to_each_stream);
+	tcase_add_test(tc, cli_sh_env_and_working_directory);
+	tcase_add_test(tc, cli_failures_exit_125);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli_usage");
+	tcase_add_loop_test(tc, cli_usage_errors_exit_2, 0, sizeof(usage_rows) / sizeof(usage_rows[0]));
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	const char *script = getenv("MSB_TESTIMAGE");
+	SRunner *sr;
+	char *out;
+	int failed;
+
+	snprintf(run_id, sizeof(run_id), "itx%d", (int)getpid());
+	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
+	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
+	if (!strstr(out, "ok")) {
+		fprintf(stderr, "cannot build the test image: %s\n", out);
+		return EXIT_FAILURE;
+	}
+	free(out);
+	harness_run_dir_create();
+	sr = srunner_create(exec_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	harness_run_dir_remove();
+	/* Whatever failed: nothing of this run stays. */
+	out = sh_out("docker ps -aq --filter label=maf-sandbox.label.%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
+		     "docker rmi -f %s >/dev/null 2>&1; echo done", RUN_LABEL, run_id, image);
+	free(out);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
