@@ -1726,9 +1726,40 @@ static int b64_member(const json_t *r, const char *key, uint8_t **ret, size_t *r
 	return msb_base64_decode(json_string_value(v), json_string_length(v), ret, ret_len);
 }
 
+/* Output already written live from exec.output notifications (stream:
+ * true), per stream, so the result's bytes are not written twice. The CLI
+ * runs one exec per process. */
+static struct {
+	size_t out, err;        /* bytes written so far */
+	bool failed;            /* a write failed: the rest is not attempted */
+} exec_streamed;
+
+static void exec_notify_cb(const char *method, json_t *params, void *arg)
+{
+	const char *stream = json_string_value(json_object_get(params, "stream"));
+	_cleanup_free_ uint8_t *data = NULL;
+	size_t len = 0;
+	bool is_out;
+	FILE *f;
+
+	(void)arg;
+	if (strcmp(method, "exec.output") || !stream || exec_streamed.failed ||
+	    b64_member(params, "data_b64", &data, &len) < 0)
+		return;
+	is_out = strcmp(stream, "stdout") == 0;
+	if (!is_out && strcmp(stream, "stderr"))
+		return;
+	f = is_out ? stdout : stderr;
+	if (fwrite(data, 1, len, f) != len || fflush(f) != 0) {
+		exec_streamed.failed = true;
+		return;
+	}
+	*(is_out ? &exec_streamed.out : &exec_streamed.err) += len;
+}
+
 /* {exit_code, stdout_b64, stderr_b64, ...}: the bytes to stdout and stderr,
- * exactly, once both decoded; exits with exit_code. With --json: the result
- * as it is, and the same status. */
+ * exactly (what the live stream has not written yet); exits with
+ * exit_code. With --json: the result as it is, and the same status. */
 static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
 {
 	_cleanup_free_ uint8_t *out = NULL, *err = NULL;
@@ -1751,8 +1782,11 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	}
 	if (opts->json)
 		return (int)code;
-	if (fwrite(out, 1, out_len, stdout) != out_len || fflush(stdout) != 0 ||
-	    fwrite(err, 1, err_len, stderr) != err_len || fflush(stderr) != 0) {
+	if (exec_streamed.failed || exec_streamed.out > out_len || exec_streamed.err > err_len ||
+	    fwrite(out + exec_streamed.out, 1, out_len - exec_streamed.out, stdout) != out_len - exec_streamed.out ||
+	    fflush(stdout) != 0 ||
+	    fwrite(err + exec_streamed.err, 1, err_len - exec_streamed.err, stderr) != err_len - exec_streamed.err ||
+	    fflush(stderr) != 0) {
 		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
 		return CLI_EXIT_EXEC_FAILED;
 	}
@@ -1781,6 +1815,11 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 	if (r != 0) {
 		json_decref(params);
 		return exec_failure(r);
+	}
+	if (!opts->json) {
+		/* Output as it comes, not only at the end. */
+		json_object_set_new(params, "stream", json_true());
+		msb_set_notify(conn, exec_notify_cb, NULL);
 	}
 	r = msb_call(conn, cmd->method, params, &result);
 	if (r < 0)
@@ -2018,10 +2057,10 @@ static const struct cli_cmd cli_cmds[] = {
 		.summary = "run a command in a sandbox; its output and exit status are this one's",
 		.help = "Run a command in the sandbox as the image's user and wait for it\n"
 			"(sandbox.exec): ARGV is the command's argv itself (no shell; nothing is\n"
-			"joined or re-quoted), or with --sh, STRING runs under sh -c. Once the\n"
-			"command has ended, its stdout and stderr are written to this one's, byte\n"
-			"for byte; more than 8 MiB of them together is an error, and then nothing\n"
-			"of them is written. With --json: the daemon's result (exit_code,\n"
+			"joined or re-quoted), or with --sh, STRING runs under sh -c. Its stdout\n"
+			"and stderr are written to this one's as they arrive, byte for byte; more\n"
+			"than 8 MiB of them together is an error (what came before it has been\n"
+			"written). With --json: only at the end, the daemon's result (exit_code,\n"
 			"stdout_b64, stderr_b64, stdout_text, stderr_text, duration_ms) on stdout\n"
 			"instead, and the same exit status.\n"
 			"\n"
