@@ -47,6 +47,28 @@
 /* The concurrency probe: execs at once, each its own connection and lines. */
 #define CONCURRENT_EXECS 32
 #define CONCURRENT_LINES 200
+/* The same across sandboxes: one daemon, this many keys, the execs spread evenly. */
+#define MULTI_SANDBOXES 8
+#define MULTI_EXECS_PER_SANDBOX (CONCURRENT_EXECS / MULTI_SANDBOXES)
+#define HOSTNAME_MAX 64
+/* The default cap (exec.max_output_bytes) and a command printing more. */
+#define DEFAULT_CAP_BYTES (8 * 1024 * 1024)
+#define BIG_PRINTED_BYTES (10 * 1024 * 1024)
+/* How far the daemon's peak resident set (VmHWM) may grow past the cap while
+ * it refuses BIG_PRINTED_BYTES: see the test. */
+#define HWM_SLACK_BYTES (24 * 1024 * 1024)
+#define PROC_LINE_MAX 256
+/* stream: true — the command prints, sleeps STREAM_SLEEP_S, prints again; its
+ * first chunk must reach the client at least STREAM_LEAD_MS before the reply. */
+#define STREAM_SLEEP_S "2"
+#define STREAM_LEAD_MS 1000
+#define STREAM_REQ_ID 41
+/* The freeze probe: a files.write this large holds the freeze long enough to
+ * be seen; the engine is polled every PAUSE_POLL_US, PAUSE_POLL_ROUNDS times. */
+#define FREEZE_WRITE_BYTES (24 * 1024 * 1024)
+#define FREEZE_REQ_ID 51
+#define PAUSE_POLL_US 2000
+#define PAUSE_POLL_ROUNDS 1500
 #define CLI_MAX_ARGS 24
 
 #define ERR_INVALID_PARAMS (-32602)
@@ -67,11 +89,10 @@ struct env {
 	char sandbox[80];
 };
 
-static void env_start(struct env *e, const char *test)
+/* A daemon on e->d, its engine reachable and its registry synchronised. */
+static void daemon_up(struct env *e)
 {
-	char scope[96];
 	json_t *r = NULL;
-	int code = 0;
 
 	msbd_start(&e->d, NULL);
 	json_decref(wait_engine_state(e->d.sock, "reachable", ENGINE_WAIT_MS));
@@ -83,10 +104,19 @@ static void env_start(struct env *e, const char *test)
 	}
 	ck_assert_msg(r, "the registry never synchronised");
 	json_decref(r);
+}
+
+/* Acquires the sandbox of key {run_id-test, thread} into e->sandbox. */
+static void env_acquire(struct env *e, const char *test, const char *thread)
+{
+	char scope[96];
+	json_t *r;
+	int code = 0;
+
 	snprintf(scope, sizeof(scope), "%s-%s", run_id, test);
 	r = call(e->d.sock, "sandbox.acquire",
 		 json_pack("{s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}}",
-			   "key", "scope", scope, "thread_id", "t", "agent_dir", "a",
+			   "key", "scope", scope, "thread_id", thread, "agent_dir", "a",
 			   "spec", "kind", "k", "image", image, "labels", RUN_LABEL, run_id),
 		 &code, NULL);
 	if (!r)
@@ -94,6 +124,12 @@ static void env_start(struct env *e, const char *test)
 	ck_assert_msg(r, "sandbox.acquire failed: %d", code);
 	snprintf(e->sandbox, sizeof(e->sandbox), "%s", jstr(r, "sandbox"));
 	json_decref(r);
+}
+
+static void env_start(struct env *e, const char *test)
+{
+	daemon_up(e);
+	env_acquire(e, test, "t");
 }
 
 static void env_stop(struct env *e)
@@ -595,12 +631,29 @@ static void *worker_run(void *arg)
 	return NULL;
 }
 
+/* Asserts w's reply holds its own CONCURRENT_LINES lines and want_err. */
+static void assert_worker_output(struct worker *w, const char *want_err)
+{
+	static char want[CONCURRENT_LINES * 32];
+	char line[32];
+
+	ck_assert_msg(w->rep.result, "exec %d: %s", w->n, w->rep.text);
+	ck_assert_int_eq(jint(w->rep.result, "exit_code"), 0);
+	want[0] = '\0';
+	for (int k = 0; k < CONCURRENT_LINES; k++) {
+		snprintf(line, sizeof(line), "T%02d-line-%03d\n", w->n, k);
+		strcat(want, line);
+	}
+	assert_stream(w->rep.result, "stdout", want);
+	assert_stream(w->rep.result, "stderr", want_err);
+}
+
 START_TEST(concurrent_execs_keep_their_own_output)
 {
 	static struct worker w[CONCURRENT_EXECS];
 	struct env e = { 0 };
 	pthread_t th[CONCURRENT_EXECS];
-	char want[CONCURRENT_LINES * 32], line[32], err[8];
+	char err[8];
 
 	env_start(&e, "concurrent");
 	for (int i = 0; i < CONCURRENT_EXECS; i++) {
@@ -610,18 +663,294 @@ START_TEST(concurrent_execs_keep_their_own_output)
 	for (int i = 0; i < CONCURRENT_EXECS; i++)
 		pthread_join(th[i], NULL);
 	for (int i = 0; i < CONCURRENT_EXECS; i++) {
-		ck_assert_msg(w[i].rep.result, "exec %d: %s", i, w[i].rep.text);
-		ck_assert_int_eq(jint(w[i].rep.result, "exit_code"), 0);
-		want[0] = '\0';
-		for (int k = 0; k < CONCURRENT_LINES; k++) {
-			snprintf(line, sizeof(line), "T%02d-line-%03d\n", i, k);
-			strcat(want, line);
-		}
 		snprintf(err, sizeof(err), "E%02d", i);
-		assert_stream(w[i].rep.result, "stdout", want);
-		assert_stream(w[i].rep.result, "stderr", err);
+		assert_worker_output(&w[i], err);
 		reply_clear(&w[i].rep);
 	}
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- across sandboxes, big output, streaming, the freeze ------------------ */
+
+/* The guest's hostname of e's sandbox (its own per container). */
+static void guest_hostname(const struct env *e, char out[HOSTNAME_MAX])
+{
+	struct reply rep;
+	const char *h;
+
+	exec_ok(e, ARGV("s", "hostname"), &rep);
+	h = jstr(rep.result, "stdout_text");
+	ck_assert_msg(h && *h, "hostname: %s", rep.text);
+	snprintf(out, HOSTNAME_MAX, "%.*s", (int)strcspn(h, "\n"), h);
+	reply_clear(&rep);
+}
+
+/* Like worker_run, and its stderr names the guest it ran in. */
+static void *multi_worker_run(void *arg)
+{
+	struct worker *w = arg;
+	char tag[8], lines[16];
+
+	snprintf(tag, sizeof(tag), "%02d", w->n);
+	snprintf(lines, sizeof(lines), "%d", CONCURRENT_LINES);
+	exec_rpc(w->e, json_pack("{s:[s, s, s, s, s, s]}", "command", "sh", "-c",
+				 "i=0; while [ $i -lt $2 ]; do printf 'T%s-line-%03d\\n' \"$1\" $i; "
+				 "i=$((i+1)); done; printf 'E%s@%s' \"$1\" \"$(hostname)\" >&2", "probe", tag,
+				 lines),
+		 &w->rep);
+	return NULL;
+}
+
+START_TEST(concurrent_execs_across_eight_sandboxes)
+{
+	static struct worker w[CONCURRENT_EXECS];
+	struct env e[MULTI_SANDBOXES] = { 0 };
+	char host[MULTI_SANDBOXES][HOSTNAME_MAX], thread[16], err[8 + HOSTNAME_MAX];
+	pthread_t th[CONCURRENT_EXECS];
+
+	daemon_up(&e[0]);
+	for (int s = 0; s < MULTI_SANDBOXES; s++) {
+		/* One daemon, eight keys: the same scope, a thread id each. */
+		e[s].d = e[0].d;
+		snprintf(thread, sizeof(thread), "t%d", s);
+		env_acquire(&e[s], "multi", thread);
+		guest_hostname(&e[s], host[s]);
+		for (int k = 0; k < s; k++) {
+			ck_assert_str_ne(e[k].sandbox, e[s].sandbox);
+			ck_assert_str_ne(host[k], host[s]);
+		}
+	}
+	for (int i = 0; i < CONCURRENT_EXECS; i++) {
+		w[i] = (struct worker){ .e = &e[i % MULTI_SANDBOXES], .n = i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, multi_worker_run, &w[i]), 0);
+	}
+	for (int i = 0; i < CONCURRENT_EXECS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < CONCURRENT_EXECS; i++) {
+		snprintf(err, sizeof(err), "E%02d@%s", i, host[i % MULTI_SANDBOXES]);
+		assert_worker_output(&w[i], err);
+		reply_clear(&w[i].rep);
+	}
+	env_stop(&e[0]);
+}
+END_TEST
+
+/* The daemon's peak resident set so far (VmHWM), in bytes. */
+static long vm_hwm_bytes(pid_t pid)
+{
+	char path[64], line[PROC_LINE_MAX];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_msg(f, "open %s: %s", path, strerror(errno));
+	while (kib < 0 && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) != 1)
+			kib = -1;
+	fclose(f);
+	ck_assert_msg(kib >= 0, "%s has no VmHWM", path);
+	return kib * 1024;
+}
+
+/* No max_output_bytes: the daemon's default cap holds, and so does its
+ * memory. Its peak may grow by the cap (the output it holds, never more)
+ * plus HWM_SLACK_BYTES: room for a second copy of the cap while a growing
+ * buffer is reallocated (8 MiB), for the base64 of the cap (4/3 of it,
+ * ~11 MiB) should any path encode what it held, and for the HTTP stream's
+ * buffers in flight (a few MiB) — with the allocator keeping what it freed.
+ * A daemon that read all 10 MiB and encoded it (10 + 13.3 + copies) goes
+ * past it. */
+START_TEST(ten_mib_over_the_default_cap_is_refused_with_bounded_memory)
+{
+	char cmd[64], suffix[64];
+	struct env e = { 0 };
+	struct reply rep;
+	long before, after;
+
+	env_start(&e, "bigout");
+	exec_ok(&e, ARGV("s", "true"), &rep);      /* the exec path warmed up */
+	reply_clear(&rep);
+	before = vm_hwm_bytes(e.d.pid);
+	snprintf(cmd, sizeof(cmd), "head -c %d /dev/zero", BIG_PRINTED_BYTES);
+	exec_rpc(&e, json_pack("{s:s}", "command", cmd), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_OUTPUT_LIMIT &&
+		      !strcmp(rep.type, "SandboxExecOutputLimitExceeded"), "10 MiB, default cap: %s", rep.text);
+	ck_assert_msg(json_integer_value(json_object_get(rep.data, "limit")) == DEFAULT_CAP_BYTES,
+		      "data.limit: %s", rep.text);
+	ck_assert_msg(rep.elapsed_ms < EXEC_TIMEOUT_S * 1000L / 2, "refused after %ld ms", rep.elapsed_ms);
+	reply_clear(&rep);
+	after = vm_hwm_bytes(e.d.pid);
+	fprintf(stderr, "10 MiB over the default cap: VmHWM %ld -> %ld KiB (+%ld KiB)\n", before / 1024,
+		after / 1024, (after - before) / 1024);
+	ck_assert_msg(after - before < DEFAULT_CAP_BYTES + HWM_SLACK_BYTES,
+		      "VmHWM grew by %ld KiB, want under %d KiB", (after - before) / 1024,
+		      (DEFAULT_CAP_BYTES + HWM_SLACK_BYTES) / 1024);
+	exec_ok(&e, ARGV("s, s", "printf", "after"), &rep);
+	assert_stream(rep.result, "stdout", "after");
+	reply_clear(&rep);
+	snprintf(suffix, sizeof(suffix), "head -c %d /dev/zero", BIG_PRINTED_BYTES);
+	assert_no_survivor(&e, suffix);
+	env_stop(&e);
+}
+END_TEST
+
+/* Sends one request frame (params stolen) on a raw connection. */
+static void raw_request(int fd, json_int_t id, const char *method, json_t *params)
+{
+	json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
+				"params", params);
+	char *frame = json_dumps(req, JSON_COMPACT);
+
+	ck_assert_ptr_nonnull(frame);
+	raw_send(fd, frame, strlen(frame));
+	raw_send(fd, "\n", 1);
+	free(frame);
+	json_decref(req);
+}
+
+/* Appends the decoded data_b64 of an exec.output notification to buf. */
+static void stream_append(json_t *n, char *buf, size_t cap, size_t *len)
+{
+	uint8_t *raw;
+	size_t n_raw;
+
+	raw = b64_get(jget(n, "params"), "data_b64", &n_raw);
+	ck_assert_msg(*len + n_raw < cap, "more streamed than printed");
+	memcpy(buf + *len, raw, n_raw);
+	*len += n_raw;
+	buf[*len] = '\0';
+	free(raw);
+}
+
+START_TEST(streaming_delivers_output_before_the_command_ends)
+{
+	struct env e = { 0 };
+	char streamed[64] = "", first[64] = "";
+	size_t len = 0;
+	long t0, first_ms = -1, reply_ms = -1;
+	json_t *j, *reply = NULL;
+	int fd;
+
+	env_start(&e, "stream");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	t0 = now_ms();
+	raw_request(fd, STREAM_REQ_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i, s:b}", "sandbox", e.sandbox, "command",
+			      "printf first; sleep " STREAM_SLEEP_S "; printf second", "timeout_seconds",
+			      EXEC_TIMEOUT_S, "stream", 1));
+	while (!reply && (j = raw_recv(fd, CLIENT_TIMEOUT_MS))) {
+		char *text = json_dumps(j, JSON_COMPACT);
+
+		if (!json_object_get(j, "method")) {
+			reply = j;
+			reply_ms = now_ms() - t0;
+			free(text);
+			break;
+		}
+		ck_assert_msg(!strcmp(jstr(j, "method"), "exec.output"), "not exec.output: %s", text);
+		ck_assert_msg(jint(j, "params.id") == STREAM_REQ_ID, "another id: %s", text);
+		ck_assert_msg(!strcmp(jstr(j, "params.stream"), "stdout"), "not stdout: %s", text);
+		stream_append(j, streamed, sizeof(streamed), &len);
+		if (first_ms < 0) {
+			first_ms = now_ms() - t0;
+			snprintf(first, sizeof(first), "%s", streamed);
+		}
+		free(text);
+		json_decref(j);
+	}
+	close(fd);
+	ck_assert_msg(reply, "no reply within %d ms", CLIENT_TIMEOUT_MS);
+	ck_assert_msg(jint(reply, "id") == STREAM_REQ_ID && json_is_object(jget(reply, "result")),
+		      "the reply is not a result for id %d", STREAM_REQ_ID);
+	ck_assert_msg(first_ms >= 0, "no exec.output before the reply");
+	ck_assert_str_eq(first, "first");
+	ck_assert_msg(reply_ms - first_ms >= STREAM_LEAD_MS,
+		      "the first chunk came at %ld ms, the reply at %ld ms: want %d ms between", first_ms,
+		      reply_ms, STREAM_LEAD_MS);
+	ck_assert_str_eq(streamed, "firstsecond");
+	ck_assert_int_eq(jint(reply, "result.exit_code"), 0);
+	assert_stream(jget(reply, "result"), "stdout", "firstsecond");
+	assert_stream(jget(reply, "result"), "stderr", "");
+	json_decref(reply);
+	env_stop(&e);
+}
+END_TEST
+
+/* True if the engine says the container is paused (absent: false). */
+static bool engine_paused(const char *id)
+{
+	char path[160], *body;
+	json_t *j;
+	bool paused;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", id);
+	body = engine_get(path, NULL, NULL);
+	j = json_loads(body, 0, NULL);
+	paused = json_is_true(jget(j, "State.Paused"));
+	json_decref(j);
+	free(body);
+	return paused;
+}
+
+/* files.write of FREEZE_WRITE_BYTES as a request on fd (its reply left to read). */
+static void send_big_write(const struct env *e, int fd)
+{
+	char *content = malloc(FREEZE_WRITE_BYTES), *b64;
+	size_t b64_len;
+
+	ck_assert_ptr_nonnull(content);
+	for (size_t i = 0; i < FREEZE_WRITE_BYTES; i++)
+		content[i] = (char)('a' + i % 26);
+	b64 = msb_base64_encode(content, FREEZE_WRITE_BYTES, &b64_len);
+	free(content);
+	raw_request(fd, FREEZE_REQ_ID, "files.write",
+		    json_pack("{s:s, s:s, s:s%}", "sandbox", e->sandbox, "path", "big.bin", "content_b64",
+			      b64, b64_len));
+	free(b64);
+}
+
+START_TEST(an_exec_waits_while_a_file_call_holds_the_freeze)
+{
+	char want_size[32];
+	struct env e = { 0 };
+	struct reply rep;
+	bool seen = false;
+	json_t *w;
+	int fd;
+
+	env_start(&e, "freeze");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	send_big_write(&e, fd);
+	for (int i = 0; i < PAUSE_POLL_ROUNDS && !seen; i++) {
+		seen = engine_paused(e.sandbox);
+		if (!seen)
+			usleep(PAUSE_POLL_US);
+	}
+	ck_assert_msg(seen, "the files.write never showed the container paused");
+	exec_rpc(&e, json_pack("{s:[s], s:i}", "command", "true", "timeout_seconds", EXEC_TIMEOUT_S), &rep);
+	ck_assert_msg(rep.result && jint(rep.result, "exit_code") == 0,
+		      "exec under a files.write's freeze: %s", rep.text);
+	reply_clear(&rep);
+	w = raw_recv(fd, CLIENT_TIMEOUT_MS);
+	close(fd);
+	ck_assert_msg(w, "no files.write reply");
+	{
+		char *text = json_dumps(w, JSON_COMPACT);
+
+		ck_assert_msg(jint(w, "id") == FREEZE_REQ_ID && json_is_object(jget(w, "result")),
+			      "files.write: %s", text);
+		free(text);
+	}
+	json_decref(w);
+	ck_assert(!engine_paused(e.sandbox));
+	exec_ok(&e, json_string("wc -c < big.bin"), &rep);
+	snprintf(want_size, sizeof(want_size), "%d\n", FREEZE_WRITE_BYTES);
+	assert_stream(rep.result, "stdout", want_size);
+	reply_clear(&rep);
 	env_stop(&e);
 }
 END_TEST
@@ -883,6 +1212,14 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, invalid_params_are_refused);
 	tcase_add_test(tc, unknown_sandbox_is_refused);
 	tcase_add_test(tc, concurrent_execs_keep_their_own_output);
+	tcase_add_test(tc, streaming_delivers_output_before_the_command_ends);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("load");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, concurrent_execs_across_eight_sandboxes);
+	tcase_add_test(tc, ten_mib_over_the_default_cap_is_refused_with_bounded_memory);
+	tcase_add_test(tc, an_exec_waits_while_a_file_call_holds_the_freeze);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("kill");
