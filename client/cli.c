@@ -256,6 +256,7 @@ static const struct option cli_options[] = {
 	{ "sandbox", required_argument, NULL, CLI_OPT_SANDBOX },
 	{ "older-than", required_argument, NULL, CLI_OPT_OLDER_THAN },
 	{ "working-directory", required_argument, NULL, CLI_OPT_WORKDIR },
+	{ "cwd", required_argument, NULL, CLI_OPT_WORKDIR },   /* the same, docker-style */
 	{ "recursive", no_argument, NULL, CLI_OPT_RECURSIVE },
 	{ "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES },
 	{ "env", required_argument, NULL, CLI_OPT_ENV },
@@ -1833,8 +1834,8 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 #define CLI_HELP_SANDBOX \
 	"  SANDBOX                     the sandbox's id, as acquire printed it\n"
 #define CLI_HELP_WORKDIR \
-	"  -w, --working-directory WD  the working directory: absolute, or relative to\n" \
-	"                              the sandbox's work_dir (default: the work_dir)"
+	"  -w, --working-directory WD  the working directory (also --cwd): absolute, or\n" \
+	"                              relative to the sandbox's work_dir (default: it)"
 
 static const struct cli_cmd cli_cmds[] = {
 	{
