@@ -294,6 +294,9 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	case -ECANCELED:
 		rpc_call_fail(x->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
 		break;
+	case -ETIME:
+		rpc_call_fail(x->call, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer in time");
+		break;
 	case -EIO:
 		log_warnx("exec in %.12s: the engine refused: %s", x->id, r->message ? r->message : "(no message)");
 		rpc_call_fail(x->call, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),

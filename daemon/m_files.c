@@ -544,6 +544,9 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 	case -ECANCELED:
 		rpc_call_fail(fr->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
 		break;
+	case -ETIME:
+		rpc_call_fail(fr->call, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer in time");
+		break;
 	case -EFBIG:
 		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->given),
 			      "rm wrote more output than the daemon keeps; its outcome is unknown");

@@ -237,6 +237,13 @@ static void execrun_finish(struct execrun *x, int error)
 }
 
 /* Fails the run with status and a message (copied; NULL: none). */
+/* A request's own timeout (engine.timeout_ms) is the engine's failure, not
+ * the caller's deadline: -ETIMEDOUT is kept for that one. */
+static int transport_error(int error)
+{
+	return error == -ETIMEDOUT ? -ETIME : error;
+}
+
 static void execrun_fail(struct execrun *x, int error, long status, const char *message)
 {
 	execrun_set_failure(x, status, message);
@@ -441,7 +448,7 @@ static void create_done_cb(const struct docker_reply *r, void *arg)
 	if (x->state == EXECRUN_DONE)
 		return;   /* cancelled by execrun_finish */
 	if (r->error < 0) {
-		execrun_fail(x, r->error, 0, NULL);
+		execrun_fail(x, transport_error(r->error), 0, NULL);
 		return;
 	}
 	if (r->status != 201 && r->status != 200) {
@@ -519,7 +526,7 @@ static void inspect_done_cb(const struct docker_reply *r, void *arg)
 	if (x->state == EXECRUN_DONE)
 		return;   /* cancelled by execrun_finish */
 	if (r->error < 0) {
-		execrun_fail(x, r->error, 0, NULL);
+		execrun_fail(x, transport_error(r->error), 0, NULL);
 		return;
 	}
 	if (r->status == 404) {

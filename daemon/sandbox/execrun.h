@@ -68,6 +68,8 @@ struct execrun_spec {
 struct execrun_result {
 	/* 0: the command ran and exited (exit_code holds its status).
 	 * -ETIMEDOUT   the deadline passed (the command may still run in the guest);
+	 * -ETIME       a request to the engine timed out (engine.timeout_ms), before
+	 *              the deadline: the engine's failure, never the caller's bound;
 	 * -EFBIG       stdout + stderr exceeded max_output (the stream was cut);
 	 * -ENOENT      the container (or the exec) is gone: 404 at any step;
 	 * -EBUSY       the container is paused, and not by one of our freezes;

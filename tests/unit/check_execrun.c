@@ -1205,6 +1205,22 @@ enum stall_at { STALL_CREATE, STALL_START_HEADERS, STALL_STREAM, STALL_INSPECT, 
 /* The deadline passes at each step: -ETIMEDOUT once, soon, the request in
  * flight cancelled (a create or inspect answered later leads nowhere:
  * nothing more is sent, nothing fires again). */
+/* The engine's own request timeout (engine.timeout_ms) before the caller's
+ * deadline is the engine's failure (-ETIME), never the caller's -ETIMEDOUT. */
+START_TEST(test_engine_timeout_is_not_the_deadline)
+{
+	struct fake_reply script[] = { PING, VERSION, CREATE(), START(NULL, 0), INSPECT(0) };
+	struct run_rec rec = { 0 };
+
+	script[2].delay_ms = (int)test_opts.timeout_ms + 500;
+	start_reachable(script, ELEMENTSOF(script));
+	run_start(&rec, test_opts.timeout_ms * 5, 0);
+	run_until(&rec.calls, 1, (int)test_opts.timeout_ms * 3);
+	ck_assert_int_eq(rec.calls, 1);
+	ck_assert_int_eq(rec.error, -ETIME);
+}
+END_TEST
+
 START_TEST(test_deadline)
 {
 	enum stall_at at = (enum stall_at)_i;
@@ -1610,6 +1626,7 @@ static Suite *execrun_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("deadline_and_cancel");
+	tcase_add_test(tc, test_engine_timeout_is_not_the_deadline);
 	tcase_add_loop_test(tc, test_deadline, 0, _STALL_MAX);
 	tcase_add_loop_test(tc, test_cancel, 0, _CANCEL_MAX);
 	tcase_add_test(tc, test_engine_freed);
