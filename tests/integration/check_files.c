@@ -1344,31 +1344,34 @@ END_TEST
  * drain (shutdown.drain_ms=0): the call is cut short, and the guest is
  * thawed before the daemon exits, not left to the next start. A second
  * daemon serves the fixture's sandbox for this (the same user owns it). */
-START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
+/* A second daemon on this engine, its registry read (it serves the
+ * fixture's sandbox: the same user owns it). */
+static void second_daemon_up(struct msbd_proc *d2, const char *const *args)
 {
-	static const char *const args[] = { "--set", "shutdown.drain_ms=0", NULL };
-	struct msbd_proc d2 = { 0 };
-	json_t *req;
-	char *frame;
-	bool seen = false;
-	int fd, status;
-
-	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
-	msbd_start(&d2, args);
-	json_decref(wait_engine_state(d2.sock, "reachable", ENGINE_WAIT_MS));
-	for (int i = 0; i < 200; i++) {      /* the registry is read */
-		json_t *r = call(d2.sock, "sandbox.list", NULL, NULL, NULL);
+	msbd_start(d2, args);
+	json_decref(wait_engine_state(d2->sock, "reachable", ENGINE_WAIT_MS));
+	for (int i = 0; i < 200; i++) {
+		json_t *r = call(d2->sock, "sandbox.list", NULL, NULL, NULL);
 
 		if (r) {
 			json_decref(r);
-			break;
+			return;
 		}
 		usleep(20 * 1000);
 	}
-	req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", "files.read", "params",
-			fparams(fx.id, NULL, "big.bin"));
-	frame = json_dumps(req, JSON_COMPACT);
-	fd = raw_connect(d2.sock);
+	ck_abort_msg("the second daemon never read its registry");
+}
+
+/* Sends method(params) on a raw connection of d2 (kept open: returned) and
+ * waits, at most 3 s, until the engine shows the guest paused. */
+static int send_until_frozen(const struct msbd_proc *d2, const char *method, json_t *params)
+{
+	json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", method, "params",
+				params);
+	char *frame = json_dumps(req, JSON_COMPACT);
+	int fd = raw_connect(d2->sock);
+	bool seen = false;
+
 	ck_assert_int_ge(fd, 0);
 	raw_send(fd, frame, strlen(frame));
 	raw_send(fd, "\n", 1);
@@ -1377,7 +1380,21 @@ START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
 		if (!seen)
 			usleep(2000);
 	}
-	ck_assert_msg(seen, "the read never froze the guest");
+	free(frame);
+	json_decref(req);
+	ck_assert_msg(seen, "the %s never froze the guest", method);
+	return fd;
+}
+
+START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
+{
+	static const char *const args[] = { "--set", "shutdown.drain_ms=0", NULL };
+	struct msbd_proc d2 = { 0 };
+	int fd, status;
+
+	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
+	second_daemon_up(&d2, args);
+	fd = send_until_frozen(&d2, "files.read", fparams(fx.id, NULL, "big.bin"));
 	msbd_signal(&d2, SIGTERM);
 	status = msbd_wait(&d2, 20000);
 	if (status != 0)
@@ -1386,10 +1403,42 @@ START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
 	/* Exited: whatever it owed is done. No waiting here. */
 	ck_assert_msg(!engine_paused(fx.id), "the daemon exited and left the guest paused");
 	close(fd);
-	free(frame);
-	json_decref(req);
 	msbd_stop(&d2);
 	GUEST_OK(fx.id, "true");
+}
+END_TEST
+
+/* SIGKILL in the middle of a frozen write: nothing runs to thaw the guest.
+ * The next daemon to start thaws it (a pause no live claim of its own
+ * holds), and the next write works. */
+START_TEST(a_daemon_killed_mid_write_is_thawed_by_the_next_start)
+{
+	struct msbd_proc d2 = { 0 }, d3 = { 0 };
+	char *content = malloc(LEAVE_WRITE_BYTES), *b;
+	json_t *p, *r;
+	int fd;
+
+	for (size_t i = 0; i < LEAVE_WRITE_BYTES; i++)
+		content[i] = (char)('a' + i % 26);
+	b = b64_encode(content, LEAVE_WRITE_BYTES);
+	free(content);
+	p = fparams(fx.id, NULL, "killed.bin");
+	json_object_set_new(p, "content_b64", json_string(b));
+	free(b);
+	second_daemon_up(&d2, NULL);
+	fd = send_until_frozen(&d2, "files.write", p);
+	msbd_signal(&d2, SIGKILL);
+	ck_assert_int_eq(msbd_wait(&d2, 20000), 128 + SIGKILL);
+	close(fd);
+	ck_assert_msg(engine_paused(fx.id), "the write ended before the kill: nothing to test (raise the size)");
+	second_daemon_up(&d3, NULL);
+	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the next daemon did not thaw the guest in %d ms",
+		      THAW_WAIT_MS);
+	EXPECT_OK(r = f_write(fx.id, NULL, "after-the-kill.txt", "written after"));
+	json_decref(r);
+	ASSERT_GUEST_FILE(fx.id, W "/after-the-kill.txt", "written after");
+	msbd_stop(&d3);
+	msbd_stop(&d2);
 }
 END_TEST
 
@@ -2102,6 +2151,7 @@ static Suite *files_suite(void)
 	ADD(frz, a_container_paused_by_someone_else_is_refused_and_left_so);
 	ADD(frz, quick_calls_back_to_back_never_leave_the_guest_paused);
 	ADD(frz, a_daemon_stopping_mid_copy_thaws_the_guest_first);
+	ADD(frz, a_daemon_killed_mid_write_is_thawed_by_the_next_start);
 	ADD(race, a_guest_swapping_a_directory_for_a_link_never_gets_through);
 	ADD(call, the_other_calls_file_is_not_here);
 	ADD(call, the_same_name_holds_this_calls_bytes);
