@@ -3,6 +3,7 @@
 
 #include "docker.h"
 #include "errmap.h"
+#include "execrun.h"
 #include "log.h"
 
 /* Docker's error body is {"message": "..."}; anything else is shown raw. */
@@ -63,4 +64,35 @@ void errmap_docker(const struct docker_reply *r, const char *what, struct msb_er
 		return;
 	}
 	errmap_engine(r->error, &er, what, reterr);
+}
+
+void errmap_execrun(const struct execrun_result *r, const char *what, struct msb_error *reterr)
+{
+	switch (r->error) {
+	case -ENOENT:
+		msb_error_set(reterr, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		return;
+	case -ESRCH:
+		msb_error_set(reterr, MSB_ERR_OS_ERROR, NULL, "the sandbox is not running");
+		return;
+	case -EBUSY:
+		msb_error_set(reterr, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
+			      "the sandbox stayed paused for the whole call (something else paused it, or file "
+			      "calls kept it frozen); the next acquire thaws a stray pause");
+		return;
+	case -ECANCELED:
+		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		return;
+	case -ETIME:
+		msb_error_set(reterr, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer in time");
+		return;
+	case -EIO:
+		log_warnx("%s: the engine refused: %s", what, r->message ? r->message : "(no message)");
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "the Docker engine refused to run %s", what);
+		return;
+	default:
+		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		return;
+	}
 }

@@ -17,4 +17,10 @@ void errmap_engine(int error, const struct engine_reply *reply, const char *what
 struct docker_reply;
 void errmap_docker(const struct docker_reply *r, const char *what, struct msb_error *reterr);
 
+/* The failure of a command run in the guest (execrun.h: error < 0 other
+ * than the caller's own -ETIMEDOUT and -EFBIG, which each caller answers
+ * its way). what: the command, for messages ("rm"). */
+struct execrun_result;
+void errmap_execrun(const struct execrun_result *r, const char *what, struct msb_error *reterr);
+
 #endif

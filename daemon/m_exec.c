@@ -13,6 +13,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "docker.h"
+#include "errmap.h"
 #include "execrun.h"
 #include "fileop.h"
 #include "log.h"
@@ -73,14 +74,6 @@ static int check_command(const json_t *v, char **reterr_message)
 	return -EINVAL;
 }
 
-static int check_string(const json_t *v, char **reterr_message)
-{
-	if (json_is_string(v))
-		return 0;
-	*reterr_message = xstrdup("must be a string");
-	return -EINVAL;
-}
-
 static int check_count(const json_t *v, char **reterr_message)
 {
 	if (json_is_integer(v) && json_integer_value(v) > 0)
@@ -95,7 +88,7 @@ static int check_count(const json_t *v, char **reterr_message)
 const struct rpc_param m_exec_spec[] = {
 	P("sandbox", RPC_PARAM_STRING, true, sandbox, NULL),
 	P("command", RPC_PARAM_JSON, true, command, check_command),
-	P("working_directory", RPC_PARAM_JSON, false, working_directory, check_string),
+	P("working_directory", RPC_PARAM_JSON, false, working_directory, rpc_check_string),
 	P("timeout_seconds", RPC_PARAM_JSON, true, timeout_seconds, check_timeout),
 	P("env", RPC_PARAM_OBJECT, false, env, NULL),
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
@@ -182,14 +175,6 @@ json_t *m_exec_text_view(const uint8_t *b, size_t n)
 	return j ? j : json_string("");
 }
 
-static json_t *b64_string(const uint8_t *b, size_t n)
-{
-	size_t len;
-	_cleanup_free_ char *s = msb_base64_encode(b, n, &len);
-
-	return json_stringn_nocheck(s, len);
-}
-
 /* ---- the run ------------------------------------------------------------- */
 
 /* stream: true — each chunk as it arrives, bounded by max_output in all. */
@@ -199,7 +184,7 @@ static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, voi
 
 	rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
 			json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call),
-				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", b64_string(data, len)));
+				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", msb_base64_json(data, len)));
 }
 
 static void exec_req_free(struct exec_req *x)
@@ -271,8 +256,8 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	switch (r->error) {
 	case 0:
 		rpc_call_reply(x->call, json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
-						  "stdout_b64", b64_string(r->out, r->out_len),
-						  "stderr_b64", b64_string(r->err, r->err_len),
+						  "stdout_b64", msb_base64_json(r->out, r->out_len),
+						  "stderr_b64", msb_base64_json(r->err, r->err_len),
 						  "stdout_text", m_exec_text_view(r->out, r->out_len),
 						  "stderr_text", m_exec_text_view(r->err, r->err_len),
 						  "duration_ms", (json_int_t)since_ms(&x->started)));
@@ -281,30 +266,14 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	case -EFBIG:
 		exec_kill_then_fail(x, r->error);
 		return;
-	case -ENOENT:
-		rpc_call_fail(x->call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+	default: {
+		struct msb_error e = { 0 };
+
+		errmap_execrun(r, "the command", &e);
+		rpc_call_fail_error(x->call, &e);
+		msb_error_clear(&e);
 		break;
-	case -ESRCH:
-		rpc_call_fail(x->call, MSB_ERR_OS_ERROR, NULL, "the sandbox is not running");
-		break;
-	case -EBUSY:
-		rpc_call_fail(x->call, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
-			      "the sandbox stayed paused for the whole call; the next acquire thaws a stray pause");
-		break;
-	case -ECANCELED:
-		rpc_call_fail(x->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
-		break;
-	case -ETIME:
-		rpc_call_fail(x->call, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer in time");
-		break;
-	case -EIO:
-		log_warnx("exec in %.12s: the engine refused: %s", x->id, r->message ? r->message : "(no message)");
-		rpc_call_fail(x->call, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
-			      "the Docker engine refused to run the command");
-		break;
-	default:
-		rpc_call_fail(x->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-		break;
+	}
 	}
 	exec_req_free(x);
 }

@@ -10,6 +10,7 @@
 #include "base64.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "errmap.h"
 #include "execrun.h"
 #include "fileop.h"
 #include "guest.h"
@@ -19,14 +20,6 @@
 #include "paths.h"
 #include "registry.h"
 #include "xmalloc.h"
-
-static int check_string(const json_t *v, char **reterr_message)
-{
-	if (json_is_string(v))
-		return 0;
-	*reterr_message = xstrdup("must be a string");
-	return -EINVAL;
-}
 
 static int check_count(const json_t *v, char **reterr_message)
 {
@@ -39,20 +32,20 @@ static int check_count(const json_t *v, char **reterr_message)
 #define P(name, type, req, member, check) \
 	{ name, type, req, offsetof(struct m_files_params, member), check }
 #define P_SANDBOX P("sandbox", RPC_PARAM_STRING, true, sandbox, NULL)
-#define P_WD P("working_directory", RPC_PARAM_JSON, false, working_directory, check_string)
+#define P_WD P("working_directory", RPC_PARAM_JSON, false, working_directory, rpc_check_string)
 
 const struct rpc_param m_files_write_spec[] = {
 	P_SANDBOX, P_WD,
-	P("path", RPC_PARAM_JSON, false, path, check_string),
-	P("content_b64", RPC_PARAM_JSON, false, content_b64, check_string),
-	P("content_text", RPC_PARAM_JSON, false, content_text, check_string),
+	P("path", RPC_PARAM_JSON, false, path, rpc_check_string),
+	P("content_b64", RPC_PARAM_JSON, false, content_b64, rpc_check_string),
+	P("content_text", RPC_PARAM_JSON, false, content_text, rpc_check_string),
 	P("files", RPC_PARAM_ARRAY, false, files, NULL),
 	{ NULL },
 };
 
 const struct rpc_param m_files_read_spec[] = {
 	P_SANDBOX, P_WD,
-	P("path", RPC_PARAM_JSON, false, path, check_string),
+	P("path", RPC_PARAM_JSON, false, path, rpc_check_string),
 	P("paths", RPC_PARAM_ARRAY, false, paths, NULL),
 	P("max_bytes", RPC_PARAM_JSON, false, max_bytes, check_count),
 	{ NULL },
@@ -60,20 +53,20 @@ const struct rpc_param m_files_read_spec[] = {
 
 const struct rpc_param m_files_stat_spec[] = {
 	P_SANDBOX, P_WD,
-	P("path", RPC_PARAM_JSON, true, path, check_string),
+	P("path", RPC_PARAM_JSON, true, path, rpc_check_string),
 	{ NULL },
 };
 
 const struct rpc_param m_files_remove_spec[] = {
 	P_SANDBOX, P_WD,
-	P("path", RPC_PARAM_JSON, true, path, check_string),
+	P("path", RPC_PARAM_JSON, true, path, rpc_check_string),
 	P("recursive", RPC_PARAM_BOOL, false, recursive, NULL),
 	{ NULL },
 };
 
 const struct rpc_param m_files_reclaim_spec[] = {
 	P_SANDBOX, P_WD,
-	P("directory", RPC_PARAM_JSON, true, directory, check_string),
+	P("directory", RPC_PARAM_JSON, true, directory, rpc_check_string),
 	P("timeout_seconds", RPC_PARAM_JSON, false, timeout_seconds, check_count),
 	{ NULL },
 };
@@ -182,16 +175,6 @@ static void files_reply_error(struct files_req *fr, const struct msb_error *err)
 
 /* ---- write / read / stat: the frozen archive plane ---------------------- */
 
-/* The base64 of a file's bytes as a JSON string, without a second copy's
- * UTF-8 check (base64 is ASCII). */
-static json_t *files_b64(const struct fileop_item *it)
-{
-	size_t len;
-	_cleanup_free_ char *b64 = msb_base64_encode(it->out, it->out_len, &len);
-
-	return json_stringn_nocheck(b64, len);
-}
-
 static json_t *files_read_result(struct fileop *op, bool single)
 {
 	json_t *list;
@@ -199,7 +182,7 @@ static json_t *files_read_result(struct fileop *op, bool single)
 	if (single) {
 		struct fileop_item *it = fileop_item(op, 0);
 
-		return json_pack("{s:o, s:I}", "content_b64", files_b64(it), "size", (json_int_t)it->out_len);
+		return json_pack("{s:o, s:I}", "content_b64", msb_base64_json(it->out, it->out_len), "size", (json_int_t)it->out_len);
 	}
 	list = json_array();
 	for (size_t i = 0; i < fileop_count(op); i++) {
@@ -207,7 +190,7 @@ static json_t *files_read_result(struct fileop *op, bool single)
 
 		json_array_append_new(list, json_pack("{s:s, s:o, s:I}", "path",
 						      it->plan->target.rel[0] ? it->plan->target.rel : ".",
-						      "content_b64", files_b64(it), "size", (json_int_t)it->out_len));
+						      "content_b64", msb_base64_json(it->out, it->out_len), "size", (json_int_t)it->out_len));
 	}
 	return json_pack("{s:o}", "files", list);
 }
@@ -530,35 +513,18 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 											  : fr->d->config->files_timeout_ms)),
 			      "the removal did not finish in time");
 		break;
-	case -ENOENT:
-		rpc_call_fail(fr->call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
-		break;
-	case -ESRCH:
-		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, NULL, "the sandbox is not running");
-		break;
-	case -EBUSY:
-		rpc_call_fail(fr->call, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
-			      "the sandbox stayed paused for the whole call (something else paused it, "
-			      "or file calls kept it frozen); the next acquire thaws a stray pause");
-		break;
-	case -ECANCELED:
-		rpc_call_fail(fr->call, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
-		break;
-	case -ETIME:
-		rpc_call_fail(fr->call, MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer in time");
-		break;
 	case -EFBIG:
 		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->given),
 			      "rm wrote more output than the daemon keeps; its outcome is unknown");
 		break;
-	case -EIO:
-		log_warnx("rm in %.12s: the engine refused: %s", fr->id, r->message ? r->message : "(no message)");
-		rpc_call_fail(fr->call, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
-			      "the Docker engine refused to run rm");
+	default: {
+		struct msb_error e = { 0 };
+
+		errmap_execrun(r, "rm", &e);
+		rpc_call_fail_error(fr->call, &e);
+		msb_error_clear(&e);
 		break;
-	default:
-		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-		break;
+	}
 	}
 	files_req_free(fr);
 }

@@ -38,6 +38,14 @@ static const char *const param_type_names[_RPC_PARAM_TYPE_MAX] = {
 	[RPC_PARAM_JSON] = "any JSON value",
 };
 
+int rpc_check_string(const json_t *value, char **reterr_message)
+{
+	if (json_is_string(value))
+		return 0;
+	*reterr_message = xstrdup("must be a string");
+	return -EINVAL;
+}
+
 const char *rpc_param_type_to_string(enum rpc_param_type t)
 {
 	return t < _RPC_PARAM_TYPE_MAX ? param_type_names[t] : NULL;

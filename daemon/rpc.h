@@ -61,6 +61,10 @@ enum rpc_param_type {
  * malloc'd *reterr_message. */
 typedef int rpc_param_check(const json_t *value, char **reterr_message);
 
+/* A check for RPC_PARAM_JSON params that must be strings: JSON strings
+ * keep their length, so an embedded NUL stays visible to the handler. */
+int rpc_check_string(const json_t *value, char **reterr_message);
+
 struct rpc_param {
 	const char *name;
 	enum rpc_param_type type;

@@ -113,3 +113,13 @@ int msb_base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len)
 	*ret_len = n;
 	return 0;
 }
+
+json_t *msb_base64_json(const void *data, size_t len)
+{
+	size_t n;
+	char *s = msb_base64_encode(data, len, &n);
+	json_t *j = json_stringn_nocheck(s, n);
+
+	free(s);
+	return j;
+}

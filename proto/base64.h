@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 
 /* Encoded length of n bytes (padded), without the NUL. n must be at most
  * MSB_BASE64_ENCODE_MAX (a caller's bug otherwise). */
@@ -33,5 +34,9 @@ size_t msb_base64_decoded_max(size_t len);
  * and sets *ret (malloc'd, non-NULL even when empty; not NUL-terminated) and
  * *ret_len. On failure returns -EINVAL and leaves both untouched. */
 int msb_base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len);
+
+/* The encoding of data as a JSON string (new reference; base64 is ASCII, so
+ * no second UTF-8 check is made). */
+json_t *msb_base64_json(const void *data, size_t len);
 
 #endif

@@ -122,6 +122,17 @@ void msb_error_set(struct msb_error *e, int code, json_t *data, const char *fmt,
 	e->message = message;
 }
 
+void msb_error_copy(struct msb_error *dst, const struct msb_error *src)
+{
+	char *message = src->message ? xstrdup(src->message) : NULL;
+	json_t *data = src->data ? json_deep_copy(src->data) : NULL;
+
+	msb_error_clear(dst);
+	dst->code = src->code;
+	dst->message = message;
+	dst->data = data;
+}
+
 void msb_error_clear(struct msb_error *e)
 {
 	free(e->message);

@@ -89,6 +89,8 @@ struct msb_error {
 void msb_error_set(struct msb_error *e, int code, json_t *data, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void msb_error_clear(struct msb_error *e);
+/* Replaces dst with a deep copy of src (code, message, data). */
+void msb_error_copy(struct msb_error *dst, const struct msb_error *src);
 /* Renders e as a JSON-RPC error object (new reference); e is left as is. */
 json_t *msb_error_to_json(const struct msb_error *e);
 

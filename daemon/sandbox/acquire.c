@@ -430,8 +430,7 @@ static void acq_workdir_check_done(struct fileop *fop, const struct msb_error *e
 	op->fop = NULL;
 	if (err) {
 		/* A link or a non-directory on the way: the guest's doing; refused. */
-		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
-			      err->message ? err->message : msb_error_name(err->code));
+		msb_error_copy(&op->err, err);
 		acq_fail(op);
 		return;
 	}
@@ -475,8 +474,7 @@ static void acq_identity_cb(const struct msb_error *err, const struct guest_iden
 
 	op->guest = NULL;
 	if (err) {
-		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
-			      err->message ? err->message : msb_error_name(err->code));
+		msb_error_copy(&op->err, err);
 		acq_fail(op);
 		return;
 	}

@@ -146,8 +146,7 @@ static void guest_db_cb(struct fileop *op, const struct msb_error *err, void *ar
 	g->fop = NULL;
 	if (err && (err->code == MSB_ERR_SHUTTING_DOWN || err->code == MSB_ERR_SANDBOX_NOT_FOUND ||
 		    err->code == MSB_ERR_ENGINE_UNAVAILABLE)) {
-		msb_error_set(&g->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
-			      err->message ? err->message : msb_error_name(err->code));
+		msb_error_copy(&g->err, err);
 		guest_done(g);
 		return;
 	}

@@ -145,6 +145,21 @@ END_TEST
 
 /* ---- round trips ----------------------------------------------------------- */
 
+/* The JSON string form is the same encoding, NUL bytes of the data included. */
+START_TEST(test_json_form)
+{
+	static const uint8_t data[] = { 'a', 0, 0xff, 'b' };
+	json_t *j = msb_base64_json(data, sizeof(data));
+
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(json_string_value(j), "YQD/Yg==");
+	json_decref(j);
+	j = msb_base64_json(data, 0);
+	ck_assert_str_eq(json_string_value(j), "");
+	json_decref(j);
+}
+END_TEST
+
 START_TEST(test_roundtrip_all_bytes)
 {
 	uint8_t raw[256];
@@ -302,6 +317,7 @@ static Suite *base64_suite(void)
 
 	tc = tcase_create("round trip");
 	tcase_add_test(tc, test_roundtrip_all_bytes);
+	tcase_add_test(tc, test_json_form);
 	tcase_add_loop_test(tc, test_roundtrip_each_byte, 0, 256);
 	tcase_add_loop_test(tc, test_roundtrip_lengths, 0, LEN_MAX + 1);
 	tcase_add_loop_test(tc, test_sizes, 0, ELEMENTSOF(size_rows));

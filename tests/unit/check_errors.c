@@ -357,6 +357,28 @@ START_TEST(test_error_set_wraps_own_message)
 }
 END_TEST
 
+/* A copy owns its own message and data: the source can go. */
+START_TEST(test_error_copy)
+{
+	struct msb_error src = { 0 }, dst = { 0 };
+
+	msb_error_set(&dst, MSB_ERR_INTERNAL, json_pack("{s:i}", "old", 1), "old");
+	msb_error_set(&src, MSB_ERR_CONFINEMENT, json_pack("{s:s}", "path", "a/b"), "message %d", 7);
+	msb_error_copy(&dst, &src);
+	msb_error_clear(&src);
+	ck_assert_int_eq(dst.code, MSB_ERR_CONFINEMENT);
+	ck_assert_str_eq(dst.message, "message 7");
+	ck_assert_str_eq(json_string_value(json_object_get(dst.data, "path")), "a/b");
+	ck_assert_ptr_null(json_object_get(dst.data, "old"));
+	msb_error_copy(&src, &(struct msb_error){ .code = MSB_ERR_TIMEOUT });
+	ck_assert_int_eq(src.code, MSB_ERR_TIMEOUT);
+	ck_assert_ptr_null(src.message);
+	ck_assert_ptr_null(src.data);
+	msb_error_clear(&dst);
+	msb_error_clear(&src);
+}
+END_TEST
+
 START_TEST(test_error_clear)
 {
 	struct msb_error e = { 0 };
@@ -447,6 +469,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, test_error_set_replaces);
 	tcase_add_test(tc, test_error_set_wraps_own_message);
 	tcase_add_test(tc, test_error_clear);
+	tcase_add_test(tc, test_error_copy);
 	tcase_add_test(tc, test_error_message_not_utf8);
 	tcase_add_test(tc, test_echo_len_cuts_at_a_character);
 	suite_add_tcase(s, tc);
