@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "cleanup.h"
+#include "egress_rule.h"
 #include "errors.h"
 #include "sandbox.h"
 #include "xmalloc.h"
@@ -279,13 +280,14 @@ static int dec_image_id(struct dec *d, const char *name, const json_t *v, struct
 /* One egress_allow entry: a host string, or an EgressRule {host, methods}
  * with methods absent or null (which is the bare host). Docker's CONNECT
  * proxy cannot see request methods, so this daemon never declares
- * egress_methods and refuses a rule that names methods. */
+ * egress_methods and refuses a rule that names methods. The host must be an
+ * allow rule as egress_rule.h defines it (host or "*.domain", optional ":port"). */
 static int egress_host(struct dec *d, const char *name, size_t i, const json_t *v,
 		       const char **ret)
 {
 	static const char *const rule_members[] = { "host", "methods" };
 	const json_t *host = v;
-	const char *key, *s;
+	const char *key, *s, *why = NULL;
 	char what[64];
 	json_t *m;
 	int r;
@@ -317,6 +319,11 @@ static int egress_host(struct dec *d, const char *name, size_t i, const json_t *
 		if (*c == ',' || (unsigned char)*c <= ' ' || *c == 0x7f)
 			return bad(d, name, "%s[%zu] \"%.*s\" must not contain a comma, a space or "
 				   "a control character", name, i, msb_echo_len(s), s);
+	/* The proxy parses the same grammar (egress_rule.h); refuse here what it would. */
+	if (msb_egress_rule_check(s, &why) < 0)
+		return bad(d, name, "%s[%zu] \"%.*s\" is not a valid egress rule: %s (an entry "
+			   "is a host or \"*.\" and a domain, optionally \":PORT\")", name, i,
+			   msb_echo_len(s), s, why);
 	*ret = s;
 	return 0;
 }

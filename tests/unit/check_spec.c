@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "egress_rule.h"
 #include "sandbox.h"
 
 static json_t *parse(const char *s)
@@ -145,6 +146,39 @@ static const struct refuse_row refuse_rows[] = {
 	  "string", NULL },
 	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[{\"host\":\"a\",\"port\":443}]}",
 	  "egress_allow", "port", NULL },
+	/* egress_allow entries must be allow rules (proto/egress.h) */
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"*\"]}", "egress_allow",
+	  "egress_allow[0] \"*\" is not a valid egress rule", "bare '*'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"a.example\",\"https://b.example\"]}",
+	  "egress_allow", "egress_allow[1] \"https://b.example\"", "scheme" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"a.example/x\"]}", "egress_allow",
+	  "egress_allow[0]", "path" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"?.example\"]}", "egress_allow",
+	  "egress_allow[0]", "'?'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"a.*.example\"]}", "egress_allow",
+	  "egress_allow[0]", "'*'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"*example.com\"]}", "egress_allow",
+	  "egress_allow[0]", "'*'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"[a].example\"]}", "egress_allow",
+	  "egress_allow[0]", "PORT" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"a.example:0\"]}", "egress_allow",
+	  "egress_allow[0]", "port 0" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[{\"host\":\"a.example:65536\"}]}",
+	  "egress_allow", "egress_allow[0]", "1..65535" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"a.example:https\"]}", "egress_allow",
+	  "egress_allow[0]", "digits" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"2001:db8::1\"]}", "egress_allow",
+	  "egress_allow[0]", "brackets" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"[2001:db8::1\"]}", "egress_allow",
+	  "egress_allow[0]", "']'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"example.com.\"]}", "egress_allow",
+	  "egress_allow[0]", "empty label" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"-a.example\"]}", "egress_allow",
+	  "egress_allow[0]", "'-'" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"127.1\"]}", "egress_allow",
+	  "egress_allow[0]", "IPv4" },
+	{ "{" K ",\"egress\":\"allowlist\",\"egress_allow\":[\"*.10.0.0.1\"]}", "egress_allow",
+	  "egress_allow[0]", "address" },
 	/* work_dir */
 	{ "{" K ",\"work_dir\":\"\"}", "work_dir", "absolute", NULL },
 	{ "{" K ",\"work_dir\":\"work\"}", "work_dir", "absolute", NULL },
@@ -360,7 +394,7 @@ END_TEST
 
 struct allow_row {
 	const char *allow;         /* the egress_allow array */
-	const char *const want[6]; /* normalised, NULL-terminated */
+	const char *const want[8]; /* normalised, NULL-terminated */
 };
 
 static const struct allow_row allow_rows[] = {
@@ -373,6 +407,11 @@ static const struct allow_row allow_rows[] = {
 	{ "[\"B.example\",\"a.example\",\"b.EXAMPLE\",{\"host\":\"c.example\"},"
 	  "{\"host\":\"A.example\",\"methods\":null}]", { "B.example", "a.example", "c.example", NULL } },
 	{ "[{\"host\":\"x.example\"},\"x.example\",\"X.EXAMPLE\"]", { "x.example", NULL } },
+	/* Every form of allow rule (proto/egress.h); a port makes another entry. */
+	{ "[\"a.example:8443\",\"*.b.example\",\"[2001:db8::1]:443\",\"10.0.0.1\",\"a.example\","
+	  "\"_x-1.example:1\"]",
+	  { "*.b.example", "10.0.0.1", "[2001:db8::1]:443", "_x-1.example:1", "a.example",
+	    "a.example:8443" } },
 };
 
 START_TEST(test_egress_allow_normalised)
@@ -567,11 +606,16 @@ END_TEST
 
 START_TEST(test_egress_allow_limits)
 {
-	_cleanup_free_ char *host_ok = repeat('h', MSB_SPEC_STRING_MAX_BYTES);
+	_cleanup_free_ char *l63 = repeat('l', 63), *host_ok = NULL;
+	_cleanup_free_ char *host_long = repeat('h', MSB_SPEC_STRING_MAX_BYTES);
 	_cleanup_free_ char *host_over = repeat('h', MSB_SPEC_STRING_MAX_BYTES + 1);
 	_cleanup_(msb_spec_release) struct msb_spec s = { 0 }, s2 = { 0 };
 	json_auto_t *hosts = json_array(), *dups = json_array();
-	json_auto_t *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+	json_auto_t *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL, *f = NULL;
+
+	/* The longest allow rule: a 253-byte host and a five-digit port. */
+	ck_assert_int_ge(asprintf(&host_ok, "%s.%s.%s.%.61s:65535", l63, l63, l63, l63), 0);
+	ck_assert_uint_eq(strlen(host_ok), MSB_EGRESS_ENTRY_MAX);
 
 	for (int i = 0; i < MSB_SPEC_MAX_EGRESS_ALLOW; i++) {
 		char h[32];
@@ -595,9 +639,14 @@ START_TEST(test_egress_allow_limits)
 	d = json_pack("{s:s, s:s, s:[s]}", "kind", "k", "egress", "allowlist", "egress_allow",
 		      host_ok);
 	spec_ok(d, &s2);
+	ck_assert_str_eq(s2.egress_allow[0], host_ok);
 	e = json_pack("{s:s, s:s, s:[{s:s}]}", "kind", "k", "egress", "allowlist", "egress_allow",
 		      "host", host_over);
 	spec_refused(e, "egress_allow", "4097", NULL);
+	/* Within the string limit but no allow rule. */
+	f = json_pack("{s:s, s:s, s:[s]}", "kind", "k", "egress", "allowlist", "egress_allow",
+		      host_long);
+	spec_refused(f, "egress_allow", "not a valid egress rule", "259");
 }
 END_TEST
 
