@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "config.h"
 #include "msb-limits.h"
 #include "msb-build.h"
+#include "subnet.h"
 #include "xmalloc.h"
 
 enum config_type {
@@ -67,6 +69,15 @@ static const struct config_key config_keys[] = {
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
 	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
 	K("exec.on_timeout", CONFIG_STRING, exec_on_timeout, 0, 0, false, "kill: kill what the command started, keep the sandbox; dispose: remove the sandbox"),
+	K("egress.proxy_binary", CONFIG_STRING, egress_proxy_binary, 0, 0, true, "the static egress proxy the proxy image is built from (empty: no allowlist)"),
+	K("egress.subnet_pool", CONFIG_STRING, egress_subnet_pool, 0, 0, true, "IPv4 CIDR the allowlisted sandboxes' networks are cut from"),
+	K("egress.block_prefix", CONFIG_LONG, egress_block_prefix, 8, 29, true, "prefix length of each allowlisted sandbox's network"),
+	K("egress.outbound_network", CONFIG_STRING, egress_outbound_network, 0, 0, false, "network giving the egress proxy its way out"),
+	K("egress.private_allow", CONFIG_STRING, egress_private_allow, 0, 0, false, "CIDRs the proxy may reach although not globally routable, comma-separated"),
+	K("egress.gateway_mode", CONFIG_STRING, egress_gateway_mode, 0, 0, false, "auto, isolated (Engine >= 28) or inhibit (Engine 20.10-27): how the bridge is kept unaddressed"),
+	K("egress.ready_timeout_ms", CONFIG_LONG, egress_ready_timeout_ms, 100, 600000, false, "time for a new proxy to report listening"),
+	K("egress.state_dir", CONFIG_STRING, egress_state_dir, 0, 0, true, "directory for the egress event cursors"),
+	K("events.max_backlog_bytes", CONFIG_SIZE, events_max_backlog_bytes, 4096, 1LL << 30, false, "events a subscriber may leave unread before it is dropped"),
 	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
 	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
 };
@@ -113,6 +124,14 @@ struct msbd_config *config_new_defaults(void)
 	cfg->files_timeout_ms = MSB_FILES_TIMEOUT_MS;
 	cfg->exec_max_output_bytes = MSB_EXEC_MAX_OUTPUT_BYTES;
 	cfg->exec_on_timeout = xstrdup("kill");
+	cfg->egress_proxy_binary = xstrdup(MSB_DEFAULT_PROXY_BINARY);
+	cfg->egress_subnet_pool = xstrdup(MSB_EGRESS_SUBNET_POOL);
+	cfg->egress_block_prefix = MSB_EGRESS_BLOCK_PREFIX;
+	cfg->egress_outbound_network = xstrdup(MSB_EGRESS_OUTBOUND_NETWORK);
+	cfg->egress_gateway_mode = xstrdup("auto");
+	cfg->egress_ready_timeout_ms = MSB_EGRESS_READY_TIMEOUT_MS;
+	cfg->egress_state_dir = xstrdup(MSB_EGRESS_STATE_DIR);
+	cfg->events_max_backlog_bytes = MSB_EVENTS_MAX_BACKLOG_BYTES;
 	return cfg;
 }
 
@@ -125,6 +144,12 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->engine_host);
 	free(cfg->admin_group);
 	free(cfg->exec_on_timeout);
+	free(cfg->egress_proxy_binary);
+	free(cfg->egress_subnet_pool);
+	free(cfg->egress_outbound_network);
+	free(cfg->egress_private_allow);
+	free(cfg->egress_gateway_mode);
+	free(cfg->egress_state_dir);
 	free(cfg->file);
 	free(cfg);
 	return NULL;
@@ -271,6 +296,89 @@ int config_set(struct msbd_config *cfg, const char *key, const char *value, char
 	}
 }
 
+/* One "addr/len", IPv4 or IPv6, host bits allowed; 0 or -EINVAL. */
+static int config_cidr_check(const char *cidr, bool v4_only)
+{
+	_cleanup_free_ char *a = xstrdup(cidr);
+	char *slash = strchr(a, '/'), *end;
+	unsigned char buf[16];
+	long len;
+	bool v6;
+
+	if (!slash || slash == a || !slash[1])
+		return -EINVAL;
+	*slash = '\0';
+	v6 = strchr(a, ':') != NULL;
+	if ((v6 && v4_only) || inet_pton(v6 ? AF_INET6 : AF_INET, a, buf) != 1)
+		return -EINVAL;
+	errno = 0;
+	len = strtol(slash + 1, &end, 10);
+	if (errno || *end || !isdigit((unsigned char)slash[1]) || len < 0 || len > (v6 ? 128 : 32))
+		return -EINVAL;
+	return 0;
+}
+
+static int config_check_egress(const struct msbd_config *cfg, char **reterr_message)
+{
+	static const char *const modes[] = { "auto", "isolated", "inhibit" };
+	bool mode_ok = false;
+
+	for (size_t i = 0; i < ELEMENTSOF(modes); i++)
+		mode_ok |= cfg->egress_gateway_mode && strcmp(cfg->egress_gateway_mode, modes[i]) == 0;
+	if (!mode_ok) {
+		*reterr_message = xasprintf("egress.gateway_mode must be auto, isolated or inhibit, not \"%s\"",
+					    cfg->egress_gateway_mode ? cfg->egress_gateway_mode : "");
+		return -EINVAL;
+	}
+	if (!cfg->egress_subnet_pool || config_cidr_check(cfg->egress_subnet_pool, true) < 0) {
+		*reterr_message = xasprintf("egress.subnet_pool must be an IPv4 CIDR, not \"%s\"",
+					    cfg->egress_subnet_pool ? cfg->egress_subnet_pool : "");
+		return -EINVAL;
+	}
+	{
+		char *err = NULL;
+		struct subnet_pool *pool = subnet_pool_new(cfg->egress_subnet_pool,
+							   (unsigned)cfg->egress_block_prefix, &err);
+
+		if (!pool) {
+			*reterr_message = xasprintf("egress.subnet_pool %s in blocks of /%ld: %s",
+						    cfg->egress_subnet_pool, cfg->egress_block_prefix, err);
+			free(err);
+			return -EINVAL;
+		}
+		subnet_pool_free(pool);
+	}
+	if (!cfg->egress_outbound_network || !*cfg->egress_outbound_network) {
+		*reterr_message = xstrdup("egress.outbound_network must name a network");
+		return -EINVAL;
+	}
+	if (cfg->egress_proxy_binary && cfg->egress_proxy_binary[0] != '/') {
+		*reterr_message = xstrdup("egress.proxy_binary must be an absolute path");
+		return -EINVAL;
+	}
+	if (!cfg->egress_state_dir || cfg->egress_state_dir[0] != '/') {
+		*reterr_message = xstrdup("egress.state_dir must be an absolute path");
+		return -EINVAL;
+	}
+	if (cfg->egress_private_allow) {
+		_cleanup_free_ char *list = xstrdup(cfg->egress_private_allow);
+		char *save = NULL;
+
+		for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			while (*tok == ' ')
+				tok++;
+			for (char *t = tok + strlen(tok); t > tok && t[-1] == ' ';)
+				*--t = '\0';
+			if (config_cidr_check(tok, false) < 0) {
+				*reterr_message = xasprintf("egress.private_allow: \"%s\" is not a CIDR "
+							    "(address/length)", tok);
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
 int config_validate(const struct msbd_config *cfg, char **reterr_message)
 {
 	if (!cfg->socket_path || cfg->socket_path[0] != '/') {
@@ -290,6 +398,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 					    cfg->exec_on_timeout ? cfg->exec_on_timeout : "");
 		return -EINVAL;
 	}
+	if (config_check_egress(cfg, reterr_message) < 0)
+		return -EINVAL;
 	if (cfg->admin_group && !getgrnam(cfg->admin_group)) {
 		*reterr_message = xasprintf("sandbox.admin_group: no group named \"%s\"", cfg->admin_group);
 		return -ENOENT;

@@ -42,6 +42,15 @@ struct msbd_config {
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
 	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
 	char *exec_on_timeout;        /* exec.on_timeout as given: "kill" or "dispose" */
+	char *egress_proxy_binary;  /* egress.proxy_binary: NULL = no allowlist */
+	char *egress_subnet_pool;   /* egress.subnet_pool: IPv4 CIDR cut into blocks */
+	long egress_block_prefix;   /* egress.block_prefix: each allowlisted sandbox's subnet */
+	char *egress_outbound_network; /* egress.outbound_network: the proxy's way out */
+	char *egress_private_allow; /* egress.private_allow: CIDRs, comma-separated; NULL = none */
+	char *egress_gateway_mode;  /* egress.gateway_mode: auto, isolated or inhibit */
+	long egress_ready_timeout_ms; /* egress.ready_timeout_ms: the proxy's readiness line */
+	char *egress_state_dir;     /* egress.state_dir: event cursors */
+	size_t events_max_backlog_bytes; /* events.max_backlog_bytes: unread events per subscriber */
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
 	bool debug;                 /* log.debug */
@@ -64,6 +73,12 @@ struct msbd_cmdline {
 #define MSB_REAP_INTERVAL_S          3600
 #define MSB_FILES_TIMEOUT_MS         60000
 #define MSB_EXEC_MAX_OUTPUT_BYTES    (8u * 1024 * 1024)
+#define MSB_EGRESS_SUBNET_POOL      "10.213.0.0/16"
+#define MSB_EGRESS_BLOCK_PREFIX     28
+#define MSB_EGRESS_OUTBOUND_NETWORK "bridge"
+#define MSB_EGRESS_READY_TIMEOUT_MS 10000
+#define MSB_EGRESS_STATE_DIR        "/var/lib/maf-sandbox"
+#define MSB_EVENTS_MAX_BACKLOG_BYTES (4u * 1024 * 1024)
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

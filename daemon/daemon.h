@@ -18,6 +18,7 @@ struct docker_events;
 struct acquire_table;
 struct freeze_table;
 struct fileop_table;
+struct egress;
 
 struct msbd {
 	struct event_base *base;
@@ -30,6 +31,7 @@ struct msbd {
 	struct acquire_table *acquires;     /* acquires in flight */
 	struct freeze_table *freezes;       /* the pause lock of each container */
 	struct fileop_table *fileops;       /* file operations in flight */
+	struct egress *egress;              /* allowlist: proxy image, networks, proxies, decisions */
 	bool registry_synced;               /* a listing has been read since the last resync */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */
@@ -43,7 +45,7 @@ struct msbd {
 
 /* What the Docker backend declares (behaviour-docker §1). */
 uint32_t msbd_capabilities(void);
-uint32_t msbd_egress_modes(void);
+uint32_t msbd_egress_modes(const struct msbd *d);
 uint32_t msbd_scopes(void);
 /* posix iff the engine reported Os linux at its last probe, else none. */
 uint32_t msbd_os_families(const struct msbd *d);

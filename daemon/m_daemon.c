@@ -2,13 +2,18 @@
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stddef.h>
+#include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "egress.h"
 #include "engine.h"
 #include "errmap.h"
+#include "cleanup.h"
+#include "xmalloc.h"
 #include "msb-limits.h"
 #include "log.h"
 #include "m_exec.h"
@@ -17,6 +22,7 @@
 #include "msb-build.h"
 #include "server.h"
 #include "types.h"
+#include "cleanup.h"
 #include "xmalloc.h"
 
 /* What the Docker backend serves (behaviour-docker §1): never files_list,
@@ -27,9 +33,9 @@ uint32_t msbd_capabilities(void)
 	       MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM);
 }
 
-uint32_t msbd_egress_modes(void)
+uint32_t msbd_egress_modes(const struct msbd *d)
 {
-	return MSB_BIT(MSB_EGRESS_CLOSED);
+	return MSB_BIT(MSB_EGRESS_CLOSED) | (egress_ready(d->egress) ? MSB_BIT(MSB_EGRESS_ALLOWLIST) : 0);
 }
 
 uint32_t msbd_scopes(void)
@@ -112,8 +118,8 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 		      "backend", "docker",
 		      "isolation", msb_isolation_to_string(MSB_ISOLATION_CONTAINER),
 		      "capabilities", msb_capability_set_encode(msbd_capabilities()),
-		      "egress_modes", msb_egress_set_encode(msbd_egress_modes()),
-		      "observes_egress", 0,
+		      "egress_modes", msb_egress_set_encode(msbd_egress_modes(d)),
+		      "observes_egress", egress_ready(d->egress),
 		      "isolation_scopes", msb_scope_set_encode(msbd_scopes()),
 		      "os_families", msb_os_family_set_encode(msbd_os_families(d)),
 		      "limits", "files_in", msb_transfer_limits_encode(&lim),
@@ -153,7 +159,7 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 	const struct server_stats *s = server_get_stats(d->server);
 
 	(void)params;
-	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}}",
+	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
 		"engine", status_engine(d->engine),
@@ -162,7 +168,8 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"rejected", (json_int_t)s->connections_rejected,
 		"requests", "total", (json_int_t)s->requests_total,
 		"in_flight", (json_int_t)s->requests_in_flight,
-		"errors", (json_int_t)s->requests_errors));
+		"errors", (json_int_t)s->requests_errors,
+		"egress", egress_status_json(d->egress)));
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)
@@ -232,6 +239,75 @@ static struct rpc_result *m_daemon_engine(struct rpc_call *call, const void *par
 	return res;
 }
 
+/* ---- events.subscribe ---- */
+
+struct m_events_params {
+	json_t *types;
+	const char *scope;
+	bool replay;
+};
+
+static const struct rpc_param m_events_subscribe_spec[] = {
+	{ "types", RPC_PARAM_ARRAY, true, offsetof(struct m_events_params, types), NULL },
+	{ "scope", RPC_PARAM_STRING, false, offsetof(struct m_events_params, scope), rpc_check_string },
+	{ "replay", RPC_PARAM_BOOL, false, offsetof(struct m_events_params, replay), NULL },
+	{ NULL },
+};
+
+static const struct {
+	const char *name;
+	uint32_t bit;
+} event_types[] = {
+	{ MSB_EVENT_EGRESS_DECISION, SERVER_EVENT_EGRESS_DECISION },
+};
+
+/* Subscribes the caller's connection: events of these types about
+ * sandboxes it may see (its own; every one for an admin), within scope. */
+static struct rpc_result *m_events_subscribe(struct rpc_call *call, const void *params)
+{
+	const struct m_events_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	uint32_t mask = 0;
+	json_t *v, *names = json_array();
+	size_t i;
+	int r;
+
+	json_array_foreach(p->types, i, v) {
+		size_t k;
+
+		for (k = 0; k < ELEMENTSOF(event_types); k++)
+			if (json_is_string(v) && strcmp(json_string_value(v), event_types[k].name) == 0)
+				break;
+		if (k == ELEMENTSOF(event_types)) {
+			json_decref(names);
+			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+					json_pack("{s:s, s:[s]}", "field", "types", "known", MSB_EVENT_EGRESS_DECISION),
+					"types[%zu] is not an event type this daemon publishes", i);
+		}
+		if (!(mask & event_types[k].bit))
+			json_array_append_new(names, json_string(event_types[k].name));
+		mask |= event_types[k].bit;
+	}
+	if (!mask) {
+		json_decref(names);
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "types"),
+				"types must name at least one event type");
+	}
+	if (p->scope && !*p->scope) {
+		json_decref(names);
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "scope"),
+				"scope must not be empty");
+	}
+	r = server_subscribe(d->server, call, mask, p->scope, p->replay);
+	if (r < 0) {
+		json_decref(names);
+		return rpc_fail(call, MSB_ERR_INVALID_REQUEST, NULL, r == -ENOBUFS ?
+				"the replay passed events.max_backlog_bytes unread" :
+				"events need a connection to arrive on");
+	}
+	return rpc_reply(call, json_pack("{s:o, s:s?}", "types", names, "scope", p->scope));
+}
+
 const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params) },
 	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params) },
@@ -252,5 +328,7 @@ const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_EVENTS_SUBSCRIBE, m_events_subscribe, m_events_subscribe_spec,
+	  sizeof(struct m_events_params) },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);

@@ -9,6 +9,7 @@
 #include "acquire.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "egress.h"
 #include "docker.h"
 #include "engine.h"
 #include "log.h"
@@ -65,6 +66,15 @@ static struct rpc_result *fail_params(struct rpc_call *call, const char *param, 
 }
 
 /* behaviour-core §3.2, in the seed's order; the first refusal wins. */
+/* Allowlist before its image is ready: accepted while the image is being
+ * made (the acquire waits for it); an empty allowlist is CLOSED. */
+static bool egress_accepts(const struct msbd *d, const struct msb_spec *spec)
+{
+	if (spec->egress != MSB_EGRESS_ALLOWLIST)
+		return false;
+	return spec->n_egress_allow == 0 || egress_usable(d->egress);
+}
+
 static int match_declarations(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)
 {
 	const struct msb_transfer_limits ceiling = {
@@ -100,9 +110,9 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 			      "the spec's transfer limits exceed this backend's");
 		return -EPERM;
 	}
-	if (!(msbd_egress_modes() & MSB_BIT(spec->egress))) {
+	if (!(msbd_egress_modes(d) & MSB_BIT(spec->egress)) && !egress_accepts(d, spec)) {
 		msb_error_set(err, MSB_ERR_EGRESS_NOT_ENFORCED,
-			      json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes())),
+			      json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes(d))),
 			      "this backend cannot enforce egress %s", msb_egress_to_string(spec->egress));
 		return -EPERM;
 	}
@@ -132,7 +142,13 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 	if (acquire_spec_needs_prepare(spec))
 		/* The work dir must still be there (one HEAD), the guest known. */
 		return acquire_start_warm(d, call, sb, p->key, p->spec, rpc_call_peer(call)->uid);
-	return rpc_reply(call, acquire_result(sb, msb_spec_work_dir(spec), false));
+	{
+		struct egress_info info;
+		bool proxied = egress_spec_needs_proxy(spec) && egress_proxy_ok(d->egress, sb->name, &info);
+
+		return rpc_reply(call, acquire_result(sb, msb_spec_work_dir(spec), false,
+						      proxied ? &info : NULL));
+	}
 }
 
 static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
@@ -141,7 +157,8 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 {
 	struct msb_error err = { 0 };
 	char name[NAMES_CONTAINER_MAX];
-	_cleanup_free_ char *egress_id = names_egress_id(spec, false);
+	_cleanup_free_ char *egress_id = names_egress_id(spec, egress_configured(d));
+	struct egress_info einfo;
 	const struct sandbox *sb;
 	struct rpc_result *r;
 
@@ -164,7 +181,8 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 	names_container(key, spec->kind, egress_id, name);
 	sb = registry_find_name(d->registry, name);
 	if (d->registry_synced && docker_events_is_connected(d->events) && sb && sb->state == SANDBOX_RUNNING &&
-	    !acquire_in_flight(d->acquires, name))
+	    !acquire_in_flight(d->acquires, name) &&
+	    (!egress_spec_needs_proxy(spec) || egress_proxy_ok(d->egress, name, &einfo)))
 		return acquire_warm(call, d, sb, key, spec, p);
 	return acquire_start(d, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
 }
@@ -198,14 +216,30 @@ enum sweep_mode {
 	SWEEP_SCOPE,      /* sandbox.dispose_scope: {disposed, undisposed} */
 };
 
+/* What a sweep removes, in this order (behaviour-docker §2.12): proxies
+ * (each drained first: its decisions are published before it goes), then
+ * workloads, then a leftover proxy of an allowlisted workload by name, then
+ * the networks. Only workloads count, and only their failures are reported. */
+enum sweep_kind {
+	SWEEP_PROXY,
+	SWEEP_WORKLOAD,
+	SWEEP_PROXY_BY_NAME,
+	SWEEP_NETWORK,
+};
+
+struct sweep_item {
+	enum sweep_kind kind;
+	char *ref;                /* id, or name for *_BY_NAME and networks */
+	bool drained;
+};
+
 struct sweep_op {
 	struct msbd *d;
 	struct rpc_call *call;
 	enum sweep_mode mode;
 	json_t *filters;          /* label filter for the listing */
-	char **ids;               /* to remove, in order */
-	bool *is_proxy;           /* proxies are removed, never counted */
-	size_t n_ids, next;
+	struct sweep_item *items; /* to remove, in order */
+	size_t n_items, next;
 	size_t disposed;          /* workloads removed (not proxies, not already absent) */
 	json_t *failures;         /* [{code, detail}] */
 };
@@ -260,10 +294,9 @@ static void sweep_add_failure(struct sweep_op *op, const char *code, const char 
 
 static void sweep_free(struct sweep_op *op)
 {
-	for (size_t i = 0; i < op->n_ids; i++)
-		free(op->ids[i]);
-	free(op->ids);
-	free(op->is_proxy);
+	for (size_t i = 0; i < op->n_items; i++)
+		free(op->items[i].ref);
+	free(op->items);
 	json_decref(op->filters);
 	json_decref(op->failures);
 	free(op);
@@ -281,15 +314,44 @@ static void sweep_finish(struct sweep_op *op)
 	sweep_free(op);
 }
 
-static void sweep_add_id(struct sweep_op *op, const char *id, bool is_proxy)
+static void sweep_add(struct sweep_op *op, enum sweep_kind kind, const char *ref)
 {
-	for (size_t i = 0; i < op->n_ids; i++)
-		if (strcmp(op->ids[i], id) == 0)
+	for (size_t i = 0; i < op->n_items; i++)
+		if (op->items[i].kind == kind && strcmp(op->items[i].ref, ref) == 0)
 			return;
-	op->ids = xrealloc(op->ids, (op->n_ids + 1) * sizeof(*op->ids));
-	op->is_proxy = xrealloc(op->is_proxy, (op->n_ids + 1) * sizeof(*op->is_proxy));
-	op->is_proxy[op->n_ids] = is_proxy;
-	op->ids[op->n_ids++] = xstrdup(id);
+	op->items = xrealloc(op->items, (op->n_items + 1) * sizeof(*op->items));
+	op->items[op->n_items++] = (struct sweep_item){ .kind = kind, .ref = xstrdup(ref) };
+}
+
+/* Stable: proxies, workloads, proxies by name, networks. */
+static int sweep_item_cmp(const void *a, const void *b)
+{
+	const struct sweep_item *x = a, *y = b;
+
+	return (int)x->kind - (int)y->kind;
+}
+
+static void sweep_order(struct sweep_op *op)
+{
+	/* insertion sort keeps the listing's order within a kind */
+	for (size_t i = 1; i < op->n_items; i++)
+		for (size_t j = i; j > 0 && sweep_item_cmp(&op->items[j - 1], &op->items[j]) > 0; j--) {
+			struct sweep_item t = op->items[j];
+
+			op->items[j] = op->items[j - 1];
+			op->items[j - 1] = t;
+		}
+}
+
+/* An allowlisted workload (or its proxy): its proxy by name and its network
+ * go too, whatever the daemon's configuration now is. */
+static void sweep_add_topology(struct sweep_op *op, const char *workload)
+{
+	_cleanup_free_ char *proxy = xasprintf("%s%s", workload, EGRESS_PROXY_SUFFIX);
+	_cleanup_free_ char *net = xasprintf("%s%s", workload, EGRESS_NET_SUFFIX);
+
+	sweep_add(op, SWEEP_PROXY_BY_NAME, proxy);
+	sweep_add(op, SWEEP_NETWORK, net);
 }
 
 static void sweep_remove_next(struct sweep_op *op);
@@ -297,46 +359,81 @@ static void sweep_remove_next(struct sweep_op *op);
 static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 {
 	struct sweep_op *op = arg;
-	const char *id = op->ids[op->next];
-	struct sandbox *sb = registry_find_id(op->d->registry, id);
+	struct sweep_item *it = &op->items[op->next];
+	const char *ref = it->ref;
+	struct sandbox *sb = it->kind == SWEEP_WORKLOAD ? registry_find_id(op->d->registry, ref) : NULL;
+	bool gone = r->error == 0 && (r->status == 204 || r->status == 200 || r->status == 404);
 
 	if (r->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
-		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed", id);
-		op->next = op->n_ids;
+		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed", ref);
+		op->next = op->n_items;
 		sweep_finish(op);
 		return;
 	}
+	if (it->kind != SWEEP_WORKLOAD) {
+		/* proxies and networks: only logged (behaviour-docker §2.12) */
+		if (!gone)
+			log_warnx("disposal: could not remove %s: %s", ref,
+				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+		else if (it->kind == SWEEP_PROXY)
+			egress_proxy_removed(op->d->egress, ref);
+		op->next++;
+		sweep_remove_next(op);
+		return;
+	}
 	if (r->error == 0 && r->status == 204) {
-		if (!op->is_proxy[op->next])
-			op->disposed++;
+		op->disposed++;
 		if (sb)
 			registry_remove(op->d->registry, sb);
 	} else if (r->error == 0 && r->status == 404) {
 		if (sb)
 			registry_remove(op->d->registry, sb);  /* silently absent: not counted */
 	} else if (r->error == -ETIMEDOUT) {
-		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", id);
+		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", ref);
 	} else if (r->error) {
-		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", id);
+		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", ref);
 	} else {
-		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld): %s", id,
+		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld): %s", ref,
 				  r->status, r->message ? r->message : "");
 	}
 	op->next++;
 	sweep_remove_next(op);
 }
 
-/* Force removal, never stop; one at a time, by id. */
+static void sweep_drained_cb(int error, void *arg)
+{
+	struct sweep_op *op = arg;
+
+	if (error == -ECANCELED) {
+		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed",
+				  op->items[op->next].ref);
+		op->next = op->n_items;
+		sweep_finish(op);
+		return;
+	}
+	/* An unreadable log is logged by the drain; the removal goes on. */
+	op->items[op->next].drained = true;
+	sweep_remove_next(op);
+}
+
+/* One at a time, force, never stop (a proxy is stopped by its drain). */
 static void sweep_remove_next(struct sweep_op *op)
 {
-	while (op->next < op->n_ids) {
-		int r = docker_container_remove(op->d->engine, op->ids[op->next], true, sweep_removed_cb,
-						op, NULL);
+	while (op->next < op->n_items) {
+		struct sweep_item *it = &op->items[op->next];
+		int r;
 
+		if (it->kind == SWEEP_PROXY && !it->drained &&
+		    egress_drain(op->d->egress, it->ref, sweep_drained_cb, op) == 0)
+			return;
+		if (it->kind == SWEEP_NETWORK)
+			r = docker_network_remove(op->d->engine, it->ref, sweep_removed_cb, op, NULL);
+		else
+			r = docker_container_remove(op->d->engine, it->ref, true, sweep_removed_cb, op, NULL);
 		if (r >= 0)
 			return;
-		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s",
-				  op->ids[op->next]);
+		if (it->kind == SWEEP_WORKLOAD)
+			sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", it->ref);
 		op->next++;
 	}
 	sweep_finish(op);
@@ -396,18 +493,40 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 		sweep_add_failure(op, "unlisted", "could not list containers, so the sweep may be partial");
 	} else {
 		json_array_foreach(r->body, i, item) {
-			const char *role = json_string_value(json_object_get(json_object_get(item, "Labels"),
-									     LABEL_ROLE));
+			const json_t *labels = json_object_get(item, "Labels");
+			const char *role = json_string_value(json_object_get(labels, LABEL_ROLE));
+			const char *egress = json_string_value(json_object_get(labels, LABEL_EGRESS));
+			const char *id = json_string_value(json_object_get(item, "Id"));
+			const char *name = json_string_value(json_array_get(json_object_get(item, "Names"), 0));
+			bool proxy = role && strcmp(role, "proxy") == 0;
 
-			if (json_string_value(json_object_get(item, "Id")))
-				sweep_add_id(op, json_string_value(json_object_get(item, "Id")),
-					     role && strcmp(role, "proxy") == 0);
+			if (!id)
+				continue;
+			sweep_add(op, proxy ? SWEEP_PROXY : SWEEP_WORKLOAD, id);
+			if (name && name[0] == '/')
+				name++;
+			if (name && (proxy || (egress && strcmp(egress, "allowlist") == 0))) {
+				char workload[NAMES_CONTAINER_MAX];
+				size_t len = strlen(name);
+
+				if (proxy && len > strlen(EGRESS_PROXY_SUFFIX))
+					len -= strlen(EGRESS_PROXY_SUFFIX);
+				snprintf(workload, sizeof(workload), "%.*s", (int)len, name);
+				if (names_is_ours(workload, NULL))
+					sweep_add_topology(op, workload);
+			}
 		}
 	}
 	for (sb = registry_first(op->d->registry); sb; sb = registry_next(sb))
-		if (sweep_matches(op, sb))
-			sweep_add_id(op, sb->id, false);
+		if (sweep_matches(op, sb)) {
+			const char *egress = sandbox_label(sb, LABEL_EGRESS);
+
+			sweep_add(op, SWEEP_WORKLOAD, sb->id);
+			if (egress && strcmp(egress, "allowlist") == 0)
+				sweep_add_topology(op, sb->name);
+		}
 	acquire_foreach(op->d->acquires, sweep_note_acquire_cb, op);
+	sweep_order(op);
 	sweep_remove_next(op);
 }
 
@@ -490,6 +609,14 @@ static bool instance_is_callers(struct instance_op *op, const json_t *inspect)
 	return mine;
 }
 
+static bool instance_is_allowlisted(const json_t *inspect)
+{
+	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
+	const char *egress = json_string_value(json_object_get(labels, LABEL_EGRESS));
+
+	return egress && strcmp(egress, "allowlist") == 0 && json_string_value(json_object_get(inspect, "Name"));
+}
+
 /* Returns the failure code and detail for a failed step, or NULL. */
 static const char *instance_failure(const struct instance_op *op, const struct docker_reply *r,
 				    const char **ret_detail)
@@ -520,6 +647,26 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	if (!op->removing && (r->status == 404 || !instance_is_callers(op, r->body))) {
 		rpc_call_reply(op->call, json_null());      /* absent, or not the caller's */
 		instance_free(op);
+		return;
+	}
+	if (!op->removing && instance_is_allowlisted(r->body)) {
+		/* its proxy first (drained), then it, then its network */
+		const char *name = json_string_value(json_object_get(r->body, "Name"));
+		struct sweep_op *sw = xcalloc(1, sizeof(*sw));
+		_cleanup_free_ char *proxy = NULL, *net = NULL;
+
+		name = name[0] == '/' ? name + 1 : name;
+		proxy = xasprintf("%s%s", name, EGRESS_PROXY_SUFFIX);
+		net = xasprintf("%s%s", name, EGRESS_NET_SUFFIX);
+		sw->d = op->d;
+		sw->call = op->call;
+		sw->mode = SWEEP_KEY;
+		sw->failures = json_array();
+		sweep_add(sw, SWEEP_PROXY, proxy);
+		sweep_add(sw, SWEEP_WORKLOAD, op->id);
+		sweep_add(sw, SWEEP_NETWORK, net);
+		instance_free(op);
+		sweep_remove_next(sw);
 		return;
 	}
 	if (!op->removing) {

@@ -16,6 +16,7 @@
 #include "docker.h"
 #include "engine.h"
 #include "fileop.h"
+#include "egress.h"
 #include "freeze.h"
 #include "reap.h"
 #include "registry.h"
@@ -232,6 +233,7 @@ static void registry_resync_cb(void *arg)
 	evtimer_del(d->resync_timer);
 	registry_begin_resync(d->registry);
 	registry_list(d);
+	egress_resync(d->egress);
 }
 
 static void registry_event_cb(const json_t *event, void *arg)
@@ -335,6 +337,7 @@ static void drain_cancel_engine(struct msbd_main *m)
 	m->d.events = docker_events_free(m->d.events);
 	evtimer_del(m->d.resync_timer);
 	freeze_table_cancel_retries(m->d.freezes);
+	egress_shutdown(m->d.egress);
 	m->d.engine = engine_free(m->d.engine);
 }
 
@@ -437,6 +440,7 @@ static int start(struct msbd_main *m)
 	m->d.freezes = freeze_table_new();
 	freeze_table_set_base(m->d.freezes, m->d.base);
 	m->d.fileops = fileop_table_new();
+	m->d.egress = egress_new(&m->d);
 	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
 	if (!m->d.resync_timer)
 		return -EIO;
@@ -480,11 +484,14 @@ static void stop(struct msbd_main *m)
 	 * to clients already gone) at the next turn of the loop. */
 	if (m->d.freezes)
 		freeze_table_cancel_retries(m->d.freezes);
+	egress_shutdown(m->d.egress);
 	m->d.engine = engine_free(m->d.engine);
 	/* After the engine: claims still queued are failed (-ECANCELED). */
 	m->d.freezes = freeze_table_free(m->d.freezes);
-	if (m->d.base)
+	/* Twice: an egress op's end completes its acquire at the next turn. */
+	for (int i = 0; i < 2 && m->d.base; i++)
 		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
+	m->d.egress = egress_free(m->d.egress);
 	m->d.acquires = acquire_table_free(m->d.acquires);
 	m->d.fileops = fileop_table_free(m->d.fileops);
 	m->d.registry = registry_free(m->d.registry);

@@ -169,6 +169,11 @@ void rpc_call_notify(struct rpc_call *call, const char *method, json_t *params)
 	call->ops->notify(call, n, call->ops_arg);
 }
 
+void *rpc_call_transport(const struct rpc_call *call, const struct rpc_call_ops *ops)
+{
+	return call->ops && call->ops == ops ? call->ops_arg : NULL;
+}
+
 void rpc_call_detach(struct rpc_call *call)
 {
 	call->ops = NULL;

@@ -112,6 +112,9 @@ const json_t *rpc_call_id(const struct rpc_call *call);
 
 /* The client left: drop the reply when it comes. */
 void rpc_call_detach(struct rpc_call *call);
+/* The ops_arg the call was dispatched with, if it is still attached through
+ * ops (the server's connection); else NULL. */
+void *rpc_call_transport(const struct rpc_call *call, const struct rpc_call_ops *ops);
 bool rpc_call_is_detached(const struct rpc_call *call);
 void *rpc_call_ctx(const struct rpc_call *call);
 const struct rpc_peer *rpc_call_peer(const struct rpc_call *call);

@@ -40,11 +40,25 @@ struct conn {
 	uint64_t partial_seq;       /* when its current partial frame began (0: none) */
 	bool closing;               /* flush the output, then close */
 	bool dead;                  /* torn down; freed by free_ev */
+	uint32_t sub_types;         /* events subscribed to (server_event_type), 0: none */
+	char *sub_scope;            /* only this scope's, or NULL */
 	TAILQ_ENTRY(conn) entry;
+};
+
+/* One published event, kept for subscribers that ask for a replay. */
+struct server_event {
+	uint32_t type;
+	uid_t owner;
+	char *scope;
+	char *method;
+	json_t *params;
 };
 
 struct server {
 	struct msbd *d;
+	struct server_event *ring;  /* the last SERVER_EVENTS_KEPT events */
+	size_t ring_head, ring_len;
+	uint64_t events_dropped;    /* fell out of the ring */
 	struct evconnlistener *listener;
 	struct event *accept_retry_ev;
 	struct event *drained_ev;
@@ -65,6 +79,8 @@ struct server {
 };
 
 static void conn_process(struct conn *c);
+struct server_event;
+static void server_event_release(struct server_event *ev);
 static void conn_close(struct conn *c, const char *reason);
 static void conn_free_events(struct conn *c);
 
@@ -475,6 +491,7 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 	TAILQ_REMOVE(&c->srv->conns, c, entry);
 	conn_free_events(c);
 	free(c->calls);
+	free(c->sub_scope);
 	free(c);
 }
 
@@ -872,9 +889,94 @@ struct server *server_free(struct server *srv)
 		unlink(srv->path);
 	event_free(srv->accept_retry_ev);
 	event_free(srv->drained_ev);
+	for (size_t i = 0; srv->ring && i < srv->ring_len; i++)
+		server_event_release(&srv->ring[(srv->ring_head + i) % SERVER_EVENTS_KEPT]);
+	free(srv->ring);
 	free(srv->path);
 	free(srv);
 	return NULL;
+}
+
+static bool conn_may_see(const struct conn *c, uint32_t type, uid_t owner, const char *scope)
+{
+	if (c->dead || !(c->sub_types & type) || (c->sub_scope && (!scope || strcmp(scope, c->sub_scope))))
+		return false;
+	return c->peer.admin || c->peer.uid == owner;
+}
+
+/* Queues one event; false if the subscriber fell too far behind (closed). */
+static bool conn_send_event(struct conn *c, const char *method, const json_t *params)
+{
+	size_t unread = evbuffer_get_length(bufferevent_get_output(c->bev));
+
+	if (unread > c->srv->d->config->events_max_backlog_bytes) {
+		log_warnx("connection %llu (uid %u): %zu bytes of events unread, dropping it",
+			  (unsigned long long)c->id, (unsigned)c->peer.uid, unread);
+		conn_close(c, "events backlog");
+		return false;
+	}
+	conn_send(c, json_pack("{s:s, s:s, s:O}", "jsonrpc", "2.0", "method", method, "params", params));
+	return true;
+}
+
+int server_subscribe(struct server *srv, struct rpc_call *call, uint32_t types, const char *scope, bool replay)
+{
+	struct conn *c = rpc_call_transport(call, &conn_call_ops);
+
+	if (!c || c->dead)
+		return -ENOTCONN;
+	c->sub_types = types;
+	free(c->sub_scope);
+	c->sub_scope = scope ? xstrdup(scope) : NULL;
+	for (size_t i = 0; replay && i < srv->ring_len; i++) {
+		const struct server_event *ev = &srv->ring[(srv->ring_head + i) % SERVER_EVENTS_KEPT];
+
+		if (conn_may_see(c, ev->type, ev->owner, ev->scope) && !conn_send_event(c, ev->method, ev->params))
+			return -ENOBUFS;
+	}
+	return 0;
+}
+
+static void server_event_release(struct server_event *ev)
+{
+	free(ev->scope);
+	free(ev->method);
+	json_decref(ev->params);
+	*ev = (struct server_event){ 0 };
+}
+
+/* Keeps ev in the ring, the oldest falling out. */
+static void server_keep_event(struct server *srv, uint32_t type, uid_t owner, const char *scope,
+			      const char *method, const json_t *params)
+{
+	struct server_event *ev;
+
+	if (!srv->ring)
+		srv->ring = xcalloc(SERVER_EVENTS_KEPT, sizeof(*srv->ring));
+	if (srv->ring_len == SERVER_EVENTS_KEPT) {
+		server_event_release(&srv->ring[srv->ring_head]);
+		srv->ring_head = (srv->ring_head + 1) % SERVER_EVENTS_KEPT;
+		srv->ring_len--;
+		srv->events_dropped++;
+	}
+	ev = &srv->ring[(srv->ring_head + srv->ring_len++) % SERVER_EVENTS_KEPT];
+	*ev = (struct server_event){ .type = type, .owner = owner, .scope = scope ? xstrdup(scope) : NULL,
+				     .method = xstrdup(method), .params = json_deep_copy(params) };
+}
+
+size_t server_publish(struct server *srv, uint32_t type, uid_t owner, const char *scope, const char *method,
+		      const json_t *params)
+{
+	size_t sent = 0;
+	struct conn *c, *next;
+
+	server_keep_event(srv, type, owner, scope, method, params);
+	for (c = TAILQ_FIRST(&srv->conns); c; c = next) {
+		next = TAILQ_NEXT(c, entry);
+		if (conn_may_see(c, type, owner, scope) && conn_send_event(c, method, params))
+			sent++;
+	}
+	return sent;
 }
 
 const struct server_stats *server_get_stats(const struct server *srv)

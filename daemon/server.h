@@ -49,6 +49,29 @@ void server_config_changed(struct server *srv);
  * unlinks the socket file it bound. NULL-safe; returns NULL. */
 struct server *server_free(struct server *srv);
 
+/* ---- event subscriptions (events.subscribe) ----
+ * A subscription belongs to the connection of the call that made it and ends
+ * with it. An event goes to every subscriber of its type that may see it:
+ * the sandbox's owner or an admin, and only within the subscriber's scope
+ * if it named one. A subscriber whose unread output passes
+ * events.max_backlog_bytes is disconnected (it is told nothing more: the
+ * events it missed are in the daemon's log). */
+enum server_event_type {
+	SERVER_EVENT_EGRESS_DECISION = 1u << 0,
+};
+/* Events kept for a replay: the last this many published, whoever saw them. */
+#define SERVER_EVENTS_KEPT 4096
+/* types: a mask of server_event_type; scope: raw scope or NULL (all).
+ * Replaces an earlier subscription of the connection. replay: first queue
+ * every kept event it may see, oldest first (so they precede the reply).
+ * -ENOTCONN if the call's client has gone, -ENOBUFS if the replay alone
+ * passed events.max_backlog_bytes (the connection is closed). */
+int server_subscribe(struct server *srv, struct rpc_call *call, uint32_t types, const char *scope, bool replay);
+/* Sends {"jsonrpc","method":method,"params":params} (params borrowed) to
+ * every subscriber that may see it. Returns how many got it. */
+size_t server_publish(struct server *srv, uint32_t type, uid_t owner, const char *scope, const char *method,
+		      const json_t *params);
+
 const struct server_stats *server_get_stats(const struct server *srv);
 /* The path served (bound or activated), or NULL if unknown. */
 const char *server_get_path(const struct server *srv);

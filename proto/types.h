@@ -25,8 +25,11 @@
 #define MSB_METHOD_FILES_STAT            "files.stat"
 #define MSB_METHOD_FILES_REMOVE          "files.remove"
 #define MSB_METHOD_FILES_RECLAIM         "files.reclaim"
+#define MSB_METHOD_EVENTS_SUBSCRIBE      "events.subscribe"
 /* Notifications the daemon sends during a call. */
 #define MSB_NOTIFY_PULL_PROGRESS         "sandbox.pull_progress"
+#define MSB_NOTIFY_EVENT                 "events.event"
+#define MSB_EVENT_EGRESS_DECISION        "egress.decision"
 
 enum msb_isolation {
 	MSB_ISOLATION_NONE,

@@ -315,6 +315,38 @@ int docker_network_remove(struct engine *e, const char *id, docker_cb *cb, void 
 	return docker_call_on(e, "DELETE", "/networks/", id, "", NULL, cb, arg, ret_req);
 }
 
+int docker_network_create(struct engine *e, const json_t *body, docker_cb *cb, void *arg,
+			  struct engine_req **ret_req)
+{
+	if (!json_is_object(body))
+		return -EINVAL;
+	return docker_call(e, "POST", "/networks/create", body, 0, cb, arg, ret_req);
+}
+
+int docker_network_connect(struct engine *e, const char *net, const json_t *body, docker_cb *cb,
+			   void *arg, struct engine_req **ret_req)
+{
+	if (!json_is_object(body))
+		return -EINVAL;
+	return docker_call_on(e, "POST", "/networks/", net, "/connect", body, cb, arg, ret_req);
+}
+
+int docker_container_stop(struct engine *e, const char *id, long grace_s, docker_cb *cb, void *arg,
+			  struct engine_req **ret_req)
+{
+	_cleanup_free_ char *suffix = NULL, *path = NULL;
+	long timeout_ms;
+
+	if (!e || grace_s < 0 || grace_s > 3600)
+		return -EINVAL;
+	suffix = xasprintf("/stop?t=%ld", grace_s);
+	path = path_with("/containers/", id, suffix);
+	if (!path)
+		return -EINVAL;
+	timeout_ms = engine_default_timeout_ms(e) > 0 ? engine_default_timeout_ms(e) + grace_s * 1000 : 0;
+	return docker_call(e, "POST", path, NULL, timeout_ms, cb, arg, ret_req);
+}
+
 int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req **ret_req)
 {
 	return docker_call(e, "GET", "/version", NULL, 0, cb, arg, ret_req);
@@ -634,6 +666,44 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 	if (!query)
 		return -EINVAL;
 	path = xasprintf("/images/create%s", query);
+	p = xcalloc(1, sizeof(*p));
+	p->progress = progress;
+	p->done = done;
+	p->arg = arg;
+	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
+	call.path = path;
+	call.data_arg = p;
+	r = engine_call_start(e, &call, pull_done_cb, p, ret_req);
+	if (r < 0)
+		pull_free(p);
+	return r;
+}
+
+int docker_image_import(struct engine *e, const char *repo, const char *tag, const char *const *changes,
+			const void *tar, size_t len, long timeout_ms, docker_progress_cb *progress,
+			docker_pull_done_cb *done, void *arg, struct engine_req **ret_req)
+{
+	_cleanup_free_ char *erepo = NULL, *etag = NULL, *path = NULL;
+	struct engine_call call = {
+		.method = "POST", .timeout_ms = timeout_ms, .content_type = DOCKER_CONTENT_TYPE_TAR,
+		.body = tar, .body_len = len, .on_data = pull_data_cb,
+	};
+	struct docker_pull *p;
+	int r;
+
+	if (!e || !done || !repo || !*repo || !tag || !*tag || !tar || len == 0 || timeout_ms < 0 ||
+	    len > DOCKER_MAX_ARCHIVE_PUT)
+		return -EINVAL;
+	erepo = docker_escape(repo);
+	etag = docker_escape(tag);
+	path = xasprintf("/images/create?fromSrc=-&repo=%s&tag=%s", erepo, etag);
+	for (size_t i = 0; changes && changes[i]; i++) {
+		_cleanup_free_ char *c = docker_escape(changes[i]);
+		char *grown = xasprintf("%s&changes=%s", path, c);
+
+		free(path);
+		path = grown;
+	}
 	p = xcalloc(1, sizeof(*p));
 	p->progress = progress;
 	p->done = done;
@@ -1048,6 +1118,24 @@ static void exec_stream_done_cb(struct engine_req *req, int error, const struct 
 	exec_stream_free(s);
 }
 
+/* Starts call (on_data set) with its body streamed to data and its end to done. */
+static int exec_stream_start(struct engine *e, struct engine_call *call, docker_data_cb *data,
+			     docker_exec_done_cb *done, void *arg, struct engine_req **ret_req)
+{
+	struct docker_exec_stream *s = xcalloc(1, sizeof(*s));
+	int r;
+
+	s->data = data;
+	s->done = done;
+	s->arg = arg;
+	frame_buf_init(&s->fb, DOCKER_MAX_ERROR_BODY);
+	call->data_arg = s;
+	r = engine_call_start(e, call, exec_stream_done_cb, s, ret_req);
+	if (r < 0)
+		exec_stream_free(s);
+	return r;
+}
+
 int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_ms, docker_data_cb *data,
 		      docker_exec_done_cb *done, void *arg, struct engine_req **ret_req)
 {
@@ -1057,19 +1145,27 @@ int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_m
 		.body = DOCKER_EXEC_START_BODY, .body_len = strlen(DOCKER_EXEC_START_BODY),
 		.idle_timeout_ms = idle_timeout_ms, .on_data = exec_stream_data_cb,
 	};
-	struct docker_exec_stream *s;
-	int r;
 
 	if (!e || !path || !data || !done || idle_timeout_ms < 0)
 		return -EINVAL;
-	s = xcalloc(1, sizeof(*s));
-	s->data = data;
-	s->done = done;
-	s->arg = arg;
-	frame_buf_init(&s->fb, DOCKER_MAX_ERROR_BODY);
-	call.data_arg = s;
-	r = engine_call_start(e, &call, exec_stream_done_cb, s, ret_req);
-	if (r < 0)
-		exec_stream_free(s);
-	return r;
+	return exec_stream_start(e, &call, data, done, arg, ret_req);
+}
+
+int docker_container_logs(struct engine *e, const char *id, bool follow, const char *since,
+			  long idle_timeout_ms, docker_data_cb *data, docker_exec_done_cb *done, void *arg,
+			  struct engine_req **ret_req)
+{
+	_cleanup_free_ char *esince = since ? docker_escape(since) : NULL;
+	_cleanup_free_ char *suffix = xasprintf("/logs?stdout=1&stderr=0&timestamps=1%s%s%s",
+						follow ? "&follow=1" : "", esince ? "&since=" : "",
+						esince ? esince : "");
+	_cleanup_free_ char *path = path_with("/containers/", id, suffix);
+	struct engine_call call = {
+		.method = "GET", .path = path, .idle_timeout_ms = idle_timeout_ms,
+		.on_data = exec_stream_data_cb,
+	};
+
+	if (!e || !path || !data || !done || idle_timeout_ms < 0)
+		return -EINVAL;
+	return exec_stream_start(e, &call, data, done, arg, ret_req);
 }

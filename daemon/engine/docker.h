@@ -73,6 +73,17 @@ int docker_network_inspect(struct engine *e, const char *id, docker_cb *cb, void
 			   struct engine_req **ret_req);
 int docker_network_remove(struct engine *e, const char *id, docker_cb *cb, void *arg,
 			  struct engine_req **ret_req);
+/* POST /networks/create with body (borrowed): 201 {"Id","Warning"}; 409
+ * name taken (Engine >= 25); 400/403/500 e.g. a pool overlap. */
+int docker_network_create(struct engine *e, const json_t *body, docker_cb *cb, void *arg,
+			  struct engine_req **ret_req);
+/* POST /networks/{net}/connect with body (borrowed; {"Container": id, ...}): 200. */
+int docker_network_connect(struct engine *e, const char *net, const json_t *body, docker_cb *cb,
+			   void *arg, struct engine_req **ret_req);
+/* POST /containers/{id}/stop?t=grace_s: 204 stopped, 304 already stopped,
+ * 404 absent. The request's own timeout is the engine's default plus the grace. */
+int docker_container_stop(struct engine *e, const char *id, long grace_s, docker_cb *cb, void *arg,
+			  struct engine_req **ret_req);
 /* GET /version. */
 int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req **ret_req);
 
@@ -185,6 +196,25 @@ typedef void docker_pull_done_cb(int error, const char *message, void *arg);
 int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long idle_timeout_ms,
 		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
 		      struct engine_req **ret_req);
+
+/* Import: POST /images/create?fromSrc=-&repo=REPO&tag=TAG[&changes=C]...,
+ * the rootfs tar[0..len) as the body (copied). The reply is JSON lines like a
+ * pull's; the last holds {"status": "sha256:<image id>"}. Each line goes to
+ * progress; an in-band error ends it with done(-EIO, message). changes: a
+ * NULL-terminated list of Dockerfile instructions (CMD, ENTRYPOINT, ENV,
+ * USER, WORKDIR, ...), each escaped. Same rules as docker_image_pull. */
+int docker_image_import(struct engine *e, const char *repo, const char *tag, const char *const *changes,
+			const void *tar, size_t len, long timeout_ms, docker_progress_cb *progress,
+			docker_pull_done_cb *done, void *arg, struct engine_req **ret_req);
+
+/* GET /containers/{id}/logs?stdout=1&stderr=0&timestamps=1[&follow=1][&since=S]:
+ * a 200's body (multiplexed frames for a container without a TTY) goes raw
+ * to data, under docker_exec_start's rules; done fires once with the
+ * status and, for a failure, Docker's message. A follow stream ends when
+ * the container stops. since: "seconds[.nanoseconds]" or NULL. */
+int docker_container_logs(struct engine *e, const char *id, bool follow, const char *since,
+			  long idle_timeout_ms, docker_data_cb *data, docker_exec_done_cb *done, void *arg,
+			  struct engine_req **ret_req);
 
 /* The /events follower. Keeps one GET /events?since=T&filters=F stream open
  * while the engine is reachable. Each time it (re)connects it first calls

@@ -605,3 +605,8 @@ uint64_t engine_call_requests_made(const struct engine *e)
 {
 	return e->call_requests;
 }
+
+long engine_default_timeout_ms(const struct engine *e)
+{
+	return e->opts.timeout_ms;
+}

@@ -81,6 +81,9 @@ uint64_t engine_requests_made(const struct engine *e);
 /* The requests made on behalf of calls (engine_call_start), probes excluded. */
 uint64_t engine_call_requests_made(const struct engine *e);
 
+/* engine.timeout_ms as configured (0: none). */
+long engine_default_timeout_ms(const struct engine *e);
+
 /* Starts a call on the negotiated version: call->path is unversioned
  * ("/version", "/containers/json?all=1") and is sent as "/vX.Y" + path.
  * call->timeout_ms 0 means opts.timeout_ms unless call->on_data is set.

@@ -12,6 +12,7 @@
 #include "docker.h"
 #include "errmap.h"
 #include "fileop.h"
+#include "egress.h"
 #include "execrun.h"
 #include "freeze.h"
 #include "guest.h"
@@ -50,6 +51,12 @@ struct acquire_op {
 	uint32_t probes_todo;        /* MSB_BIT(cap) of the probes still to run */
 	uint32_t probes_failed;      /* and of those that failed: their waiters are refused */
 	char *probe_failure;         /* the first failure, for the message */
+	/* allowlist (ACQ_EGRESS): the sandbox's network and proxy */
+	struct egress_op *eop;
+	bool egress_known;           /* einfo holds them */
+	bool egress_fresh;           /* made for a workload this op creates */
+	bool egress_then_prepare;    /* where to go on: prepare, or start/create */
+	struct egress_info einfo;
 };
 
 /* Each caller joined to the op, with what it asked for: the container is
@@ -88,6 +95,7 @@ static const char *const acq_state_names[_ACQ_STATE_MAX] = {
 	[ACQ_WORKDIR_STAT] = "workdir-stat",
 	[ACQ_WORKDIR_MAKE] = "workdir-make",
 	[ACQ_PROBES] = "probes",
+	[ACQ_EGRESS] = "egress",
 	[ACQ_DONE] = "done",
 	[ACQ_FAILED] = "failed",
 };
@@ -146,11 +154,13 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
 	}
 }
 
-json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created)
+json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created,
+		       const struct egress_info *egress)
 {
-	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s}", "sandbox", sb->id, "name", sb->name,
+	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s, s:o*}", "sandbox", sb->id, "name", sb->name,
 			 "kind", sandbox_label(sb, LABEL_KIND), "work_dir", work_dir,
-			 "created", created, "state", sandbox_state_to_string(sb->state));
+			 "created", created, "state", sandbox_state_to_string(sb->state),
+			 "egress", egress ? egress_info_json(egress) : NULL);
 }
 
 static void acq_enter(struct acquire_op *op, enum acq_state state);
@@ -161,6 +171,7 @@ static void acq_free(struct acquire_op *op)
 {
 	TAILQ_REMOVE(&op->table->ops, op, entry);
 	op->table->count--;
+	egress_op_cancel(op->eop);
 	event_free(op->finish_ev);
 	msb_key_release(&op->key);
 	msb_spec_release(&op->spec);
@@ -217,7 +228,8 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      "`id` it can run. Unresolved identities are retried on the next acquire.");
 		return;
 	}
-	rpc_call_reply(w->call, acquire_result(sb, msb_spec_work_dir(&w->spec), op->created));
+	rpc_call_reply(w->call, acquire_result(sb, msb_spec_work_dir(&w->spec), op->created,
+					       op->egress_known ? &op->einfo : NULL));
 }
 
 /* Answers every waiter and frees the op (from the loop, via finish_ev). */
@@ -490,12 +502,18 @@ static void acq_identity_cb(const struct msb_error *err, const struct guest_iden
 	acq_workdir(op);
 }
 
+static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare);
+
 /* The container runs: learn who its guest is and make its work dir. */
 static void acq_prepare(struct acquire_op *op)
 {
 	const struct sandbox *sb = registry_find_id(op->d->registry, op->id);
 	int r;
 
+	if (egress_spec_needs_proxy(&op->spec) && !op->egress_known) {
+		acq_egress(op, false, true);
+		return;
+	}
 	op->preparing = true;
 	op->req = NULL;
 	if (!(acq_requires(op) & ACQ_NEEDS_WORKDIR)) {
@@ -592,6 +610,7 @@ static json_t *acq_create_config(const struct acquire_op *op)
 	json_t *host = json_object(), *cmd = json_array();
 	json_t *raw_key = json_pack("[s, s, s, s, s]", op->key.scope, op->key.thread_id,
 				    op->key.agent_dir, op->key.call_id, op->spec.kind);
+	json_t *extra = NULL, *config;
 	char *raw = json_dumps(raw_key, JSON_COMPACT);
 
 	json_object_set_new(labels, LABEL_KEY_JSON, json_string(raw));
@@ -600,7 +619,26 @@ static json_t *acq_create_config(const struct acquire_op *op)
 	for (size_t i = 0; i < ELEMENTSOF(keepalive); i++)
 		json_array_append_new(cmd, json_string(keepalive[i]));
 	/* No binds, no mounts, no host paths, never the engine socket. */
-	json_object_set_new(host, "NetworkMode", json_string("none"));
+	if (op->egress_known) {
+		/* Only on its internal network. The proxy variables say where the
+		 * proxy is (an address: no name to resolve); the resolver is an
+		 * address nothing serves, so no lookup leaves (CVE-2024-29018). */
+		const struct egress_info *ei = &op->einfo;
+		char url[96];
+		json_t *env = json_array();
+		static const char *const vars[] = { "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy" };
+
+		snprintf(url, sizeof(url), "http://%s:%d", ei->proxy_address, EGRESS_PROXY_PORT);
+		for (size_t i = 0; i < ELEMENTSOF(vars); i++)
+			json_array_append_new(env, json_sprintf("%s=%s", vars[i], url));
+		json_object_set_new(host, "NetworkMode", json_string(ei->network));
+		json_object_set_new(host, "Dns", json_pack("[s]", ei->dns));
+		json_object_set_new(host, "ExtraHosts", json_pack("[s++]", ei->proxy, ":", ei->proxy_address));
+		json_object_set_new(labels, LABEL_EGRESS, json_string("allowlist"));
+		extra = json_pack("{s:o, s:{s:{}}}", "Env", env, "EndpointsConfig", ei->network);
+	} else {
+		json_object_set_new(host, "NetworkMode", json_string("none"));
+	}
 	json_object_set_new(host, "SecurityOpt", json_pack("[s]", "no-new-privileges"));
 	json_object_set_new(host, "PidsLimit", json_integer(cfg->pids_limit));
 	json_object_set_new(host, "Init", json_boolean(cfg->init));
@@ -610,8 +648,15 @@ static json_t *acq_create_config(const struct acquire_op *op)
 		json_object_set_new(host, "Memory", json_integer((json_int_t)cfg->memory_bytes));
 	if (cfg->cpus > 0)
 		json_object_set_new(host, "NanoCpus", json_integer((json_int_t)(cfg->cpus * 1e9 + 0.5)));
-	return json_pack("{s:s, s:o, s:o, s:b, s:b, s:o}", "Image", msb_spec_image_ref(&op->spec),
-			 "Cmd", cmd, "Labels", labels, "Tty", 0, "OpenStdin", 0, "HostConfig", host);
+	config = json_pack("{s:s, s:o, s:o, s:b, s:b, s:o}", "Image", msb_spec_image_ref(&op->spec),
+			   "Cmd", cmd, "Labels", labels, "Tty", 0, "OpenStdin", 0, "HostConfig", host);
+	if (extra) {
+		json_object_set(config, "Env", json_object_get(extra, "Env"));
+		json_object_set_new(config, "NetworkingConfig",
+				    json_pack("{s:O}", "EndpointsConfig", json_object_get(extra, "EndpointsConfig")));
+		json_decref(extra);
+	}
+	return config;
 }
 
 static void acq_pull_progress_cb(const json_t *line, void *arg)
@@ -676,6 +721,61 @@ static void acq_thaw_cb(struct freeze_claim *claim, int error, const struct free
 		return;
 	}
 	acq_enter(op, ACQ_INSPECT_FINAL);
+}
+
+static void acq_egress_cb(const struct msb_error *err, const struct egress_info *info, void *arg)
+{
+	struct acquire_op *op = arg;
+
+	op->eop = NULL;
+	if (err) {
+		msb_error_copy(&op->err, err);
+		acq_fail(op);
+		return;
+	}
+	op->einfo = *info;
+	op->egress_known = true;
+	if (info->network_new && op->id) {
+		/* Its network was gone and is made anew: the workload is not on it
+		 * (behaviour-docker §2.1 step 4). Replace it. */
+		log_warnx("sandbox %s: its network %s was gone; replacing the sandbox on a new one", op->name,
+			  info->network);
+		op->preparing = false;
+		acq_enter(op, ACQ_REMOVE_STALE);
+		return;
+	}
+	if (op->egress_then_prepare)
+		acq_prepare(op);
+	else
+		acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
+}
+
+/* An allowlisted spec: its network and proxy must exist and run before the
+ * workload is created or started (fresh: no workload exists yet). A warm
+ * proxy the daemon follows costs nothing. */
+static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare)
+{
+	int r;
+
+	op->egress_then_prepare = then_prepare;
+	if (!egress_spec_needs_proxy(&op->spec) ||
+	    (!fresh && egress_proxy_ok(op->d->egress, op->name, &op->einfo))) {
+		op->egress_known = egress_spec_needs_proxy(&op->spec);
+		if (then_prepare)
+			acq_prepare(op);
+		else
+			acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
+		return;
+	}
+	op->state = ACQ_EGRESS;
+	op->egress_fresh = fresh;
+	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, op->owner, fresh, acq_egress_cb, op,
+			  &op->eop);
+	if (r < 0) {
+		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED, NULL,
+			      "this daemon has no egress proxy configured (egress.proxy_binary)");
+		acq_fail(op);
+	}
 }
 
 /* Issues the request of a state. A refusal to start fails the op. */
@@ -791,8 +891,9 @@ static void acq_os_check_done(struct acquire_op *op, const struct docker_reply *
 		acq_fail(op);
 		return;
 	}
-	/* Unreadable: serve, as the seed does. */
-	acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
+	/* Unreadable: serve, as the seed does. An allowlisted sandbox gets its
+	 * network and proxy first (a new workload is created on that network). */
+	acq_egress(op, !op->id, false);
 }
 
 static void acq_create_done(struct acquire_op *op, const struct docker_reply *r)
@@ -894,6 +995,8 @@ static void acq_docker_cb(const struct docker_reply *r, void *arg)
 	case ACQ_ROLLBACK_REMOVE:
 		if (r->error || (r->status != 204 && r->status != 404))
 			log_warnx("sandbox %s: rollback could not remove %s, it may remain", op->name, op->id);
+		else if (op->egress_fresh)
+			egress_teardown(op->d->egress, op->name);   /* its proxy, then its network */
 		acq_complete(op, ACQ_FAILED);
 		break;
 	default:

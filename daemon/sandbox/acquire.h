@@ -59,6 +59,7 @@ enum acq_state {
 	ACQ_WORKDIR_STAT,    /* HEAD of the work dir: a directory there → done */
 	ACQ_WORKDIR_MAKE,    /* frozen walk from "/" and one tar of what is missing */
 	ACQ_PROBES,          /* the spec's guest commands run (sh, rm, host tools), once per instance */
+	ACQ_EGRESS,          /* allowlist: the network and proxy (egress.h), before create/start */
 	ACQ_DONE,
 	ACQ_FAILED,
 	_ACQ_STATE_MAX,
@@ -104,6 +105,9 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 
 /* The reply of a successful acquire, from a registry entry. New reference. */
 struct sandbox;
-json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created);
+struct egress_info;
+/* egress: the allowlisted sandbox's network and proxy, or NULL. */
+json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created,
+		       const struct egress_info *egress);
 
 #endif

@@ -10,6 +10,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "docker.h"
+#include "egress.h"
 #include "errors.h"
 #include "log.h"
 #include "names.h"
@@ -723,6 +724,8 @@ static void reap_removed_cb(const struct docker_reply *r, void *arg)
 
 		reap_removal_failed(rp, it, r->error, why);
 	}
+	if (it->kind == REAP_PROXY && (removed || absent))
+		egress_proxy_removed(rp->d->egress, it->id);
 	if (it->kind != REAP_NETWORK) {
 		if (removed || absent)
 			reap_forget(rp, it->id);
@@ -730,6 +733,25 @@ static void reap_removed_cb(const struct docker_reply *r, void *arg)
 			reap_hold_group(rp, i);
 	}
 	rp->next++;
+	reap_run(rp);
+}
+
+
+/* A proxy's decisions are published before it goes (behaviour-docker §4.5);
+ * a log that cannot be read does not stop the removal. */
+static void reap_drained_cb(int error, void *arg)
+{
+	struct reap *rp = arg;
+	struct reap_item *it = &rp->items[rp->next];
+
+	if (error == -ECANCELED) {
+		reap_add_failure(rp, REAP_CODE_UNKNOWN, "the daemon stopped before the proxy %s (%.*s) was removed",
+				 it->name, REAP_SHORT_ID, it->id);
+		reap_enter(rp, REAP_DONE);
+		reap_run(rp);
+		return;
+	}
+	it->drained = true;
 	reap_run(rp);
 }
 
@@ -749,6 +771,9 @@ static int reap_remove_next(struct reap *rp)
 		return 0;
 	}
 	it = &rp->items[rp->next];
+	if (kind == REAP_PROXY && !it->drained && rp->d->egress &&
+	    egress_drain(rp->d->egress, it->id, reap_drained_cb, rp) == 0)
+		return 1;
 	r = kind == REAP_NETWORK ? docker_network_remove(rp->d->engine, it->id, reap_removed_cb, rp, NULL)
 		: docker_container_remove(rp->d->engine, it->id, true, reap_removed_cb, rp, NULL);
 	if (r >= 0)

@@ -122,6 +122,7 @@ struct reap_item {
 	bool anchor;                   /* reap_plan: its group's age anchor */
 	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */
 	bool held;                     /* the driver: keep the rest of this group */
+	bool drained;                  /* the driver: a proxy's decisions were published */
 };
 
 /* Validates one inspect document (borrowed) of the resource listed as

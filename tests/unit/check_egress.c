@@ -1,0 +1,431 @@
+/* check_egress.c — the daemon's egress module (egress.h) against the fake
+ * engine: decisions drained from a proxy's log are published once, a
+ * second daemon with the same cursor publishes only what is new (equal
+ * timestamps included); a network that fails its verification is removed
+ * and the acquire refused with why; a subnet someone else holds is
+ * skipped; an absent proxy image is imported and then checked. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "cleanup.h"
+#include "config.h"
+#include "daemon.h"
+#include "egress.h"
+#include "engine.h"
+#include "fake_engine.h"
+#include "log.h"
+#include "loop.h"
+#include "proxyimage.h"
+#include "sandbox.h"
+#include "xmalloc.h"
+
+#define RUN_MAX_MS 3000
+#define API        "/v1.41"
+#define PROXY_ID   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define NAME       "maf-sandbox-docker-0123456789ab"
+#define JSON_TYPE  "Content-Type: application/json\r\n"
+#define PING    { .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true }
+#define VERSION { .path = API "/version", .repeat = true, \
+		  .body = "{\"Version\":\"20.10.24\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\"}" }
+/* key.v1 of ("s","t","a","") and its selectors */
+#define KEY_V1     "WyJzIiwgInQiLCAiYSIsICIiXQ=="
+#define PROXY_LABELS \
+	"\"maf-sandbox.role\":\"proxy\",\"maf-sandbox.key.v1\":\"" KEY_V1 "\"," \
+	"\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\",\"maf-sandbox.agent\":\"a\"," \
+	"\"maf-sandbox.kind\":\"k\",\"maf-sandbox.owner\":\"0\""
+#define PROXY_INSPECT { .method = "GET", .path = API "/containers/" PROXY_ID "/json", .headers = JSON_TYPE, \
+	.body = "{\"Id\":\"" PROXY_ID "\",\"Name\":\"/" NAME "-proxy\",\"Config\":{\"Labels\":{" PROXY_LABELS "}}}" }
+#define PROXY_STOP { .method = "POST", .path = API "/containers/" PROXY_ID "/stop", .status = 204 }
+
+static struct event_base *base;
+static struct engine *engine;
+static struct msbd d;
+static int reachable_count;
+static char state_dir[64];
+
+static const struct engine_options test_opts = {
+	.timeout_ms = 2000, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
+};
+
+static void setup(void)
+{
+	reachable_count = 0;
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	engine = loop_engine_new(base, &test_opts, &reachable_count);
+	snprintf(state_dir, sizeof(state_dir), "%s/egress-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(state_dir));
+	memset(&d, 0, sizeof(d));
+	d.base = base;
+	d.engine = engine;
+	d.config = config_new_defaults();
+	free(d.config->egress_state_dir);
+	d.config->egress_state_dir = xstrdup(state_dir);
+	free(d.config->egress_proxy_binary);
+	d.config->egress_proxy_binary = xstrdup("/bin/true");   /* only its digest is read */
+	log_set_debug(true);
+}
+
+static void teardown(void)
+{
+	d.egress = egress_free(d.egress);
+	engine = engine_free(engine);
+	d.config = config_free(d.config);
+	event_base_free(base);
+	fake_engine_cleanup();
+}
+
+/* One multiplexed stdout frame holding text. */
+static size_t mux(char *out, const char *text)
+{
+	size_t n = strlen(text);
+
+	out[0] = 1;
+	out[1] = out[2] = out[3] = 0;
+	out[4] = (char)(n >> 24);
+	out[5] = (char)(n >> 16);
+	out[6] = (char)(n >> 8);
+	out[7] = (char)n;
+	memcpy(out + 8, text, n);
+	return n + 8;
+}
+
+static int drained;
+static int drain_error;
+
+static void drain_cb(int error, void *arg)
+{
+	(void)arg;
+	drain_error = error;
+	drained++;
+}
+
+/* Drains PROXY_ID with a fresh egress (a new daemon) whose logs reply is log. */
+static uint64_t drain_with_log(const char *log)
+{
+	static char body[4096];
+	size_t n = mux(body, log);
+	/* static: the fake serves from it after this returns (borrowed for the run) */
+	static struct fake_reply script[5];
+	const struct fake_reply fill[] = {
+		PING, VERSION, PROXY_INSPECT, PROXY_STOP,
+		{ .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = body, .body_len = n },
+	};
+	uint64_t published;
+
+	memcpy(script, fill, sizeof(script));
+
+	d.egress = egress_free(d.egress);
+	d.egress = egress_new(&d);
+	if (engine_get_state(engine) == ENGINE_REACHABLE) {
+		fake_engine_stop();
+		fake_engine_start(script, ELEMENTSOF(script));   /* the engine stays reachable */
+	} else {
+		loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script),
+					    RUN_MAX_MS);
+	}
+	drained = 0;
+	ck_assert_int_eq(egress_drain(d.egress, PROXY_ID, drain_cb, NULL), 0);
+	loop_run_until(base, &drained, 1, RUN_MAX_MS);
+	ck_assert_int_eq(drained, 1);
+	ck_assert_int_eq(drain_error, 0);
+	published = egress_decisions_published(d.egress);
+	return published;
+}
+
+#define T1 "2026-11-29T14:00:00.100000000Z "
+#define T2 "2026-11-29T14:00:01.000000001Z "
+
+START_TEST(drain_publishes_once_across_restarts)
+{
+	const char *log1 = T1 "listening on 3128; allowing: a.test\n"
+			   T1 "DENY b.test:443\n"
+			   T1 "DENY c.test:443\n";
+	const char *log2 = T1 "listening on 3128; allowing: a.test\n"
+			   T1 "DENY b.test:443\n"
+			   T1 "DENY c.test:443\n"
+			   T1 "DENY d.test:443\n"           /* the same timestamp, a third one: new */
+			   T2 "ALLOW a.test:443\n"
+			   "garbage without a timestamp\n"
+			   T2 "not a decision\n";
+	_cleanup_free_ char *cursor = xasprintf("%s/egress/%s", state_dir, PROXY_ID);
+	char buf[128] = "";
+	FILE *fp;
+
+	ck_assert_uint_eq(drain_with_log(log1), 2);
+	fp = fopen(cursor, "re");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), fp));
+	fclose(fp);
+	ck_assert_str_eq(buf, "1795960800 100000000 2\n");
+	/* A new daemon, the same log plus two: only those two. */
+	ck_assert_uint_eq(drain_with_log(log2), 2);
+	/* And once more: nothing. */
+	ck_assert_uint_eq(drain_with_log(log2), 0);
+	/* The proxy removed: the cursor goes with it. */
+	egress_proxy_removed(d.egress, PROXY_ID);
+	ck_assert_int_eq(access(cursor, F_OK), -1);
+}
+END_TEST
+
+START_TEST(drain_of_an_absent_proxy_publishes_nothing)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/" PROXY_ID "/json", .status = 404,
+		  .body = "{\"message\":\"No such container\"}" },
+	};
+
+	d.egress = egress_new(&d);
+	loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script), RUN_MAX_MS);
+	drained = 0;
+	ck_assert_int_eq(egress_drain(d.egress, PROXY_ID, drain_cb, NULL), 0);
+	loop_run_until(base, &drained, 1, RUN_MAX_MS);
+	ck_assert_int_eq(drained, 1);
+	ck_assert_int_eq(drain_error, 0);
+	ck_assert_uint_eq(egress_decisions_published(d.egress), 0);
+	ck_assert_int_eq(egress_drain(d.egress, "", drain_cb, NULL), -EINVAL);
+	fake_engine_stop();
+}
+END_TEST
+
+/* ---- ensure ---------------------------------------------------------------- */
+
+static int ensured;
+static struct msb_error ensure_err;
+static struct egress_info ensure_info;
+
+static void ensure_cb(const struct msb_error *err, const struct egress_info *info, void *arg)
+{
+	(void)arg;
+	if (err)
+		msb_error_copy(&ensure_err, err);
+	if (info)
+		ensure_info = *info;
+	ensured++;
+}
+
+static char image_body[512];
+
+/* The image reply whose layer is what /bin/true makes. */
+static const char *image_current(void)
+{
+	_cleanup_free_ void *tar = NULL;
+	_cleanup_free_ char *err = NULL;
+	char digest[PROXYIMAGE_DIGEST_BYTES];
+	size_t len;
+
+	ck_assert_int_eq(proxyimage_build("/bin/true", &tar, &len, digest, &err), 0);
+	snprintf(image_body, sizeof(image_body), "{\"Id\":\"sha256:%064d\",\"RootFS\":{\"Layers\":[\"%s\"]}}", 1,
+		 digest);
+	return image_body;
+}
+
+static void ensure_run(const struct fake_reply *script, size_t n, const char *mode)
+{
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char *allow[] = { "a.test" };
+	struct msb_spec spec = { .kind = "k", .egress = MSB_EGRESS_ALLOWLIST, .egress_allow = allow,
+				 .n_egress_allow = 1 };
+
+	spec.labels = json_object();
+	free(d.config->egress_gateway_mode);
+	d.config->egress_gateway_mode = xstrdup(mode);
+	d.egress = egress_new(&d);
+	loop_engine_start_reachable(base, engine, &reachable_count, script, n, RUN_MAX_MS);
+	ensured = 0;
+	memset(&ensure_err, 0, sizeof(ensure_err));
+	ck_assert_int_eq(egress_ensure(d.egress, NAME, &key, &spec, 0, true, ensure_cb, NULL, NULL), 0);
+	loop_run_until(base, &ensured, 1, RUN_MAX_MS);
+	ck_assert_int_eq(ensured, 1);
+	json_decref(spec.labels);
+	fake_engine_stop();   /* script is the caller's: stop serving it (the records stay) */
+}
+
+static const struct fake_request *find_request(const char *method, const char *path_prefix, size_t nth)
+{
+	for (size_t i = 0; i < fake_engine_request_count(); i++) {
+		const struct fake_request *r = fake_engine_request(i);
+
+		if (strcmp(r->method, method) == 0 && strncmp(r->path, path_prefix, strlen(path_prefix)) == 0 &&
+		    nth-- == 0)
+			return r;
+	}
+	return NULL;
+}
+
+/* The engine is on this host (a unix socket) but the bridge it says it made
+ * does not exist here: unverifiable in inhibit mode → removed, refused. */
+START_TEST(unverifiable_network_is_removed_and_refused)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = image_current() },
+		{ .method = "GET", .path = API "/networks/" NAME "-net", .status = 404, .body = "{\"message\":\"no\"}" },
+		{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE, .body = "[]" },
+		{ .method = "POST", .path = API "/networks/create", .status = 201, .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"n1\"}" },
+		{ .method = "GET", .path = API "/networks/n1", .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"n1\",\"Driver\":\"bridge\",\"Internal\":true,\"Labels\":{\"maf-sandbox.owner\":\"0\"},"
+			  "\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/28\",\"Gateway\":\"10.213.0.1\"}]},"
+			  "\"Options\":{\"com.docker.network.bridge.name\":\"msb0123456789ab\"}}" },
+		{ .method = "DELETE", .path = API "/networks/n1", .status = 204 },
+	};
+	const struct fake_request *create;
+	json_auto_t *body = NULL;
+
+	ensure_run(script, ELEMENTSOF(script), "inhibit");
+	ck_assert_int_eq(ensure_err.code, MSB_ERR_ENGINE_ERROR);
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "not visible"));
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "has been removed"));
+	ck_assert_ptr_nonnull(find_request("DELETE", API "/networks/n1", 0));
+	create = find_request("POST", API "/networks/create", 0);
+	ck_assert_ptr_nonnull(create);
+	body = json_loads(create->body, 0, NULL);
+	ck_assert_ptr_nonnull(body);
+	ck_assert(json_is_true(json_object_get(body, "Internal")));
+	ck_assert(json_is_true(json_object_get(body, "CheckDuplicate")));   /* API 1.41 < 1.44 */
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(body, "Options"),
+				"com.docker.network.bridge.inhibit_ipv4")), "true");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(body, "Options"),
+				"com.docker.network.bridge.name")), "msb0123456789ab");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(
+				json_object_get(body, "IPAM"), "Config"), 0), "Subnet")), "10.213.0.0/28");
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
+/* isolated: an IPAM gateway in the read-back is an addressed bridge. */
+START_TEST(isolated_with_a_gateway_is_refused)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = image_current() },
+		{ .method = "GET", .path = API "/networks/" NAME "-net", .status = 404, .body = "{\"message\":\"no\"}" },
+		{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE, .body = "[]" },
+		{ .method = "POST", .path = API "/networks/create", .status = 201, .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"n1\"}" },
+		{ .method = "GET", .path = API "/networks/n1", .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"n1\",\"Driver\":\"bridge\",\"Internal\":true,\"Labels\":{\"maf-sandbox.owner\":\"0\"},"
+			  "\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/28\",\"Gateway\":\"10.213.0.8\"}]}}" },
+		{ .method = "DELETE", .path = API "/networks/n1", .status = 204 },
+	};
+	const struct fake_request *create;
+	json_auto_t *body = NULL;
+
+	ensure_run(script, ELEMENTSOF(script), "isolated");
+	ck_assert_int_eq(ensure_err.code, MSB_ERR_ENGINE_ERROR);
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "gateway 10.213.0.8"));
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "28.0.0"));
+	ck_assert_ptr_nonnull(find_request("DELETE", API "/networks/n1", 0));
+	create = find_request("POST", API "/networks/create", 0);
+	body = json_loads(create->body, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(body, "Options"),
+				"com.docker.network.bridge.gateway_mode_ipv4")), "isolated");
+	ck_assert_ptr_null(json_object_get(json_array_get(json_object_get(json_object_get(body, "IPAM"),
+				"Config"), 0), "Gateway"));
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
+/* A block the listing did not show but the engine holds: marked, the next taken. */
+START_TEST(overlapping_subnet_takes_the_next_block)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = image_current() },
+		{ .method = "GET", .path = API "/networks/" NAME "-net", .status = 404, .body = "{\"message\":\"no\"}" },
+		{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE,
+		  .body = "[{\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/27\"}]}}]" },
+		{ .method = "POST", .path = API "/networks/create", .status = 403, .headers = JSON_TYPE,
+		  .body = "{\"message\":\"Pool overlaps with other one on this address space\"}" },
+		{ .method = "POST", .path = API "/networks/create", .status = 500, .headers = JSON_TYPE,
+		  .body = "{\"message\":\"something else broke\"}" },
+	};
+	const struct fake_request *c1, *c2;
+	json_auto_t *b1 = NULL, *b2 = NULL;
+
+	ensure_run(script, ELEMENTSOF(script), "inhibit");
+	c1 = find_request("POST", API "/networks/create", 0);
+	c2 = find_request("POST", API "/networks/create", 1);
+	ck_assert_ptr_nonnull(c1);
+	ck_assert_ptr_nonnull(c2);
+	b1 = json_loads(c1->body, 0, NULL);
+	b2 = json_loads(c2->body, 0, NULL);
+	/* the listing's /27 holds the first two blocks */
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(
+				json_object_get(b1, "IPAM"), "Config"), 0), "Subnet")), "10.213.0.32/28");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(
+				json_object_get(b2, "IPAM"), "Config"), 0), "Subnet")), "10.213.0.48/28");
+	ck_assert_int_eq(ensure_err.code, MSB_ERR_ENGINE_ERROR);
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "something else broke"));
+	ck_assert_ptr_null(strstr(ensure_err.message, "28.0.0"));   /* unrelated: no engine advice */
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
+/* No image: imported from the binary, then checked; a wrong layer fails it. */
+START_TEST(absent_image_is_imported_and_checked)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
+		{ .method = "POST", .path = API "/images/create?fromSrc=-", .headers = JSON_TYPE,
+		  .body = "{\"status\":\"sha256:1\"}\n" },
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"sha256:1\",\"RootFS\":{\"Layers\":[\"sha256:0000\"]}}" },
+	};
+	const struct fake_request *imp;
+
+	ensure_run(script, ELEMENTSOF(script), "inhibit");
+	ck_assert_int_eq(ensure_err.code, MSB_ERR_EGRESS_NOT_ENFORCED);
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "does not hold the layer"));
+	ck_assert(!egress_ready(d.egress));
+	imp = find_request("POST", API "/images/create?fromSrc=-&repo=maf-sandbox-egress-proxy&tag=", 0);
+	ck_assert_ptr_nonnull(imp);
+	ck_assert_ptr_nonnull(strstr(imp->path, "changes=ENTRYPOINT"));
+	ck_assert_uint_gt(imp->body_len, 1024);   /* the rootfs tar */
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
+static Suite *egress_suite(void)
+{
+	Suite *s = suite_create("egress");
+	TCase *tc = tcase_create("decisions");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, drain_publishes_once_across_restarts);
+	tcase_add_test(tc, drain_of_an_absent_proxy_publishes_nothing);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("topology");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, unverifiable_network_is_removed_and_refused);
+	tcase_add_test(tc, isolated_with_a_gateway_is_refused);
+	tcase_add_test(tc, overlapping_subnet_takes_the_next_block);
+	tcase_add_test(tc, absent_image_is_imported_and_checked);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	fake_run_dir_create("check_egress");
+	sr = srunner_create(egress_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	fake_run_dir_remove();
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
