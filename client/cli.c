@@ -3,8 +3,8 @@
  *   maf-sandbox [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS] [OPERANDS]
  *
  * A thin table of subcommands (cli_cmds[], one row per command): each row
- * names its handler, the command options it takes (long options, -w and -r
- * also short; the global ones are accepted there too), how many operands
+ * names its handler, the command options it takes (long options, -w, -r
+ * and -f also short; the global ones are accepted there too), how many operands
  * follow the options and, for the sandbox.* and files.* commands, how to
  * build the params and report the result. Results print in a human form by
  * default, or as the daemon's raw result with --json.
@@ -112,6 +112,7 @@ enum cli_opt {
 	CLI_OPT_MAX_BYTES,
 	CLI_OPT_ENV,         /* repeatable: each goes to cli_opts.env[] */
 	CLI_OPT_SH,
+	CLI_OPT_FOLLOW,      /* also -f */
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -261,6 +262,7 @@ static const struct option cli_options[] = {
 	{ "max-bytes", required_argument, NULL, CLI_OPT_MAX_BYTES },
 	{ "env", required_argument, NULL, CLI_OPT_ENV },
 	{ "sh", required_argument, NULL, CLI_OPT_SH },
+	{ "follow", no_argument, NULL, CLI_OPT_FOLLOW },
 	{ 0 },
 };
 
@@ -271,6 +273,7 @@ static const struct {
 } cli_short_opts[] = {
 	{ 'w', CLI_OPT_WORKDIR },
 	{ 'r', CLI_OPT_RECURSIVE },
+	{ 'f', CLI_OPT_FOLLOW },
 };
 
 /* The command option a short option letter stands for, or c itself. */
@@ -332,7 +335,7 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 
 	optind = 0;  /* glibc: start over, from argv[1] */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:r", cli_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:rf", cli_options, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			opts->socket = optarg;
@@ -1831,6 +1834,190 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 	return r;
 }
 
+/* --- events -------------------------------------------------------------- */
+
+/* events --follow: the longest one wait for a live event lasts before the
+ * signal flag is looked at again. A signal caught during a wait ends it at
+ * once; this bounds how late one that came just before a wait is seen. */
+#define CLI_EVENTS_WAIT_MS 500
+
+/* Set by SIGINT or SIGTERM during events --follow. */
+static volatile sig_atomic_t events_stop;
+
+static void events_signal_cb(int sig)
+{
+	(void)sig;
+	events_stop = 1;
+}
+
+/* SIGINT and SIGTERM set events_stop, and end a wait in msb_wait_notify()
+ * (no SA_RESTART). */
+static void events_catch_signals(void)
+{
+	struct sigaction sa = { .sa_handler = events_signal_cb };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The notification hook's state. */
+struct events_out {
+	bool json;
+	bool failed;      /* a write failed: nothing more is printed */
+	int write_errno;  /* ... and why */
+};
+
+/* A "label=VALUE" part of an event's human line. */
+struct event_field {
+	const char *label;
+	const char *member;
+	bool in_key;    /* a member of the event's "key" */
+	bool optional;  /* left out when absent or empty (else "-") */
+};
+
+static const struct event_field event_fields[] = {
+	{ "sandbox", "sandbox", false, false },
+	{ "scope", "scope", true, false },
+	{ "thread", "thread_id", true, false },
+	{ "agent", "agent_dir", true, false },
+	{ "call", "call_id", true, true },
+	{ "kind", "kind", false, false },
+};
+
+/* s cleaned for a terminal, or "-" when absent or empty. */
+static void put_value(const char *s)
+{
+	put_clean(stdout, s && *s ? s : "-", 0);
+}
+
+/* "DECISION HOST:PORT" of an egress.decision ("[HOST]:PORT" when HOST has a
+ * ':', an IPv6 address); the event's type for any other. */
+static void print_event_what(const json_t *ev)
+{
+	const char *type = get_str(ev, "type"), *host = get_str(ev, "host");
+	bool v6 = host && strchr(host, ':');
+	json_int_t port;
+
+	if (!type || strcmp(type, MSB_EVENT_EGRESS_DECISION)) {
+		put_value(type);
+		return;
+	}
+	put_value(get_str(ev, "decision"));
+	fputs(v6 ? " [" : " ", stdout);
+	put_value(host);
+	if (v6)
+		putchar(']');
+	if (get_int(ev, "port", &port))
+		printf(":%" JSON_INTEGER_FORMAT, port);
+}
+
+/* One event as one line: "TIME DECISION HOST:PORT sandbox=NAME scope=S
+ * thread=T agent=A [call=C] kind=K". */
+static void print_event(const json_t *ev)
+{
+	const json_t *key = json_object_get(ev, "key");
+
+	put_value(get_str(ev, "time"));
+	putchar(' ');
+	print_event_what(ev);
+	for (size_t i = 0; i < ELEMENTSOF(event_fields); i++) {
+		const struct event_field *f = &event_fields[i];
+		const char *v = get_str(f->in_key ? key : ev, f->member);
+
+		if (f->optional && !(v && *v))
+			continue;
+		printf(" %s=", f->label);
+		put_value(v);
+	}
+	putchar('\n');
+}
+
+/* msb_notify_fn: prints each events.event (its params) as it comes, one
+ * line flushed at once; skips any other notification. */
+static void events_notify_cb(const char *method, json_t *params, void *arg)
+{
+	struct events_out *out = arg;
+
+	if (out->failed || strcmp(method, MSB_NOTIFY_EVENT) || !json_is_object(params))
+		return;
+	if (out->json) {
+		_cleanup_free_ char *s = json_dumps(params, JSON_COMPACT);
+
+		if (!s) {
+			fprintf(stderr, "maf-sandbox: cannot encode an event as JSON, skipping it\n");
+			return;
+		}
+		puts(s);
+	} else {
+		print_event(params);
+	}
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		out->failed = true;
+		out->write_errno = errno;
+	}
+}
+
+/* events.subscribe {types: [egress.decision], scope?, replay: true}. */
+static int events_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	*ret_params = json_pack("{s:[s], s:s*, s:b}", "types", MSB_EVENT_EGRESS_DECISION,
+				"scope", opt_arg(opts, CLI_OPT_SCOPE), "replay", 1);
+	return CLI_CONTINUE;
+}
+
+/* Prints live events until a signal (CLI_EXIT_OK), a failed write, or the
+ * connection is lost (its exit code, said why). */
+static int events_follow(const struct cli_cmd *cmd, struct msb_conn *conn, const struct events_out *out)
+{
+	while (!events_stop && !out->failed) {
+		int r = msb_wait_notify(conn, CLI_EVENTS_WAIT_MS);
+
+		if (r < 0)
+			return report_failure(cmd, conn, r);
+	}
+	return CLI_EXIT_OK;
+}
+
+/* events: subscribes with replay, so the events the daemon kept come (and
+ * print) before its reply; without --follow that is all, with it the live
+ * ones follow until SIGINT or SIGTERM. */
+static int cmd_events(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, char **argv)
+{
+	struct events_out out = { 0 };
+	struct msb_conn *conn = NULL;
+	json_t *params = NULL;
+	bool follow;
+	int r;
+
+	r = parse_cmd_options(cmd, opts, argc, argv);
+	if (r == CLI_CONTINUE)
+		r = cmd->params(cmd, opts, &params);
+	if (r != CLI_CONTINUE)
+		return r;
+	out.json = opts->json;
+	follow = opt_arg(opts, CLI_OPT_FOLLOW) != NULL;
+	if (follow)
+		events_catch_signals();  /* one during the replay ends it after the replay */
+	r = cli_connect(opts, &conn);
+	if (r != 0) {
+		json_decref(params);
+		return r;
+	}
+	msb_set_notify(conn, events_notify_cb, &out);
+	r = msb_call(conn, cmd->method, params, NULL);
+	if (r < 0)
+		r = report_failure(cmd, conn, r);
+	else
+		r = follow ? events_follow(cmd, conn, &out) : CLI_EXIT_OK;
+	if (r == CLI_EXIT_OK && out.failed) {
+		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(out.write_errno));
+		r = CLI_EXIT_FAILURE;
+	}
+	msb_conn_free(conn);
+	return r;
+}
+
 #define CLI_HELP_SANDBOX \
 	"  SANDBOX                     the sandbox's id, as acquire printed it\n"
 #define CLI_HELP_WORKDIR \
@@ -2087,6 +2274,34 @@ static const struct cli_cmd cli_cmds[] = {
 		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH),
 		.min_operands = 1, .max_operands = INT_MAX,
 		.method = MSB_METHOD_SANDBOX_EXEC, .params = exec_params, .report = report_exec,
+	},
+	{
+		.name = "events",
+		.usage = "events [-f] [--scope S]",
+		.summary = "print the egress decisions the daemon kept; with -f, new ones too",
+		.help = "Print the events the daemon publishes (events.subscribe): the egress\n"
+			"decisions of the sandboxes this user may see (an admin: every one).\n"
+			"Prints those the daemon still keeps (up to the last 4096 it published),\n"
+			"oldest first, and exits. With --follow, goes on to print each new one as\n"
+			"it happens, until SIGINT or SIGTERM (exit status 0) or until the\n"
+			"connection to the daemon is lost (exit status 4). One line per event,\n"
+			"written at once:\n"
+			"\n"
+			"  TIME DECISION HOST:PORT sandbox=NAME scope=S thread=T agent=A [call=C] kind=K\n"
+			"\n"
+			"DECISION is ALLOW, DENY, DENY-NONGLOBAL or UNREACHABLE; an IPv6 HOST is in\n"
+			"brackets; call= is there only for a call-scoped key; \"-\" stands for a\n"
+			"value not there. With --json: each event as one compact JSON object per\n"
+			"line, as the daemon sent it.\n"
+			"\n"
+			"  -f, --follow  after those kept, print new events until interrupted\n"
+			"  --scope S     only events of sandboxes of this scope\n"
+			"\n"
+			"--timeout bounds the subscription (the kept events included); --follow\n"
+			"then waits for new events without a limit.",
+		.handler = cmd_events,
+		.opts = CLI_OPT_BIT(CLI_OPT_FOLLOW) | CLI_OPT_BIT(CLI_OPT_SCOPE),
+		.method = MSB_METHOD_EVENTS_SUBSCRIBE, .params = events_params,
 	},
 };
 static const size_t cli_ncmds = ELEMENTSOF(cli_cmds);

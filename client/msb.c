@@ -165,8 +165,10 @@ static int64_t now_ms(void)
 }
 
 /* Waits until fd is ready for events or deadline (ms, 0 = none) passes.
- * Returns MSB_OK, MSB_E_TIMEOUT or MSB_E_IO. */
-static int wait_fd(int fd, short events, int64_t deadline)
+ * A signal caught meanwhile ends the wait as the deadline would when
+ * stop_on_signal, else the wait goes on. Returns MSB_OK, MSB_E_TIMEOUT or
+ * MSB_E_IO. */
+static int wait_fd(int fd, short events, int64_t deadline, bool stop_on_signal)
 {
 	struct pollfd pfd = { .fd = fd, .events = events };
 
@@ -179,7 +181,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 		r = poll(&pfd, 1, (int)left);
 		if (r > 0)
 			return MSB_OK;
-		if (r == 0)
+		if (r == 0 || (errno == EINTR && stop_on_signal))
 			return MSB_E_TIMEOUT;
 		if (errno != EINTR)
 			return MSB_E_IO;
@@ -207,15 +209,16 @@ static int send_all(int fd, const char *p, size_t n, int64_t deadline)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
-		r = wait_fd(fd, POLLOUT, deadline);
+		r = wait_fd(fd, POLLOUT, deadline, false);
 		if (r < 0)
 			return r;
 	}
 	return MSB_OK;
 }
 
-/* Reads what the socket holds into conn->in, waiting for it if need be. */
-static int recv_some(struct msb_conn *conn, int64_t deadline)
+/* Reads what the socket holds into conn->in, waiting for it if need be
+ * (until deadline; stop_on_signal as for wait_fd). */
+static int recv_some(struct msb_conn *conn, int64_t deadline, bool stop_on_signal)
 {
 	char buf[MSB_READ_CHUNK_BYTES];
 
@@ -231,7 +234,7 @@ static int recv_some(struct msb_conn *conn, int64_t deadline)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
-		r = wait_fd(conn->fd, POLLIN, deadline);
+		r = wait_fd(conn->fd, POLLIN, deadline, stop_on_signal);
 		if (r < 0)
 			return r;
 	}
@@ -298,7 +301,27 @@ static int await_reply(struct msb_conn *conn, json_int_t id, int64_t deadline, j
 				return r;
 			continue;
 		}
-		r = recv_some(conn, deadline);
+		r = recv_some(conn, deadline, false);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Takes the next notification, from conn->in or the socket. Returns 1 when
+ * one was taken, else MSB_E_TIMEOUT (deadline passed, or a signal came),
+ * MSB_E_PROTO (a frame that is no notification) or what recv_some says. */
+static int await_notification(struct msb_conn *conn, int64_t deadline)
+{
+	for (;;) {
+		const char *line;
+		size_t len;
+		int r = frame_buf_next(&conn->in, &line, &len);
+
+		if (r < 0)
+			return MSB_E_PROTO;
+		if (r > 0)
+			return take_notification(conn, line, len) ? 1 : MSB_E_PROTO;
+		r = recv_some(conn, deadline, true);
 		if (r < 0)
 			return r;
 	}
@@ -366,6 +389,25 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 	}
 	r = call_checked(conn, method, params, ret_result);
 	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED)
+		conn_close(conn);
+	return r;
+}
+
+int msb_wait_notify(struct msb_conn *conn, int timeout_ms)
+{
+	/* timeout 0: a deadline already reached, so only a read that needs no
+	 * wait is made (CLOCK_MONOTONIC is never 0 once anything runs). */
+	int64_t deadline = timeout_ms < 0 ? 0 : now_ms() + timeout_ms;
+	int r;
+
+	if (!conn || conn->in_notify)
+		return MSB_E_INVAL;
+	if (conn->fd < 0)
+		return MSB_E_CLOSED;
+	r = await_notification(conn, deadline);
+	if (r == MSB_E_TIMEOUT)
+		return 0;
+	if (r < 0)
 		conn_close(conn);
 	return r;
 }

@@ -4,6 +4,8 @@
  * synchronous: msb_call() sends one JSON-RPC 2.0 request and waits for its
  * reply; notifications the daemon sends meanwhile (e.g. sandbox.pull_progress)
  * go to the hook set with msb_set_notify(), or are skipped when none is set.
+ * Notifications that outlive a call (those of events.subscribe) are read
+ * with msb_wait_notify(), one per call, into the same hook.
  * A connection is not thread-safe; use one per thread.
  *
  * Errors are the negative MSB_E_* codes below (msb_strerror() names them).
@@ -75,9 +77,10 @@ void msb_set_timeout(struct msb_conn *conn, int timeout_ms);
  * with "method" and no "id" is a notification; it reaches the hook when its
  * method is a string (else it is skipped). Notifications the daemon sent
  * after the reply are not delivered by that call: those already read reach
- * the hook during the next call on the connection. They do not extend a
- * call's timeout. The hook must not free the connection; a msb_call() from
- * the hook on the same connection is refused with MSB_E_INVAL. */
+ * the hook during the next msb_call() or msb_wait_notify() on the
+ * connection. They do not extend a call's timeout. The hook must not free
+ * the connection; a msb_call() or msb_wait_notify() from the hook on the
+ * same connection is refused with MSB_E_INVAL. */
 typedef void msb_notify_fn(const char *method, json_t *params, void *arg);
 
 /* Sets the notification hook of conn: fn (NULL = skip notifications, the
@@ -94,6 +97,30 @@ void msb_set_notify(struct msb_conn *conn, msb_notify_fn *fn, void *arg);
  * flight). A reply with any other id than this call's is MSB_E_PROTO.
  * Notifications received while waiting go to the hook (see msb_notify_fn). */
 int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result);
+
+/* Waits for the next notification on conn, with no call in flight (e.g.
+ * the live events after the reply to events.subscribe), and hands it to the
+ * hook as msb_call() would (see msb_notify_fn). Notifications already read
+ * come first, in order; one is handled per call. timeout_ms: how long to
+ * wait; 0 = only what can be read without waiting; negative = no limit.
+ * The connection's call timeout (msb_set_timeout) does not apply.
+ * Returns:
+ *   1              one notification was read (handed to the hook, or
+ *                  skipped: no hook, or its method is not a string);
+ *   0              none within timeout_ms, or a signal was caught while
+ *                  waiting (so a handler's flag can end a wait loop); part
+ *                  of a frame read so far is kept, the connection usable;
+ *   MSB_E_CLOSED   the daemon closed the connection (notifications read
+ *                  whole before that were handed out first), or it was
+ *                  already unusable;
+ *   MSB_E_PROTO    a frame that is not a notification: a reply (anything
+ *                  with an "id": no call is waiting for it), not JSON, or
+ *                  over the frame limit;
+ *   MSB_E_IO       a read failed (see errno);
+ *   MSB_E_INVAL    conn is NULL, or this is called from the hook.
+ * After MSB_E_CLOSED, MSB_E_PROTO or MSB_E_IO the connection is unusable
+ * (as after msb_call). msb_last_error_*() are left as they were. */
+int msb_wait_notify(struct msb_conn *conn, int timeout_ms);
 
 /* The last MSB_E_REMOTE error of conn (borrowed from conn; valid until the
  * next call or msb_conn_free). When there is none: code 0, NULL otherwise. */

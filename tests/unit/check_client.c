@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +56,8 @@ struct fake_script {
 	bool hold;     /* then keep the connection open until the client leaves */
 	bool flood;    /* answer with MSB_FRAME_MAX_BYTES + 1 bytes and no LF */
 	bool deaf;     /* never read: accept, then hold */
+	int signal_after_ms;  /* > 0: once served, wait this long, then SIGTERM the
+			       * thread that started the fake (before any hold) */
 };
 
 struct fake {
@@ -63,6 +66,7 @@ struct fake {
 	int lfd;
 	pthread_t thread;
 	const struct fake_script *script;
+	pthread_t owner;  /* the thread that started the fake */
 	char *request[FAKE_MAX_EXCHANGES];  /* bytes of each request, LF included */
 	size_t request_len[FAKE_MAX_EXCHANGES];
 };
@@ -189,6 +193,10 @@ static void *fake_main(void *arg)
 		return NULL;
 	if (!f->script->deaf)
 		fake_serve(f, fd);
+	if (f->script->signal_after_ms > 0) {
+		sleep_ms(f->script->signal_after_ms);
+		pthread_kill(f->owner, SIGTERM);
+	}
 	if (f->script->hold || f->script->deaf)
 		fake_hold(fd);
 	close(fd);
@@ -221,7 +229,7 @@ static void tmpdir_make(char *dir, size_t size)
 
 static void fake_start(struct fake *f, const struct fake_script *script)
 {
-	*f = (struct fake){ .script = script };
+	*f = (struct fake){ .script = script, .owner = pthread_self() };
 	tmpdir_make(f->dir, sizeof(f->dir));
 	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
 	f->lfd = socket_at(f->path, true);
@@ -737,6 +745,8 @@ START_TEST(test_bad_arguments)
 	struct fake f;
 
 	ck_assert_int_eq(msb_call(NULL, "daemon.status", json_object(), NULL), MSB_E_INVAL);
+	ck_assert_int_eq(msb_wait_notify(NULL, 0), MSB_E_INVAL);
+	ck_assert_int_eq(msb_wait_notify(NULL, -1), MSB_E_INVAL);
 	ck_assert_ptr_null(msb_conn_free(NULL));
 	ck_assert_int_eq(msb_last_error_code(NULL), 0);
 	ck_assert_ptr_null(msb_last_error_type(NULL));
@@ -1130,6 +1140,240 @@ START_TEST(test_notify_hook_may_not_call)
 }
 END_TEST
 
+/* --- notifications after the reply: msb_wait_notify ---------------------- */
+
+#define WAIT_MAX 4
+#define WAIT_LONG_MS 1500      /* under FAKE_IO_WAIT_MS: a held fake is still there */
+#define SPLIT_NOTE_HEAD "{\"jsonrpc\":\"2.0\",\"method\":\"sandbox.pull_progress\",\"params\":{\"status\":\"s"
+#define STRAY_ERROR "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"m\"}}\n"
+
+struct wait_step {
+	int timeout_ms;
+	int rc;  /* msb_wait_notify's answer */
+};
+
+struct wait_row {
+	const char *name;
+	struct fake_script script;     /* answers one msb_call() */
+	int n_call;                    /* notifications the hook saw during the call */
+	struct wait_step waits[WAIT_MAX];  /* then each wait in turn, up to one { 0, 0 } */
+	const char *status[NOTIFY_MAX];    /* each notification's params.status, in order (all of them) */
+};
+
+static const struct wait_row wait_rows[] = {
+	{ "before the reply in the call, after it in waits, then EOF", { .replies = { { .chunks = {
+		PULL_NOTE("r1") PULL_NOTE("r2") REPLY_OK(1) PULL_NOTE("l1"), PULL_NOTE("l2") },
+		.delay_ms = 30 } } },
+	  2, { { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, MSB_E_CLOSED } },
+	  { "r1", "r2", "l1", "l2" } },
+	{ "one split across writes", { .replies = { { .chunks = {
+		REPLY_OK(1) SPLIT_NOTE_HEAD, "plit\"}}\n" }, .delay_ms = 30 } } },
+	  0, { { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, MSB_E_CLOSED } }, { "split" } },
+	{ "EOF after a whole one: it first", ONE(REPLY_OK(1) PULL_NOTE("last")),
+	  0, { { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, MSB_E_CLOSED } }, { "last" } },
+	{ "EOF mid-frame", ONE(REPLY_OK(1) "{\"jsonrpc\":\"2.0\",\"meth"),
+	  0, { { WAIT_LONG_MS, MSB_E_CLOSED }, { 0, MSB_E_CLOSED } }, { NULL } },
+	{ "a stray reply", { .replies = { { .chunks = { REPLY_OK(1) PULL_NOTE("l1") REPLY_OK(1) } } },
+			     .hold = true },
+	  0, { { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, MSB_E_PROTO }, { 0, MSB_E_CLOSED } }, { "l1" } },
+	{ "an error with id null", { .replies = { { .chunks = { REPLY_OK(1) STRAY_ERROR } } },
+				     .hold = true },
+	  0, { { WAIT_LONG_MS, MSB_E_PROTO }, { 0, MSB_E_CLOSED } }, { NULL } },
+	{ "a request (method and id)", { .replies = { { .chunks = {
+		REPLY_OK(1) "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\"}\n" } } }, .hold = true },
+	  0, { { WAIT_LONG_MS, MSB_E_PROTO } }, { NULL } },
+	{ "not JSON", { .replies = { { .chunks = { REPLY_OK(1) "{not json\n" } } }, .hold = true },
+	  0, { { WAIT_LONG_MS, MSB_E_PROTO } }, { NULL } },
+	{ "method not a string: read and skipped", ONE(REPLY_OK(1) "{\"jsonrpc\":\"2.0\",\"method\":5}\n"
+						      PULL_NOTE("x")),
+	  0, { { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, 1 }, { WAIT_LONG_MS, MSB_E_CLOSED } }, { "x" } },
+	{ "timeouts keep part of a frame", { .replies = { { .chunks = {
+		REPLY_OK(1) SPLIT_NOTE_HEAD, "plit\"}}\n" }, .delay_ms = 300 } }, .hold = true },
+	  0, { { 50, 0 }, { 20, 0 }, { WAIT_LONG_MS, 1 }, { 50, 0 } }, { "split" } },
+};
+
+START_TEST(test_wait_notify)
+{
+	const struct wait_row *row = &wait_rows[_i];
+	struct notify_log log = { 0 };
+	int fds = count_fds();
+	struct msb_conn *conn;
+	struct fake f;
+	int n = 0;
+
+	fake_start(&f, &row->script);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	ck_assert_msg(msb_call(conn, "events.subscribe", NULL, NULL) == MSB_OK, "%s", row->name);
+	ck_assert_msg(log.n == row->n_call, "%s: %d during the call", row->name, log.n);
+	for (int i = 0; i < WAIT_MAX && (row->waits[i].timeout_ms || row->waits[i].rc); i++) {
+		int rc = msb_wait_notify(conn, row->waits[i].timeout_ms);
+
+		ck_assert_msg(rc == row->waits[i].rc, "%s: wait %d: %d (%s), want %d", row->name, i,
+			      rc, msb_strerror(rc), row->waits[i].rc);
+	}
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+	while (n < NOTIFY_MAX && row->status[n])
+		n++;
+	ck_assert_msg(log.n == n, "%s: %d notifications, want %d", row->name, log.n, n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_str_eq(log.method[i], "sandbox.pull_progress");
+		ck_assert_str_eq(get_str(log.params[i], "status"), row->status[i]);
+	}
+	notify_log_free(&log);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
+START_TEST(test_wait_notify_without_hook)
+{
+	/* No hook: each notification is read and skipped, and still counts. */
+	const struct fake_script s = ONE(REPLY_OK(1) PULL_NOTE("a") PULL_NOTE("b"));
+	struct msb_conn *conn;
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call(conn, "events.subscribe", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(msb_wait_notify(conn, WAIT_LONG_MS), 1);
+	ck_assert_int_eq(msb_wait_notify(conn, WAIT_LONG_MS), 1);
+	ck_assert_int_eq(msb_wait_notify(conn, WAIT_LONG_MS), MSB_E_CLOSED);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
+START_TEST(test_wait_notify_timeout_keeps_connection)
+{
+	/* A wait that times out takes as long as asked, is not the call
+	 * timeout, and leaves the connection usable for calls and waits. */
+	const struct fake_script s = {
+		.requests = 2,
+		.replies = { { .chunks = { REPLY_OK(1) } },
+			     { .chunks = { PULL_NOTE("in") REPLY_OK(2) PULL_NOTE("after") } } },
+		.hold = true,
+	};
+	struct notify_log log = { 0 };
+	struct msb_conn *conn;
+	int64_t start, took;
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	ck_assert_int_eq(msb_call(conn, "events.subscribe", NULL, NULL), MSB_OK);
+	msb_set_timeout(conn, 10);   /* the call timeout: not the wait's */
+	start = now_ms();
+	ck_assert_int_eq(msb_wait_notify(conn, TIMEOUT_MS), 0);
+	took = now_ms() - start;
+	ck_assert_int_ge(took, TIMEOUT_MS);
+	ck_assert_int_lt(took, TIMEOUT_MS + TIMEOUT_SLACK_MS);
+	start = now_ms();
+	ck_assert_int_eq(msb_wait_notify(conn, 0), 0);
+	ck_assert_int_lt(now_ms() - start, TIMEOUT_MS);
+	msb_set_timeout(conn, WAIT_LONG_MS);
+	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_OK);
+	ck_assert_int_eq(log.n, 1);
+	ck_assert_int_eq(msb_wait_notify(conn, WAIT_LONG_MS), 1);
+	ck_assert_int_eq(log.n, 2);
+	ck_assert_str_eq(get_str(log.params[0], "status"), "in");
+	ck_assert_str_eq(get_str(log.params[1], "status"), "after");
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+	notify_log_free(&log);
+}
+END_TEST
+
+START_TEST(test_wait_notify_zero_reads_what_is_there)
+{
+	/* Timeout 0 does not wait, but takes what already arrived. */
+	const struct fake_script s = { .replies = { { .chunks = { REPLY_OK(1), PULL_NOTE("x") },
+						       .delay_ms = 20 } }, .hold = true };
+	struct notify_log log = { 0 };
+	struct msb_conn *conn;
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	msb_set_notify(conn, record_cb, &log);
+	ck_assert_int_eq(msb_call(conn, "events.subscribe", NULL, NULL), MSB_OK);
+	sleep_ms(200);
+	ck_assert_int_eq(msb_wait_notify(conn, 0), 1);
+	ck_assert_int_eq(log.n, 1);
+	ck_assert_int_eq(msb_wait_notify(conn, 0), 0);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+	notify_log_free(&log);
+}
+END_TEST
+
+static void noop_signal_cb(int sig)
+{
+	(void)sig;
+}
+
+START_TEST(test_wait_notify_signal_ends_wait)
+{
+	/* A signal caught while waiting ends the wait at once with 0; the
+	 * connection stays usable. The fake signals with SIGTERM. */
+	const struct fake_script s = { .replies = { { .chunks = { REPLY_OK(1) } } },
+				       .signal_after_ms = 100, .hold = true };
+	struct sigaction sa = { .sa_handler = noop_signal_cb };  /* no SA_RESTART */
+	struct msb_conn *conn;
+	int64_t start;
+	struct fake f;
+
+	sigemptyset(&sa.sa_mask);
+	ck_assert_int_eq(sigaction(SIGTERM, &sa, NULL), 0);
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call(conn, "events.subscribe", NULL, NULL), MSB_OK);
+	start = now_ms();
+	ck_assert_int_eq(msb_wait_notify(conn, WAIT_LONG_MS), 0);
+	ck_assert_int_lt(now_ms() - start, WAIT_LONG_MS - TIMEOUT_SLACK_MS);
+	ck_assert_int_eq(msb_wait_notify(conn, 0), 0);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
+static void nested_wait_cb(const char *method, json_t *params, void *arg)
+{
+	struct notify_log *log = arg;
+
+	log->nested_rc = msb_wait_notify(log->conn, 0);
+	log->n++;
+}
+
+START_TEST(test_wait_notify_hook_may_not_wait)
+{
+	/* A wait from the hook is refused; the outer wait still returns 1 and
+	 * the next notification is still there. */
+	const struct fake_script s = ONE(REPLY_OK(1) PULL_NOTE("a") PULL_NOTE("b"));
+	struct notify_log log = { 0 };
+	struct fake f;
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &log.conn), MSB_OK);
+	ck_assert_int_eq(msb_call(log.conn, "events.subscribe", NULL, NULL), MSB_OK);
+	msb_set_notify(log.conn, nested_wait_cb, &log);
+	ck_assert_int_eq(msb_wait_notify(log.conn, WAIT_LONG_MS), 1);
+	ck_assert_int_eq(log.n, 1);
+	ck_assert_int_eq(log.nested_rc, MSB_E_INVAL);
+	ck_assert_int_eq(msb_wait_notify(log.conn, WAIT_LONG_MS), 1);
+	ck_assert_int_eq(log.n, 2);
+	msb_conn_free(log.conn);
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
 /* --- the CLI: durations -------------------------------------------------- */
 
 struct duration_row {
@@ -1235,6 +1479,27 @@ END_TEST
 	"\"work_dir\":\"/maf-sandbox/work\",\"created\":true,\"state\":\"running\"}"
 #define KEY_ARGS "--scope", "s", "--thread", "t", "--agent", "a"
 #define KEY_JSON "{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}"
+/* events: notifications as the daemon sends them, and their human lines. */
+#define EVENT(params) "{\"jsonrpc\":\"2.0\",\"method\":\"events.event\",\"params\":" params "}\n"
+#define EV_KEY(call) "{\"scope\":\"s1\",\"thread_id\":\"t1\",\"agent_dir\":\"a1\"," \
+	"\"call_id\":\"" call "\"}"
+#define EV_DENY "{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\"," \
+	"\"sandbox\":\"maf-sandbox-docker-d6412c47821c\",\"decision\":\"DENY\",\"host\":\"a.test\"," \
+	"\"port\":443,\"time\":\"2026-11-29T14:02:48.817742411Z\"}"
+#define EV_DENY_LINE "2026-11-29T14:02:48.817742411Z DENY a.test:443 " \
+	"sandbox=maf-sandbox-docker-d6412c47821c scope=s1 thread=t1 agent=a1 kind=k\n"
+#define EV_ALLOW "{\"type\":\"egress.decision\",\"key\":" EV_KEY("c7") ",\"kind\":\"py\"," \
+	"\"sandbox\":\"msb-2\",\"decision\":\"ALLOW\",\"host\":\"pypi.org\",\"port\":443," \
+	"\"time\":\"2026-11-29T14:02:49Z\"}"
+#define EV_ALLOW_LINE "2026-11-29T14:02:49Z ALLOW pypi.org:443 sandbox=msb-2 scope=s1 " \
+	"thread=t1 agent=a1 call=c7 kind=py\n"
+#define EV_LIVE "{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\"," \
+	"\"sandbox\":\"msb-3\",\"decision\":\"UNREACHABLE\",\"host\":\"10.0.0.9\",\"port\":8080," \
+	"\"time\":\"2026-11-29T14:03:00Z\"}"
+#define EV_LIVE_LINE "2026-11-29T14:03:00Z UNREACHABLE 10.0.0.9:8080 sandbox=msb-3 scope=s1 " \
+	"thread=t1 agent=a1 kind=k\n"
+#define SUBSCRIBED REPLY("{\"types\":[\"egress.decision\"],\"scope\":null}")
+#define SUBSCRIBE_JSON "{\"types\":[\"egress.decision\"],\"replay\":true}"
 
 /* A file (or a terminal) redirected over stream's fd; capture_end()
  * restores it. */
@@ -1300,8 +1565,20 @@ struct cli_result {
 /* Runs the CLI on "--socket SOCKET ARGS..." (args NULL-ended; "@SPEC" stands
  * for spec_path), with stdout in a file, and stderr in a file or on err_fd
  * (>= 0). Files go under dir. */
+static void cli_run_fds(const char *socket, const char *const *args, const char *spec_path,
+			int out_fd, int err_fd, struct cli_result *ret);
+
 static void cli_run(const char *dir, const char *socket, const char *const *args,
 		    const char *spec_path, int err_fd, struct cli_result *ret)
+{
+	cli_run_fds(socket, args, spec_path, tmpfile_fd(dir),
+		    err_fd >= 0 ? dup(err_fd) : tmpfile_fd(dir), ret);
+}
+
+/* As cli_run, with stdout on out_fd and stderr on err_fd (both taken, and
+ * closed); out and err are NULL for what is not a regular file. */
+static void cli_run_fds(const char *socket, const char *const *args, const char *spec_path,
+			int out_fd, int err_fd, struct cli_result *ret)
 {
 	char *argv[CLI_MAX_ARGS + 4];
 	struct capture out, err;
@@ -1315,8 +1592,8 @@ static void cli_run(const char *dir, const char *socket, const char *const *args
 		argv[argc++] = strdup(!strcmp(args[i], "@SPEC") ? spec_path : args[i]);
 	}
 	argv[argc] = NULL;
-	capture_start(&out, stdout, tmpfile_fd(dir));
-	capture_start(&err, stderr, err_fd >= 0 ? dup(err_fd) : tmpfile_fd(dir));
+	capture_start(&out, stdout, out_fd);
+	capture_start(&err, stderr, err_fd);
 	ret->rc = cli_main(argc, argv);
 	ret->out = capture_end(&out);
 	ret->err = capture_end(&err);
@@ -1473,6 +1750,50 @@ static const struct cli_row cli_rows[] = {
 	  "Try 'maf-sandbox dispose-scope --help'.\n", false },
 	{ "a value that is not UTF-8", { "ls", "--scope", "s\xff" }, NULL, { 0 }, NULL, NULL, 2, "",
 	  "maf-sandbox: the value of '--scope' is not valid UTF-8\nTry 'maf-sandbox ls --help'.\n", false },
+	/* events */
+	{ "events prints the kept events, then exits at the reply",
+	  { "events" }, NULL,
+	  ONE(EVENT(EV_DENY) PULL_NOTE("other") EVENT(EV_ALLOW) SUBSCRIBED EVENT(EV_LIVE)),
+	  "events.subscribe", SUBSCRIBE_JSON, 0, EV_DENY_LINE EV_ALLOW_LINE, "", false },
+	{ "events with none kept prints nothing", { "events" }, NULL, ONE(SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0, "", "", false },
+	{ "events --scope --json: each event's params, compact, one per line",
+	  { "events", "--scope", "s1", "--json" }, NULL,
+	  ONE(EVENT(EV_DENY) EVENT(EV_ALLOW) REPLY("{\"types\":[\"egress.decision\"],\"scope\":\"s1\"}")),
+	  "events.subscribe", "{\"types\":[\"egress.decision\"],\"scope\":\"s1\",\"replay\":true}",
+	  0, EV_DENY "\n" EV_ALLOW "\n", "", false },
+	{ "events: odd events, cleaned; params not an object skipped",
+	  { "events" }, NULL,
+	  ONE(EVENT("{\"type\":\"egress.decision\",\"key\":{\"scope\":\"s1\",\"thread_id\":\"t\\u001b1\","
+		    "\"agent_dir\":\"/a b\",\"call_id\":\"\"},\"sandbox\":\"x\",\"decision\":\"DENY-NONGLOBAL\","
+		    "\"host\":\"fd00::1\",\"port\":53,\"time\":\"T\"}")
+	      EVENT("{\"type\":\"egress.decision\"}")
+	      EVENT("{\"type\":\"sandbox.other\",\"time\":\"T2\",\"sandbox\":\"y\",\"key\":{\"scope\":\"s\"}}")
+	      EVENT("[1]") SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0,
+	  "T DENY-NONGLOBAL [fd00::1]:53 sandbox=x scope=s1 thread=t?1 agent=/a b kind=-\n"
+	  "- - - sandbox=- scope=- thread=- agent=- kind=-\n"
+	  "T2 sandbox.other sandbox=y scope=s thread=- agent=- kind=-\n", "", false },
+	{ "events --follow: kept and live ones, until the daemon closes",
+	  { "events", "--follow" }, NULL,
+	  { .replies = { { .chunks = { EVENT(EV_DENY) SUBSCRIBED, EVENT(EV_ALLOW), EVENT(EV_LIVE) },
+			   .delay_ms = 20 } } },
+	  "events.subscribe", SUBSCRIBE_JSON, 4, EV_DENY_LINE EV_ALLOW_LINE EV_LIVE_LINE,
+	  "maf-sandbox: events: the connection to the daemon is closed\n", false },
+	{ "events -f and a stray reply",
+	  { "events", "-f" }, NULL, ONE(SUBSCRIBED EVENT(EV_DENY) REPLY_OK(1)),
+	  "events.subscribe", SUBSCRIBE_JSON, 4, EV_DENY_LINE,
+	  "maf-sandbox: events: protocol error: not a valid reply from the daemon\n", false },
+	{ "events refused by the daemon",
+	  { "events", "--scope", "" }, NULL,
+	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"scope must not "
+	      "be empty\",\"data\":{\"type\":\"InvalidParams\",\"field\":\"scope\"}}}\n"),
+	  "events.subscribe", "{\"types\":[\"egress.decision\"],\"scope\":\"\",\"replay\":true}",
+	  1, "", "maf-sandbox: InvalidParams: scope must not be empty\n", false },
+	{ "events takes no operand", { "events", "x" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "maf-sandbox: 'events' takes no arguments\nTry 'maf-sandbox events --help'.\n", false },
+	{ "--follow is for events only", { "ls", "--follow" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "maf-sandbox: 'ls' takes no option '--follow'\nTry 'maf-sandbox ls --help'.\n", false },
 };
 
 /* stderr wanted, "@SPEC" replaced by the spec's path. */
@@ -1579,6 +1900,100 @@ START_TEST(test_cli_spec_too_large)
 	cli_result_free(&res);
 	free(big);
 	unlink(spec_path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Reads a pipe to its end, noting when the first whole line came. */
+struct pipe_reader {
+	int fd;
+	char buf[4096];
+	size_t len;
+	int64_t first_line_ms;  /* 0 = none came */
+};
+
+static void *pipe_reader_main(void *arg)
+{
+	struct pipe_reader *p = arg;
+	ssize_t k;
+
+	while (p->len + 1 < sizeof(p->buf) &&
+	       (k = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len)) > 0) {
+		p->len += (size_t)k;
+		if (!p->first_line_ms && memchr(p->buf, '\n', p->len))
+			p->first_line_ms = now_ms();
+	}
+	p->buf[p->len] = '\0';
+	return NULL;
+}
+
+/* How long after the subscription the fake sends SIGTERM, and how much
+ * earlier than the CLI's end the event line must have reached the pipe. */
+#define FOLLOW_SIGNAL_AFTER_MS 400
+#define FOLLOW_LINE_EARLY_MS 200
+
+START_TEST(test_cli_events_follow_until_signal)
+{
+	/* stdout a pipe: a live event is there as soon as it is printed, not
+	 * at exit; SIGTERM ends --follow with status 0 and nothing on stderr. */
+	static const char *const args[] = { "events", "--follow", NULL };
+	const struct fake_script s = {
+		.replies = { { .chunks = { EVENT(EV_DENY) SUBSCRIBED, EVENT(EV_LIVE) }, .delay_ms = 20 } },
+		.signal_after_ms = FOLLOW_SIGNAL_AFTER_MS, .hold = true,
+	};
+	struct pipe_reader rd = { 0 };
+	struct cli_result res;
+	int fds = count_fds(), p[2];
+	pthread_t reader;
+	int64_t end;
+	char dir[64];
+	struct fake f;
+	json_t *req, *want = json_loads(SUBSCRIBE_JSON, 0, NULL);
+
+	tmpdir_make(dir, sizeof(dir));
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	rd.fd = p[0];
+	ck_assert_int_eq(pthread_create(&reader, NULL, pipe_reader_main, &rd), 0);
+	fake_start(&f, &s);
+	cli_run_fds(f.path, args, NULL, p[1], tmpfile_fd(dir), &res);
+	end = now_ms();
+	pthread_join(reader, NULL);
+	close(p[0]);
+	fake_stop(&f);
+	ck_assert_msg(res.rc == 0, "exit %d (stderr: %s)", res.rc, res.err);
+	ck_assert_str_eq(res.err, "");
+	ck_assert_str_eq(rd.buf, EV_DENY_LINE EV_LIVE_LINE);
+	ck_assert_int_ne(rd.first_line_ms, 0);
+	ck_assert_int_lt(rd.first_line_ms + FOLLOW_LINE_EARLY_MS, end);
+	req = check_request(f.request[0], f.request_len[0], "events.subscribe");
+	ck_assert(json_equal(json_object_get(req, "params"), want));
+	json_decref(req);
+	json_decref(want);
+	fake_free(&f);
+	cli_result_free(&res);
+	rmdir(dir);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
+START_TEST(test_cli_events_help)
+{
+	/* The command list names events; its own help gives its synopsis. */
+	static const char *const top[] = { "--help", NULL };
+	static const char *const own[] = { "events", "--help", NULL };
+	struct cli_result res;
+	char dir[64];
+
+	tmpdir_make(dir, sizeof(dir));
+	cli_run(dir, "/nonexistent.sock", top, NULL, -1, &res);
+	ck_assert_int_eq(res.rc, 0);
+	ck_assert_ptr_nonnull(strstr(res.out, "\n  events        print the egress decisions"));
+	cli_result_free(&res);
+	cli_run(dir, "/nonexistent.sock", own, NULL, -1, &res);
+	ck_assert_int_eq(res.rc, 0);
+	ck_assert_ptr_nonnull(strstr(res.out, "Usage: maf-sandbox [OPTIONS] events [-f] [--scope S]\n"));
+	ck_assert_ptr_nonnull(strstr(res.out, "  -f, --follow "));
+	cli_result_free(&res);
 	rmdir(dir);
 }
 END_TEST
@@ -1708,6 +2123,15 @@ static Suite *client_suite(void)
 	tcase_add_test(tc, test_notify_hook_may_not_call);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("waits_for_notifications");
+	tcase_add_loop_test(tc, test_wait_notify, 0, ELEMENTSOF(wait_rows));
+	tcase_add_test(tc, test_wait_notify_without_hook);
+	tcase_add_test(tc, test_wait_notify_timeout_keeps_connection);
+	tcase_add_test(tc, test_wait_notify_zero_reads_what_is_there);
+	tcase_add_test(tc, test_wait_notify_signal_ends_wait);
+	tcase_add_test(tc, test_wait_notify_hook_may_not_wait);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("cli_parses_durations");
 	tcase_add_loop_test(tc, test_duration_parse, 0, ELEMENTSOF(duration_rows));
 	suite_add_tcase(s, tc);
@@ -1720,6 +2144,11 @@ static Suite *client_suite(void)
 	tc = tcase_create("cli_runs_commands");
 	tcase_add_loop_test(tc, test_cli_command, 0, ELEMENTSOF(cli_rows));
 	tcase_add_test(tc, test_cli_spec_too_large);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli_prints_events");
+	tcase_add_test(tc, test_cli_events_follow_until_signal);
+	tcase_add_test(tc, test_cli_events_help);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("strerror");
