@@ -1,7 +1,9 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -524,4 +526,141 @@ char *sh_out(const char *fmt, ...)
 	while (n > 0 && out[n - 1] == '\n')
 		out[--n] = '\0';
 	return out;
+}
+
+/* ---- additions for the egress suites (check_egress*.c) ------------------ */
+
+void engine_purge_label(const char *key, const char *value)
+{
+	/* A network whose last endpoints are still being released refuses a
+	 * moment ("active endpoints"): a few tries. */
+	char *out = sh_out("docker ps -aq --filter label=%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
+			   "for i in 1 2 3 4 5; do ids=$(docker network ls -q --filter label=%s=%s); "
+			   "[ -z \"$ids\" ] && break; docker network rm $ids >/dev/null 2>&1; sleep 1; done; "
+			   "docker network ls --format '{{.Name}}' --filter label=%s=%s",
+			   key, value, key, value, key, value);
+
+	if (*out)
+		fprintf(stderr, "harness: networks labelled %s=%s could not be removed: %s\n", key, value, out);
+	free(out);
+}
+
+int engine_count_containers(const char *key, const char *value, const char *extra)
+{
+	char *out = sh_out("docker ps -aq --filter label=%s=%s %s | wc -l", key, value, extra ? extra : "");
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+int engine_count_networks(const char *key, const char *value, const char *extra)
+{
+	char *out = sh_out("docker network ls -q --filter label=%s=%s %s | wc -l", key, value,
+			   extra ? extra : "");
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+void raw_request_send(int fd, json_int_t id, const char *method, json_t *params)
+{
+	json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
+				"params", params);
+	char *frame = json_dumps(req, JSON_COMPACT);
+
+	ck_assert_ptr_nonnull(frame);
+	raw_send(fd, frame, strlen(frame));
+	raw_send(fd, "\n", 1);
+	free(frame);
+	json_decref(req);
+}
+
+pid_t spawn_cli(const char *const *args, const char *out_path, const char *err_path)
+{
+	const char *argv[32];
+	const char *cli = getenv("MSB_CLI");
+	size_t n = 0;
+	pid_t pid;
+
+	ck_assert_msg(cli, "MSB_CLI is not set");
+	argv[n++] = cli;
+	for (; args && *args && n < 31; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int in = open("/dev/null", O_RDONLY);
+		int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (in < 0 || out < 0 || err < 0)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(in, STDIN_FILENO);
+		dup2(out, STDOUT_FILENO);
+		dup2(err, STDERR_FILENO);
+		execv(cli, (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+pid_t container_pid(const char *container)
+{
+	char *out = sh_out("docker inspect -f '{{.State.Pid}}' '%s' 2>/dev/null", container);
+	pid_t pid = (pid_t)atoi(out);
+
+	free(out);
+	return pid;
+}
+
+/* socket() and bind() in the current namespace; -errno on failure. */
+static int bound_socket(int domain, int type, const void *addr, size_t addr_len)
+{
+	int fd = socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int zero = 0, r;
+
+	if (fd < 0)
+		return -errno;
+	if (domain == AF_INET6)   /* [::] takes IPv4 too */
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	if (bind(fd, addr, (socklen_t)addr_len) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int netns_bound_socket(pid_t pid, int domain, int type, const void *addr, size_t addr_len)
+{
+	char path[64];
+	int self, ns, fd;
+
+	if (pid <= 0)
+		return bound_socket(domain, type, addr, addr_len);
+	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (self < 0)
+		return -errno;
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	ns = open(path, O_RDONLY | O_CLOEXEC);
+	if (ns < 0) {
+		fd = -errno;
+		close(self);
+		return fd;
+	}
+	if (setns(ns, CLONE_NEWNET) < 0) {
+		fd = -errno;
+	} else {
+		fd = bound_socket(domain, type, addr, addr_len);
+		/* Back home: a thread left in the container would open every later socket there. */
+		if (setns(self, CLONE_NEWNET) < 0)
+			abort();
+	}
+	close(ns);
+	close(self);
+	return fd;
 }

@@ -83,4 +83,26 @@ const char *jstr(json_t *root, const char *path);   /* "a.b.c" */
 json_int_t jint(json_t *root, const char *path);
 json_t *jget(json_t *root, const char *path);
 
+/* ---- additions for the egress suites (check_egress*.c) ------------------ */
+
+/* Removes (force) every container, then every network, labelled key=value.
+ * No Check assertion inside: main() uses it outside any test. */
+void engine_purge_label(const char *key, const char *value);
+/* How many containers (all states) and networks carry label key=value
+ * (extra: more `docker ... ls` filters, may be NULL). */
+int engine_count_containers(const char *key, const char *value, const char *extra);
+int engine_count_networks(const char *key, const char *value, const char *extra);
+/* Sends one request frame {jsonrpc, id, method, params (stolen)} on a raw connection. */
+void raw_request_send(int fd, json_int_t id, const char *method, json_t *params);
+/* Starts the CLI with args (NULL-terminated), stdin /dev/null, stdout and
+ * stderr to the files out_path and err_path; returns its pid (the caller
+ * kills and reaps it). */
+pid_t spawn_cli(const char *const *args, const char *out_path, const char *err_path);
+/* The process id of a running container's first process, or 0. */
+pid_t container_pid(const char *container);
+/* A socket of (domain, type) made inside the network namespace of process
+ * pid (0: the host's) and bound to addr; SOCK_NONBLOCK and SOCK_CLOEXEC are
+ * added. Returns the fd or -errno. */
+int netns_bound_socket(pid_t pid, int domain, int type, const void *addr, size_t addr_len);
+
 #endif
