@@ -679,37 +679,24 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 	return r;
 }
 
-int docker_image_import(struct engine *e, const char *repo, const char *tag, const char *const *changes,
-			const void *tar, size_t len, long timeout_ms, docker_progress_cb *progress,
-			docker_pull_done_cb *done, void *arg, struct engine_req **ret_req)
+int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
+		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      struct engine_req **ret_req)
 {
-	_cleanup_free_ char *erepo = NULL, *etag = NULL, *path = NULL;
 	struct engine_call call = {
-		.method = "POST", .timeout_ms = timeout_ms, .content_type = DOCKER_CONTENT_TYPE_TAR,
-		.body = tar, .body_len = len, .on_data = pull_data_cb,
+		.method = "POST", .path = "/images/load?quiet=1", .timeout_ms = timeout_ms,
+		.content_type = DOCKER_CONTENT_TYPE_TAR, .body = tar, .body_len = len, .on_data = pull_data_cb,
 	};
 	struct docker_pull *p;
 	int r;
 
-	if (!e || !done || !repo || !*repo || !tag || !*tag || !tar || len == 0 || timeout_ms < 0 ||
-	    len > DOCKER_MAX_ARCHIVE_PUT)
+	if (!e || !done || !tar || len == 0 || timeout_ms < 0 || len > DOCKER_MAX_ARCHIVE_PUT)
 		return -EINVAL;
-	erepo = docker_escape(repo);
-	etag = docker_escape(tag);
-	path = xasprintf("/images/create?fromSrc=-&repo=%s&tag=%s", erepo, etag);
-	for (size_t i = 0; changes && changes[i]; i++) {
-		_cleanup_free_ char *c = docker_escape(changes[i]);
-		char *grown = xasprintf("%s&changes=%s", path, c);
-
-		free(path);
-		path = grown;
-	}
 	p = xcalloc(1, sizeof(*p));
 	p->progress = progress;
 	p->done = done;
 	p->arg = arg;
 	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
-	call.path = path;
 	call.data_arg = p;
 	r = engine_call_start(e, &call, pull_done_cb, p, ret_req);
 	if (r < 0)

@@ -197,15 +197,14 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
 		      struct engine_req **ret_req);
 
-/* Import: POST /images/create?fromSrc=-&repo=REPO&tag=TAG[&changes=C]...,
- * the rootfs tar[0..len) as the body (copied). The reply is JSON lines like a
- * pull's; the last holds {"status": "sha256:<image id>"}. Each line goes to
- * progress; an in-band error ends it with done(-EIO, message). changes: a
- * NULL-terminated list of Dockerfile instructions (CMD, ENTRYPOINT, ENV,
- * USER, WORKDIR, ...), each escaped. Same rules as docker_image_pull. */
-int docker_image_import(struct engine *e, const char *repo, const char *tag, const char *const *changes,
-			const void *tar, size_t len, long timeout_ms, docker_progress_cb *progress,
-			docker_pull_done_cb *done, void *arg, struct engine_req **ret_req);
+/* Load: POST /images/load?quiet=1, the `docker save` archive tar[0..len)
+ * as the body (copied). The reply is JSON lines (every error is in-band,
+ * after a 200): each line goes to progress; one with "error" or
+ * "errorDetail" ends it with done(-EIO, message). Same rules as
+ * docker_image_pull. len over DOCKER_MAX_ARCHIVE_PUT → -EINVAL. */
+int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
+		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      struct engine_req **ret_req);
 
 /* GET /containers/{id}/logs?stdout=1&stderr=0&timestamps=1[&follow=1][&since=S]:
  * a 200's body (multiplexed frames for a container without a TTY) goes raw

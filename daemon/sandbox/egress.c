@@ -43,7 +43,7 @@
 enum image_state {
 	IMAGE_IDLE,        /* not checked yet, or to be checked again */
 	IMAGE_INSPECT,
-	IMAGE_IMPORT,
+	IMAGE_LOAD,
 	IMAGE_READY,
 	IMAGE_FAILED,      /* retried at the next resync or allowlisted acquire */
 };
@@ -57,9 +57,9 @@ TAILQ_HEAD(egress_op_list, egress_op);
 struct egress {
 	struct msbd *d;
 	enum image_state image;
-	bool image_verifying;        /* the inspect after an import */
+	bool image_verifying;        /* the inspect after a load */
 	char *image_id;              /* "sha256:..." once READY */
-	char digest[PROXYIMAGE_DIGEST_BYTES];
+	char want_id[PROXYIMAGE_DIGEST_BYTES]; /* the image ID the installed binary makes */
 	char *image_error;
 	struct engine_req *image_req;
 	struct subnet_pool *pool;
@@ -212,7 +212,7 @@ uint64_t egress_decisions_published(const struct egress *eg)
 json_t *egress_status_json(const struct egress *eg)
 {
 	static const char *const states[] = {
-		[IMAGE_IDLE] = "unchecked", [IMAGE_INSPECT] = "checking", [IMAGE_IMPORT] = "importing",
+		[IMAGE_IDLE] = "unchecked", [IMAGE_INSPECT] = "checking", [IMAGE_LOAD] = "loading",
 		[IMAGE_READY] = "ready", [IMAGE_FAILED] = "failed",
 	};
 	const struct follower *f;
@@ -919,7 +919,7 @@ static void image_settle(struct egress *eg, enum image_state s, char *error)
 	}
 }
 
-static void image_import_done_cb(int error, const char *message, void *arg)
+static void image_load_done_cb(int error, const char *message, void *arg)
 {
 	struct egress *eg = arg;
 
@@ -930,7 +930,7 @@ static void image_import_done_cb(int error, const char *message, void *arg)
 		return;
 	}
 	if (error < 0) {
-		image_settle(eg, IMAGE_FAILED, xasprintf("importing %s:%s failed: %s", EGRESS_IMAGE_REPO,
+		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: %s", EGRESS_IMAGE_REPO,
 							  image_tag(), message ? message : strerror(-error)));
 		return;
 	}
@@ -939,22 +939,25 @@ static void image_import_done_cb(int error, const char *message, void *arg)
 	image_check(eg);
 }
 
+/* The image archive of the installed binary for this engine's architecture
+ * (proxyimage_archive); fills eg->want_id. */
+static int image_archive(struct egress *eg, void **tar, size_t *len, char **err)
+{
+	const struct engine_info *info = engine_get_info(eg_engine(eg));
+	_cleanup_free_ char *tag = xasprintf("%s:%s", EGRESS_IMAGE_REPO, image_tag());
+
+	const char *arch = info && info->arch && *info->arch ? info->arch : "amd64";
+
+	return proxyimage_archive(eg->d->config->egress_proxy_binary, arch, tag, tar, len, eg->want_id, err);
+}
+
 static void image_inspect_cb(const struct docker_reply *r, void *arg)
 {
 	struct egress *eg = arg;
-	const json_t *layers = json_object_get(json_object_get(r->body, "RootFS"), "Layers");
-	const char *layer = json_string_value(json_array_get(layers, 0));
 	const char *id = json_string_value(json_object_get(r->body, "Id"));
 	_cleanup_free_ void *tar = NULL;
 	_cleanup_free_ char *err = NULL;
 	size_t len = 0;
-	static const char *const changes[] = {
-		"ENTRYPOINT [\"" PROXYIMAGE_ENTRYPOINT "\"]",
-		"USER " MSB_STR(PROXYIMAGE_UID) ":" MSB_STR(PROXYIMAGE_GID),
-		"EXPOSE 3128",
-		NULL,
-	};
-	char digest[PROXYIMAGE_DIGEST_BYTES];
 	int ret;
 
 	eg->image_req = NULL;
@@ -969,7 +972,7 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 							  r->error ? strerror(-r->error) : "engine refused"));
 		return;
 	}
-	if (r->status == 200 && layer && id && json_array_size(layers) == 1 && strcmp(layer, eg->digest) == 0) {
+	if (r->status == 200 && id && strcmp(id, eg->want_id) == 0) {
 		free(eg->image_id);
 		eg->image_id = xstrdup(id);
 		eg->image_verifying = false;
@@ -978,23 +981,21 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 	}
 	if (eg->image_verifying) {
 		eg->image_verifying = false;
-		image_settle(eg, IMAGE_FAILED, xasprintf("the imported %s:%s does not hold the layer %s",
-							  EGRESS_IMAGE_REPO, image_tag(), eg->digest));
+		image_settle(eg, IMAGE_FAILED, xasprintf("the loaded %s:%s is %s, not %s", EGRESS_IMAGE_REPO,
+							  image_tag(), id ? id : "absent", eg->want_id));
 		return;
 	}
-	/* Absent or stale: import it (the tag moves to the new image). */
-	if (proxyimage_build(eg->d->config->egress_proxy_binary, &tar, &len, digest, &err) < 0) {
+	/* Absent or another binary's: load ours (the tag moves to it). */
+	if (image_archive(eg, &tar, &len, &err) < 0) {
 		image_settle(eg, IMAGE_FAILED, TAKE_PTR(err));
 		return;
 	}
-	log_info("egress: importing the proxy image %s:%s (layer %.19s)", EGRESS_IMAGE_REPO, image_tag(),
-		 digest);
-	memcpy(eg->digest, digest, sizeof(digest));
-	eg->image = IMAGE_IMPORT;
-	ret = docker_image_import(eg_engine(eg), EGRESS_IMAGE_REPO, image_tag(), changes, tar, len,
-				  eg->d->config->pull_timeout_ms, NULL, image_import_done_cb, eg, &eg->image_req);
+	log_info("egress: loading the proxy image %s:%s (%.19s)", EGRESS_IMAGE_REPO, image_tag(), eg->want_id);
+	eg->image = IMAGE_LOAD;
+	ret = docker_image_load(eg_engine(eg), tar, len, eg->d->config->pull_timeout_ms, NULL, image_load_done_cb,
+				eg, &eg->image_req);
 	if (ret < 0)
-		image_settle(eg, IMAGE_FAILED, xasprintf("cannot import the proxy image: %s", strerror(-ret)));
+		image_settle(eg, IMAGE_FAILED, xasprintf("cannot load the proxy image: %s", strerror(-ret)));
 }
 
 /* Starts a check of the image unless one is under way or it is ready. */
@@ -1005,12 +1006,12 @@ static void image_check(struct egress *eg)
 	size_t len;
 	int r;
 
-	if (!egress_configured(eg->d) || eg->image == IMAGE_INSPECT || eg->image == IMAGE_IMPORT ||
+	if (!egress_configured(eg->d) || eg->image == IMAGE_INSPECT || eg->image == IMAGE_LOAD ||
 	    eg->image == IMAGE_READY)
 		return;
 	if (!eg->image_verifying) {
-		/* The digest of what the installed binary makes now. */
-		if (proxyimage_build(eg->d->config->egress_proxy_binary, &tar, &len, eg->digest, &err) < 0) {
+		/* The ID of what the installed binary makes now. */
+		if (image_archive(eg, &tar, &len, &err) < 0) {
 			image_settle(eg, IMAGE_FAILED, TAKE_PTR(err));
 			return;
 		}

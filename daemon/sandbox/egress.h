@@ -3,13 +3,14 @@
  * live and published as events.
  *
  * The image. Built by the daemon from the installed static proxy binary
- * (proxyimage.h: a deterministic rootfs tar) and imported through the engine
- * as maf-sandbox-egress-proxy:<version>. An image already there is current
- * when its only layer's DiffID is our tar's digest. Allowlist is declared
+ * (proxyimage.h: a deterministic `docker save` archive, config included) and
+ * loaded through the engine as maf-sandbox-egress-proxy:<version>. The same
+ * binary always gives the same image ID, so an image already there is
+ * current when its ID is the one we compute. Allowlist is declared
  * (egress_ready) once the image is current.
  *
  *   image:  IDLE → INSPECT ─ current ─────────→ READY
- *                     └ absent/stale → IMPORT → INSPECT → READY | FAILED
+ *                     └ absent/stale → LOAD → INSPECT → READY | FAILED
  *   (FAILED and IDLE are retried at the next resync or allowlisted acquire)
  *
  * One sandbox's topology (egress_ensure), under the acquire op of its name:

@@ -4,6 +4,7 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,100 @@ int proxyimage_build(const char *binary_path, void **rettar, size_t *retlen,
 	}
 	digest_format(s.buf.data, s.buf.len, retdigest);
 	*rettar = s.buf.data;
+	*retlen = s.buf.len;
+	return 0;
+}
+
+/* ---- the image archive (docker save format) ---------------------------------------- */
+
+/* The image config, written by hand so that its bytes (and so its SHA-256,
+ * the image ID) never depend on a JSON library's choices. */
+static char *image_config(const char *arch, const char *layer_digest)
+{
+	return xasprintf("{\"architecture\":\"%s\",\"config\":{\"Entrypoint\":[\"%s\"],"
+			 "\"Env\":[\"PATH=/\"],\"ExposedPorts\":{\"%d/tcp\":{}},"
+			 "\"User\":\"%d:%d\",\"WorkingDir\":\"/\"},"
+			 "\"created\":\"1970-01-01T00:00:00Z\","
+			 "\"history\":[{\"created\":\"1970-01-01T00:00:00Z\","
+			 "\"created_by\":\"maf-sandboxd (the installed egress proxy)\"}],"
+			 "\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"%s\"]}}",
+			 arch, PROXYIMAGE_ENTRYPOINT, PROXYIMAGE_PORT, PROXYIMAGE_UID, PROXYIMAGE_GID,
+			 layer_digest);
+}
+
+static bool arch_ok(const char *arch)
+{
+	if (!arch || !*arch || strlen(arch) > PROXYIMAGE_ARCH_MAX)
+		return false;
+	for (const char *p = arch; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+			return false;
+	return true;
+}
+
+static bool repo_tag_ok(const char *t)
+{
+	if (!t || !*t || strlen(t) > PROXYIMAGE_REPO_TAG_MAX)
+		return false;
+	for (const char *p = t; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("._-:/+", *p)))
+			return false;
+	return true;
+}
+
+static int archive_entries(struct archive *a, struct sink *s, const char *config, const char *config_name,
+			   const char *manifest, const void *rootfs, size_t rootfs_len)
+{
+	int r = tar_entry(a, s, config_name, AE_IFREG, TEXT_MODE, config, strlen(config));
+
+	if (r >= 0)
+		r = tar_entry(a, s, PROXYIMAGE_LAYER_NAME, AE_IFREG, TEXT_MODE, rootfs, rootfs_len);
+	if (r >= 0)
+		r = tar_entry(a, s, "manifest.json", AE_IFREG, TEXT_MODE, manifest, strlen(manifest));
+	return r;
+}
+
+int proxyimage_archive(const char *binary_path, const char *arch, const char *repo_tag, void **retarchive,
+		       size_t *retlen, char retid[PROXYIMAGE_DIGEST_BYTES], char **reterr)
+{
+	struct sink s = { .buf = TARBALL_BUF_INIT(PROXYIMAGE_MAX_ARCHIVE) };
+	_cleanup_free_ void *rootfs = NULL;
+	_cleanup_free_ char *config = NULL, *config_name = NULL, *manifest = NULL;
+	char layer[PROXYIMAGE_DIGEST_BYTES], hex[SHA256_HEX_BYTES];
+	struct archive *a;
+	size_t rootfs_len;
+	int r;
+
+	if (!arch_ok(arch) || !repo_tag_ok(repo_tag)) {
+		*reterr = xasprintf("cannot name the egress proxy image: bad architecture \"%s\" or tag \"%s\"",
+				    arch ? arch : "", repo_tag ? repo_tag : "");
+		return -EINVAL;
+	}
+	r = proxyimage_build(binary_path, &rootfs, &rootfs_len, layer, reterr);
+	if (r < 0)
+		return r;
+	config = image_config(arch, layer);
+	sha256_hex(config, strlen(config), hex);
+	config_name = xasprintf("%s.json", hex);
+	manifest = xasprintf("[{\"Config\":\"%s\",\"RepoTags\":[\"%s\"],\"Layers\":[\"%s\"]}]", config_name,
+			     repo_tag, PROXYIMAGE_LAYER_NAME);
+	a = archive_write_new();
+	if (!a)
+		return -ENOMEM;
+	r = tar_open(a, &s);
+	if (r >= 0)
+		r = archive_entries(a, &s, config, config_name, manifest, rootfs, rootfs_len);
+	if (archive_write_close(a) != ARCHIVE_OK && r >= 0)
+		r = sink_error(&s);
+	archive_write_free(a);
+	if (r < 0) {
+		tarball_buf_clear(&s.buf);
+		*reterr = xasprintf("cannot build the egress proxy image archive of %s: %s", binary_path,
+				    strerror(-r));
+		return r;
+	}
+	snprintf(retid, PROXYIMAGE_DIGEST_BYTES, "%s%s", PROXYIMAGE_DIGEST_PREFIX, hex);
+	*retarchive = s.buf.data;
 	*retlen = s.buf.len;
 	return 0;
 }

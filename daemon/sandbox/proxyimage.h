@@ -1,6 +1,7 @@
 /* proxyimage.h — the egress proxy's image (behaviour-docker §4.1): a
- * one-layer rootfs the daemon imports with POST /images/create?fromSrc=-
- * (engine-api §2.6), built here from the proxy binary.
+ * one-layer image the daemon loads with POST /images/load (engine-api §2.6),
+ * built here from the proxy binary, config and all, so the same binary
+ * always gives the same image ID (proxyimage_archive).
  *
  * The tar is deterministic: the same binary always gives the same bytes, so
  * its SHA-256 is the layer DiffID the engine reports in the image's
@@ -49,5 +50,25 @@
  *   -ENOMEM  a buffer could not be allocated. */
 int proxyimage_build(const char *binary_path, void **rettar, size_t *retlen,
 		     char retdigest[PROXYIMAGE_DIGEST_BYTES], char **reterr);
+
+/* The image as `docker save` writes it, for POST /images/load:
+ *   <config sha256>.json  the image config: fixed created time (the epoch),
+ *                         Entrypoint PROXYIMAGE_ENTRYPOINT, User
+ *                         PROXYIMAGE_UID:GID, ExposedPorts PROXYIMAGE_PORT,
+ *                         architecture arch, diff_ids [the rootfs digest]
+ *   layer.tar             the rootfs tar above
+ *   manifest.json         [{Config, RepoTags [repo_tag], Layers [layer.tar]}]
+ * every byte fixed by the binary, arch and repo_tag. retid = "sha256:" + the
+ * config's SHA-256: the ID the engine gives the loaded image. arch (the
+ * engine's Arch, e.g. "amd64") and repo_tag ("repo:tag") are checked: lower
+ * case letters, digits and (for the tag) "._-:/+", bounded; -EINVAL
+ * otherwise. Other errors as proxyimage_build. */
+#define PROXYIMAGE_PORT          3128
+#define PROXYIMAGE_ARCH_MAX      32
+#define PROXYIMAGE_REPO_TAG_MAX  128
+#define PROXYIMAGE_LAYER_NAME    "layer.tar"
+#define PROXYIMAGE_MAX_ARCHIVE   (PROXYIMAGE_MAX_TAR + 64u * 1024)
+int proxyimage_archive(const char *binary_path, const char *arch, const char *repo_tag, void **retarchive,
+		       size_t *retlen, char retid[PROXYIMAGE_DIGEST_BYTES], char **reterr);
 
 #endif

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "fake_engine.h"
 #include "log.h"
+#include "msb-build.h"
 #include "loop.h"
 #include "proxyimage.h"
 #include "sandbox.h"
@@ -215,17 +216,17 @@ static void ensure_cb(const struct msb_error *err, const struct egress_info *inf
 
 static char image_body[512];
 
-/* The image reply whose layer is what /bin/true makes. */
+/* The image reply of what /bin/true makes (its ID is fixed by the binary). */
 static const char *image_current(void)
 {
 	_cleanup_free_ void *tar = NULL;
 	_cleanup_free_ char *err = NULL;
-	char digest[PROXYIMAGE_DIGEST_BYTES];
+	char id[PROXYIMAGE_DIGEST_BYTES];
 	size_t len;
 
-	ck_assert_int_eq(proxyimage_build("/bin/true", &tar, &len, digest, &err), 0);
-	snprintf(image_body, sizeof(image_body), "{\"Id\":\"sha256:%064d\",\"RootFS\":{\"Layers\":[\"%s\"]}}", 1,
-		 digest);
+	ck_assert_int_eq(proxyimage_archive("/bin/true", "amd64", PROXYIMAGE_REPO ":" PACKAGE_VERSION, &tar, &len, id,
+					    &err), 0);
+	snprintf(image_body, sizeof(image_body), "{\"Id\":\"%s\"}", id);
 	return image_body;
 }
 
@@ -372,27 +373,26 @@ START_TEST(overlapping_subnet_takes_the_next_block)
 }
 END_TEST
 
-/* No image: imported from the binary, then checked; a wrong layer fails it. */
-START_TEST(absent_image_is_imported_and_checked)
+/* No image: loaded from the binary, then checked; another ID fails it. */
+START_TEST(absent_image_is_loaded_and_checked)
 {
 	struct fake_reply script[] = {
 		PING, VERSION,
 		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
-		{ .method = "POST", .path = API "/images/create?fromSrc=-", .headers = JSON_TYPE,
-		  .body = "{\"status\":\"sha256:1\"}\n" },
-		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE,
-		  .body = "{\"Id\":\"sha256:1\",\"RootFS\":{\"Layers\":[\"sha256:0000\"]}}" },
+		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE,
+		  .body = "{\"stream\":\"Loaded image: x\"}\n" },
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = "{\"Id\":\"sha256:1\"}" },
 	};
 	const struct fake_request *imp;
 
 	ensure_run(script, ELEMENTSOF(script), "inhibit");
 	ck_assert_int_eq(ensure_err.code, MSB_ERR_EGRESS_NOT_ENFORCED);
-	ck_assert_ptr_nonnull(strstr(ensure_err.message, "does not hold the layer"));
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "is sha256:1, not sha256:"));
 	ck_assert(!egress_ready(d.egress));
-	imp = find_request("POST", API "/images/create?fromSrc=-&repo=maf-sandbox-egress-proxy&tag=", 0);
+	imp = find_request("POST", API "/images/load?quiet=1", 0);
 	ck_assert_ptr_nonnull(imp);
-	ck_assert_ptr_nonnull(strstr(imp->path, "changes=ENTRYPOINT"));
-	ck_assert_uint_gt(imp->body_len, 1024);   /* the rootfs tar */
+	ck_assert_ptr_nonnull(strstr(imp->headers, "application/x-tar"));
+	ck_assert_uint_gt(imp->body_len, 1024);   /* the image archive */
 	msb_error_clear(&ensure_err);
 }
 END_TEST
@@ -411,7 +411,7 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, unverifiable_network_is_removed_and_refused);
 	tcase_add_test(tc, isolated_with_a_gateway_is_refused);
 	tcase_add_test(tc, overlapping_subnet_takes_the_next_block);
-	tcase_add_test(tc, absent_image_is_imported_and_checked);
+	tcase_add_test(tc, absent_image_is_loaded_and_checked);
 	suite_add_tcase(s, tc);
 	return s;
 }

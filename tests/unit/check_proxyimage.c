@@ -6,6 +6,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <check.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -200,6 +201,97 @@ START_TEST(test_entries)
 }
 END_TEST
 
+/* ---- the image archive (docker save format) ---------------------------------------- */
+
+/* Reads every entry of an archive into names[i] / data[i] (malloc'd). */
+static size_t archive_slurp(const void *buf, size_t len, char *names[4], char *data[4], size_t sizes[4])
+{
+	struct archive *a = archive_read_new();
+	struct archive_entry *e;
+	size_t n = 0;
+
+	ck_assert_int_eq(archive_read_support_format_tar(a), ARCHIVE_OK);
+	ck_assert_int_eq(archive_read_open_memory(a, buf, len), ARCHIVE_OK);
+	while (archive_read_next_header(a, &e) == ARCHIVE_OK) {
+		ck_assert_uint_lt(n, 4);
+		names[n] = xstrdup(archive_entry_pathname(e));
+		sizes[n] = (size_t)archive_entry_size(e);
+		data[n] = xmalloc(sizes[n] + 1);
+		ck_assert_int_eq(archive_read_data(a, data[n], sizes[n]), (la_ssize_t)sizes[n]);
+		data[n][sizes[n]] = '\0';
+		ck_assert_int_eq(archive_entry_uid(e), 0);
+		ck_assert_int_eq(archive_entry_mtime(e), 0);
+		n++;
+	}
+	archive_read_free(a);
+	return n;
+}
+
+START_TEST(test_archive)
+{
+	_cleanup_free_ char *path = file_make("proxy", "\x7f" "ELF proxy bytes", 3000, 0755);
+	_cleanup_free_ char *err = NULL;
+	void *a1, *a2, *rootfs;
+	size_t l1, l2, rootfs_len, sizes[4];
+	char id1[PROXYIMAGE_DIGEST_BYTES], id2[PROXYIMAGE_DIGEST_BYTES], id3[PROXYIMAGE_DIGEST_BYTES];
+	char layer[PROXYIMAGE_DIGEST_BYTES], hex[SHA256_HEX_BYTES], *names[4], *data[4];
+	json_t *config, *manifest;
+	size_t n;
+
+	ck_assert_int_eq(proxyimage_archive(path, "amd64", "maf-sandbox-egress-proxy:1.0", &a1, &l1, id1, &err), 0);
+	ck_assert_int_eq(proxyimage_archive(path, "amd64", "maf-sandbox-egress-proxy:1.0", &a2, &l2, id2, &err), 0);
+	/* The same binary: the same bytes, the same image ID. */
+	ck_assert_uint_eq(l1, l2);
+	ck_assert_int_eq(memcmp(a1, a2, l1), 0);
+	ck_assert_str_eq(id1, id2);
+	n = archive_slurp(a1, l1, names, data, sizes);
+	ck_assert_uint_eq(n, 3);
+	/* The ID is the SHA-256 of the config entry, which is named by it. */
+	sha256_hex(data[0], sizes[0], hex);
+	ck_assert_str_eq(id1 + strlen(PROXYIMAGE_DIGEST_PREFIX), hex);
+	ck_assert_int_eq(strncmp(names[0], hex, SHA256_HEX_BYTES - 1), 0);
+	ck_assert_str_eq(names[0] + SHA256_HEX_BYTES - 1, ".json");
+	config = json_loads(data[0], 0, NULL);
+	ck_assert_ptr_nonnull(config);
+	ck_assert_str_eq(json_string_value(json_object_get(config, "architecture")), "amd64");
+	ck_assert_str_eq(json_string_value(json_object_get(config, "created")), "1970-01-01T00:00:00Z");
+	ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_object_get(config, "config"),
+				"Entrypoint"), 0)), PROXYIMAGE_ENTRYPOINT);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(config, "config"), "User")),
+			 "65532:65532");
+	/* The layer is the rootfs tar, and the config names its digest. */
+	ck_assert_str_eq(names[1], PROXYIMAGE_LAYER_NAME);
+	ck_assert_int_eq(proxyimage_build(path, &rootfs, &rootfs_len, layer, &err), 0);
+	ck_assert_uint_eq(sizes[1], rootfs_len);
+	ck_assert_int_eq(memcmp(data[1], rootfs, rootfs_len), 0);
+	ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_object_get(config, "rootfs"),
+				"diff_ids"), 0)), layer);
+	ck_assert_str_eq(names[2], "manifest.json");
+	manifest = json_loads(data[2], 0, NULL);
+	ck_assert_ptr_nonnull(manifest);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(manifest, 0), "Config")), names[0]);
+	ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_array_get(manifest, 0),
+				"RepoTags"), 0)), "maf-sandbox-egress-proxy:1.0");
+	/* Another architecture is another image. */
+	free(a2);
+	ck_assert_int_eq(proxyimage_archive(path, "arm64", "maf-sandbox-egress-proxy:1.0", &a2, &l2, id3, &err), 0);
+	ck_assert_str_ne(id1, id3);
+	/* Refusals. */
+	ck_assert_int_eq(proxyimage_archive(path, "AMD64\"", "r:1", &a2, &l2, id3, &err), -EINVAL);
+	free(err);
+	err = NULL;
+	ck_assert_int_eq(proxyimage_archive(path, "amd64", "r:1\"]", &a2, &l2, id3, &err), -EINVAL);
+	json_decref(config);
+	json_decref(manifest);
+	for (size_t i = 0; i < n; i++) {
+		free(names[i]);
+		free(data[i]);
+	}
+	free(rootfs);
+	free(a1);
+}
+END_TEST
+
 /* The passwd and group lines agree with the exported ids. */
 START_TEST(test_constants)
 {
@@ -303,6 +395,7 @@ static Suite *proxyimage_suite(void)
 	tc = tcase_create("entries");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_entries);
+	tcase_add_test(tc, test_archive);
 	tcase_add_test(tc, test_constants);
 	tcase_add_test(tc, test_largest_binary);
 	suite_add_tcase(s, tc);
