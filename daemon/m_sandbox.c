@@ -67,12 +67,11 @@ static struct rpc_result *fail_params(struct rpc_call *call, const char *param, 
 
 /* behaviour-core §3.2, in the seed's order; the first refusal wins. */
 /* Allowlist before its image is ready: accepted while the image is being
- * made (the acquire waits for it); an empty allowlist is CLOSED. */
+ * made (the acquire waits for it). An empty allowlist gets --network none,
+ * but is still only taken where allowlist is offered. */
 static bool egress_accepts(const struct msbd *d, const struct msb_spec *spec)
 {
-	if (spec->egress != MSB_EGRESS_ALLOWLIST)
-		return false;
-	return spec->n_egress_allow == 0 || egress_usable(d->egress);
+	return spec->egress == MSB_EGRESS_ALLOWLIST && egress_usable(d->egress);
 }
 
 static int match_declarations(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)

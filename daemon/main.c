@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,20 @@ static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_c
 		return 2;
 	}
 	return -1;
+}
+
+/* Every followed egress proxy holds an engine connection, beside the
+ * clients' connections: take the hard limit on descriptors (systemd's soft
+ * default is 1024). */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn("cannot raise the descriptor limit");
+	}
 }
 
 static struct engine_options engine_options_from(const struct msbd_config *cfg)
@@ -541,6 +556,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_set_debug(m.d.config->debug);
+	raise_fd_limit();
 	m.d.cmdline = &m.cmdline;
 	clock_gettime(CLOCK_MONOTONIC, &m.d.started);
 	m.d.base = event_base_new();

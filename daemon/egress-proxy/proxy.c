@@ -20,6 +20,7 @@
  * (freed at the loop boundary) reachable from each. Names are resolved with
  * evdns only: the binary is linked with --wrap for glibc's NSS entry points
  * (below), so nothing can reach NSS. */
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <netdb.h>
@@ -70,6 +71,8 @@ struct proxy {
 	struct evconnlistener *listeners[2]; /* IPv4, IPv6 (may be NULL) */
 	struct event *accept_retry;
 	long idle_ms;                        /* a tunnel's idle limit */
+	int listen_family;                   /* MAF_SANDBOX_PROXY_LISTEN: AF_INET(6), or 0 (any) */
+	struct in6_addr listen_addr;         /* its address (an in_addr for AF_INET) */
 	size_t n_tunnels;
 	LIST_HEAD(, tunnel) tunnels;
 };
@@ -724,7 +727,8 @@ static void accept_retry_cb(evutil_socket_t fd, short what, void *arg)
 	accept_pause(arg, false);
 }
 
-static int listen_socket(int family, uint16_t port)
+/* addr: the address to bind (in6_addr or in_addr), or NULL for any. */
+static int listen_socket(int family, uint16_t port, const void *addr)
 {
 	struct sockaddr_storage ss = { 0 };
 	socklen_t len;
@@ -738,7 +742,7 @@ static int listen_socket(int family, uint16_t port)
 
 		sin6->sin6_family = AF_INET6;
 		sin6->sin6_port = htons(port);
-		sin6->sin6_addr = in6addr_any;
+		sin6->sin6_addr = addr ? *(const struct in6_addr *)addr : in6addr_any;
 		len = sizeof(*sin6);
 		if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0)
 			return -errno;
@@ -747,7 +751,10 @@ static int listen_socket(int family, uint16_t port)
 
 		sin->sin_family = AF_INET;
 		sin->sin_port = htons(port);
-		sin->sin_addr.s_addr = htonl(INADDR_ANY);
+		if (addr)
+			sin->sin_addr = *(const struct in_addr *)addr;
+		else
+			sin->sin_addr.s_addr = htonl(INADDR_ANY);
 		len = sizeof(*sin);
 	}
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
@@ -756,13 +763,34 @@ static int listen_socket(int family, uint16_t port)
 	return TAKE_FD(fd);
 }
 
-/* 0.0.0.0:port must work; [::]:port is added when IPv6 is there. */
+/* With MAF_SANDBOX_PROXY_LISTEN: that address only (the daemon gives the
+ * proxy's own address on its sandbox's network, so nothing on its outbound
+ * leg can use it). Else 0.0.0.0:port must work, and [::]:port is added when
+ * IPv6 is there. */
 static int proxy_listen(struct proxy *p)
 {
 	static const int families[] = { AF_INET, AF_INET6 };
 
+	if (p->listen_family) {
+		int fd = listen_socket(p->listen_family, p->config->port, &p->listen_addr);
+
+		if (fd < 0) {
+			proxy_warnx("cannot listen on %s port %u: %s", getenv("MAF_SANDBOX_PROXY_LISTEN"),
+				    (unsigned)p->config->port, strerror(-fd));
+			return fd;
+		}
+		p->listeners[0] = evconnlistener_new(p->base, accept_cb, p,
+						     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+		if (!p->listeners[0]) {
+			close(fd);
+			proxy_warnx("cannot listen: evconnlistener_new failed");
+			return -ENOMEM;
+		}
+		evconnlistener_set_error_cb(p->listeners[0], accept_error_cb);
+		return 0;
+	}
 	for (size_t i = 0; i < ELEMENTSOF(families); i++) {
-		int fd = listen_socket(families[i], p->config->port);
+		int fd = listen_socket(families[i], p->config->port, NULL);
 
 		if (fd < 0 && families[i] == AF_INET6) {
 			proxy_warnx("not listening on [::]:%u: %s", (unsigned)p->config->port, strerror(-fd));
@@ -891,6 +919,15 @@ int main(void)
 			return PROXY_EXIT_CONFIG;
 		}
 		p.idle_ms = ms;
+	}
+	if (getenv("MAF_SANDBOX_PROXY_LISTEN")) {
+		const char *v = getenv("MAF_SANDBOX_PROXY_LISTEN");
+
+		p.listen_family = strchr(v, ':') ? AF_INET6 : AF_INET;
+		if (inet_pton(p.listen_family, v, &p.listen_addr) != 1) {
+			proxy_warnx("MAF_SANDBOX_PROXY_LISTEN must be an IPv4 or IPv6 address, not \"%s\"", v);
+			return PROXY_EXIT_CONFIG;
+		}
 	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -268,6 +268,11 @@ static void acq_fail(struct acquire_op *op)
 		acq_enter(op, ACQ_ROLLBACK_REMOVE);
 		return;
 	}
+	if (op->egress_fresh && op->egress_known && !op->created && op->err.code != MSB_ERR_SHUTTING_DOWN) {
+		/* the network and proxy made for a workload that never came */
+		egress_teardown(op->d->egress, op->name);
+		op->egress_fresh = false;
+	}
 	acq_complete(op, ACQ_FAILED);
 }
 
@@ -634,6 +639,9 @@ static json_t *acq_create_config(const struct acquire_op *op)
 		json_object_set_new(host, "NetworkMode", json_string(ei->network));
 		json_object_set_new(host, "Dns", json_pack("[s]", ei->dns));
 		json_object_set_new(host, "ExtraHosts", json_pack("[s++]", ei->proxy, ":", ei->proxy_address));
+		/* IPv4 only: no link-local way to the bridge's host side */
+		json_object_set_new(host, "Sysctls", json_pack("{s:s, s:s}", "net.ipv6.conf.all.disable_ipv6", "1",
+							     "net.ipv6.conf.default.disable_ipv6", "1"));
 		json_object_set_new(labels, LABEL_EGRESS, json_string("allowlist"));
 		extra = json_pack("{s:o, s:{s:{}}}", "Env", env, "EndpointsConfig", ei->network);
 	} else {

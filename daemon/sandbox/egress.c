@@ -189,9 +189,12 @@ static struct engine *eg_engine(const struct egress *eg)
 	return eg->d->engine;
 }
 
+/* A proxy binary is configured and installed (executable). */
 bool egress_configured(const struct msbd *d)
 {
-	return d->config->egress_proxy_binary && *d->config->egress_proxy_binary;
+	const char *path = d->config->egress_proxy_binary;
+
+	return path && *path && access(path, X_OK) == 0;
 }
 
 bool egress_ready(const struct egress *eg)
@@ -405,7 +408,7 @@ static void publish(struct follower *f, const struct egress_decision *dec, const
 		f->log_count = 0;
 		f->log_suppressed = 0;
 	}
-	if (f->log_count++ < EGRESS_LOG_PER_SECOND)
+	if (f->log_count++ < EGRESS_LOG_PER_SECOND || dec->verdict == EGRESS_ALLOW)
 		log_info("egress: %s %s:%u (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
 			 dec->port, f->workload);
 	else
@@ -584,6 +587,8 @@ static void follower_start(struct follower *f)
 			drain_finish(f, -ECANCELED);
 		return;
 	}
+	if (f->req)
+		return;   /* one request at a time: a second stream would interleave in the demultiplexer */
 	follower_reset_stream(f);
 	if (f->cur_s > 0)
 		snprintf(since, sizeof(since), "%lld.%09ld", f->cur_s, f->cur_ns);
@@ -1020,8 +1025,19 @@ static void image_check(struct egress *eg)
 	eg->image = IMAGE_INSPECT;
 	r = docker_image_inspect(eg_engine(eg), ref, image_inspect_cb, eg, &eg->image_req);
 	if (r < 0) {
+		struct egress_op *op, *next;
+
 		eg->image = IMAGE_IDLE;
 		eg->image_req = NULL;
+		eg->image_verifying = false;
+		for (op = TAILQ_FIRST(&eg->ops); op; op = next) {
+			next = TAILQ_NEXT(op, entry);
+			if (op->state == EOP_IMAGE_WAIT) {
+				msb_error_set(&op->err, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
+					      "the engine is not reachable to check the egress proxy image");
+				eop_fail(op);
+			}
+		}
 	}
 }
 
@@ -1041,6 +1057,28 @@ static void pool_mark_listing(struct egress *eg, const json_t *list)
 		}
 }
 
+/* The pool anew from a listing (blocks of removed networks come back), plus
+ * the blocks ops in flight hold but the listing may not show yet. */
+static void pool_rebuild(struct egress *eg, const json_t *list)
+{
+	_cleanup_free_ char *err = NULL;
+	struct subnet_pool *pool = subnet_pool_new(eg->d->config->egress_subnet_pool,
+						   (unsigned)eg->d->config->egress_block_prefix, &err);
+	struct egress_op *op;
+
+	if (!pool) {
+		log_warnx("egress: cannot make the subnet pool: %s", err);
+		pool_mark_listing(eg, list);
+		return;
+	}
+	subnet_pool_free(eg->pool);
+	eg->pool = pool;
+	pool_mark_listing(eg, list);
+	TAILQ_FOREACH(op, &eg->ops, entry)
+		if (op->have_block)
+			subnet_pool_mark(eg->pool, op->block.subnet);
+}
+
 static void networks_listed_cb(const struct docker_reply *r, void *arg)
 {
 	struct egress *eg = arg;
@@ -1054,7 +1092,7 @@ static void networks_listed_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	if (ok) {
-		pool_mark_listing(eg, r->body);
+		pool_rebuild(eg, r->body);
 		eg->pool_synced = true;
 		log_debug("egress", "subnet pool: %zu of %zu blocks in use", subnet_pool_used(eg->pool),
 			  subnet_pool_size(eg->pool));
@@ -1147,8 +1185,20 @@ static void proxies_listed_cb(const struct docker_reply *r, void *arg)
 
 void egress_shutdown(struct egress *eg)
 {
-	if (eg)
-		eg->closing = true;
+	struct egress_op *op, *next;
+
+	if (!eg)
+		return;
+	eg->closing = true;
+	/* Ops waiting on a timer, the image, a listing or a drain get no
+	 * cancelled request of their own: end them now (ShuttingDown). */
+	for (op = TAILQ_FIRST(&eg->ops); op; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		if (!op->req && op->state != EOP_DONE) {
+			msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+			eop_fail(op);
+		}
+	}
 }
 
 void egress_resync(struct egress *eg)
@@ -1227,7 +1277,8 @@ static void eop_fail(struct egress_op *op)
 		eop_enter(op, EOP_ROLLBACK_PROXY);
 		return;
 	}
-	if (op->fresh && op->net_id && (op->net_created || op->state == EOP_NET_VERIFY)) {
+	if (op->net_id && (op->net_created || op->fresh)) {
+		/* made by this op (nothing is on it yet), or a fresh sandbox's */
 		eop_enter(op, EOP_ROLLBACK_NET);
 		return;
 	}
@@ -1276,18 +1327,22 @@ static json_t *eop_proxy_config(const struct egress_op *op)
 
 	json_array_append_new(env, json_sprintf("MAF_SANDBOX_ALLOW=%s", op->allow));
 	json_array_append_new(env, json_sprintf("MAF_SANDBOX_PROXY_PORT=%d", EGRESS_PROXY_PORT));
+	/* only its own sandbox's network: not docker0, not the host */
+	json_array_append_new(env, json_sprintf("MAF_SANDBOX_PROXY_LISTEN=%s", op->block.proxy));
 	json_array_append_new(env, json_sprintf("MAF_SANDBOX_PRIVATE_ALLOW=%s",
 						cfg->egress_private_allow ? cfg->egress_private_allow : ""));
 	json_object_set_new(labels, LABEL_ROLE, json_string("proxy"));
 	json_object_set_new(labels, LABEL_KEY_V1, json_string(op->key_v1));
 	json_object_set_new(labels, LABEL_KEY_JSON, json_string(raw));
 	free(raw);
-	host = json_pack("{s:s, s:b, s:[s], s:[s], s:i, s:I, s:b, s:{s:s, s:{s:s, s:s}}}",
+	host = json_pack("{s:s, s:b, s:[s], s:[s], s:i, s:I, s:b, s:{s:s, s:{s:s, s:s}}, s:{s:s, s:s}}",
 			 "NetworkMode", op->net, "ReadonlyRootfs", 1, "CapDrop", "ALL",
 			 "SecurityOpt", "no-new-privileges", "PidsLimit", EGRESS_PROXY_PIDS_LIMIT,
 			 "Memory", (json_int_t)EGRESS_PROXY_MEMORY_BYTES, "Init", 0,
 			 "LogConfig", "Type", "json-file", "Config", "max-size", EGRESS_PROXY_LOG_MAX_SIZE,
-			 "max-file", EGRESS_PROXY_LOG_MAX_FILES);
+			 "max-file", EGRESS_PROXY_LOG_MAX_FILES,
+			 /* a proxy is an endpoint, never a router between its two legs */
+			 "Sysctls", "net.ipv4.ip_forward", "0", "net.ipv6.conf.all.forwarding", "0");
 	netcfg = json_pack("{s:{s:{s:{s:s}, s:[s]}}}", "EndpointsConfig", op->net, "IPAMConfig",
 			   "IPv4Address", op->block.proxy, "Aliases", op->proxy);
 	return json_pack("{s:s, s:o, s:s, s:o, s:b, s:b, s:o, s:o}", "Image", op->eg->image_id, "Env", env,
@@ -1622,6 +1677,12 @@ static void eop_proxy_created(struct egress_op *op, const struct docker_reply *r
 	const char *id = json_string_value(json_object_get(r->body, "Id"));
 
 	if (r->error || r->status != 201 || !id) {
+		if (r->error == 0 && r->status == 404 && op->eg->image == IMAGE_READY) {
+			/* the image was removed behind our back: check (and load) it again next time */
+			log_warnx("egress: the proxy image %.19s is gone; it is made again at the next acquire",
+				  op->eg->image_id);
+			op->eg->image = IMAGE_IDLE;
+		}
 		eop_fail_engine(op, r, "creating its egress proxy");
 		return;
 	}
@@ -1715,7 +1776,7 @@ static void eop_docker_cb(const struct docker_reply *r, void *arg)
 		else
 			egress_proxy_removed(op->eg, op->proxy_id);
 		op->proxy_created = false;
-		if (op->fresh && op->net_id && op->net_created) {
+		if (op->net_id && (op->net_created || op->fresh)) {
 			eop_enter(op, EOP_ROLLBACK_NET);
 			break;
 		}

@@ -77,7 +77,8 @@ void egress_shutdown(struct egress *eg);
 /* The engine is (again) reachable: checks the image, recovers the pool,
  * follows the running proxies. */
 void egress_resync(struct egress *eg);
-/* A proxy binary is configured (names get their allow: part). */
+/* A proxy binary is configured and installed (executable): names get their
+ * allow: part, and an allowlist spec is considered. */
 bool egress_configured(const struct msbd *d);
 /* ... and its image is current: allowlist is declared, observes_egress. */
 bool egress_ready(const struct egress *eg);

@@ -1304,6 +1304,39 @@ END_TEST
 
 /* ---- verification ------------------------------------------------------- */
 
+/* The network and proxy are made before the workload: when the workload
+ * then cannot be made (its image cannot be pulled: a registry on
+ * 127.0.0.1:1, so nothing leaves the machine), they go again. */
+START_TEST(a_failed_acquire_leaves_no_topology)
+{
+	struct msbd_proc d = { 0 };
+	char state[128], scope[96], name[64];
+	struct reply rep;
+	json_t *spec = allow_spec((const char *const[]){ "allowed.test", NULL });
+	int waited;
+
+	state_dir_make(state);
+	daemon_start(&d, state, NULL);
+	daemon_ready(&d, true);
+	scope_of("nopull", scope);
+	json_object_set_new(spec, "image", json_string("127.0.0.1:1/msb-absent:1"));
+	rpc(d.sock, "sandbox.acquire", json_pack("{s:{s:s, s:s, s:s}, s:o}", "key", "scope", scope, "thread_id", "t",
+						  "agent_dir", "a", "spec", spec), &rep);
+	ck_assert_msg(!rep.result, "an acquire of an image that cannot be pulled was served");
+	ck_assert_int_eq(rep.code, 1001);
+	reply_clear(&rep);
+	expected_name(scope, "t", "a", "allow:allowed.test", name);
+	/* the teardown runs after the reply: give it a moment */
+	for (waited = 0; waited < 10000 && (engine_count_containers("maf-sandbox.scope", scope, NULL) ||
+					      engine_count_networks("maf-sandbox.scope", scope, NULL)); waited += 100)
+		usleep(100 * 1000);
+	assert_gone(name);
+	ck_assert_int_eq(engine_count_containers("maf-sandbox.scope", scope, NULL), 0);
+	ck_assert_int_eq(engine_count_networks("maf-sandbox.scope", scope, NULL), 0);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(an_engine_that_ignores_an_isolated_gateway_is_refused)
 {
 	static const char *const allow[] = { "allowed.test", NULL };
@@ -1468,6 +1501,7 @@ static Suite *egress_suite(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, acquire_builds_the_topology_and_teardown_removes_it);
 	tcase_add_test(tc, an_engine_that_ignores_an_isolated_gateway_is_refused);
+	tcase_add_test(tc, a_failed_acquire_leaves_no_topology);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("enforcement");

@@ -373,6 +373,37 @@ START_TEST(overlapping_subnet_takes_the_next_block)
 }
 END_TEST
 
+/* A full pool is read again from the engine, and the blocks of networks
+ * removed since (by anyone) come back. */
+START_TEST(full_pool_is_read_again)
+{
+	struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = image_current() },
+		{ .method = "GET", .path = API "/networks/" NAME "-net", .status = 404, .body = "{\"message\":\"no\"}" },
+		{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE,
+		  .body = "[{\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/27\"}]}}]" },
+		{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE, .body = "[]" },
+		{ .method = "POST", .path = API "/networks/create", .status = 500, .headers = JSON_TYPE,
+		  .body = "{\"message\":\"stop here\"}" },
+	};
+	const struct fake_request *c;
+	json_auto_t *b = NULL;
+
+	free(d.config->egress_subnet_pool);
+	d.config->egress_subnet_pool = xstrdup("10.213.0.0/27");   /* two /28 blocks */
+	ensure_run(script, ELEMENTSOF(script), "inhibit");
+	ck_assert_ptr_nonnull(find_request("GET", API "/networks", 2));   /* inspected, then listed twice */
+	c = find_request("POST", API "/networks/create", 0);
+	ck_assert_ptr_nonnull(c);
+	b = json_loads(c->body, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(
+				json_object_get(b, "IPAM"), "Config"), 0), "Subnet")), "10.213.0.0/28");
+	ck_assert_ptr_nonnull(strstr(ensure_err.message, "stop here"));
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
 /* No image: loaded from the binary, then checked; another ID fails it. */
 START_TEST(absent_image_is_loaded_and_checked)
 {
@@ -412,6 +443,7 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, isolated_with_a_gateway_is_refused);
 	tcase_add_test(tc, overlapping_subnet_takes_the_next_block);
 	tcase_add_test(tc, absent_image_is_loaded_and_checked);
+	tcase_add_test(tc, full_pool_is_read_again);
 	suite_add_tcase(s, tc);
 	return s;
 }

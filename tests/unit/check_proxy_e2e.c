@@ -79,6 +79,23 @@ static void set_timeouts(int fd)
 	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
 }
 
+/* A connection to addr:port (host order), or -errno. */
+static int connect_addr(uint32_t addr, uint16_t port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(addr) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), r;
+
+	ck_assert_int_ge(fd, 0);
+	r = connect(fd, (struct sockaddr *)&sin, sizeof(sin));
+	if (r < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	set_timeouts(fd);
+	return fd;
+}
+
 static int connect_to(uint16_t port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port),
@@ -292,6 +309,7 @@ struct proxy {
 	int out;                /* its stdout */
 	uint16_t port;
 	long idle_ms;           /* > 0: MAF_SANDBOX_PROXY_IDLE_MS */
+	const char *listen;     /* MAF_SANDBOX_PROXY_LISTEN, or NULL */
 	char buf[LINE_MAX_BYTES];
 	size_t have;
 };
@@ -338,8 +356,8 @@ static void proxy_spawn(struct proxy *p, const char *allow, const char *private_
 			const char *resolv)
 {
 	const char *path = getenv("MSB_PROXY");
-	char e_allow[2048], e_port[64], e_priv[256], e_resolv[256], e_idle[64];
-	char *envp[6] = { NULL };
+	char e_allow[2048], e_port[64], e_priv[256], e_resolv[256], e_idle[64], e_listen[96];
+	char *envp[7] = { NULL };
 	char *argv[] = { (char *)"maf-sandbox-egress-proxy", NULL };
 	size_t n = 0;
 	int fds[2];
@@ -362,6 +380,10 @@ static void proxy_spawn(struct proxy *p, const char *allow, const char *private_
 	if (p->idle_ms) {
 		snprintf(e_idle, sizeof(e_idle), "MAF_SANDBOX_PROXY_IDLE_MS=%ld", p->idle_ms);
 		envp[n++] = e_idle;
+	}
+	if (p->listen) {
+		snprintf(e_listen, sizeof(e_listen), "MAF_SANDBOX_PROXY_LISTEN=%s", p->listen);
+		envp[n++] = e_listen;
 	}
 	ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
 	p->pid = fork();
@@ -535,6 +557,24 @@ START_TEST(test_idle_tunnel_is_closed)
 	snprintf(line, sizeof(line), "ALLOW 127.0.0.1:%u", (unsigned)target_port);
 	proxy_stop_expect(&proxy, want);
 	proxy.idle_ms = 0;
+}
+END_TEST
+
+/* MAF_SANDBOX_PROXY_LISTEN: that address only (the daemon gives it the
+ * proxy's address on its sandbox's network, not the outbound leg's). */
+START_TEST(test_listen_address_only)
+{
+	const char *const want[] = { NULL };
+	int fd;
+
+	proxy.listen = "127.0.0.2";
+	proxy_start(&proxy, allow_list, "127.0.0.0/8", dns.resolv, shown_allow());
+	fd = connect_addr(0x7f000002, proxy.port);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(connect_addr(0x7f000001, proxy.port), -ECONNREFUSED);
+	proxy_stop_expect(&proxy, want);
+	proxy.listen = NULL;
 }
 END_TEST
 
@@ -806,6 +846,19 @@ START_TEST(test_bad_config)
 		status = proxy_wait(&proxy);
 		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status %#x", status);
 	}
+	/* a listen address that is not one */
+	{
+		char line[LINE_MAX_BYTES];
+		int status;
+
+		proxy.listen = "localhost";
+		proxy.port = free_port();
+		proxy_spawn(&proxy, "a.example", NULL, NULL);
+		ck_assert(!proxy_line(&proxy, line, sizeof(line)));
+		status = proxy_wait(&proxy);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status %#x", status);
+		proxy.listen = NULL;
+	}
 	/* an idle limit out of range */
 	for (int i = 0; i < 2; i++) {
 		char line[LINE_MAX_BYTES];
@@ -831,6 +884,7 @@ static Suite *proxy_e2e_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_tunnel);
 	tcase_add_test(tc, test_idle_tunnel_is_closed);
+	tcase_add_test(tc, test_listen_address_only);
 	tcase_add_test(tc, test_half_close_upstream);
 	tcase_add_test(tc, test_echo_large);
 	suite_add_tcase(s, tc);
