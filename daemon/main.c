@@ -490,11 +490,18 @@ static void stop(struct msbd_main *m)
 	signal(SIGINT, SIG_IGN);
 	m->d.server = server_free(m->d.server);
 	m->d.events = docker_events_free(m->d.events);
-	/* No timer may start engine work from here on. */
+	/* No timer may start engine work from here on, nor run on what is freed
+	 * below when the loop turns (thaw_wait_cb reads the freeze table). */
 	if (m->d.resync_timer)
 		evtimer_del(m->d.resync_timer);
 	if (m->reap_timer)
 		evtimer_del(m->reap_timer);
+	if (m->thaw_timer)
+		evtimer_del(m->thaw_timer);
+	if (m->drain_timer)
+		evtimer_del(m->drain_timer);
+	if (m->flush_timer)
+		evtimer_del(m->flush_timer);
 	/* Cancels every engine request: operations complete (with ShuttingDown,
 	 * to clients already gone) at the next turn of the loop. */
 	if (m->d.freezes)
@@ -503,8 +510,9 @@ static void stop(struct msbd_main *m)
 	m->d.engine = engine_free(m->d.engine);
 	/* After the engine: claims still queued are failed (-ECANCELED). */
 	m->d.freezes = freeze_table_free(m->d.freezes);
-	/* Twice: an egress op's end completes its acquire at the next turn. */
-	for (int i = 0; i < 2 && m->d.base; i++)
+	/* Callbacks made active while the pass runs (an egress op's end, then
+	 * its acquire's) run in the same pass. */
+	if (m->d.base)
 		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
 	m->d.egress = egress_free(m->d.egress);
 	m->d.acquires = acquire_table_free(m->d.acquires);

@@ -276,6 +276,7 @@ START_TEST(test_archive)
 	free(a2);
 	ck_assert_int_eq(proxyimage_archive(path, "arm64", "maf-sandbox-egress-proxy:1.0", &a2, &l2, id3, &err), 0);
 	ck_assert_str_ne(id1, id3);
+	free(a2);
 	/* Refusals. */
 	ck_assert_int_eq(proxyimage_archive(path, "AMD64\"", "r:1", &a2, &l2, id3, &err), -EINVAL);
 	free(err);
