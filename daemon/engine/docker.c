@@ -625,6 +625,26 @@ static void pull_done_cb(struct engine_req *req, int error, const struct engine_
 	pull_free(p);
 }
 
+/* Starts call (on_data set here) with its JSON-lines reply handed to
+ * progress and its end (or first in-band error) to done: a pull or a load. */
+static int lines_start(struct engine *e, struct engine_call *call, docker_progress_cb *progress,
+		       docker_pull_done_cb *done, void *arg, struct engine_req **ret_req)
+{
+	struct docker_pull *p = xcalloc(1, sizeof(*p));
+	int r;
+
+	p->progress = progress;
+	p->done = done;
+	p->arg = arg;
+	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
+	call->on_data = pull_data_cb;
+	call->data_arg = p;
+	r = engine_call_start(e, call, pull_done_cb, p, ret_req);
+	if (r < 0)
+		pull_free(p);
+	return r;
+}
+
 /* "?fromImage=REPO&tag=TAG" for a ref split as docker splits it (see
  * docker.h), values escaped; NULL for an unusable ref. */
 static char *pull_query(const char *ref)
@@ -655,10 +675,7 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 	_cleanup_free_ char *query = NULL, *path = NULL;
 	struct engine_call call = {
 		.method = "POST", .timeout_ms = timeout_ms, .idle_timeout_ms = idle_timeout_ms,
-		.on_data = pull_data_cb,
 	};
-	struct docker_pull *p;
-	int r;
 
 	if (!e || !done || timeout_ms < 0 || idle_timeout_ms < 0)
 		return -EINVAL;
@@ -666,17 +683,8 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 	if (!query)
 		return -EINVAL;
 	path = xasprintf("/images/create%s", query);
-	p = xcalloc(1, sizeof(*p));
-	p->progress = progress;
-	p->done = done;
-	p->arg = arg;
-	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
 	call.path = path;
-	call.data_arg = p;
-	r = engine_call_start(e, &call, pull_done_cb, p, ret_req);
-	if (r < 0)
-		pull_free(p);
-	return r;
+	return lines_start(e, &call, progress, done, arg, ret_req);
 }
 
 int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
@@ -685,23 +693,12 @@ int docker_image_load(struct engine *e, const void *tar, size_t len, long timeou
 {
 	struct engine_call call = {
 		.method = "POST", .path = "/images/load?quiet=1", .timeout_ms = timeout_ms,
-		.content_type = DOCKER_CONTENT_TYPE_TAR, .body = tar, .body_len = len, .on_data = pull_data_cb,
+		.content_type = DOCKER_CONTENT_TYPE_TAR, .body = tar, .body_len = len,
 	};
-	struct docker_pull *p;
-	int r;
 
 	if (!e || !done || !tar || len == 0 || timeout_ms < 0 || len > DOCKER_MAX_ARCHIVE_PUT)
 		return -EINVAL;
-	p = xcalloc(1, sizeof(*p));
-	p->progress = progress;
-	p->done = done;
-	p->arg = arg;
-	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
-	call.data_arg = p;
-	r = engine_call_start(e, &call, pull_done_cb, p, ret_req);
-	if (r < 0)
-		pull_free(p);
-	return r;
+	return lines_start(e, &call, progress, done, arg, ret_req);
 }
 
 /* ---- the /events follower ----------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include "msb-build.h"
 #include "names.h"
 #include "proxyimage.h"
+#include "reap.h"
 #include "server.h"
 #include "subnet.h"
 #include "xmalloc.h"
@@ -60,6 +61,8 @@ struct egress {
 	bool image_verifying;        /* the inspect after a load */
 	char *image_id;              /* "sha256:..." once READY */
 	char want_id[PROXYIMAGE_DIGEST_BYTES]; /* the image ID the installed binary makes */
+	void *archive;               /* its archive, from the check until loaded or found current */
+	size_t archive_len;
 	char *image_error;
 	struct engine_req *image_req;
 	struct subnet_pool *pool;
@@ -107,12 +110,10 @@ struct follower {
 	size_t line_len;
 	bool line_overflow;
 	/* the cursor: the last published decision's time and its rank there */
-	long long cur_s;
-	long cur_ns;
+	struct reap_time cur;
 	unsigned long cur_n;
 	bool cursor_dirty;
-	long long read_s;            /* this stream's current timestamp and count */
-	long read_ns;
+	struct reap_time read;       /* this stream's current timestamp and count */
 	unsigned long read_n;
 	/* the daemon's log: at most EGRESS_LOG_PER_SECOND decision lines a second */
 	time_t log_second;
@@ -313,8 +314,7 @@ static void cursor_load(struct follower *f)
 	if (!fp)
 		return;
 	if (fscanf(fp, "%lld %ld %lu", &s, &ns, &n) == 3 && ns >= 0 && ns < 1000000000L) {
-		f->cur_s = s;
-		f->cur_ns = ns;
+		f->cur = (struct reap_time){ .s = s, .ns = (int32_t)ns };
 		f->cur_n = n;
 	} else {
 		log_warnx("egress: cursor %s is unreadable; publishing the proxy's log from its start", path);
@@ -336,7 +336,7 @@ static void cursor_save(struct follower *f)
 		log_warn("egress: cannot write cursor %s", tmp);
 		return;
 	}
-	fprintf(fp, "%lld %ld %lu\n", f->cur_s, f->cur_ns, f->cur_n);
+	fprintf(fp, "%lld %ld %lu\n", (long long)f->cur.s, (long)f->cur.ns, f->cur_n);
 	if (fclose(fp) != 0 || rename(tmp, path) < 0) {
 		log_warn("egress: cannot write cursor %s", path);
 		unlink(tmp);
@@ -349,45 +349,6 @@ static void cursor_remove(struct egress *eg, const char *id)
 
 	if (unlink(path) < 0 && errno != ENOENT)
 		log_warn("egress: cannot remove cursor %s", path);
-}
-
-/* "2026-11-29T14:00:00.123456789Z" → seconds and nanoseconds. */
-static int parse_ts(const char *s, size_t len, long long *rs, long *rns)
-{
-	struct tm tm = { 0 };
-	char buf[EGRESS_TS_MAX];
-	const char *p;
-	char *end;
-	long ns = 0;
-	int digits = 0;
-
-	if (len == 0 || len >= sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, s, len);
-	buf[len] = '\0';
-	p = strptime(buf, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!p)
-		return -EINVAL;
-	if (*p == '.') {
-		for (p++; *p >= '0' && *p <= '9'; p++, digits++)
-			if (digits < 9)
-				ns = ns * 10 + (*p - '0');
-		for (int i = digits; i < 9; i++)
-			ns *= 10;
-	}
-	if (strcmp(p, "Z") != 0)
-		return -EINVAL;
-	(void)end;
-	*rs = (long long)timegm(&tm);
-	*rns = ns;
-	return 0;
-}
-
-static int ts_cmp(long long as, long ans, long long bs, long bns)
-{
-	if (as != bs)
-		return as < bs ? -1 : 1;
-	return ans < bns ? -1 : ans > bns;
 }
 
 /* ---- publishing ----------------------------------------------------------- */
@@ -430,12 +391,13 @@ static void follower_line(struct follower *f, const char *line, size_t len)
 	const char *sp = memchr(line, ' ', len);
 	struct egress_decision dec;
 	char ts[EGRESS_TS_MAX];
-	long long s;
-	long ns;
+	struct reap_time t;
 
-	if (!sp || parse_ts(line, (size_t)(sp - line), &s, &ns) < 0)
+	if (!sp || (size_t)(sp - line) >= sizeof(ts))
 		return;
 	snprintf(ts, sizeof(ts), "%.*s", (int)(sp - line), line);
+	if (reap_time_parse(ts, &t) < 0)
+		return;
 	sp++;
 	len -= (size_t)(sp - line);
 	if (egresslog_is_ready(sp, len)) {
@@ -447,17 +409,14 @@ static void follower_line(struct follower *f, const char *line, size_t len)
 	}
 	if (egresslog_parse(sp, len, &dec) != 1)
 		return;
-	if (s != f->read_s || ns != f->read_ns) {
-		f->read_s = s;
-		f->read_ns = ns;
+	if (reap_time_cmp(&t, &f->read) != 0) {
+		f->read = t;
 		f->read_n = 0;
 	}
 	f->read_n++;
-	if (ts_cmp(s, ns, f->cur_s, f->cur_ns) < 0 ||
-	    (ts_cmp(s, ns, f->cur_s, f->cur_ns) == 0 && f->read_n <= f->cur_n))
+	if (reap_time_cmp(&t, &f->cur) < 0 || (reap_time_cmp(&t, &f->cur) == 0 && f->read_n <= f->cur_n))
 		return;   /* published before */
-	f->cur_s = s;
-	f->cur_ns = ns;
+	f->cur = t;
 	f->cur_n = f->read_n;
 	f->cursor_dirty = true;
 	publish(f, &dec, ts);
@@ -524,8 +483,7 @@ static void follower_reset_stream(struct follower *f)
 	f->hdr_have = f->frame_left = 0;
 	f->line_len = 0;
 	f->line_overflow = false;
-	f->read_s = 0;
-	f->read_ns = 0;
+	f->read = (struct reap_time){ 0 };
 	f->read_n = 0;
 }
 
@@ -590,9 +548,9 @@ static void follower_start(struct follower *f)
 	if (f->req)
 		return;   /* one request at a time: a second stream would interleave in the demultiplexer */
 	follower_reset_stream(f);
-	if (f->cur_s > 0)
-		snprintf(since, sizeof(since), "%lld.%09ld", f->cur_s, f->cur_ns);
-	r = docker_container_logs(eg_engine(f->eg), f->id, !f->draining, f->cur_s > 0 ? since : NULL,
+	if (f->cur.s > 0)
+		snprintf(since, sizeof(since), "%lld.%09ld", (long long)f->cur.s, (long)f->cur.ns);
+	r = docker_container_logs(eg_engine(f->eg), f->id, !f->draining, f->cur.s > 0 ? since : NULL,
 				  f->draining ? EGRESS_DRAIN_IDLE_MS : 0, follower_data_cb, follower_done_cb, f,
 				  &f->req);
 	if (r < 0) {
@@ -720,7 +678,7 @@ static struct follower *follower_new(struct egress *eg, const char *id, const ch
 	if (!f->retry_ev || !f->ready_ev)
 		fatalx("%s: cannot create an event", __func__);
 	cursor_load(f);
-	if (f->cur_s > 0)
+	if (f->cur.s > 0)
 		f->ready = true;   /* it has made decisions, so it was listening */
 	TAILQ_INSERT_TAIL(&eg->followers, f, entry);
 	return f;
@@ -960,9 +918,8 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 {
 	struct egress *eg = arg;
 	const char *id = json_string_value(json_object_get(r->body, "Id"));
-	_cleanup_free_ void *tar = NULL;
-	_cleanup_free_ char *err = NULL;
-	size_t len = 0;
+	_cleanup_free_ void *tar = TAKE_PTR(eg->archive);
+	size_t len = eg->archive_len;
 	int ret;
 
 	eg->image_req = NULL;
@@ -991,10 +948,7 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	/* Absent or another binary's: load ours (the tag moves to it). */
-	if (image_archive(eg, &tar, &len, &err) < 0) {
-		image_settle(eg, IMAGE_FAILED, TAKE_PTR(err));
-		return;
-	}
+	assert(tar);
 	log_info("egress: loading the proxy image %s:%s (%.19s)", EGRESS_IMAGE_REPO, image_tag(), eg->want_id);
 	eg->image = IMAGE_LOAD;
 	ret = docker_image_load(eg_engine(eg), tar, len, eg->d->config->pull_timeout_ms, NULL, image_load_done_cb,
@@ -1007,16 +961,16 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 static void image_check(struct egress *eg)
 {
 	_cleanup_free_ char *err = NULL, *ref = NULL;
-	_cleanup_free_ void *tar = NULL;
-	size_t len;
 	int r;
 
 	if (!egress_configured(eg->d) || eg->image == IMAGE_INSPECT || eg->image == IMAGE_LOAD ||
 	    eg->image == IMAGE_READY)
 		return;
 	if (!eg->image_verifying) {
-		/* The ID of what the installed binary makes now. */
-		if (image_archive(eg, &tar, &len, &err) < 0) {
+		/* The ID of what the installed binary makes now (the archive is
+		 * kept for the load, should the engine not have it). */
+		free(TAKE_PTR(eg->archive));
+		if (image_archive(eg, &eg->archive, &eg->archive_len, &err) < 0) {
 			image_settle(eg, IMAGE_FAILED, TAKE_PTR(err));
 			return;
 		}
@@ -1030,6 +984,7 @@ static void image_check(struct egress *eg)
 		eg->image = IMAGE_IDLE;
 		eg->image_req = NULL;
 		eg->image_verifying = false;
+		free(TAKE_PTR(eg->archive));
 		for (op = TAILQ_FIRST(&eg->ops); op; op = next) {
 			next = TAILQ_NEXT(op, entry);
 			if (op->state == EOP_IMAGE_WAIT) {
@@ -1964,6 +1919,7 @@ struct egress *egress_free(struct egress *eg)
 	subnet_pool_free(eg->pool);
 	free(eg->image_id);
 	free(eg->image_error);
+	free(eg->archive);
 	free(eg->cursor_dir);
 	free(eg);
 	return NULL;
