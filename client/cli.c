@@ -156,8 +156,8 @@ struct cli_cmd {
 static const char options_help[] =
 	"Options (before or after the command):\n"
 	"  -s, --socket PATH      the daemon's socket (default: $MAF_SANDBOX_SOCKET; else\n"
-	"                         " MSB_DEFAULT_SOCKET " as root; else\n"
-	"                         $XDG_RUNTIME_DIR/maf-sandbox.sock)\n"
+	"                         $XDG_RUNTIME_DIR/maf-sandbox.sock if a non-root user\n"
+	"                         runs a daemon there; else " MSB_DEFAULT_SOCKET ")\n"
 	"  -j, --json             print the daemon's result as JSON\n"
 	"  -t, --timeout SECONDS  give up on a call after SECONDS (default 120; 0 = never)\n"
 	"  -h, --help             show this help and exit\n"
@@ -393,14 +393,8 @@ static int cli_connect(const struct cli_opts *opts, struct msb_conn **ret_conn)
 	const char *path = opts->socket;
 	int r;
 
-	if (!path) {
+	if (!path)
 		path = dflt = msb_default_socket_path();
-		if (!path) {
-			fprintf(stderr, "maf-sandbox: no socket to connect to: set MAF_SANDBOX_SOCKET "
-				"or XDG_RUNTIME_DIR, or use --socket\n");
-			return CLI_EXIT_CONNECT;
-		}
-	}
 	r = msb_connect(path, ret_conn);
 	if (r == MSB_E_INVAL)
 		return usage_error(NULL, "invalid socket path '%s' (empty or too long)", path);

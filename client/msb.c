@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,10 +65,18 @@ char *msb_default_socket_path(void)
 		return xstrdup(env);
 	if (geteuid() == 0)
 		return xstrdup(MSB_DEFAULT_SOCKET);
+	/* A daemon the user runs itself, when there is one; else the system's
+	 * (which a member of its socket group may use). */
 	env = getenv("XDG_RUNTIME_DIR");
-	if (env && *env)
-		return xasprintf("%s/%s", env, MSB_SOCKET_NAME);
-	return NULL;
+	if (env && *env) {
+		char *own = xasprintf("%s/%s", env, MSB_SOCKET_NAME);
+		struct stat st;
+
+		if (lstat(own, &st) == 0 && S_ISSOCK(st.st_mode))
+			return own;
+		free(own);
+	}
+	return xstrdup(MSB_DEFAULT_SOCKET);
 }
 
 static int socket_connect(const char *path)
@@ -101,13 +110,8 @@ int msb_connect(const char *path, struct msb_conn **ret_conn)
 
 	if (!ret_conn)
 		return MSB_E_INVAL;
-	if (!path) {
+	if (!path)
 		path = dflt = msb_default_socket_path();
-		if (!path) {
-			errno = ENOENT;
-			return MSB_E_CONNECT;
-		}
-	}
 	fd = socket_connect(path);
 	if (fd < 0)
 		return fd;

@@ -49,8 +49,9 @@ const char *msb_strerror(int err);
 
 /* The default socket: $MAF_SANDBOX_SOCKET if set and non-empty; else
  * /run/maf-sandbox.sock when the effective uid is 0; else
- * $XDG_RUNTIME_DIR/maf-sandbox.sock when XDG_RUNTIME_DIR is set and
- * non-empty; else NULL. Returns a malloc'd string the caller frees. */
+ * $XDG_RUNTIME_DIR/maf-sandbox.sock when XDG_RUNTIME_DIR is set and a socket
+ * is there (a daemon the user runs); else /run/maf-sandbox.sock (the
+ * system daemon, open to its socket group). Never NULL; the caller frees it. */
 char *msb_default_socket_path(void);
 
 /* Connects to path (borrowed; NULL = msb_default_socket_path()). On MSB_OK

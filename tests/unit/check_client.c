@@ -867,22 +867,30 @@ END_TEST
 
 struct default_path_row {
 	const char *socket_env;  /* MAF_SANDBOX_SOCKET; NULL = unset */
-	const char *xdg_env;     /* XDG_RUNTIME_DIR; NULL = unset */
+	const char *xdg_env;     /* XDG_RUNTIME_DIR; NULL = unset; "@own": a directory with a
+				  * socket maf-sandbox.sock in it; "@none": one without; "@file":
+				  * one with a regular file of that name */
 	bool root;               /* effective uid 0 */
-	const char *want;        /* NULL = no default */
+	const char *want;        /* "@own": that directory's socket */
 };
+
+#define SYSTEM_SOCKET MSB_DEFAULT_SOCKET
 
 static const struct default_path_row default_path_rows[] = {
 	{ "/tmp/a.sock", NULL, false, "/tmp/a.sock" },
-	{ "/tmp/a.sock", "/run/user/1000", false, "/tmp/a.sock" },
-	{ "/tmp/a.sock", "/run/user/1000", true, "/tmp/a.sock" },
-	{ "", "/run/user/1000", false, "/run/user/1000/maf-sandbox.sock" },
-	{ "", NULL, true, "/run/maf-sandbox.sock" },
-	{ NULL, NULL, true, "/run/maf-sandbox.sock" },
-	{ NULL, "/run/user/1000", true, "/run/maf-sandbox.sock" },
-	{ NULL, "/run/user/1000", false, "/run/user/1000/maf-sandbox.sock" },
-	{ NULL, "", false, NULL },
-	{ NULL, NULL, false, NULL },
+	{ "/tmp/a.sock", "@own", false, "/tmp/a.sock" },
+	{ "/tmp/a.sock", "@own", true, "/tmp/a.sock" },
+	{ "", "@own", false, "@own" },
+	{ "", NULL, true, SYSTEM_SOCKET },
+	{ NULL, NULL, true, SYSTEM_SOCKET },
+	{ NULL, "@own", true, SYSTEM_SOCKET },
+	{ NULL, "@own", false, "@own" },
+	/* No daemon of the user's own: the system's, which its group may use. */
+	{ NULL, "@none", false, SYSTEM_SOCKET },
+	{ NULL, "@file", false, SYSTEM_SOCKET },
+	{ NULL, "/nonexistent-runtime-dir", false, SYSTEM_SOCKET },
+	{ NULL, "", false, SYSTEM_SOCKET },
+	{ NULL, NULL, false, SYSTEM_SOCKET },
 };
 
 static void env_put(const char *name, const char *value)
@@ -897,39 +905,53 @@ START_TEST(test_default_socket_path)
 {
 	const struct default_path_row *row = &default_path_rows[_i];
 	bool was_root = geteuid() == 0;
-	char *path;
+	char dir[64] = "", own[128] = "", *path;
+	const char *xdg = row->xdg_env;
 
 	/* A row for root can only run as root; a row for another user drops
 	 * the effective uid for the call when the suite runs as root. */
 	if (row->root && !was_root)
 		return;
+	if (xdg && xdg[0] == '@') {
+		tmpdir_make(dir, sizeof(dir));
+		ck_assert_int_eq(chmod(dir, 0755), 0);  /* searchable by the unprivileged uid */
+		snprintf(own, sizeof(own), "%s/maf-sandbox.sock", dir);
+		if (strcmp(xdg, "@own") == 0)
+			close(socket_at(own, false));
+		else if (strcmp(xdg, "@file") == 0)
+			close(open(own, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+		xdg = dir;
+	}
 	env_put("MAF_SANDBOX_SOCKET", row->socket_env);
-	env_put("XDG_RUNTIME_DIR", row->xdg_env);
+	env_put("XDG_RUNTIME_DIR", xdg);
 	if (!row->root && was_root)
 		ck_assert_int_eq(seteuid(UNPRIVILEGED_UID), 0);
 	path = msb_default_socket_path();
 	if (!row->root && was_root)
 		ck_assert_int_eq(seteuid(0), 0);
-	ck_assert_pstr_eq(path, row->want);
+	ck_assert_str_eq(path, strcmp(row->want, "@own") == 0 ? own : row->want);
 	free(path);
+	if (dir[0]) {
+		unlink(own);
+		ck_assert_int_eq(rmdir(dir), 0);
+	}
 }
 END_TEST
 
-START_TEST(test_connect_no_default)
+/* Nothing listens on the default: a connection error, nothing left open. */
+START_TEST(test_connect_default_nobody_listens)
 {
-	bool was_root = geteuid() == 0;
 	struct msb_conn *conn = NULL;
-	int rc;
+	char dir[64], path[128];
+	int fds = count_fds();
 
-	unsetenv("MAF_SANDBOX_SOCKET");
-	unsetenv("XDG_RUNTIME_DIR");
-	if (was_root)
-		ck_assert_int_eq(seteuid(UNPRIVILEGED_UID), 0);
-	rc = msb_connect(NULL, &conn);
-	if (was_root)
-		ck_assert_int_eq(seteuid(0), 0);
-	ck_assert_int_eq(rc, MSB_E_CONNECT);
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/nobody.sock", dir);
+	env_put("MAF_SANDBOX_SOCKET", path);
+	ck_assert_int_eq(msb_connect(NULL, &conn), MSB_E_CONNECT);
 	ck_assert_ptr_null(conn);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -2109,7 +2131,7 @@ static Suite *client_suite(void)
 	tcase_add_loop_test(tc, test_connect_fails, 0, ELEMENTSOF(connect_rows));
 	tcase_add_test(tc, test_connect_bad_path);
 	tcase_add_test(tc, test_connect_default_path);
-	tcase_add_test(tc, test_connect_no_default);
+	tcase_add_test(tc, test_connect_default_nobody_listens);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("default_socket_path");
