@@ -80,28 +80,28 @@ static const struct config_key config_keys[] = {
 	K("events.max_backlog_bytes", CONFIG_SIZE, events_max_backlog_bytes, 4096, 1LL << 30, false, "events a subscriber may leave unread before it is dropped"),
 	K("reap.max_age_s", CONFIG_LONG, reap_max_age_s, 0, 315360000, false, "timed sweep: remove sandboxes older than this (0: off)"),
 	K("reap.interval_s", CONFIG_LONG, reap_interval_s, 1, 86400000, false, "timed sweep: how often"),
+	K("freeze.lock_file", CONFIG_STRING, freeze_lock_file, 0, 0, true, "host-wide lock file every maf-sandboxd on the host shares, so none thaws a container another holds frozen"),
 };
 
-static const char *default_socket_path(void)
+/* root's path, or name in $XDG_RUNTIME_DIR; NULL without it. malloc'd. */
+static char *default_runtime_path(const char *root_path, const char *name)
 {
-	static char buf[PATH_MAX];
 	const char *xdg;
 
 	if (geteuid() == 0)
-		return MSB_DEFAULT_SOCKET;
+		return xstrdup(root_path);
 	xdg = getenv("XDG_RUNTIME_DIR");
 	if (!xdg || !*xdg)
 		return NULL;
-	snprintf(buf, sizeof(buf), "%s/maf-sandbox.sock", xdg);
-	return buf;
+	return xasprintf("%s/%s", xdg, name);
 }
 
 struct msbd_config *config_new_defaults(void)
 {
 	struct msbd_config *cfg = xcalloc(1, sizeof(*cfg));
-	const char *path = default_socket_path();
 
-	cfg->socket_path = path ? xstrdup(path) : NULL;
+	cfg->socket_path = default_runtime_path(MSB_DEFAULT_SOCKET, "maf-sandbox.sock");
+	cfg->freeze_lock_file = default_runtime_path(MSB_DEFAULT_FREEZE_LOCK_FILE, MSB_FREEZE_LOCK_USER_NAME);
 	cfg->socket_mode = MSB_SOCKET_MODE;
 	cfg->engine_timeout_ms = MSB_ENGINE_TIMEOUT_MS;
 	cfg->engine_reconnect_min_ms = MSB_ENGINE_RECONNECT_MIN_MS;
@@ -150,6 +150,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->egress_private_allow);
 	free(cfg->egress_gateway_mode);
 	free(cfg->egress_state_dir);
+	free(cfg->freeze_lock_file);
 	free(cfg->file);
 	free(cfg);
 	return NULL;
@@ -392,6 +393,13 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 		*reterr_message = xasprintf("socket.path is longer than a Unix socket path may be "
 					    "(107 bytes): %s", cfg->socket_path);
 		return -ENAMETOOLONG;
+	}
+	if (!cfg->freeze_lock_file || cfg->freeze_lock_file[0] != '/') {
+		*reterr_message = xstrdup(cfg->freeze_lock_file ?
+			"freeze.lock_file must be an absolute path" :
+			"freeze.lock_file is not set: give --set freeze.lock_file=PATH, the same for every "
+			"maf-sandboxd on this host (the default needs root, or XDG_RUNTIME_DIR)");
+		return -EINVAL;
 	}
 	if (!cfg->exec_on_timeout || (strcmp(cfg->exec_on_timeout, "kill") && strcmp(cfg->exec_on_timeout, "dispose"))) {
 		*reterr_message = xasprintf("exec.on_timeout must be kill or dispose, not \"%s\"",

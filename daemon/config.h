@@ -53,6 +53,7 @@ struct msbd_config {
 	size_t events_max_backlog_bytes; /* events.max_backlog_bytes: unread events per subscriber */
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
+	char *freeze_lock_file;     /* freeze.lock_file: the host-wide freeze lock (hostlock.h) */
 	bool debug;                 /* log.debug */
 	char *file;                 /* the file read, or NULL */
 };
@@ -79,6 +80,11 @@ struct msbd_cmdline {
 #define MSB_EGRESS_READY_TIMEOUT_MS 10000
 #define MSB_EGRESS_STATE_DIR        "/var/lib/maf-sandbox"
 #define MSB_EVENTS_MAX_BACKLOG_BYTES (4u * 1024 * 1024)
+/* freeze.lock_file when root; otherwise $XDG_RUNTIME_DIR/MSB_FREEZE_LOCK_USER_NAME
+ * (unset without XDG_RUNTIME_DIR, like socket.path). Every daemon on the
+ * host must name the same file for their freezes to keep apart. */
+#define MSB_DEFAULT_FREEZE_LOCK_FILE "/run/maf-sandbox/freeze.lock"
+#define MSB_FREEZE_LOCK_USER_NAME    "maf-sandbox-freeze.lock"
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

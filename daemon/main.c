@@ -19,6 +19,7 @@
 #include "fileop.h"
 #include "egress.h"
 #include "freeze.h"
+#include "hostlock.h"
 #include "reap.h"
 #include "registry.h"
 #include "log.h"
@@ -39,6 +40,7 @@ struct msbd_main {
 	struct event *reap_timer;
 	bool reap_running;
 	bool stopping;
+	struct hostlock *hostlock;      /* freeze.lock_file: outlives the freeze table */
 };
 
 static void usage(FILE *out)
@@ -162,23 +164,31 @@ static void thaw_done_cb(struct freeze_claim *claim, int error, const struct fre
 	(void)claim;
 	if (error == 0)
 		log_info("sandbox %.12s: thawed; a previous daemon left it frozen", id);
+	else if (error == -EAGAIN)
+		/* A live daemon's file call: it thaws the container itself. */
+		log_info("sandbox %.12s: left frozen: another maf-sandboxd on this host holds it", id);
 	else if (error != -ECANCELED)
 		log_warnx("%s", f && f->message ? f->message : strerror(-error));
 	free(id);
 }
 
-/* A container found paused that no claim of ours holds was frozen by a
- * dead daemon: thaw it, under its lock, so a freeze of ours is never lifted. */
+/* A container found paused that no claim of ours holds, and no other live
+ * maf-sandboxd on this host (its host lock), was frozen by a dead daemon:
+ * thaw it, under its lock, so a freeze of ours or theirs is never lifted. */
 static void thaw_orphans(struct msbd *d)
 {
 	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
 		char *id;
+		int r;
 
 		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->acquires, sb->name) ||
 		    freeze_is_held(d->freezes, sb->id))
 			continue;
 		id = xstrdup(sb->id);
-		if (freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, id, NULL) < 0)
+		r = freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, id, NULL);
+		if (r == -EAGAIN || r == -ENOLCK)
+			thaw_done_cb(NULL, r, NULL, id);   /* the host lock refused it: say so */
+		else if (r < 0)
 			free(id);
 	}
 }
@@ -440,6 +450,14 @@ static int start(struct msbd_main *m)
 	_cleanup_free_ char *err = NULL;
 	struct engine_options eo = engine_options_from(m->d.config);
 
+	/* Without it a freeze of ours could be lifted by another daemon's start,
+	 * and ours could lift theirs: a daemon that cannot keep its freezes
+	 * apart does not run. */
+	if (hostlock_open(m->d.config->freeze_lock_file, &m->hostlock, &err) < 0) {
+		log_warnx("cannot open the freeze lock file (freeze.lock_file): %s", err);
+		return -EIO;
+	}
+	log_debug("op", "freeze lock file %s", m->d.config->freeze_lock_file);
 	if (engine_endpoint_resolve(m->d.config->engine_host, &ep, &err) < 0) {
 		log_warnx("cannot resolve the Docker endpoint: %s", err);
 		return -EINVAL;
@@ -454,6 +472,7 @@ static int start(struct msbd_main *m)
 	m->d.acquires = acquire_table_new();
 	m->d.freezes = freeze_table_new();
 	freeze_table_set_base(m->d.freezes, m->d.base);
+	freeze_table_set_hostlock(m->d.freezes, m->hostlock);
 	m->d.fileops = fileop_table_new();
 	m->d.egress = egress_new(&m->d);
 	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
@@ -508,8 +527,10 @@ static void stop(struct msbd_main *m)
 		freeze_table_cancel_retries(m->d.freezes);
 	egress_shutdown(m->d.egress);
 	m->d.engine = engine_free(m->d.engine);
-	/* After the engine: claims still queued are failed (-ECANCELED). */
+	/* After the engine: claims still queued are failed (-ECANCELED). Then
+	 * the host lock they borrowed (the kernel would drop it at exit anyway). */
 	m->d.freezes = freeze_table_free(m->d.freezes);
+	m->hostlock = hostlock_free(m->hostlock);
 	/* Callbacks made active while the pass runs (an egress op's end, then
 	 * its acquire's) run in the same pass. */
 	if (m->d.base)

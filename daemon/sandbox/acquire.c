@@ -72,6 +72,11 @@ struct acq_waiter {
 #define ACQ_NEEDS_WORKDIR (MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_FILES_IN) | MSB_BIT(MSB_CAP_FILES_OUT) | \
 			   MSB_BIT(MSB_CAP_FILES_LIST) | MSB_BIT(MSB_CAP_FILES_DELETE) | \
 			   MSB_BIT(MSB_CAP_HOST_TOOLS))
+/* A paused container another maf-sandboxd on this host holds frozen (its
+ * host lock: a file call of its own, which ends within its copy) is waited
+ * for this long, asking every FREEZE_HOST_RETRY_MS, before the acquire is
+ * refused SandboxFreezeFailed "held elsewhere" (a retry may then succeed). */
+#define ACQ_HELD_ELSEWHERE_WAIT_MS 10000
 /* Refused when the guest's uid cannot be resolved (behaviour-docker §2.1 step 14). */
 #define ACQ_NEEDS_IDENTITY (MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_HOST_TOOLS))
 
@@ -720,6 +725,14 @@ static void acq_thaw_cb(struct freeze_claim *claim, int error, const struct free
 		acq_complete(op, ACQ_FAILED);
 		return;
 	}
+	if (error == -EAGAIN) {
+		/* Never thawed under another live daemon's file call. */
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "held elsewhere"),
+			      "sandbox %s is held frozen by another maf-sandboxd on this host, still after "
+			      "%d ms; it was left frozen; try again", op->name, ACQ_HELD_ELSEWHERE_WAIT_MS);
+		acq_fail(op);
+		return;
+	}
 	if (error < 0) {
 		log_warnx("%s", f && f->message ? f->message : strerror(-error));
 		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
@@ -803,8 +816,14 @@ static void acq_enter(struct acquire_op *op, enum acq_state state)
 		r = docker_container_inspect(e, op->name, acq_docker_cb, op, &op->req);
 		break;
 	case ACQ_UNPAUSE:
-		/* Under the container's lock: never lifts a freeze of ours. */
-		r = freeze_table_thaw_orphan(op->d->freezes, e, op->id, acq_thaw_cb, op, NULL);
+		/* Under the container's lock: never lifts a freeze of ours; under
+		 * its host lock, none of another daemon's (it waits for that). */
+		r = freeze_table_thaw_orphan_wait(op->d->freezes, e, op->id, ACQ_HELD_ELSEWHERE_WAIT_MS,
+						  acq_thaw_cb, op, NULL);
+		if (r == -EAGAIN || r == -ENOLCK) {
+			acq_thaw_cb(NULL, r, NULL, op);   /* the host lock refused it at once */
+			return;
+		}
 		break;
 	case ACQ_OS_CHECK:
 		r = docker_version(e, acq_docker_cb, op, &op->req);

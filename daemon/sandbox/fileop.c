@@ -875,6 +875,15 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
 			      "something else has paused the sandbox; the next acquire thaws it");
 		break;
+	case -EAGAIN:
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "held elsewhere"),
+			      "another maf-sandboxd on this host holds the sandbox frozen for a file call of "
+			      "its own; try again");
+		break;
+	case -ENOLCK:
+		msb_error_set(&op->err, MSB_ERR_INTERNAL, NULL,
+			      "the daemon could not take its host freeze lock (freeze.lock_file)");
+		break;
 	case -EIO:
 		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED,
 			      json_pack("{s:s, s:i}", "reason", "refused", "engine_status", (int)(f ? f->status : 0)),

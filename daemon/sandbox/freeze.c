@@ -8,7 +8,11 @@
  * acquires again from its callback queues behind whoever is still waiting.
  *
  * The owed callback lives in claim->cb (granted; then thawed or the orphan
- * thaw's done) and is cleared as it fires: it fires at most once. */
+ * thaw's done) and is cleared as it fires: it fires at most once.
+ *
+ * The host lock is taken in claim_start (and by a blocked orphan thaw's
+ * retries) and given back in claim_finish / claim_drop, the only ways a
+ * claim ends: claim->host_held says it is ours to give back. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -23,6 +27,7 @@
 #include "docker.h"
 #include "errors.h"
 #include "freeze.h"
+#include "hostlock.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -47,6 +52,10 @@ struct freeze_claim {
 	bool stale;                    /* stale_since is set */
 	struct timespec stale_since;   /* CLOCK_MONOTONIC: the first stale answer */
 	long paused_at_ms;             /* CLOCK_MONOTONIC ms when our pause was confirmed */
+	bool host_held;                /* we hold the host lock of the container */
+	int host_error;                /* < 0: the host lock refused this claim */
+	long host_wait_ms;             /* an orphan thaw's budget for a host lock held elsewhere */
+	struct timespec blocked_since; /* CLOCK_MONOTONIC: when it first found it held */
 };
 
 struct freeze_lock {
@@ -68,6 +77,7 @@ struct freeze_table {
 	uint64_t generation;           /* the last confirmed hold's tick */
 	bool dead;                     /* freeze_table_free is running */
 	struct event_base *base;       /* for retries; NULL: none */
+	struct hostlock *host;         /* borrowed; NULL: no host lock */
 	json_t *unpaused_at;           /* id → CLOCK_MONOTONIC ms of our last thaw of a hold */
 };
 
@@ -76,6 +86,7 @@ static const char *const claim_state_names[_FREEZE_CLAIM_STATE_MAX] = {
 	[FREEZE_CLAIM_PAUSING] = "pausing",
 	[FREEZE_CLAIM_HELD] = "held",
 	[FREEZE_CLAIM_THAWING] = "thawing",
+	[FREEZE_CLAIM_BLOCKED] = "blocked",
 	[FREEZE_CLAIM_DONE] = "done",
 };
 
@@ -87,6 +98,8 @@ static const char *const reason_names[_FREEZE_REASON_MAX] = {
 	[FREEZE_REASON_TIMEOUT] = "timeout",
 	[FREEZE_REASON_UNREACHABLE] = "unreachable",
 	[FREEZE_REASON_CANCELLED] = "cancelled",
+	[FREEZE_REASON_HELD_ELSEWHERE] = "held-elsewhere",
+	[FREEZE_REASON_HOST_LOCK] = "host-lock",
 };
 
 static const char *freeze_kind_to_string(enum freeze_kind k)
@@ -225,12 +238,22 @@ static void claim_set_state(struct freeze_claim *c, enum freeze_claim_state s)
 	c->state = s;
 }
 
-/* Off the queue; freed by the last claim_leave. */
+/* Gives the host lock back, if this claim holds it. */
+static void claim_release_host(struct freeze_claim *c)
+{
+	if (!c->host_held)
+		return;
+	c->host_held = false;
+	hostlock_release(c->lock->table->host, c->lock->id);
+}
+
+/* Off the queue, the host lock given back; freed by the last claim_leave. */
 static void claim_finish(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
 
 	assert(c->state != FREEZE_CLAIM_DONE && !c->req);
+	claim_release_host(c);
 	TAILQ_REMOVE(&l->claims, c, entry);
 	l->n_claims--;
 	l->table->n_claims--;
@@ -370,6 +393,34 @@ static void claim_fail(struct freeze_claim *c, const struct docker_reply *r, boo
 	claim_notify(c, error, &f);
 }
 
+/* Tells the owner the host lock refused c (c->host_error): held by
+ * another maf-sandboxd on this host, or not to be had. Nothing was asked
+ * of the engine. */
+static void claim_fail_host(struct freeze_claim *c)
+{
+	struct freeze_table *t = c->lock->table;
+	const char *id = c->lock->id;
+	struct freeze_failure f = { 0 };
+	_cleanup_free_ char *msg = NULL;
+
+	assert(c->host_error < 0);
+	if (c->host_error == -EAGAIN) {
+		f.reason = FREEZE_REASON_HELD_ELSEWHERE;
+		msg = c->kind == FREEZE_KIND_HOLD ?
+			xasprintf("could not freeze %s for a file call: another maf-sandboxd on this host "
+				  "holds it frozen", id) :
+			xasprintf("left %s frozen: another maf-sandboxd on this host holds it frozen", id);
+	} else {
+		f.reason = FREEZE_REASON_HOST_LOCK;
+		msg = xasprintf("could not %s %s: the host freeze lock %s cannot be taken",
+				c->kind == FREEZE_KIND_HOLD ? "freeze" : "thaw", id,
+				hostlock_path(t->host) ? hostlock_path(t->host) : "");
+	}
+	log_debug("op", "%s", msg);
+	f.message = msg;
+	claim_notify(c, c->host_error, &f);
+}
+
 /* Tells the owner a claim was cancelled (freeze_cancel). */
 static void claim_notify_cancelled(struct freeze_claim *c)
 {
@@ -458,13 +509,41 @@ static int claim_thaw(struct freeze_claim *c)
 	return r;
 }
 
-/* Its turn: a hold pauses, an orphan thaw unpauses. < 0: not started. */
+/* Takes the host lock for c: 0, or c->host_error: -EAGAIN (another
+ * process holds it) or -ENOLCK (any other failure, logged). */
+static int claim_take_host(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+	int r;
+
+	assert(!c->host_held);
+	r = hostlock_try(l->table->host, l->id);
+	if (r < 0 && r != -EAGAIN) {
+		log_warnx("%s: cannot take the host freeze lock of %s in %s: %s", __func__, l->id,
+			  hostlock_path(l->table->host), strerror(-r));
+		r = -ENOLCK;
+	}
+	c->host_error = r < 0 ? r : 0;
+	c->host_held = r == 0;
+	return r;
+}
+
+static bool claim_block(struct freeze_claim *c);
+
+/* Its turn: the host lock, then a hold pauses, an orphan thaw unpauses.
+ * < 0: not started (c->host_error < 0 if the host lock refused it); 0 with
+ * c BLOCKED: an orphan thaw waits for the host lock. */
 static int claim_start(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
 	int r;
 
 	assert(c->state == FREEZE_CLAIM_WAITING && TAILQ_FIRST(&l->claims) == c);
+	r = claim_take_host(c);
+	if (r == -EAGAIN && claim_block(c))
+		return 0;
+	if (r < 0)
+		return r;
 	if (c->kind == FREEZE_KIND_HOLD) {
 		claim_set_state(c, FREEZE_CLAIM_PAUSING);
 		r = docker_container_pause(c->e, l->id, pause_done_cb, c, &c->req);
@@ -489,18 +568,25 @@ static void lock_advance(struct freeze_lock *l)
 	l->advancing = true;
 	while ((c = TAILQ_FIRST(&l->claims)) && c->state == FREEZE_CLAIM_WAITING) {
 		struct docker_reply fr = { 0 };
+		bool host_refused;
 
 		claim_enter(c);
 		fr.error = claim_start(c);
+		host_refused = c->host_error < 0;
 		if (fr.error < 0) {
 			claim_finish(c);
-			claim_fail(c, &fr, c->kind == FREEZE_KIND_THAW);
+			if (host_refused)
+				claim_fail_host(c);
+			else
+				claim_fail(c, &fr, c->kind == FREEZE_KIND_THAW);
 		}
 		claim_leave(c);
-		if (fr.error < 0) {
+		if (fr.error < 0 && !host_refused) {
+			/* the engine refuses: so it would for every waiter */
 			lock_fail_waiters(l, fr.error);
 			break;
 		}
+		/* the host lock refused only that claim: the next asks for itself */
 	}
 	l->advancing = false;
 	lock_leave(l);
@@ -569,6 +655,7 @@ static void pause_cancelled_by_engine(struct freeze_claim *c, const struct docke
 }
 
 static bool claim_retry_stale(struct freeze_claim *c);
+static void claim_retry_cb(evutil_socket_t fd, short what, void *arg);
 
 /* What a pause's answer means for c (PAUSING, no request in flight). */
 static void pause_outcome(struct freeze_claim *c, const struct docker_reply *r)
@@ -641,6 +728,57 @@ static long elapsed_ms(const struct timespec *since)
 	return (now.tv_sec - since->tv_sec) * 1000 + (now.tv_nsec - since->tv_nsec) / 1000000;
 }
 
+/* A blocked orphan thaw asks for the host lock again: got it → the unpause;
+ * still held elsewhere and within its budget → later; else it fails. */
+static void claim_retry_host(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+	struct timeval tv = { FREEZE_HOST_RETRY_MS / 1000, (FREEZE_HOST_RETRY_MS % 1000) * 1000 };
+	struct docker_reply fr = { 0 };
+	int r = claim_take_host(c);
+
+	if (r == -EAGAIN && elapsed_ms(&c->blocked_since) < c->host_wait_ms) {
+		evtimer_add(c->retry_ev, &tv);
+		return;
+	}
+	if (r < 0) {
+		claim_finish(c);
+		claim_fail_host(c);
+		lock_advance(l);
+		return;
+	}
+	log_debug("op", "freeze %.64s: the host lock is free again; thawing", l->id);
+	claim_set_state(c, FREEZE_CLAIM_THAWING);
+	fr.error = docker_container_unpause(c->e, l->id, unpause_done_cb, c, &c->req);
+	if (fr.error < 0) {
+		c->req = NULL;
+		thaw_finished(c, &fr);
+	}
+}
+
+/* An orphan thaw with a budget, its host lock held elsewhere: BLOCKED, to
+ * ask again every FREEZE_HOST_RETRY_MS. False: it cannot wait (no budget,
+ * no event base). */
+static bool claim_block(struct freeze_claim *c)
+{
+	struct freeze_table *t = c->lock->table;
+	struct timeval tv = { FREEZE_HOST_RETRY_MS / 1000, (FREEZE_HOST_RETRY_MS % 1000) * 1000 };
+
+	if (c->kind != FREEZE_KIND_THAW || c->host_wait_ms <= 0 || !t->base)
+		return false;
+	if (!c->retry_ev) {
+		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
+		if (!c->retry_ev)
+			return false;
+	}
+	log_debug("op", "freeze %.64s: another maf-sandboxd on this host holds it frozen; waiting up to "
+		  "%ld ms to thaw it", c->lock->id, c->host_wait_ms);
+	clock_gettime(CLOCK_MONOTONIC, &c->blocked_since);
+	claim_set_state(c, FREEZE_CLAIM_BLOCKED);
+	evtimer_add(c->retry_ev, &tv);
+	return true;
+}
+
 static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct freeze_claim *c = arg;
@@ -662,6 +800,8 @@ static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 			c->req = NULL;
 			thaw_finished(c, &fr);
 		}
+	} else if (c->state == FREEZE_CLAIM_BLOCKED) {
+		claim_retry_host(c);
 	}
 	claim_leave(c);
 }
@@ -693,6 +833,11 @@ static bool claim_retry_stale(struct freeze_claim *c)
 void freeze_table_set_base(struct freeze_table *t, struct event_base *base)
 {
 	t->base = base;
+}
+
+void freeze_table_set_hostlock(struct freeze_table *t, struct hostlock *h)
+{
+	t->host = h;
 }
 
 void freeze_table_cancel_retries(struct freeze_table *t)
@@ -727,7 +872,7 @@ void freeze_table_cancel_retries(struct freeze_table *t)
 /* ---- the public calls ----------------------------------------------------------------- */
 
 static int claim_new(struct freeze_table *t, struct engine *e, const char *id, enum freeze_kind kind,
-		     freeze_cb *cb, void *arg, struct freeze_claim **ret_claim)
+		     long wait_ms, freeze_cb *cb, void *arg, struct freeze_claim **ret_claim)
 {
 	struct freeze_lock *l;
 	struct freeze_claim *c;
@@ -745,7 +890,8 @@ static int claim_new(struct freeze_table *t, struct engine *e, const char *id, e
 	if (!l)
 		l = lock_new(t, id);
 	c = xcalloc(1, sizeof(*c));
-	*c = (struct freeze_claim){ .lock = l, .e = e, .kind = kind, .state = FREEZE_CLAIM_WAITING };
+	*c = (struct freeze_claim){ .lock = l, .e = e, .kind = kind, .state = FREEZE_CLAIM_WAITING,
+				    .host_wait_ms = wait_ms };
 	TAILQ_INSERT_TAIL(&l->claims, c, entry);
 	l->n_claims++;
 	t->n_claims++;
@@ -770,13 +916,19 @@ static int claim_new(struct freeze_table *t, struct engine *e, const char *id, e
 int freeze_acquire(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *granted,
 		   void *arg, struct freeze_claim **ret_claim)
 {
-	return claim_new(t, e, id, FREEZE_KIND_HOLD, granted, arg, ret_claim);
+	return claim_new(t, e, id, FREEZE_KIND_HOLD, 0, granted, arg, ret_claim);
 }
 
 int freeze_table_thaw_orphan(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *done,
 			     void *arg, struct freeze_claim **ret_claim)
 {
-	return claim_new(t, e, id, FREEZE_KIND_THAW, done, arg, ret_claim);
+	return claim_new(t, e, id, FREEZE_KIND_THAW, 0, done, arg, ret_claim);
+}
+
+int freeze_table_thaw_orphan_wait(struct freeze_table *t, struct engine *e, const char *id, long wait_ms,
+				  freeze_cb *done, void *arg, struct freeze_claim **ret_claim)
+{
+	return claim_new(t, e, id, FREEZE_KIND_THAW, wait_ms, done, arg, ret_claim);
 }
 
 int freeze_release_then(struct freeze_claim *c, freeze_cb *thawed, void *arg)
@@ -827,6 +979,12 @@ void freeze_cancel(struct freeze_claim *c)
 	case FREEZE_CLAIM_THAWING:
 		claim_notify_cancelled(c);
 		break;
+	case FREEZE_CLAIM_BLOCKED:
+		evtimer_del(c->retry_ev);
+		claim_finish(c);
+		claim_notify_cancelled(c);
+		lock_advance(l);
+		break;
 	case FREEZE_CLAIM_DONE:
 		break;
 	default:
@@ -871,6 +1029,7 @@ static void claim_drop(struct freeze_claim *c)
 			  "acquire lifts it", __func__, c->lock->id);
 	if (req)
 		engine_req_cancel(req);
+	claim_release_host(c);
 	TAILQ_REMOVE(&c->lock->claims, c, entry);
 	cb = TAKE_PTR(c->cb);
 	if (cb) {

@@ -1,22 +1,38 @@
 /* freeze.h — the per-container freeze (pause) lock of behaviour-docker §2.6:
  * the file plane keeps a guest paused from the start of its path check
  * until its copy completes, and two calls on one container never overlap
- * their freezes.
+ * their freezes — neither two of ours, nor ours and another maf-sandboxd's
+ * on the same host (the host lock, below).
  *
  * One lock per container id, made on first use and freed when idle. Claims
  * queue on it in FIFO order; only the head is active:
  *
- *   WAITING ──(its turn)──→ PAUSING ── 2xx ──→ HELD ──(release / cancel)──→ THAWING → DONE
- *                             │                                              ↑
- *                             ├ refused (409, 404, 5xx) → DONE (no unpause)  │
- *                             └ outcome unknown (timeout, reset) ────────────┘
+ *   WAITING ──(its turn: host lock)──→ PAUSING ── 2xx ──→ HELD ──(release / cancel)──→ THAWING → DONE
+ *      │                                 │                                                ↑
+ *      │                                 ├ refused (409, 404, 5xx) → DONE (no unpause)    │
+ *      │                                 └ outcome unknown (timeout, reset) ──────────────┘
+ *      └ host lock held elsewhere → DONE (HELD_ELSEWHERE: no request)
  *
  * An orphan thaw (freeze_table_thaw_orphan) queues on the same lock and goes
- * WAITING → THAWING → DONE. When a claim is DONE the next one starts. We
+ * WAITING → THAWING → DONE; held elsewhere, it fails at once the same way,
+ * or with a wait budget (freeze_table_thaw_orphan_wait) goes WAITING →
+ * BLOCKED → THAWING → DONE, or BLOCKED → DONE (HELD_ELSEWHERE) once the
+ * budget is spent. When a claim is DONE the next one starts. We
  * never pause a container twice: a second claim waits for the first's
  * unpause. A pause refused because the container is already paused (frozen
  * by someone else: a dead daemon, an operator) fails the claim and is never
  * undone by us (§2.6 step 3); the orphan thaw is how acquire lifts it.
+ *
+ * The host lock (hostlock.h; freeze_table_set_hostlock): every maf-sandboxd
+ * on the host locks a container's byte in one lock file while it may hold
+ * that container frozen, and the kernel drops it when the daemon dies. A
+ * hold takes it when it becomes the head, before its pause; an orphan thaw
+ * before its unpause. Another process holding it fails the claim at once
+ * (or blocks an orphan thaw with a budget) with FREEZE_REASON_HELD_ELSEWHERE
+ * and no engine request: a live daemon's freeze is never lifted by a
+ * starting one's orphan thaw. It is given back when the claim is DONE,
+ * whatever the outcome (the unpause answered or failed, the pause refused,
+ * cancelled, the engine gone, the table freed).
  *
  * Thaw results (§2.6): 2xx, 404 (absent) and "is not paused" (500, or 409 on
  * some engines) count as thawed. Any other failure of a claim's unpause is
@@ -28,7 +44,8 @@
  * the loop, from engine_free, synchronously from freeze_cancel of that
  * claim, or from the freeze_release*() / freeze_cancel() that moved the
  * lock on when the engine refused to start its request (-ENOTCONN: every
- * waiter then fails). Never from inside the freeze_acquire that made it;
+ * waiter then fails) or the host lock refused the next claim. Never from
+ * inside the freeze_acquire that made it;
  * if that returns < 0 it never fires. A claim is never freed inside one of
  * its own callbacks. The failure passed to a callback is lent to it.
  *
@@ -43,7 +60,8 @@
  * Ownership: freeze_table_new() → freeze_table_free(). The table owns its
  * locks and claims; a claim pointer stays valid for its owner until the
  * granted callback reports a failure, or until freeze_release*() /
- * freeze_cancel() returns. */
+ * freeze_cancel() returns. The host lock is borrowed: free it after the
+ * table. */
 #ifndef MSB_FREEZE_H
 #define MSB_FREEZE_H
 
@@ -63,6 +81,7 @@ enum freeze_claim_state {
 	FREEZE_CLAIM_PAUSING,    /* head: POST pause in flight */
 	FREEZE_CLAIM_HELD,       /* head: paused by us; granted(claim, 0) has fired */
 	FREEZE_CLAIM_THAWING,    /* head: POST unpause in flight */
+	FREEZE_CLAIM_BLOCKED,    /* head: an orphan thaw waiting for another daemon's host lock */
 	FREEZE_CLAIM_DONE,       /* off the queue; freed once no callback of it runs */
 	_FREEZE_CLAIM_STATE_MAX,
 };
@@ -78,6 +97,9 @@ enum freeze_reason {
 	FREEZE_REASON_TIMEOUT,         /* the engine did not answer in time */
 	FREEZE_REASON_UNREACHABLE,     /* the request failed in transport, or was refused -ENOTCONN */
 	FREEZE_REASON_CANCELLED,       /* freeze_cancel, or the engine went away (-ECANCELED) */
+	FREEZE_REASON_HELD_ELSEWHERE,  /* another maf-sandboxd on this host holds the container
+					* frozen (its host lock); no request was made (-EAGAIN) */
+	FREEZE_REASON_HOST_LOCK,       /* the host lock could not be taken (-ENOLCK); no request */
 	_FREEZE_REASON_MAX,
 };
 
@@ -87,7 +109,9 @@ struct freeze_failure {
 	enum freeze_reason reason;
 	long status;           /* the engine's HTTP status; 0 when it did not answer */
 	const char *message;   /* for the caller's error: "docker could not freeze ID for a
-				* file call: …" (the engine's text cut to MSB_ECHO_MAX_BYTES) */
+				* file call: …" (the engine's text cut to MSB_ECHO_MAX_BYTES),
+				* or "could not freeze ID for a file call: another
+				* maf-sandboxd on this host holds it frozen" */
 };
 
 struct freeze_table;
@@ -96,7 +120,8 @@ struct freeze_claim;
 /* error: 0, or -errno with failure set (NULL when error is 0):
  *   -ESRCH not running, -EBUSY already paused, -ENOENT absent, -EIO engine
  *   error, -ETIMEDOUT, the transport's errno (-ECONNREFUSED, -ENOTCONN, …)
- *   when unreachable, -ECANCELED cancelled. */
+ *   when unreachable, -ECANCELED cancelled, -EAGAIN held elsewhere, -ENOLCK
+ *   host lock error. */
 typedef void freeze_cb(struct freeze_claim *claim, int error, const struct freeze_failure *failure,
 		       void *arg);
 
@@ -118,8 +143,15 @@ struct freeze_table *freeze_table_new(void);
 #define FREEZE_STALE_BUDGET_MS 1000
 struct event_base;
 void freeze_table_set_base(struct freeze_table *t, struct event_base *base);
-/* The engine is about to be freed: a claim waiting to ask again gets the
- * engine's -ECANCELED now, as a request in flight would. */
+/* The host lock (borrowed; it must outlive the table). NULL, the default:
+ * none, every claim goes on as if the host lock were free. */
+struct hostlock;
+void freeze_table_set_hostlock(struct freeze_table *t, struct hostlock *h);
+/* A blocked orphan thaw tries the host lock again every this many ms. */
+#define FREEZE_HOST_RETRY_MS 100
+/* The engine is about to be freed: a claim waiting to ask again (a stale
+ * answer, or a blocked orphan thaw) gets the engine's -ECANCELED now, as a
+ * request in flight would. */
 void freeze_table_cancel_retries(struct freeze_table *t);
 /* Free after engine_free, never from one of its callbacks. Claims still
  * there (a holder whose owner never released it, its waiters) are dropped:
@@ -129,7 +161,7 @@ void freeze_table_cancel_retries(struct freeze_table *t);
  * returns NULL. */
 struct freeze_table *freeze_table_free(struct freeze_table *t);
 
-/* Claims alive (waiting, pausing, held, thawing): for tests and status. */
+/* Claims alive (waiting, pausing, held, thawing, blocked): for tests and status. */
 size_t freeze_table_count(const struct freeze_table *t);
 /* Containers with at least one claim. */
 size_t freeze_table_locks(const struct freeze_table *t);
@@ -137,12 +169,15 @@ size_t freeze_table_locks(const struct freeze_table *t);
 /* Queues a claim on container id (copied) of engine e (borrowed: it must
  * outlive the claim's requests; see "Engine shutdown"). When it is this
  * claim's turn, POST /containers/{id}/pause; granted fires once as above.
+ * Give the full 64-hex id: the host lock's offset comes from it, and other
+ * daemons compute it from the id too.
  * 0 and *ret_claim set (if ret_claim), or: -EINVAL (no table, engine,
  * callback, or an empty id or one over FREEZE_ID_MAX), -EBUSY (over
- * FREEZE_MAX_CLAIMS_PER_CONTAINER queued), the pause's own refusal
- * (-ENOTCONN: the engine is not reachable) when the lock was free, or the
- * error the lock's waiters are being failed with when asked from one of
- * their callbacks; then granted never fires. */
+ * FREEZE_MAX_CLAIMS_PER_CONTAINER queued), when the lock was free the host
+ * lock's refusal (-EAGAIN: held elsewhere; -ENOLCK) or the pause's own
+ * (-ENOTCONN: the engine is not reachable), or the error the lock's waiters
+ * are being failed with when asked from one of their callbacks; then
+ * granted never fires. */
 int freeze_acquire(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *granted,
 		   void *arg, struct freeze_claim **ret_claim);
 
@@ -162,7 +197,9 @@ void freeze_release(struct freeze_claim *claim);
  *              succeeds, it is undone before the next claim goes;
  *   HELD     → as freeze_release (no callback);
  *   THAWING  → a thawed callback still owed fires now with -ECANCELED; the
- *              unpause goes on.
+ *              unpause goes on;
+ *   BLOCKED  → off the queue (nothing was asked of the engine); done fires
+ *              now with -ECANCELED.
  * The claim pointer is the table's from here on. */
 void freeze_cancel(struct freeze_claim *claim);
 
@@ -182,9 +219,18 @@ uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *i
  * turn ours has been undone, and "is not paused" counts as thawed). done
  * fires once like granted: 0 when thawed (2xx, not paused, absent), else a
  * failure whose message is "docker could not thaw ID, which a host left
- * frozen; refusing to serve a container whose guest cannot run: …". It
+ * frozen; refusing to serve a container whose guest cannot run: …", or,
+ * -EAGAIN (FREEZE_REASON_HELD_ELSEWHERE), "left ID frozen: another
+ * maf-sandboxd on this host holds it frozen" without any request. It
  * may be cancelled with freeze_cancel. Returns as freeze_acquire. */
 int freeze_table_thaw_orphan(struct freeze_table *t, struct engine *e, const char *id, freeze_cb *done,
 			     void *arg, struct freeze_claim **ret_claim);
+/* The same, but while another process holds the host lock the claim is
+ * BLOCKED and tries again every FREEZE_HOST_RETRY_MS for up to wait_ms
+ * (another daemon's freeze lasts one file call) before it fails -EAGAIN.
+ * Waiting needs the event base (freeze_table_set_base): without one, or
+ * with wait_ms <= 0, it is freeze_table_thaw_orphan. */
+int freeze_table_thaw_orphan_wait(struct freeze_table *t, struct engine *e, const char *id, long wait_ms,
+				  freeze_cb *done, void *arg, struct freeze_claim **ret_claim);
 
 #endif

@@ -1,7 +1,8 @@
 /* check_sandbox.c — the sandbox lifecycle against the real engine: acquire
  * (cold, warm with no engine request, concurrent, stopped, paused, removed
- * behind our back), a daemon restart, call scope, dispose, dispose_scope,
- * list, ownership across uids, and every refusal.
+ * behind our back), a daemon restart, a freeze another daemon holds (the
+ * host lock: never lifted), call scope, dispose, dispose_scope, list,
+ * ownership across uids, and every refusal.
  *
  * Test image: Debian's static busybox imported in main() (no registry).
  * Every container carries the spec label msb-it-run=<run>, and main()
@@ -21,6 +22,9 @@
 
 #include "harness.h"
 #include "msb.h"
+/* The daemon's own host lock module (linked in: tests/meson.build), so the
+ * test holds a container's byte exactly as another maf-sandboxd would. */
+#include "../../daemon/sandbox/hostlock.h"
 
 #define ENGINE_WAIT_MS 15000
 #define RUN_LABEL "msb-it-run"
@@ -412,6 +416,168 @@ START_TEST(restart_rebuilds_the_registry_from_labels)
 	json_decref(a);
 	json_decref(b);
 	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- a freeze another daemon holds (the host lock) ------------------------ */
+
+#define LOG_WAIT_MS 10000
+#define ACQUIRE_WAITS_MS 1500     /* an acquire under another daemon's freeze answers nothing meanwhile */
+#define THAW_WAIT_MS 5000
+#define HELD_STAYS_MS 1500        /* how long a held freeze must be seen to stay */
+
+/* freeze.lock_file as the daemon would open it: the host's shared default
+ * (the same for every daemon of every suite on this machine, so their
+ * daemons leave this test's freeze alone too). */
+static char *daemon_lock_file(void)
+{
+	char *out = sh_out("'%s' --check-config 2>/dev/null | sed -n 's/^freeze.lock_file = //p'",
+			   getenv("MSB_DAEMON"));
+
+	ck_assert_msg(out[0] == '/', "the daemon has no freeze.lock_file: \"%s\"", out);
+	return out;
+}
+
+/* Does the daemon's log hold text, within timeout_ms? */
+static bool log_has(const struct msbd_proc *d, const char *text, int timeout_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		char *out = sh_out("grep -cF '%s' %s", text, d->log);
+		bool found = atoi(out) > 0;
+
+		free(out);
+		if (found || waited >= timeout_ms)
+			return found;
+		usleep(50 * 1000);
+	}
+}
+
+static bool state_becomes(const char *id, const char *want, int timeout_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		char *state = docker_state(id);
+		bool ok = strcmp(state, want) == 0;
+
+		free(state);
+		if (ok || waited >= timeout_ms)
+			return ok;
+		usleep(50 * 1000);
+	}
+}
+
+/* The test plays another live maf-sandboxd holding the container frozen
+ * for a file call: it holds the container's host lock and pauses it. */
+static void freeze_as_another_daemon(struct hostlock *h, const char *id)
+{
+	char *out;
+
+	ck_assert_int_eq(hostlock_try(h, id), 0);
+	out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+}
+
+/* A daemon starting (or relisting) beside a live daemon's freeze leaves it
+ * alone; once that daemon lets go, the next listing thaws it; an acquire
+ * under such a freeze waits for it instead of thawing, then thaws. */
+START_TEST(a_freeze_another_daemon_holds_is_never_lifted)
+{
+	struct msbd_proc d = { 0 };
+	const char *scope = scope_of("hostlock");
+	char *lock_file = daemon_lock_file();
+	struct hostlock *h = NULL;
+	char *err = NULL, *id;
+	json_t *a, *r;
+	int fd;
+
+	ck_assert_msg(hostlock_open(lock_file, &h, &err) == 0, "%s", err ? err : "");
+	start_daemon(&d, NULL);
+	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
+	ck_assert_ptr_nonnull(a);
+	id = strdup(jstr(a, "sandbox"));
+	ck_assert_int_eq(msbd_stop(&d), 0);
+
+	/* Frozen by a live daemon: a daemon starting lists it, and leaves it. */
+	freeze_as_another_daemon(h, id);
+	memset(&d, 0, sizeof(d));
+	start_daemon(&d, NULL);       /* the registry is listed: the thaw was decided */
+	ck_assert_msg(!state_becomes(id, "running", HELD_STAYS_MS), "a live daemon's freeze was lifted at start");
+	ck_assert_msg(state_becomes(id, "paused", 0), "the container is no longer paused");
+	ck_assert_msg(log_has(&d, "left frozen: another maf-sandboxd on this host holds it", LOG_WAIT_MS),
+		      "the daemon did not report the freeze it left alone");
+	ck_assert(!log_has(&d, "thawed; a previous daemon left it frozen", 0));
+	ck_assert_int_eq(msbd_stop(&d), 0);
+
+	/* That daemon gone (its lock released): the next start thaws it. */
+	hostlock_release(h, id);
+	memset(&d, 0, sizeof(d));
+	start_daemon(&d, NULL);
+	ck_assert_msg(state_becomes(id, "running", THAW_WAIT_MS), "a frozen orphan was not thawed at start");
+
+	/* An acquire under a live freeze waits, never thawing it, and goes on
+	 * (thawing) once that daemon lets go. */
+	usleep(300 * 1000);     /* the unpause event reaches the registry */
+	freeze_as_another_daemon(h, id);
+	usleep(500 * 1000);     /* the pause event reaches the registry */
+	fd = raw_connect(d.sock);
+	raw_request_send(fd, 1, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "agent", NULL),
+							     "spec", spec_for("k", image)));
+	r = raw_recv(fd, ACQUIRE_WAITS_MS);
+	ck_assert_msg(!r, "the acquire answered under another daemon's freeze");
+	ck_assert_msg(state_becomes(id, "paused", 0), "the acquire lifted another daemon's freeze");
+	hostlock_release(h, id);
+	r = raw_recv(fd, THAW_WAIT_MS + 5000);
+	ck_assert_msg(r && json_object_get(r, "result"), "the acquire failed: %s",
+		      r ? json_dumps(r, JSON_COMPACT) : "no answer");
+	ck_assert_str_eq(jstr(r, "result.sandbox"), id);
+	ck_assert_str_eq(jstr(r, "result.state"), "running");
+	ck_assert(state_becomes(id, "running", 0));
+	json_decref(r);
+	close(fd);
+
+	hostlock_free(h);
+	free(lock_file);
+	free(id);
+	json_decref(a);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* freeze.lock_file: made where it is missing (directory 0755, file 0600);
+ * a daemon that cannot open it does not start, and says why. */
+START_TEST(the_freeze_lock_file_is_made_or_the_daemon_refuses_to_start)
+{
+	struct msbd_proc d = { 0 };
+	char set[200], path[160];
+	struct stat st;
+	int rc;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/run/freeze.lock", d.dir);
+	snprintf(set, sizeof(set), "freeze.lock_file=%s", path);
+	msbd_start(&d, (const char *const[]){ "--set", set, NULL });
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	snprintf(path, sizeof(path), "%s/run", d.dir);
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0755);
+	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
+	/* A directory where the file should be. */
+	snprintf(path, sizeof(path), "%s/dir.lock", d.dir);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(set, sizeof(set), "freeze.lock_file=%s", path);
+	msbd_start_with(&d, NULL, (const char *const[]){ "--set", set, NULL }, false);
+	rc = msbd_wait(&d, 10000);
+	ck_assert_int_eq(rc, 1);
+	ck_assert(log_has(&d, "cannot open the freeze lock file (freeze.lock_file)", 0));
+	ck_assert(log_has(&d, path, 0));
+	/* Not absolute: refused with the configuration. */
+	msbd_start_with(&d, NULL, (const char *const[]){ "--set", "freeze.lock_file=rel.lock", NULL }, false);
+	rc = msbd_wait(&d, 10000);
+	ck_assert_int_eq(rc, 1);
+	ck_assert(log_has(&d, "freeze.lock_file must be an absolute path", 0));
+	msbd_stop(&d);
 }
 END_TEST
 
@@ -864,6 +1030,8 @@ static Suite *sandbox_suite(void)
 	tcase_add_loop_test(acq, acquire_recovers_what_was_done_behind_its_back, 0,
 			    sizeof(behind_rows) / sizeof(behind_rows[0]));
 	tcase_add_test(acq, restart_rebuilds_the_registry_from_labels);
+	tcase_add_test(acq, a_freeze_another_daemon_holds_is_never_lifted);
+	tcase_add_test(acq, the_freeze_lock_file_is_made_or_the_daemon_refuses_to_start);
 	tcase_add_test(acq, call_scoped_keys_get_their_own_containers);
 	tcase_add_test(acq, an_image_no_registry_serves_fails_clearly);
 	tcase_add_test(acq, cli_acquire_ls_dispose);

@@ -4,14 +4,18 @@
  * is classified and who goes next, the thaw results that warn and those
  * that do not, cancellation in every state, the engine freed at every
  * point of a hold, and the orphan thaw under the same lock. Every callback
- * is counted: each must fire exactly once. */
+ * is counted: each must fire exactly once. With a host lock (hostlock.h)
+ * held by another process, nothing is asked of the engine, and ours is
+ * given back on every way a claim ends. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -22,6 +26,7 @@
 #include "engine.h"
 #include "fake_engine.h"
 #include "freeze.h"
+#include "hostlock.h"
 #include "log.h"
 #include "loop.h"
 #include "xmalloc.h"
@@ -1166,6 +1171,399 @@ START_TEST(test_thaw_orphan_cancelled)
 }
 END_TEST
 
+/* ---- the host lock ------------------------------------------------------------------------ */
+
+/* Another maf-sandboxd is a child process with its own open of the lock
+ * file. The fake engine runs threads, so the children make raw system
+ * calls only (no malloc after fork). */
+#define HOST_WAIT_MS 300
+
+static char host_dir[128];
+static char host_path[192];
+static struct hostlock *host;
+
+static void host_setup(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *err = NULL;
+
+	setup();
+	snprintf(host_dir, sizeof(host_dir), "%s/host-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(host_dir));
+	snprintf(host_path, sizeof(host_path), "%s/freeze.lock", host_dir);
+	ck_assert_msg(hostlock_open(host_path, &host, &err) == 0, "%s", err ? err : "");
+	freeze_table_set_hostlock(table, host);
+}
+
+static void host_teardown(void)
+{
+	teardown();                    /* the table first: it borrows the host lock */
+	host = hostlock_free(host);
+	unlink(host_path);
+	rmdir(host_dir);
+}
+
+/* In a child: 0 once it holds id's byte, 1 if another holds it, 2 on error. */
+static int child_lock(uint64_t offset)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)offset, .l_len = 1 };
+	int fd = open(host_path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return 2;
+	if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+		return 0;
+	return errno == EAGAIN || errno == EACCES ? 1 : 2;
+}
+
+/* Can another process take id's host lock now? (It drops it as it exits.) */
+static bool other_can_take(const char *id)
+{
+	uint64_t offset = hostlock_offset(id);
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(child_lock(offset));
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) < 2);
+	return WEXITSTATUS(status) == 0;
+}
+
+/* Another process takes id's host lock and keeps it until killed. */
+static pid_t other_hold(const char *id)
+{
+	uint64_t offset = hostlock_offset(id);
+	int fds[2];
+	pid_t pid;
+	char c = 0;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (child_lock(offset) != 0 || write(fds[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	ck_assert_int_eq(read(fds[0], &c, 1), 1);
+	close(fds[0]);
+	return pid;
+}
+
+/* Its death is what frees the lock: no release of its own. */
+static void other_kill(pid_t pid)
+{
+	int status;
+
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+}
+
+/* Held elsewhere, with the lock free here: a hold and an orphan thaw are
+ * refused at once (-EAGAIN, no callback), and the engine is asked nothing. */
+START_TEST(test_host_held_elsewhere_refused_at_once)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *r = rec_new(ACT_NONE);
+	pid_t other;
+
+	start_reachable(script, ELEMENTSOF(script));
+	other = other_hold(C1);
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, rec_cb, r, &r->claim), -EAGAIN);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, r, &r->claim), -EAGAIN);
+	/* no event base: a budget cannot be waited, it is refused the same way */
+	ck_assert_int_eq(freeze_table_thaw_orphan_wait(table, engine, C1, 5000, rec_cb, r, &r->claim), -EAGAIN);
+	ck_assert_ptr_null(r->claim);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(r->calls, 0);
+	ck_assert_str_eq(trace(), "");
+	ck_assert_uint_eq(hostlock_held(host), 0);
+	assert_idle();
+	/* another container is not held */
+	r = hold_on("c2", ACT_NONE);
+	wait_calls(r, 1);
+	ck_assert_int_eq(r->error, -ENOENT);          /* the fake has no c2: it was asked */
+	ck_assert_str_eq(trace(), "c2/pause;");
+	other_kill(other);
+	/* its death freed it: c1 goes */
+	r = hold();
+	wait_calls(r, 1);
+	ck_assert_int_eq(r->error, 0);
+	ck_assert(!other_can_take(C1));
+	release_and_wait(r);
+	ck_assert(other_can_take(C1));
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* An orphan thaw with a budget waits (BLOCKED, nothing asked); spent, it
+ * fails HELD_ELSEWHERE, and the hold queued behind it is refused the same
+ * way by the host lock (from the loop), again with no request. */
+START_TEST(test_host_blocked_thaw_spends_its_budget)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *o = rec_new(ACT_NONE), *b;
+	pid_t other;
+	long t0;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	other = other_hold(C1);
+	t0 = loop_now_ms();
+	ck_assert_int_eq(freeze_table_thaw_orphan_wait(table, engine, C1, HOST_WAIT_MS, rec_cb, o, &o->claim), 0);
+	ck_assert_int_eq(freeze_claim_get_state(o->claim), FREEZE_CLAIM_BLOCKED);
+	ck_assert(!freeze_is_held(table, C1));
+	b = hold();
+	wait_calls(o, 1);
+	ck_assert_int_ge(loop_now_ms() - t0, HOST_WAIT_MS - 2);   /* ms rounding */
+	ck_assert_int_eq(o->error, -EAGAIN);
+	ck_assert_int_eq(o->reason, FREEZE_REASON_HELD_ELSEWHERE);
+	ck_assert_int_eq(o->status, 0);
+	ck_assert_msg(strstr(o->message, "left c1 frozen: another maf-sandboxd on this host holds it frozen"),
+		      "%s", o->message);
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, -EAGAIN);
+	ck_assert_int_eq(b->reason, FREEZE_REASON_HELD_ELSEWHERE);
+	ck_assert_msg(strstr(b->message, "could not freeze c1 for a file call: another maf-sandboxd on this "
+				"host holds it frozen"), "%s", b->message);
+	ck_assert_str_eq(trace(), "");
+	ck_assert_uint_eq(hostlock_held(host), 0);
+	settle();
+	assert_idle();
+	other_kill(other);
+}
+END_TEST
+
+/* A blocked orphan thaw goes as soon as the other daemon is gone, and gives
+ * the lock back when done. */
+START_TEST(test_host_blocked_thaw_goes_when_freed)
+{
+	static const struct fake_reply script[] = { PING, VERSION, UNPAUSES };
+	struct rec *o = rec_new(ACT_NONE);
+	pid_t other;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	other = other_hold(C1);
+	ck_assert_int_eq(freeze_table_thaw_orphan_wait(table, engine, C1, 5000, rec_cb, o, &o->claim), 0);
+	run_for(3 * FREEZE_HOST_RETRY_MS);
+	ck_assert_int_eq(o->calls, 0);
+	ck_assert_str_eq(trace(), "");
+	ck_assert_uint_eq(freeze_table_count(table), 1);
+	other_kill(other);
+	wait_calls(o, 1);
+	ck_assert_int_eq(o->error, 0);
+	ck_assert_str_eq(trace(), "c1/unpause;");
+	ck_assert(other_can_take(C1));
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* A blocked orphan thaw cancelled, cancelled by the engine going, or
+ * dropped with the table: told once (-ECANCELED), nothing asked. */
+enum blocked_end { BLOCKED_CANCEL, BLOCKED_ENGINE_GOING, BLOCKED_TABLE_FREED, _BLOCKED_END_MAX };
+
+START_TEST(test_host_blocked_thaw_ended)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct rec *o = rec_new(ACT_NONE), *b;
+	pid_t other;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	other = other_hold(C1);
+	ck_assert_int_eq(freeze_table_thaw_orphan_wait(table, engine, C1, 5000, rec_cb, o, &o->claim), 0);
+	b = hold();
+	run_for(SETTLE_MS);
+	switch ((enum blocked_end)_i) {
+	case BLOCKED_CANCEL:
+		freeze_cancel(o->claim);
+		ck_assert_int_eq(o->calls, 1);
+		ck_assert_int_eq(o->reason, FREEZE_REASON_CANCELLED);
+		wait_calls(b, 1);                  /* the next goes: refused by the host lock */
+		ck_assert_int_eq(b->error, -EAGAIN);
+		break;
+	case BLOCKED_ENGINE_GOING:
+		freeze_table_cancel_retries(table);
+		ck_assert_int_eq(o->calls, 1);
+		ck_assert_int_eq(o->reason, FREEZE_REASON_CANCELLED);
+		ck_assert_int_eq(b->calls, 1);     /* the waiters fail with it */
+		ck_assert_int_eq(b->error, -ECANCELED);
+		break;
+	case BLOCKED_TABLE_FREED:
+		engine = engine_free(engine);
+		table = freeze_table_free(table);
+		ck_assert_int_eq(o->calls, 1);
+		ck_assert_int_eq(b->calls, 1);
+		ck_assert_int_eq(b->error, -ECANCELED);
+		break;
+	default:
+		ck_abort_msg("unreachable");
+	}
+	ck_assert_int_eq(o->error, -ECANCELED);
+	settle();
+	ck_assert_str_eq(trace(), "");
+	ck_assert_uint_eq(hostlock_held(host), 0);
+	if (table)
+		assert_idle();
+	other_kill(other);
+}
+END_TEST
+
+/* Ours from before the pause to after the unpause's answer: another process
+ * cannot take it meanwhile, and can as soon as the claim is done. */
+START_TEST(test_host_held_through_a_hold)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE(.delay_ms = SLOW_MS), UNPAUSE(.delay_ms = SLOW_MS),
+	};
+	struct rec *a, *t = rec_new(ACT_NONE);
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert(other_can_take(C1));
+	a = hold();
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_PAUSING);
+	ck_assert(!other_can_take(C1));              /* taken before the pause */
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert(!other_can_take(C1));
+	ck_assert_int_eq(freeze_release_then(a->claim, rec_cb, t), 0);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(t->calls, 0);
+	ck_assert(!other_can_take(C1));              /* until the unpause is answered */
+	wait_calls(t, 1);
+	ck_assert(other_can_take(C1));
+	ck_assert_uint_eq(hostlock_held(host), 0);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* Every other way a claim ends gives the host lock back. */
+enum host_end {
+	END_PAUSE_REFUSED,        /* 409 already paused: no unpause */
+	END_PAUSE_TIMEOUT,        /* no answer: undone, then done */
+	END_UNPAUSE_FAILED,       /* "still frozen" */
+	END_CANCEL_PAUSING,       /* withdrawn; the landed pause undone */
+	END_CANCEL_HELD,
+	END_ENGINE_FREED_PAUSING,
+	END_ENGINE_FREED_HELD,    /* the release (from the copy's callback) refused -ENOTCONN */
+	END_TABLE_FREED_HELD,
+	END_ORPHAN_THAWED,
+	END_ORPHAN_FAILED,
+	_HOST_END_MAX,
+};
+
+static void host_end_run(enum host_end end)
+{
+	const struct engine_options short_opts = { .timeout_ms = 100, .reconnect_min_ms = 20,
+						   .reconnect_max_ms = 80 };
+	struct rec *a, *t = rec_new(ACT_NONE);
+
+	switch (end) {
+	case END_PAUSE_REFUSED:
+		a = hold();
+		wait_calls(a, 1);
+		ck_assert_int_eq(a->error, -EBUSY);
+		break;
+	case END_PAUSE_TIMEOUT:
+		engine_set_options(engine, &short_opts);
+		a = hold();
+		wait_calls(a, 1);
+		ck_assert_int_eq(a->error, -ETIMEDOUT);
+		ck_assert(!other_can_take(C1));          /* the undo is still owed */
+		engine_set_options(engine, &test_opts);
+		run_until(NULL, 0, SLOW_MS + 200);
+		break;
+	case END_UNPAUSE_FAILED:
+		a = hold();
+		wait_calls(a, 1);
+		t = release_and_wait(a);
+		ck_assert_int_eq(t->error, -EIO);
+		break;
+	case END_CANCEL_PAUSING:
+		a = hold();
+		freeze_cancel(a->claim);
+		ck_assert(!other_can_take(C1));
+		run_until(NULL, 0, SLOW_MS + 200);
+		break;
+	case END_CANCEL_HELD:
+		a = hold();
+		wait_calls(a, 1);
+		freeze_cancel(a->claim);
+		run_for(SETTLE_MS);
+		break;
+	case END_ENGINE_FREED_PAUSING:
+		a = hold();
+		run_for(SETTLE_MS);
+		engine = engine_free(engine);
+		ck_assert_int_eq(a->error, -ECANCELED);
+		break;
+	case END_ENGINE_FREED_HELD:
+		/* released from its copy's callback, as engine_free cancels it */
+		copy_holder = a = hold();
+		wait_calls(a, 1);
+		ck_assert_int_eq(docker_call(engine, "GET", "/containers/c1/archive?path=%2F", NULL, 0,
+					     copy_done_cb, t, NULL), 0);
+		run_for(SETTLE_MS);
+		engine = engine_free(engine);
+		ck_assert_int_eq(copy_release, -ENOTCONN);
+		break;
+	case END_TABLE_FREED_HELD:
+		a = hold();
+		wait_calls(a, 1);
+		engine = engine_free(engine);
+		table = freeze_table_free(table);
+		break;
+	case END_ORPHAN_THAWED:
+	case END_ORPHAN_FAILED:
+		ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, t, &t->claim), 0);
+		ck_assert(!other_can_take(C1));
+		wait_calls(t, 1);
+		ck_assert_int_eq(t->error, end == END_ORPHAN_THAWED ? 0 : -EIO);
+		break;
+	default:
+		ck_abort_msg("unreachable");
+	}
+}
+
+START_TEST(test_host_given_back_on_every_end)
+{
+	static const struct fake_reply scripts[_HOST_END_MAX][3] = {
+		[END_PAUSE_REFUSED] = { ALREADY_PAUSED_409 },
+		[END_PAUSE_TIMEOUT] = { PAUSE(.delay_ms = SLOW_MS), NOT_PAUSED_500 },
+		[END_UNPAUSE_FAILED] = { PAUSE(), UNPAUSE_R(500, .body = "{\"message\":\"freezer: busy\"}") },
+		[END_CANCEL_PAUSING] = { PAUSE(.delay_ms = SLOW_MS), UNPAUSE() },
+		[END_CANCEL_HELD] = { PAUSE(), UNPAUSE() },
+		[END_ENGINE_FREED_PAUSING] = { PAUSE(.delay_ms = 3000) },
+		[END_ENGINE_FREED_HELD] = { PAUSE(), { .path = API "/containers/c1/archive", .delay_ms = 3000 } },
+		[END_TABLE_FREED_HELD] = { PAUSE(), UNPAUSE() },
+		[END_ORPHAN_THAWED] = { UNPAUSE() },
+		[END_ORPHAN_FAILED] = { UNPAUSE_R(500, .body = "{\"message\":\"freezer: busy\"}") },
+	};
+	struct fake_reply script[5] = { PING, VERSION };
+	size_t n = 2;
+
+	for (size_t i = 0; i < 3 && scripts[_i][i].path; i++)
+		script[n++] = scripts[_i][i];
+	start_reachable(script, n);
+	ck_assert(other_can_take(C1));
+	host_end_run((enum host_end)_i);
+	ck_assert_msg(other_can_take(C1), "the host lock was kept after end %d", _i);
+	ck_assert_uint_eq(hostlock_held(host), 0);
+	settle();
+	if (table)
+		assert_idle();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------------- */
 
 static TCase *fixture_tcase(const char *name)
@@ -1173,6 +1571,14 @@ static TCase *fixture_tcase(const char *name)
 	TCase *tc = tcase_create(name);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
+	return tc;
+}
+
+static TCase *host_tcase(const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, host_setup, host_teardown);
 	return tc;
 }
 
@@ -1239,6 +1645,15 @@ static Suite *freeze_suite(void)
 	tcase_add_loop_test(tc, test_thaw_orphan, 0, (int)ELEMENTSOF(orphan_rows));
 	tcase_add_test(tc, test_thaw_orphan_waits_for_our_hold);
 	tcase_add_test(tc, test_thaw_orphan_cancelled);
+	suite_add_tcase(s, tc);
+
+	tc = host_tcase("host_lock");
+	tcase_add_test(tc, test_host_held_elsewhere_refused_at_once);
+	tcase_add_test(tc, test_host_blocked_thaw_spends_its_budget);
+	tcase_add_test(tc, test_host_blocked_thaw_goes_when_freed);
+	tcase_add_loop_test(tc, test_host_blocked_thaw_ended, 0, _BLOCKED_END_MAX);
+	tcase_add_test(tc, test_host_held_through_a_hold);
+	tcase_add_loop_test(tc, test_host_given_back_on_every_end, 0, _HOST_END_MAX);
 	suite_add_tcase(s, tc);
 	return s;
 }
