@@ -1,0 +1,639 @@
+"""The asyncio client: :class:`AsyncClient`, :class:`Sandbox` and :class:`EventStream`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import builtins
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from .connection import EXEC_OUTPUT, PULL_PROGRESS, Connection
+from .errors import (
+    ClientTimeout,
+    InvalidParams,
+    SandboxCapabilityNotSupported,
+    SandboxError,
+    UnexpectedReply,
+)
+from .models import (
+    Capability,
+    DisposalFailure,
+    ExecResult,
+    ReapResult,
+    SandboxEntry,
+    SandboxEvent,
+    SandboxInfo,
+    ScopePurge,
+    key_to_wire,
+    seconds_from,
+    spec_to_wire,
+)
+from .wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, default_socket_path
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_EXEC_TIMEOUT_SECONDS",
+    "AsyncClient",
+    "EventStream",
+    "OutputCallback",
+    "ProgressCallback",
+    "Sandbox",
+]
+
+#: ``Sandbox.exec``'s default bound on one command (the daemon's ``timeout_seconds``).
+DEFAULT_EXEC_TIMEOUT_SECONDS = 60.0
+#: The longest ``timeout_seconds`` the daemon accepts for one command.
+MAX_EXEC_TIMEOUT_SECONDS = 86400.0
+#: How long ``connect()`` waits for the socket to accept.
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
+#: Events an :class:`EventStream` holds unread before it stops reading its connection.
+DEFAULT_EVENT_QUEUE = 4096
+
+#: ``on_output(stream, data)``: ``stream`` is ``"stdout"`` or ``"stderr"``; may be async.
+OutputCallback = Callable[[str, bytes], Awaitable[None] | None]
+#: ``on_progress(progress)``: one ``sandbox.pull_progress`` notification's params; may be async.
+ProgressCallback = Callable[[Mapping[str, Any]], Awaitable[None] | None]
+_Handler = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
+
+
+class AsyncClient:
+    """A connection to maf-sandboxd. Use as ``async with AsyncClient() as client:``.
+
+    ``socket_path`` defaults as the CLI's does (:func:`~maf_sandbox_client.default_socket_path`).
+    Every method may be called concurrently from many tasks; they share one connection.
+    Cancelling a call (or its ``timeout``) forgets it: the connection stays usable and the
+    late reply is dropped — the daemon still finishes the call, since the protocol has no
+    cancel. With ``auto_reconnect``, a call made after the connection was lost opens a new one
+    (calls in flight when it was lost still fail: they are never sent twice).
+    """
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        max_frame_bytes: int | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        auto_reconnect: bool = False,
+    ) -> None:
+        self.socket_path = socket_path or default_socket_path()
+        self._max_frame_bytes = max_frame_bytes
+        self._max_reply_bytes = max_reply_bytes
+        self.connect_timeout = connect_timeout
+        self.auto_reconnect = auto_reconnect
+        self._conn: Connection | None = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._describe: Mapping[str, Any] | None = None
+        self._streams: set[EventStream] = set()
+        self._closed_by_user = False
+
+    # ---- connection ----------------------------------------------------------------------
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest request frame sent: as given, else what describe said, else 96 MiB."""
+        if self._max_frame_bytes is not None:
+            return self._max_frame_bytes
+        wire = (self._describe or {}).get("wire")
+        limit = wire.get("max_frame_bytes") if isinstance(wire, Mapping) else None
+        return limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_FRAME_BYTES
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def _new_connection(self, **kwargs: Any) -> Connection:
+        return Connection(self.socket_path, max_frame_bytes=self.max_frame_bytes,
+                          max_reply_bytes=self._max_reply_bytes, **kwargs)
+
+    async def connect(self) -> AsyncClient:
+        """Opens the connection (again, after one was lost); a no-op while it is open."""
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self.connected:
+                return self
+            conn = self._new_connection()
+            await conn.open(self.connect_timeout)
+            self._conn = conn
+            self._closed_by_user = False
+        return self
+
+    async def close(self) -> None:
+        """Closes the connection and every event stream opened from this client."""
+        self._closed_by_user = True
+        for stream in builtins.list(self._streams):
+            await stream.aclose()
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        if conn is None or (self.auto_reconnect and not self._closed_by_user):
+            await self.connect()
+            assert self._conn is not None
+            return self._conn
+        raise conn.closing_error()
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   timeout: float | None = None,
+                   on_notification: _Handler | None = None) -> Any:
+        """Any method, by name: returns the reply's ``result`` or raises the mapped error.
+
+        ``timeout`` is a deadline in this process (:class:`ClientTimeout`); ``on_notification``
+        receives the notifications routed to this call (``exec.output`` for its id).
+        """
+        return await self._call(method, params, timeout=timeout, on_notification=on_notification)
+
+    async def _call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                    timeout: float | None = None, on_notification: _Handler | None = None,
+                    image: str | None = None) -> Any:
+        conn = await self._connection()
+        if on_notification is None:
+            call = conn.request(method, params, image=image)
+        else:
+            call = _with_notifications(conn, method, params, on_notification, image)
+        if timeout is None:
+            return await call
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await call
+        except TimeoutError:
+            if deadline.expired():
+                raise ClientTimeout(f"{method}: no reply within {timeout} s (the daemon may "
+                                    "still carry it out)") from None
+            raise
+
+    # ---- daemon.* ------------------------------------------------------------------------
+
+    async def describe(self) -> dict[str, Any]:
+        """``daemon.describe``: the declarations (capabilities, limits, egress modes, ...)."""
+        result = await self._call("daemon.describe")
+        if not isinstance(result, dict):
+            raise UnexpectedReply(f"daemon.describe: {result!r}")
+        self._describe = result
+        if self._conn is not None:
+            self._conn.max_frame_bytes = self.max_frame_bytes
+        return result
+
+    async def status(self) -> dict[str, Any]:
+        """``daemon.status``: the daemon's health (engine, connections, requests, egress)."""
+        result = await self._call("daemon.status")
+        if not isinstance(result, dict):
+            raise UnexpectedReply(f"daemon.status: {result!r}")
+        return result
+
+    async def engine(self) -> dict[str, Any]:
+        """``daemon.engine``: the engine, asked now."""
+        result = await self._call("daemon.engine")
+        if not isinstance(result, dict):
+            raise UnexpectedReply(f"daemon.engine: {result!r}")
+        return result
+
+    async def capabilities(self) -> frozenset[str]:
+        """The capabilities ``daemon.describe`` declares (asked once, then remembered)."""
+        describe = self._describe if self._describe is not None else await self.describe()
+        return frozenset(c for c in describe.get("capabilities") or () if isinstance(c, str))
+
+    # ---- sandbox.* -----------------------------------------------------------------------
+
+    async def acquire(self, key: Any, spec: Any, *,
+                      on_progress: ProgressCallback | None = None) -> Sandbox:
+        """``sandbox.acquire``: the running sandbox of (key, spec.kind), made if need be.
+
+        ``key``/``spec`` are :class:`SandboxKey`/:class:`SandboxSpec`, dicts, or any objects
+        with those attributes. ``on_progress`` receives image pull progress.
+        """
+        wire_key = key_to_wire(key)
+        wire_spec = spec_to_wire(spec)
+        image = wire_spec.get("image_id") or wire_spec.get("image")
+        handler: _Handler | None = None
+        if on_progress is not None:
+            progress = on_progress
+
+            def handler(method: str, params: Mapping[str, Any]) -> Awaitable[None] | None:
+                return progress(dict(params)) if method == PULL_PROGRESS else None
+
+        result = await self._call("sandbox.acquire", {"key": wire_key, "spec": wire_spec},
+                                  on_notification=handler,
+                                  image=image if isinstance(image, str) else None)
+        if not isinstance(result, Mapping) or not isinstance(result.get("sandbox"), str):
+            raise UnexpectedReply(f"sandbox.acquire: {result!r}")
+        return Sandbox(self, result, key=wire_key, spec=wire_spec)
+
+    def sandbox(self, instance_id: str, *, key: Any = None, kind: str | None = None) -> Sandbox:
+        """A handle on a sandbox known by its id (no call is made). ``key`` and ``kind`` are
+        needed only for :meth:`Sandbox.dispose`."""
+        return Sandbox(self, {"sandbox": instance_id, "kind": kind or ""},
+                       key=key_to_wire(key) if key is not None else None, spec=None)
+
+    async def dispose(self, key: Any, *, kind: str | None = None,
+                      sandbox: str | None = None) -> DisposalFailure | None:
+        """``sandbox.dispose``: removes the key's sandboxes (every kind, one kind, or one
+        container). ``None`` when nothing is left; a :class:`DisposalFailure` says why
+        something may still be there."""
+        params: dict[str, Any] = {"key": key_to_wire(key)}
+        if kind is not None:
+            params["kind"] = kind
+        if sandbox is not None:
+            params["sandbox"] = sandbox
+        return DisposalFailure.from_wire(await self._call("sandbox.dispose", params))
+
+    async def dispose_scope(self, scope: str, thread_id: str) -> ScopePurge:
+        """``sandbox.dispose_scope``: removes a conversation's sandboxes, found by label."""
+        result = await self._call("sandbox.dispose_scope", {"scope": scope, "thread_id": thread_id})
+        if not isinstance(result, Mapping):
+            raise UnexpectedReply(f"sandbox.dispose_scope: {result!r}")
+        disposed = result.get("disposed")
+        return ScopePurge(disposed if isinstance(disposed, int) else 0,
+                          DisposalFailure.from_wire(result.get("undisposed")))
+
+    async def reap(self, older_than: timedelta | float, *, scope: str | None = None) -> ReapResult:
+        """``sandbox.reap`` (administrators): removes sandboxes created more than
+        ``older_than`` ago (a timedelta or seconds, rounded up to whole seconds), in one scope
+        or in all. Age is creation time, not idleness."""
+        seconds = math.ceil(seconds_from(older_than, "older_than"))
+        params: dict[str, Any] = {"older_than_seconds": seconds}
+        if scope is not None:
+            params["scope"] = scope
+        return ReapResult.from_wire(await self._call("sandbox.reap", params))
+
+    async def list(self, scope: str | None = None,
+                   thread_id: str | None = None) -> builtins.list[SandboxInfo]:
+        """``sandbox.list``: the caller's sandboxes (an administrator's: all), optionally of
+        one scope and conversation."""
+        params: dict[str, Any] = {}
+        if scope is not None:
+            params["scope"] = scope
+        if thread_id is not None:
+            params["thread_id"] = thread_id
+        result = await self._call("sandbox.list", params)
+        if not isinstance(result, builtins.list):
+            raise UnexpectedReply(f"sandbox.list: {result!r}")
+        return [SandboxInfo.from_wire(e) for e in result if isinstance(e, Mapping)]
+
+    # ---- events.* ------------------------------------------------------------------------
+
+    def events(self, types: Iterable[str] = ("egress.decision",), scope: str | None = None, *,
+               replay: bool = False, max_queue: int = DEFAULT_EVENT_QUEUE) -> EventStream:
+        """An async iterator of events, on a connection of its own (a subscription lasts
+        until its connection closes, and the protocol has no unsubscribe). Close it with
+        ``aclose()`` or use it as ``async with client.events([...]) as stream:``."""
+        stream = EventStream(self, builtins.list(types), scope, replay, max_queue)
+        self._streams.add(stream)
+        return stream
+
+
+async def _with_notifications(conn: Connection, method: str, params: Mapping[str, Any] | None,
+                              handler: _Handler, image: str | None) -> Any:
+    """One call whose notifications are handed to ``handler`` in order, from a task of their
+    own (a slow or failing handler never holds the reader). Returns once every notification
+    that came before the reply has been handled; a handler's exception is raised then."""
+    queue: asyncio.Queue[tuple[str, Mapping[str, Any]] | None] = asyncio.Queue()
+
+    async def consume() -> None:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            outcome = handler(*item)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    consumer = asyncio.get_running_loop().create_task(consume())
+    try:
+        try:
+            result = await conn.request(method, params, image=image,
+                                        notify=lambda m, p: queue.put_nowait((m, p)))
+        except Exception:
+            # Hand over what came before the error (e.g. output before a timeout) first.
+            queue.put_nowait(None)
+            try:
+                await consumer
+            except Exception:
+                pass
+            raise
+        queue.put_nowait(None)
+        await consumer
+        return result
+    finally:
+        if not consumer.done():
+            consumer.cancel()
+
+
+def _seconds(value: float, what: str, maximum: float | None = None) -> float | int:
+    seconds = seconds_from(value, what)
+    if maximum is not None and seconds > maximum:
+        raise InvalidParams(f"{what} may be at most {maximum} s",
+                            data={"field": what, "client_side": True})
+    return int(seconds) if float(seconds).is_integer() else seconds
+
+
+def _content(content: str | bytes | bytearray | memoryview, what: str) -> dict[str, str]:
+    if isinstance(content, str):
+        return {"content_text": content}
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return {"content_b64": base64.b64encode(bytes(content)).decode("ascii")}
+    raise TypeError(f"{what}: content must be str or bytes, not {type(content).__name__}")
+
+
+def _decode_content(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise UnexpectedReply(f"{what}: content_b64 missing")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise UnexpectedReply(f"{what}: content_b64 is not base64") from None
+
+
+class Sandbox:
+    """One running sandbox (a container), as ``acquire`` returned it.
+
+    Paths are POSIX and relative to ``working_directory`` (default: the sandbox's ``work_dir``;
+    an absolute path inside it is accepted). Methods raise the classes of
+    :mod:`maf_sandbox_client.errors`: a path escaping or crossing a link
+    :class:`~maf_sandbox_client.SandboxConfinementError` (a ``ValueError``), and so on.
+    """
+
+    def __init__(self, client: AsyncClient, acquired: Mapping[str, Any], *,
+                 key: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> None:
+        self.client = client
+        #: The container's full 64-hex id: what every call names the sandbox by.
+        self.instance_id: str = str(acquired["sandbox"])
+        self.name: str = str(acquired.get("name") or "")
+        self.kind: str = str(acquired.get("kind") or (spec or {}).get("kind") or "")
+        work_dir = acquired.get("work_dir")
+        self.work_dir: str | None = work_dir if isinstance(work_dir, str) else None
+        #: Whether this acquire created the container (false: a warm one was reused).
+        self.created: bool = bool(acquired.get("created"))
+        self.state: str = str(acquired.get("state") or "")
+        egress = acquired.get("egress")
+        #: For an allowlisted sandbox: network, proxy, proxy_address, proxy_url.
+        self.egress: Mapping[str, Any] | None = egress if isinstance(egress, Mapping) else None
+        self.key: Mapping[str, Any] | None = key
+        self.spec: Mapping[str, Any] | None = spec
+        self.raw: Mapping[str, Any] = dict(acquired)
+
+    @property
+    def id(self) -> str:
+        return self.instance_id
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.instance_id[:12]}, name={self.name!r}, kind={self.kind!r})"
+
+    def _params(self, working_directory: str | None, **extra: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"sandbox": self.instance_id}
+        if working_directory is not None:
+            params["working_directory"] = working_directory
+        params.update({k: v for k, v in extra.items() if v is not None})
+        return params
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
+        working_directory: str | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """``sandbox.exec``: runs ``command`` (a string under ``sh -c``; a sequence is the argv
+        itself, never joined) as the image's user and waits for it, at most ``timeout`` s
+        (then :class:`~maf_sandbox_client.SandboxTimeoutError`, a ``TimeoutError``; what the
+        command started is killed, the sandbox stays). A non-zero exit is a result.
+
+        ``on_output(stream, data)`` receives the output as it arrives (``"stdout"`` or
+        ``"stderr"``, raw bytes, in order), all of it before this returns.
+        """
+        if isinstance(command, str):
+            wire_command: str | builtins.list[str] = command
+        elif isinstance(command, (bytes, bytearray)):
+            raise TypeError("command must be str or a sequence of str, not bytes")
+        else:
+            wire_command = builtins.list(command)
+            if not wire_command or not all(isinstance(a, str) for a in wire_command):
+                raise TypeError("an argv command must be a non-empty sequence of str")
+        params = self._params(working_directory, command=wire_command,
+                              timeout_seconds=_seconds(timeout, "timeout", MAX_EXEC_TIMEOUT_SECONDS))
+        if env is not None:
+            params["env"] = dict(env)
+        if max_output_bytes is not None:
+            params["max_output_bytes"] = max_output_bytes
+        handler: _Handler | None = None
+        if on_output is not None:
+            params["stream"] = True
+            output = on_output
+
+            def handler(method: str, note: Mapping[str, Any]) -> Awaitable[None] | None:
+                if method != EXEC_OUTPUT:
+                    return None
+                stream = note.get("stream")
+                data = _decode_content(note.get("data_b64"), "exec.output")
+                return output(stream if isinstance(stream, str) else "stdout", data)
+
+        result = await self.client._call("sandbox.exec", params, on_notification=handler)
+        return ExecResult.from_wire(result)
+
+    async def run_code(self, code: str, *, timeout: float) -> ExecResult:
+        """Not served: the daemon never declares ``run_code``."""
+        raise SandboxCapabilityNotSupported(
+            "the daemon does not serve run_code; write the program with write_file and exec it",
+            data={"missing": [Capability.RUN_CODE.value], "client_side": True})
+
+    async def write_file(self, path: str, content: str | bytes, *,
+                         working_directory: str | None = None) -> int:
+        """``files.write``: writes (replaces) one file; ``str`` as UTF-8, ``bytes`` as given.
+        Missing parent directories are made. Returns the bytes written."""
+        params = self._params(working_directory, path=path, **_content(content, path))
+        result = await self.client._call("files.write", params)
+        return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
+
+    async def write_files(self, files: Mapping[str, str | bytes], *,
+                          working_directory: str | None = None) -> int:
+        """``files.write`` of several files in one freeze (at most 256). Returns the bytes."""
+        entries = [{"path": p, **_content(c, p)} for p, c in files.items()]
+        result = await self.client._call("files.write",
+                                         self._params(working_directory, files=entries))
+        return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
+
+    async def read_file(self, path: str, *, working_directory: str | None = None,
+                        max_bytes: int | None = None) -> bytes:
+        """``files.read``: one regular file, whole. A larger file than ``max_bytes`` is refused
+        (:class:`~maf_sandbox_client.SandboxTransferCapExceeded`), never truncated."""
+        result = await self.client._call(
+            "files.read", self._params(working_directory, path=path, max_bytes=max_bytes))
+        if not isinstance(result, Mapping):
+            raise UnexpectedReply(f"files.read: {result!r}")
+        return _decode_content(result.get("content_b64"), "files.read")
+
+    async def read_files(self, paths: Sequence[str], *, working_directory: str | None = None,
+                         max_bytes: int | None = None) -> dict[str, bytes]:
+        """``files.read`` of several files in one freeze, in the given order."""
+        result = await self.client._call(
+            "files.read", self._params(working_directory, paths=builtins.list(paths),
+                                       max_bytes=max_bytes))
+        files = result.get("files") if isinstance(result, Mapping) else None
+        if not isinstance(files, builtins.list):
+            raise UnexpectedReply(f"files.read: {result!r}")
+        return {str(f.get("path")): _decode_content(f.get("content_b64"), "files.read")
+                for f in files if isinstance(f, Mapping)}
+
+    async def stat_file(self, path: str, *,
+                        working_directory: str | None = None) -> SandboxEntry | None:
+        """``files.stat``: the final component, not followed; ``None`` when nothing is there."""
+        result = await self.client._call("files.stat", self._params(working_directory, path=path))
+        return None if result is None else SandboxEntry.from_wire(result)
+
+    async def remove(self, path: str, recursive: bool = False, *,
+                     working_directory: str | None = None) -> None:
+        """``files.remove``: as the guest's user; absent is success; a directory needs
+        ``recursive``; a link is unlinked, never followed."""
+        await self.client._call("files.remove", self._params(
+            working_directory, path=path, recursive=True if recursive else None))
+
+    async def reclaim(self, directory: str, *, working_directory: str | None = None,
+                      timeout: float | None = None) -> None:
+        """``files.reclaim``: removes a directory made for one call (``rm -rf`` as the guest);
+        absent is success. ``timeout`` is rounded up to whole seconds."""
+        seconds = None if timeout is None else max(1, math.ceil(seconds_from(timeout, "timeout")))
+        await self.client._call("files.reclaim", self._params(
+            working_directory, directory=directory, timeout_seconds=seconds))
+
+    async def list_dir(self, path: str, *,
+                       working_directory: str | None = None) -> tuple[SandboxEntry, ...]:
+        """Directory listing, only where the daemon declares ``files_list`` (maf-sandboxd
+        does not: :class:`~maf_sandbox_client.SandboxCapabilityNotSupported`)."""
+        declared = await self.client.capabilities()
+        if Capability.FILES_LIST not in declared:
+            raise SandboxCapabilityNotSupported(
+                "the daemon does not declare files_list: name outputs in advance and stat them",
+                data={"missing": [Capability.FILES_LIST.value], "declared": sorted(declared),
+                      "client_side": True})
+        result = await self.client._call("files.list", self._params(working_directory, path=path))
+        entries = result.get("entries") if isinstance(result, Mapping) else result
+        if not isinstance(entries, builtins.list):
+            raise UnexpectedReply(f"files.list: {result!r}")
+        return tuple(SandboxEntry.from_wire(e) for e in entries)
+
+    async def dispose(self) -> DisposalFailure | None:
+        """Removes this container (only this one: ``sandbox.dispose`` with its id)."""
+        if self.key is None:
+            raise InvalidParams("this handle has no key: use AsyncClient.dispose(key, ...)",
+                                data={"field": "key", "client_side": True})
+        return await self.client.dispose(self.key, kind=self.kind or None,
+                                         sandbox=self.instance_id)
+
+
+_END = object()
+
+
+class EventStream:
+    """Events on a connection of their own: ``async for event in stream``.
+
+    ``subscription`` holds the daemon's reply (types and scope) once subscribed. With
+    ``replay``, kept events come first (before the reply). Iteration ends after
+    :meth:`aclose`; a lost connection raises :class:`~maf_sandbox_client.ConnectionLost`.
+    """
+
+    def __init__(self, client: AsyncClient, types: builtins.list[str], scope: str | None,
+                 replay: bool, max_queue: int) -> None:
+        self._client = client
+        self.types = types
+        self.scope = scope
+        self.replay = replay
+        self._max_queue = max(1, max_queue)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._conn: Connection | None = None
+        self._start_lock = asyncio.Lock()
+        self._end: SandboxError | None = None
+        self._closed = False
+        self.subscription: Mapping[str, Any] | None = None
+
+    async def start(self) -> EventStream:
+        """Opens the stream's connection and subscribes (done by the first ``__anext__``)."""
+        async with self._start_lock:
+            if self._conn is not None or self._closed:
+                return self
+            conn = self._client._new_connection(event_sink=self._on_event, on_close=self._on_close)
+            await conn.open(self._client.connect_timeout)
+            self._conn = conn
+            params: dict[str, Any] = {"types": self.types}
+            if self.scope is not None:
+                params["scope"] = self.scope
+            if self.replay:
+                params["replay"] = True
+            try:
+                self.subscription = await conn.request("events.subscribe", params)
+            except BaseException:
+                await self.aclose()
+                raise
+        return self
+
+    async def _on_event(self, params: Mapping[str, Any]) -> None:
+        while self._queue.qsize() >= self._max_queue:
+            self._room.clear()
+            await self._room.wait()
+        self._queue.put_nowait(SandboxEvent.from_wire(params))
+
+    def _on_close(self, error: SandboxError) -> None:
+        self._end = error
+        self._queue.put_nowait(_END)
+
+    async def next(self, timeout: float | None = None) -> SandboxEvent | None:
+        """The next event, or ``None`` when ``timeout`` s pass without one."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.__anext__()
+        except TimeoutError:
+            return None
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> SandboxEvent:
+        if self._conn is None and not self._closed:
+            await self.start()
+        item = await self._queue.get()
+        self._room.set()
+        if item is _END:
+            self._queue.put_nowait(_END)  # every later call ends too
+            if self._closed or self._end is None:
+                raise StopAsyncIteration
+            raise self._end
+        assert isinstance(item, SandboxEvent)
+        return item
+
+    async def aclose(self) -> None:
+        """Ends the subscription (closes its connection)."""
+        self._closed = True
+        self._client._streams.discard(self)
+        if self._conn is not None:
+            await self._conn.close()
+        else:
+            self._queue.put_nowait(_END)
+
+    async def __aenter__(self) -> EventStream:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()

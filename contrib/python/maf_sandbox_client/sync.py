@@ -1,0 +1,235 @@
+"""A blocking client for scripts: :func:`connect` / :class:`Client`.
+
+It runs an :class:`~maf_sandbox_client.AsyncClient` on an event loop of its own, in a daemon
+thread, so it works from any thread and inside programs that run their own loop. Callbacks
+(``on_output``, ``on_progress``) run on that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import threading
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .client import (
+    DEFAULT_EXEC_TIMEOUT_SECONDS,
+    AsyncClient,
+    EventStream,
+    OutputCallback,
+    ProgressCallback,
+    Sandbox,
+)
+from .errors import ClientTimeout, DaemonUnavailable
+from .models import (
+    DisposalFailure,
+    ExecResult,
+    ReapResult,
+    SandboxEntry,
+    SandboxEvent,
+    SandboxInfo,
+    ScopePurge,
+)
+
+__all__ = ["Client", "SyncEventStream", "SyncSandbox", "connect"]
+
+T = TypeVar("T")
+
+
+class Client:
+    """The blocking twin of :class:`~maf_sandbox_client.AsyncClient` (same methods).
+
+    ``timeout`` bounds every call in this process (:class:`ClientTimeout`; the call is then
+    forgotten, the connection stays usable). Use as ``with connect() as client:``.
+    """
+
+    def __init__(self, socket_path: str | None = None, *, timeout: float | None = None,
+                 **kwargs: Any) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="maf-sandbox-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+        self.aio = AsyncClient(socket_path, **kwargs)
+        try:
+            self._run(self.aio.connect())
+        except BaseException:
+            self.close()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise DaemonUnavailable("the client is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        limit = timeout if timeout is not None else self.timeout
+        try:
+            return future.result(limit)
+        except TimeoutError:
+            if future.done():
+                raise  # the call's own TimeoutError (e.g. the daemon's 1205)
+            future.cancel()
+            raise ClientTimeout(f"no reply within {limit} s") from None
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt: the call is forgotten
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._thread.is_alive():
+                asyncio.run_coroutine_threadsafe(self.aio.close(), self._loop).result(10)
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+             timeout: float | None = None) -> Any:
+        """Any method by name; ``timeout`` overrides the client's for this call."""
+        return self._run(self.aio.call(method, params), timeout)
+
+    def describe(self) -> dict[str, Any]:
+        return self._run(self.aio.describe())
+
+    def status(self) -> dict[str, Any]:
+        return self._run(self.aio.status())
+
+    def engine(self) -> dict[str, Any]:
+        return self._run(self.aio.engine())
+
+    def acquire(self, key: Any, spec: Any, *,
+                on_progress: ProgressCallback | None = None) -> SyncSandbox:
+        return SyncSandbox(self, self._run(self.aio.acquire(key, spec, on_progress=on_progress)))
+
+    def sandbox(self, instance_id: str, *, key: Any = None, kind: str | None = None) -> SyncSandbox:
+        return SyncSandbox(self, self.aio.sandbox(instance_id, key=key, kind=kind))
+
+    def dispose(self, key: Any, *, kind: str | None = None,
+                sandbox: str | None = None) -> DisposalFailure | None:
+        return self._run(self.aio.dispose(key, kind=kind, sandbox=sandbox))
+
+    def dispose_scope(self, scope: str, thread_id: str) -> ScopePurge:
+        return self._run(self.aio.dispose_scope(scope, thread_id))
+
+    def reap(self, older_than: timedelta | float, *, scope: str | None = None) -> ReapResult:
+        return self._run(self.aio.reap(older_than, scope=scope))
+
+    def list(self, scope: str | None = None,
+             thread_id: str | None = None) -> builtins.list[SandboxInfo]:
+        return self._run(self.aio.list(scope, thread_id))
+
+    def events(self, types: Iterable[str] = ("egress.decision",), scope: str | None = None, *,
+               replay: bool = False) -> SyncEventStream:
+        stream = self.aio.events(types, scope, replay=replay)
+        self._run(stream.start())
+        return SyncEventStream(self, stream)
+
+
+class SyncSandbox:
+    """The blocking twin of :class:`~maf_sandbox_client.Sandbox`; ``aio`` is the async one."""
+
+    def __init__(self, client: Client, sandbox: Sandbox) -> None:
+        self._client = client
+        self.aio = sandbox
+
+    def __getattr__(self, name: str) -> Any:
+        # instance_id, name, kind, work_dir, created, state, egress, key, spec, raw
+        return getattr(self.aio, name)
+
+    def __repr__(self) -> str:
+        return f"Sync{self.aio!r}"
+
+    def exec(self, command: str | Sequence[str], *, timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
+             working_directory: str | None = None, env: Mapping[str, str] | None = None,
+             max_output_bytes: int | None = None,
+             on_output: OutputCallback | None = None) -> ExecResult:
+        return self._client._run(self.aio.exec(
+            command, timeout=timeout, working_directory=working_directory, env=env,
+            max_output_bytes=max_output_bytes, on_output=on_output))
+
+    def write_file(self, path: str, content: str | bytes, *,
+                   working_directory: str | None = None) -> int:
+        return self._client._run(self.aio.write_file(path, content,
+                                                     working_directory=working_directory))
+
+    def write_files(self, files: Mapping[str, str | bytes], *,
+                    working_directory: str | None = None) -> int:
+        return self._client._run(self.aio.write_files(files, working_directory=working_directory))
+
+    def read_file(self, path: str, *, working_directory: str | None = None,
+                  max_bytes: int | None = None) -> bytes:
+        return self._client._run(self.aio.read_file(path, working_directory=working_directory,
+                                                    max_bytes=max_bytes))
+
+    def read_files(self, paths: Sequence[str], *, working_directory: str | None = None,
+                   max_bytes: int | None = None) -> dict[str, bytes]:
+        return self._client._run(self.aio.read_files(paths, working_directory=working_directory,
+                                                     max_bytes=max_bytes))
+
+    def stat_file(self, path: str, *, working_directory: str | None = None) -> SandboxEntry | None:
+        return self._client._run(self.aio.stat_file(path, working_directory=working_directory))
+
+    def remove(self, path: str, recursive: bool = False, *,
+               working_directory: str | None = None) -> None:
+        self._client._run(self.aio.remove(path, recursive, working_directory=working_directory))
+
+    def reclaim(self, directory: str, *, working_directory: str | None = None,
+                timeout: float | None = None) -> None:
+        self._client._run(self.aio.reclaim(directory, working_directory=working_directory,
+                                           timeout=timeout))
+
+    def list_dir(self, path: str, *,
+                 working_directory: str | None = None) -> tuple[SandboxEntry, ...]:
+        return self._client._run(self.aio.list_dir(path, working_directory=working_directory))
+
+    def dispose(self) -> DisposalFailure | None:
+        return self._client._run(self.aio.dispose())
+
+
+class SyncEventStream:
+    """Blocking events: ``next(timeout)`` or iteration; ``close()`` ends the subscription."""
+
+    def __init__(self, client: Client, stream: EventStream) -> None:
+        self._client = client
+        self.aio = stream
+
+    def next(self, timeout: float | None = None) -> SandboxEvent | None:
+        """The next event, or ``None`` when ``timeout`` s pass without one."""
+        return self._client._run(self.aio.next(timeout))
+
+    def __iter__(self) -> Iterator[SandboxEvent]:
+        while True:
+            try:
+                yield self._client._run(self.aio.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def close(self) -> None:
+        self._client._run(self.aio.aclose())
+
+    def __enter__(self) -> SyncEventStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def connect(socket_path: str | None = None, *, timeout: float | None = None,
+            **kwargs: Any) -> Client:
+    """A connected blocking :class:`Client`."""
+    return Client(socket_path, timeout=timeout, **kwargs)

@@ -1,0 +1,258 @@
+"""AsyncClient against the real daemon and engine: every method, concurrency on one
+connection, cancellation, streamed output, events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import unittest
+from datetime import timedelta
+
+import maf_sandbox_client as msb
+from tests import daemon_fixture as fx
+
+
+def setUpModule() -> None:
+    fx.session().shared  # noqa: B018 - starts the run's image and daemon (or fails)
+
+
+class ClientTest(unittest.IsolatedAsyncioTestCase):
+    """A connected client per test; ``sandbox()`` is the module's warm sandbox."""
+
+    async def asyncSetUp(self) -> None:
+        self.s = fx.session()
+        self.daemon = self.s.shared
+        self.client = msb.AsyncClient(self.daemon.sock)
+        await self.client.connect()
+        self.addAsyncCleanup(self.client.close)
+
+    async def sandbox(self, test: str = "client", thread: str = "t", **spec: object) -> msb.Sandbox:
+        return await self.client.acquire(self.s.key(test, thread), self.s.spec(**spec))
+
+
+class Daemon(ClientTest):
+    async def test_describe_status_engine(self) -> None:
+        d = await self.client.describe()
+        self.assertEqual(d["protocol_version"], "1")
+        self.assertEqual(d["isolation"], "container")
+        self.assertIn("exec", d["capabilities"])
+        self.assertEqual(self.client.max_frame_bytes, d["wire"]["max_frame_bytes"])
+        self.assertIn("exec", await self.client.capabilities())
+        st = await self.client.status()
+        self.assertTrue(st["engine"]["reachable"])
+        self.assertEqual(st["daemon"]["socket"], self.daemon.sock)
+        self.assertEqual(st["egress"], {"configured": False})
+        self.assertEqual((await self.client.engine())["os"], "linux")
+
+
+class Lifecycle(ClientTest):
+    async def test_acquire_cold_then_warm(self) -> None:
+        key = msb.SandboxKey(self.s.scope("warm"), "t", "a")
+        spec = msb.SandboxSpec(kind="k", image=self.s.image, labels={fx.RUN_LABEL: self.s.run_id})
+        first = await self.client.acquire(key, spec)
+        self.assertEqual(len(first.instance_id), 64)
+        self.assertTrue(first.name.startswith("maf-sandbox-docker-"))
+        self.assertEqual((first.kind, first.work_dir, first.state), ("k", "/maf-sandbox/work",
+                                                                      "running"))
+        self.assertTrue(first.created)
+        # The same key and kind, as dicts this time: the same container, warm.
+        again = await self.client.acquire(key.to_wire(), spec.to_wire())
+        self.assertEqual(again.instance_id, first.instance_id)
+        self.assertFalse(again.created)
+        # Another kind is another sandbox.
+        other = await self.client.acquire(key, msb.SandboxSpec(
+            kind="k2", image=self.s.image, labels={fx.RUN_LABEL: self.s.run_id}))
+        self.assertNotEqual(other.instance_id, first.instance_id)
+        self.assertIsNone(await self.client.dispose(key))
+        self.assertEqual(await self.client.list(scope=key.scope), [])
+
+    async def test_list_dispose_and_dispose_scope(self) -> None:
+        scope = self.s.scope("purge")
+        a = await self.sandbox("purge", "t1")
+        b = await self.sandbox("purge", "t1", kind="k2")
+        c = await self.sandbox("purge", "t2")
+        listed = await self.client.list(scope=scope)
+        self.assertEqual({i.sandbox for i in listed}, {a.instance_id, b.instance_id, c.instance_id})
+        entry = next(i for i in listed if i.sandbox == a.instance_id)
+        self.assertEqual(entry.key, msb.SandboxKey(scope, "t1", "a"))
+        self.assertEqual((entry.kind, entry.state, entry.image), ("k", "running", self.s.image))
+        self.assertEqual(len(await self.client.list(scope=scope, thread_id="t2")), 1)
+        # One container by its id: the other kind of the key stays.
+        self.assertIsNone(await a.dispose())
+        self.assertEqual({i.sandbox for i in await self.client.list(scope=scope)},
+                         {b.instance_id, c.instance_id})
+        purge = await self.client.dispose_scope(scope, "t1")
+        self.assertEqual(purge, msb.ScopePurge(1, None))
+        self.assertEqual([i.sandbox for i in await self.client.list(scope=scope)], [c.instance_id])
+        self.assertEqual(await self.client.dispose_scope(scope, "t2"), msb.ScopePurge(1, None))
+        self.assertEqual(await self.client.dispose_scope(scope, "t2"), msb.ScopePurge(0, None))
+
+    async def test_reap_in_one_scope(self) -> None:
+        scope = self.s.scope("reap")
+        sb = await self.sandbox("reap")
+        # Nothing is that old yet.
+        self.assertEqual(await self.client.reap(timedelta(hours=1), scope=scope),
+                         msb.ReapResult(0, 0, 0, ()))
+        await asyncio.sleep(2.1)  # creation times are whole seconds
+        result = await self.client.reap(timedelta(seconds=1), scope=scope)
+        self.assertEqual((result.disposed, result.failures), (1, ()))
+        self.assertEqual(await self.client.list(scope=scope), [])
+        with self.assertRaises(msb.SandboxNotFound):
+            await sb.exec("true")
+        with self.assertRaises(msb.InvalidParams):
+            await self.client.reap(timedelta(0), scope=scope)
+
+
+class Exec(ClientTest):
+    async def test_string_argv_env_and_bytes(self) -> None:
+        sb = await self.sandbox()
+        r = await sb.exec("echo out; echo err >&2; exit 7")
+        self.assertEqual((r.exit_code, r.stdout_text, r.stderr_text), (7, "out\n", "err\n"))
+        self.assertFalse(r.ok)
+        self.assertIsInstance(r.duration_ms, int)
+        r = await sb.exec(["printf", "%s|%s", "a b", "$(x)"])
+        self.assertEqual(r.stdout, "a b|$(x)")
+        r = await sb.exec("printf '%s' \"$GREETING\"", env={"GREETING": "héllo"})
+        self.assertEqual(r.stdout_text, "héllo")
+        r = await sb.exec("pwd", working_directory="/tmp")
+        self.assertEqual(r.stdout_text, "/tmp\n")
+        r = await sb.exec("pwd")
+        self.assertEqual(r.stdout_text, "/maf-sandbox/work\n")
+        r = await sb.exec(["printf", "\\377\\000x"])
+        self.assertEqual(r.stdout_bytes, b"\xff\x00x")
+        self.assertEqual(r.stdout_text, "\ufffd\x00x")
+        with self.assertRaises(msb.InvalidParams):
+            await sb.exec("true", timeout=0)
+        with self.assertRaises(TypeError):
+            await sb.exec([])
+
+    async def test_many_calls_in_flight_on_one_connection(self) -> None:
+        sb = await self.sandbox()
+        n = 20
+        started = time.monotonic()
+        results = await asyncio.gather(*(
+            sb.exec(["sh", "-c", f"sleep 0.{(n - i) % 5}; echo {i}; echo e{i} >&2"])
+            for i in range(n)))
+        self.assertEqual([r.stdout_text for r in results], [f"{i}\n" for i in range(n)])
+        self.assertEqual([r.stderr_text for r in results], [f"e{i}\n" for i in range(n)])
+        # Mixed methods, too.
+        got = await asyncio.gather(self.client.status(), sb.write_file("g.txt", "g"),
+                                   sb.exec("echo x"), self.client.describe(),
+                                   sb.stat_file("g.txt"))
+        self.assertEqual(got[2].stdout_text, "x\n")
+        self.assertEqual(got[4], msb.SandboxEntry("g.txt", msb.EntryKind.FILE, 1))
+        self.assertLess(time.monotonic() - started, 30)
+
+    async def test_cancel_mid_flight_then_use_the_connection(self) -> None:
+        sb = await self.sandbox()
+        slow = asyncio.create_task(sb.exec("sleep 1.5; echo late", timeout=10))
+        await asyncio.sleep(0.3)
+        slow.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await slow
+        # A call timed out in this process is forgotten the same way.
+        with self.assertRaises(msb.ClientTimeout):
+            await self.client.call("sandbox.exec", {"sandbox": sb.instance_id,
+                                                    "command": "sleep 1.5; echo late2",
+                                                    "timeout_seconds": 10}, timeout=0.3)
+        # The connection serves new calls at once, and after the late replies have come.
+        r = await sb.exec("echo now")
+        self.assertEqual(r.stdout_text, "now\n")
+        await asyncio.sleep(1.6)
+        results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(5)))
+        self.assertEqual([r.stdout_text for r in results], [f"{i}\n" for i in range(5)])
+        self.assertTrue(self.client.connected)
+
+    async def test_streamed_output(self) -> None:
+        sb = await self.sandbox()
+        chunks: list[tuple[str, bytes, float]] = []
+        t0 = time.monotonic()
+        r = await sb.exec("echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three",
+                          on_output=lambda stream, data: chunks.append(
+                              (stream, data, time.monotonic() - t0)))
+        self.assertEqual(b"".join(d for s, d, _ in chunks if s == "stdout"), r.stdout_bytes)
+        self.assertEqual(b"".join(d for s, d, _ in chunks if s == "stderr"), b"two\n")
+        self.assertEqual(r.stdout_bytes, b"one\nthree\n")
+        first = next(t for s, d, t in chunks if d.startswith(b"one"))
+        self.assertLess(first, 0.9, "the first chunk did not arrive while the command ran")
+
+        seen: list[bytes] = []
+
+        async def slow_consumer(stream: str, data: bytes) -> None:
+            await asyncio.sleep(0.05)
+            seen.append(data)
+
+        r = await sb.exec("for i in 1 2 3; do echo $i; sleep 0.1; done", on_output=slow_consumer)
+        self.assertEqual(b"".join(seen), b"1\n2\n3\n")
+
+        # Output before a timeout is still handed over, then the TimeoutError.
+        early: list[bytes] = []
+        with self.assertRaises(msb.SandboxTimeoutError):
+            await sb.exec("echo before; sleep 5", timeout=0.8,
+                          on_output=lambda s, d: early.append(d))
+        self.assertEqual(b"".join(early), b"before\n")
+
+
+class Files(ClientTest):
+    async def test_write_read_stat_remove_reclaim(self) -> None:
+        sb = await self.sandbox()
+        self.assertEqual(await sb.write_file("f/a.txt", "héllo"), 6)
+        self.assertEqual(await sb.write_file("f/b.bin", b"\x00\xff"), 2)
+        self.assertEqual(await sb.read_file("f/a.txt"), "héllo".encode())
+        self.assertEqual(await sb.read_file("/maf-sandbox/work/f/b.bin"), b"\x00\xff")
+        self.assertEqual(await sb.stat_file("f/a.txt"),
+                         msb.SandboxEntry("f/a.txt", msb.EntryKind.FILE, 6))
+        self.assertEqual((await sb.stat_file("f")).kind, msb.EntryKind.DIRECTORY)
+        self.assertIsNone(await sb.stat_file("absent"))
+        await sb.exec("ln -sf /etc f/link")
+        self.assertEqual((await sb.stat_file("f/link")).kind, msb.EntryKind.SYMLINK)
+        self.assertEqual(await sb.write_files({"m/1": "one", "m/2": b"two"}), 6)
+        self.assertEqual(await sb.read_files(["m/2", "m/1"]), {"m/2": b"two", "m/1": b"one"})
+        self.assertEqual(await sb.read_file("1", working_directory="m"), b"one")
+        await sb.remove("f/a.txt")
+        self.assertIsNone(await sb.stat_file("f/a.txt"))
+        await sb.remove("f/a.txt")  # absent is success
+        await sb.remove("f", recursive=True)
+        self.assertIsNone(await sb.stat_file("f"))
+        await sb.write_file("call-1/x", "x")
+        await sb.reclaim("/maf-sandbox/work/call-1", timeout=10)
+        self.assertIsNone(await sb.stat_file("call-1"))
+        await sb.reclaim("call-1")  # absent is success
+
+    async def test_what_the_daemon_does_not_serve(self) -> None:
+        sb = await self.sandbox()
+        with self.assertRaises(msb.SandboxCapabilityNotSupported) as cm:
+            await sb.list_dir(".")
+        self.assertEqual(cm.exception.data["missing"], ["files_list"])
+        with self.assertRaises(RuntimeError):
+            await sb.run_code("print(1)", timeout=5)
+
+
+class Events(ClientTest):
+    async def test_subscribe_then_time_out_cleanly(self) -> None:
+        scope = self.s.scope("events")
+        async with self.client.events(["egress.decision"], scope, replay=True) as stream:
+            self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": scope})
+            self.assertIsNone(await stream.next(timeout=0.3))
+            # The client's own connection is not the stream's.
+            self.assertEqual((await self.client.status())["connections"]["current"], 2)
+        with self.assertRaises(StopAsyncIteration):
+            await stream.__anext__()
+        # Iterating subscribes by itself.
+        stream = self.client.events(scope=scope)
+        self.assertIsNone(await stream.next(timeout=0.2))
+        self.assertIsNotNone(stream.subscription)
+        await self.client.close()  # closes the stream too
+        with self.assertRaises(StopAsyncIteration):
+            await stream.__anext__()
+
+    async def test_bad_subscription(self) -> None:
+        with self.assertRaises(msb.InvalidParams) as cm:
+            await self.client.events(["no.such.event"]).start()
+        self.assertEqual(cm.exception.field, "types")
+        with self.assertRaises(msb.InvalidParams):
+            await self.client.events([]).start()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,522 @@
+"""Unit tests that need no daemon: the error table, framing, result views, conversions, and
+the connection's id matching against a scripted server on a temporary Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import enum
+import errno
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import unittest
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import maf_sandbox_client as msb
+from maf_sandbox_client import wire
+from maf_sandbox_client.connection import Connection
+from maf_sandbox_client.models import key_to_wire, spec_to_wire
+
+PROTOCOL_MD = Path(__file__).resolve().parents[3] / "proto" / "PROTOCOL.md"
+
+#: Every wire code, its data.type, and the builtin a host catches (maf-sandbox's choices).
+EXPECTED = [
+    (-32700, "ParseError", msb.ParseError, ValueError),
+    (-32600, "InvalidRequest", msb.InvalidRequest, ValueError),
+    (-32601, "MethodNotFound", msb.MethodNotFound, NotImplementedError),
+    (-32602, "InvalidParams", msb.InvalidParams, ValueError),
+    (-32603, "InternalError", msb.InternalError, RuntimeError),
+    (1000, "EngineUnavailable", msb.SandboxEngineUnavailable, ConnectionError),
+    (1001, "EngineError", msb.SandboxEngineError, RuntimeError),
+    (1002, "EngineTimeout", msb.SandboxEngineTimeout, TimeoutError),
+    (1003, "EngineVersionNotSupported", msb.SandboxEngineVersionNotSupported, RuntimeError),
+    (1100, "SandboxCapabilityNotSupported", msb.SandboxCapabilityNotSupported, RuntimeError),
+    (1101, "SandboxEgressNotEnforced", msb.SandboxEgressNotEnforced, PermissionError),
+    (1102, "SandboxOsFamilyNotSupported", msb.SandboxOsFamilyNotSupported, RuntimeError),
+    (1103, "SandboxTransferLimitsNotPermitted", msb.SandboxTransferLimitsNotPermitted,
+     PermissionError),
+    (1104, "SandboxScopeNotEnforced", msb.SandboxScopeNotEnforced, PermissionError),
+    (1105, "SandboxBackendNotPermitted", msb.SandboxBackendNotPermitted, PermissionError),
+    (1106, "SandboxConflict", msb.SandboxConflict, RuntimeError),
+    (1200, "ConfinementError", msb.SandboxConfinementError, ValueError),
+    (1201, "NotADirectoryError", msb.SandboxNotADirectoryError, NotADirectoryError),
+    (1202, "FileNotFoundError", msb.SandboxFileNotFoundError, FileNotFoundError),
+    (1203, "OSError", msb.SandboxOSError, OSError),
+    (1204, "SandboxTransferCapExceeded", msb.SandboxTransferCapExceeded, ValueError),
+    (1205, "TimeoutError", msb.SandboxTimeoutError, TimeoutError),
+    (1206, "SandboxNotFound", msb.SandboxNotFound, LookupError),
+    (1207, "SandboxFreezeFailed", msb.SandboxFreezeFailed, RuntimeError),
+    (1208, "SandboxExecOutputLimitExceeded", msb.SandboxExecOutputLimitExceeded, ValueError),
+    (1300, "PermissionDenied", msb.SandboxPermissionDenied, PermissionError),
+    (1301, "FrameTooLarge", msb.FrameTooLarge, ValueError),
+    (1302, "TooManyConnections", msb.TooManyConnections, ConnectionError),
+    (1303, "ShuttingDown", msb.ShuttingDown, ConnectionError),
+    (1304, "FrameTimeout", msb.FrameTimeout, TimeoutError),
+]
+
+
+def wire_error(code: int, type_name: str | None, message: str = "m", **data: Any) -> dict[str, Any]:
+    d: dict[str, Any] = dict(data)
+    if type_name is not None:
+        d["type"] = type_name
+    return {"code": code, "message": message, "data": d}
+
+
+class ErrorTable(unittest.TestCase):
+    def test_every_code_maps_to_its_class_and_builtin(self) -> None:
+        for code, type_name, cls, builtin in EXPECTED:
+            with self.subTest(code=code):
+                exc = msb.error_from_wire(wire_error(code, type_name, path="p"))
+                self.assertIs(type(exc), cls)
+                self.assertIsInstance(exc, builtin)
+                self.assertIsInstance(exc, msb.SandboxError)
+                self.assertEqual(exc.code, code)
+                self.assertEqual(exc.type, type_name)
+                self.assertEqual(cls.wire_type, type_name)
+
+    def test_the_table_is_the_protocol_table(self) -> None:
+        """One class per row of PROTOCOL.md's error table, no more, no fewer."""
+        rows = re.findall(r"^\| (-?\d+) \| `(\w+)` \|", PROTOCOL_MD.read_text(), re.M)
+        self.assertGreater(len(rows), 25, "PROTOCOL.md's error table was not found")
+        documented = {int(code): name for code, name in rows}
+        self.assertEqual(documented, {c: cls.wire_type for c, cls in msb.ERROR_CLASSES.items()})
+        self.assertEqual({c for c, *_ in EXPECTED}, set(msb.ERROR_CLASSES))
+
+    def test_code_wins_over_type_and_message(self) -> None:
+        # A message or data.type naming another error never changes the class.
+        exc = msb.error_from_wire(wire_error(1202, "ConfinementError",
+                                             message="SandboxConfinementError: escapes"))
+        self.assertIsInstance(exc, msb.SandboxFileNotFoundError)
+
+    def test_unknown_code_falls_back_to_type_then_base(self) -> None:
+        self.assertIsInstance(msb.error_from_wire(wire_error(1999, "SandboxNotFound")),
+                              msb.SandboxNotFound)
+        exc = msb.error_from_wire(wire_error(1999, "SomethingNew"))
+        self.assertIs(type(exc), msb.SandboxError)
+        self.assertEqual(exc.code, 1999)
+        self.assertEqual(exc.type, "SomethingNew")
+
+    def test_malformed_error_objects(self) -> None:
+        for bad in (None, "x", 3, [], {}, {"code": "1200"}, {"code": True, "data": 5}):
+            with self.subTest(bad=bad):
+                exc = msb.error_from_wire(bad)
+                self.assertIs(type(exc), msb.SandboxError)
+
+    def test_data_accessors_and_errno(self) -> None:
+        exc = msb.error_from_wire(wire_error(1202, "FileNotFoundError", path="out/x"))
+        self.assertEqual(exc.path, "out/x")
+        self.assertEqual(exc.errno, errno.ENOENT)
+        self.assertEqual(exc.filename, "out/x")
+        self.assertEqual(msb.error_from_wire(wire_error(1201, "NotADirectoryError")).errno,
+                         errno.ENOTDIR)
+        cap = msb.error_from_wire(wire_error(1204, "SandboxTransferCapExceeded", limit=3, size=9))
+        self.assertEqual((cap.limit, cap.size), (3, 9))
+        bad = msb.error_from_wire(wire_error(-32602, "InvalidParams", field="spec.egress"))
+        self.assertEqual(bad.field, "spec.egress")
+        self.assertIn("InvalidParams", str(bad))
+        self.assertEqual(msb.error_from_wire(wire_error(1001, "EngineError",
+                                                        engine_status=409)).engine_status, 409)
+
+    def test_client_side_classes(self) -> None:
+        self.assertTrue(issubclass(msb.ConnectionLost, msb.DaemonUnavailable))
+        self.assertTrue(issubclass(msb.DaemonUnavailable, ConnectionError))
+        self.assertTrue(issubclass(msb.ClientTimeout, TimeoutError))
+        self.assertIsNone(msb.ConnectionLost("x").code)
+
+
+class Framing(unittest.TestCase):
+    def test_request_frame(self) -> None:
+        frame = wire.encode_request(7, "files.write", {"path": "a b", "content_text": "é\n"})
+        self.assertTrue(frame.endswith(b"\n"))
+        self.assertEqual(frame.count(b"\n"), 1, "a raw newline inside a frame")
+        self.assertNotIn(b": ", frame)
+        self.assertEqual(json.loads(frame), {"jsonrpc": "2.0", "id": 7, "method": "files.write",
+                                             "params": {"path": "a b", "content_text": "é\n"}})
+        self.assertNotIn("params", json.loads(wire.encode_request(1, "daemon.status", None)))
+
+    def test_values_that_cannot_travel_are_refused_before_sending(self) -> None:
+        for params, field in (({"path": "a\x00b"}, "params.path"),
+                              ({"env": {"A": "\ud800"}}, "params.env.A"),
+                              ({"timeout_seconds": float("nan")}, "params.timeout_seconds"),
+                              ({"command": ["ok", "x\x00"]}, "params.command[1]")):
+            with self.subTest(params=params):
+                with self.assertRaises(msb.InvalidParams) as cm:
+                    wire.encode_request(1, "sandbox.exec", params)
+                self.assertEqual(cm.exception.field, field)
+                self.assertTrue(cm.exception.data["client_side"])
+
+    def test_frame_over_the_limit(self) -> None:
+        params = {"content_text": "x" * 5000}
+        with self.assertRaises(msb.FrameTooLarge) as cm:
+            wire.encode_request(1, "files.write", params, max_frame_bytes=4096)
+        self.assertEqual(cm.exception.limit, 4096)
+        self.assertTrue(cm.exception.data["client_side"])
+        # The LF is not counted.
+        exact = wire.encode_request(1, "m", None)
+        wire.encode_request(1, "m", None, max_frame_bytes=len(exact) - 1)
+
+    def test_decode(self) -> None:
+        self.assertEqual(wire.decode_frame(b'{"a":1}\r\n'), {"a": 1})
+        self.assertEqual(wire.decode_frame(b'{"a":1}\n'), {"a": 1})
+        self.assertIsNone(wire.decode_frame(b"\r\n"))
+        self.assertIsNone(wire.decode_frame(b"  \n"))
+        with self.assertRaises(ValueError):
+            wire.decode_frame(b"{nope\n")
+
+    def test_default_socket_path(self) -> None:
+        with mock.patch.dict(os.environ, {"MAF_SANDBOX_SOCKET": "/x/s.sock"}):
+            self.assertEqual(wire.default_socket_path(), "/x/s.sock")
+        runtime = tempfile.mkdtemp(prefix="msb-py-xdg-")
+        self.addCleanup(shutil.rmtree, runtime)
+        own = os.path.join(runtime, "maf-sandbox.sock")
+        env = {k: v for k, v in os.environ.items() if k != "MAF_SANDBOX_SOCKET"}
+        env["XDG_RUNTIME_DIR"] = runtime
+        with mock.patch.dict(os.environ, env, clear=True):
+            # No daemon of the user's own: the system daemon's socket.
+            with mock.patch("os.geteuid", return_value=1000):
+                self.assertEqual(wire.default_socket_path(), "/run/maf-sandbox.sock")
+            with open(own, "w"):  # a regular file is not a daemon
+                pass
+            with mock.patch("os.geteuid", return_value=1000):
+                self.assertEqual(wire.default_socket_path(), "/run/maf-sandbox.sock")
+            os.unlink(own)
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(own)
+            sock.close()
+            with mock.patch("os.geteuid", return_value=0):
+                self.assertEqual(wire.default_socket_path(), "/run/maf-sandbox.sock")
+            with mock.patch("os.geteuid", return_value=1000):
+                self.assertEqual(wire.default_socket_path(), own)
+            del os.environ["XDG_RUNTIME_DIR"]
+            with mock.patch("os.geteuid", return_value=1000):
+                self.assertEqual(wire.default_socket_path(), "/run/maf-sandbox.sock")
+
+
+class Results(unittest.TestCase):
+    def test_exec_result_views(self) -> None:
+        raw = {"exit_code": 2, "stdout_b64": base64.b64encode(b"ok\xff\x00z").decode(),
+               "stderr_b64": "", "stdout_text": "ignored", "duration_ms": 41}
+        r = msb.ExecResult.from_wire(raw)
+        self.assertEqual(r.stdout_bytes, b"ok\xff\x00z")
+        self.assertEqual(r.stdout_text, "ok\ufffd\x00z")
+        self.assertEqual(r.stdout, r.stdout_text)
+        self.assertEqual(r.stderr, "")
+        self.assertEqual((r.exit_code, r.duration_ms, r.ok), (2, 41, False))
+        self.assertEqual(r.raw["stdout_text"], "ignored")
+        with self.assertRaises(msb.UnexpectedReply):
+            msb.ExecResult.from_wire({"exit_code": 0, "stdout_b64": "!!"})
+        with self.assertRaises(msb.UnexpectedReply):
+            msb.ExecResult.from_wire({"stdout_b64": ""})
+
+    def test_entries(self) -> None:
+        self.assertEqual(msb.SandboxEntry.from_wire({"path": "f", "kind": "file", "size": 3}),
+                         msb.SandboxEntry("f", msb.EntryKind.FILE, 3))
+        e = msb.SandboxEntry.from_wire({"path": "d", "kind": "whiteout", "size": None})
+        self.assertEqual((e.kind, e.size_bytes), (msb.EntryKind.OTHER, None))
+
+    def test_reap_and_disposal(self) -> None:
+        r = msb.ReapResult.from_wire({"disposed": 2, "proxies_removed": 1, "networks_removed": 1,
+                                      "failures": [{"code": "refused", "detail": "busy"}]})
+        self.assertEqual(r.failures, (msb.DisposalFailure("refused", "busy"),))
+        self.assertEqual(str(r.failures[0]), "refused: busy")
+        self.assertIsNone(msb.DisposalFailure.from_wire(None))
+
+    def test_declarations(self) -> None:
+        d = msb.BackendDeclarations.from_describe({
+            "capabilities": ["exec", "files_in", "future_cap"], "egress_modes": ["closed"],
+            "isolation_scopes": ["conversation", "call"], "os_families": ["posix"],
+            "limits": {"files_in": {"max_bytes_per_file": 1, "max_total_bytes": 2, "max_files": 3}}})
+        self.assertIn(msb.Capability.EXEC, d.capabilities)
+        self.assertIn("future_cap", d.capabilities)
+        self.assertEqual(d.limits.files_in, msb.TransferLimits(1, 2, 3))
+        self.assertEqual(d.limits.files_out, msb.DEFAULT_TRANSFER_LIMITS)
+        self.assertEqual(d.os_families, frozenset({"posix"}))
+
+
+class _Cap(enum.StrEnum):
+    EXEC = "exec"
+    FILES_OUT = "files_out"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    max_bytes_per_file: int
+    max_total_bytes: int
+    max_files: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _ForeignKey:  # the shape of maf_sandbox.SandboxKey
+    scope: str
+    thread_id: str
+    agent_dir: str
+    call_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ForeignSpec:  # the shape of maf_sandbox.SandboxSpec (a subset)
+    kind: str
+    image: str | None = None
+    requires: frozenset[_Cap] = frozenset({_Cap.EXEC, _Cap.FILES_OUT})
+    egress_allow: tuple[str, ...] = ()
+    files_in: _Limits = _Limits(1, 2, 3)
+    min_isolation: str | None = None
+
+
+class Conversions(unittest.TestCase):
+    def test_keys(self) -> None:
+        self.assertEqual(key_to_wire(msb.SandboxKey("s", "t", "a")),
+                         {"scope": "s", "thread_id": "t", "agent_dir": "a", "call_id": ""})
+        self.assertEqual(key_to_wire(_ForeignKey("s", "t", "a", "c"))["call_id"], "c")
+        self.assertEqual(key_to_wire({"scope": "s", "agent_id": "x"}), {"scope": "s", "agent_id": "x"})
+        with self.assertRaises(TypeError):
+            key_to_wire(object())
+
+    def test_specs(self) -> None:
+        self.assertEqual(spec_to_wire(msb.SandboxSpec(kind="k", image="i", labels={"a": "b"})),
+                         {"kind": "k", "image": "i", "labels": {"a": "b"}})
+        wire_spec = spec_to_wire(_ForeignSpec(kind="k", image="i"))
+        self.assertEqual(wire_spec, {"kind": "k", "image": "i", "requires": ["exec", "files_out"],
+                                     "egress_allow": [], "files_in": {"max_bytes_per_file": 1,
+                                                                      "max_total_bytes": 2,
+                                                                      "max_files": 3}})
+        json.dumps(wire_spec)
+        with self.assertRaises(TypeError):
+            spec_to_wire("kind")
+
+
+# ---- the connection against a scripted server ------------------------------------------
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> dict[str, Any]:
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("client went away")
+    msg = json.loads(line)
+    assert isinstance(msg, dict)
+    return msg
+
+
+def _send(writer: asyncio.StreamWriter, msg: dict[str, Any]) -> None:
+    writer.write(json.dumps(msg).encode() + b"\n")
+
+
+class ConnectionBehaviour(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="msb-py-unit-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.sock = os.path.join(self.dir, "s.sock")
+
+    async def serve(self, script: Script) -> None:
+        server = await asyncio.start_unix_server(
+            lambda r, w: self._run(script, r, w), path=self.sock)
+        self.addAsyncCleanup(self._stop, server)
+
+    async def _run(self, script: Script, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            await script(r, w)
+        except ConnectionError:
+            pass
+        finally:
+            w.close()
+
+    async def _stop(self, server: asyncio.Server) -> None:
+        server.close()
+        await server.wait_closed()
+
+    async def test_replies_out_of_order_are_matched_by_id(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            reqs = [await _read_request(r) for _ in range(5)]
+            for req in reversed(reqs):
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": req["params"]["n"]})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            results = await asyncio.gather(*(client.call("x", {"n": i}) for i in range(5)))
+        self.assertEqual(results, [0, 1, 2, 3, 4])
+
+    async def test_notifications_go_to_their_call_and_unknown_ones_are_skipped(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            a = await _read_request(r)
+            b = await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "method": "future.thing", "params": {"id": a["id"]}})
+            for req, text in ((a, b"A1"), (b, b"B1"), (a, b"A2")):
+                _send(w, {"jsonrpc": "2.0", "method": "exec.output",
+                          "params": {"id": req["id"], "stream": "stdout",
+                                     "data_b64": base64.b64encode(text).decode()}})
+            _send(w, {"jsonrpc": "2.0", "method": "exec.output",
+                      "params": {"id": 999, "stream": "stdout", "data_b64": "eA=="}})
+            for req in (a, b):
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": {}})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        seen: dict[str, list[bytes]] = {"a": [], "b": []}
+        async with msb.AsyncClient(self.sock) as client:
+            await asyncio.gather(
+                client.call("x", on_notification=lambda m, p: seen["a"].append(
+                    base64.b64decode(p["data_b64"])) if m == "exec.output" else None),
+                client.call("y", on_notification=lambda m, p: seen["b"].append(
+                    base64.b64decode(p["data_b64"]))))
+        self.assertEqual(seen, {"a": [b"A1", b"A2"], "b": [b"B1"]})
+
+    async def test_a_cancelled_call_is_forgotten_and_the_connection_stays_usable(self) -> None:
+        first_seen = asyncio.Event()
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            slow = await _read_request(r)
+            first_seen.set()
+            fast = await _read_request(r)
+            # The cancelled call's reply comes late, and before the live one's.
+            _send(w, {"jsonrpc": "2.0", "id": slow["id"], "result": "late"})
+            _send(w, {"jsonrpc": "2.0", "id": fast["id"], "result": "fresh"})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            task = asyncio.create_task(client.call("slow"))
+            await first_seen.wait()
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertEqual(await client.call("fast"), "fresh")
+            with self.assertRaises(msb.ClientTimeout):
+                await client.call("never", timeout=0.05)
+            self.assertTrue(client.connected)
+
+    async def test_a_connection_ending_error_fails_every_call(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await _read_request(r)
+            await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "id": None, "error": wire_error(
+                1301, "FrameTooLarge", limit=4096)})
+            await w.drain()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            results = await asyncio.gather(client.call("a"), client.call("b"),
+                                           return_exceptions=True)
+            for r in results:
+                self.assertIsInstance(r, msb.FrameTooLarge)
+            with self.assertRaises(msb.FrameTooLarge):
+                await client.call("c")
+
+    async def test_end_of_stream_fails_calls_with_connection_lost(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await _read_request(r)
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            with self.assertRaises(msb.ConnectionLost):
+                await client.call("a")
+            with self.assertRaises(msb.ConnectionLost):
+                await client.call("b")
+
+    async def test_a_reply_over_the_reply_limit_ends_the_connection(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            req = await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": "x" * 100000})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        client = msb.AsyncClient(self.sock, max_reply_bytes=1000)
+        async with client:
+            with self.assertRaises(msb.ConnectionLost) as cm:
+                await client.call("a")
+            self.assertIn("exceeded", str(cm.exception))
+
+    async def test_a_null_id_error_with_one_call_in_flight_answers_it(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "id": None, "error": wire_error(-32700, "ParseError")})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            with self.assertRaises(msb.ParseError):
+                await client.call("a")
+
+    async def test_pull_progress_goes_to_the_acquires_of_that_image(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            reqs = [await _read_request(r) for _ in range(2)]
+            for image, status in (("img:1", "Pulling"), ("img:2", "Other"), ("img:1", "Done")):
+                _send(w, {"jsonrpc": "2.0", "method": "sandbox.pull_progress",
+                          "params": {"name": "n", "image": image, "status": status}})
+            for req in reqs:
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": {
+                    "sandbox": "f" * 64, "name": "n", "kind": req["params"]["spec"]["kind"],
+                    "work_dir": "/w", "created": True, "state": "running"}})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        seen: list[str] = []
+
+        async def progress(p: Any) -> None:
+            seen.append(p["status"])
+
+        async with msb.AsyncClient(self.sock) as client:
+            key = msb.SandboxKey("s", "t", "a")
+            a, b = await asyncio.gather(
+                client.acquire(key, msb.SandboxSpec(kind="a", image="img:1"), on_progress=progress),
+                client.acquire(key, {"kind": "b", "image_id": "img:3", "image": "img:2"},
+                               on_progress=lambda p: seen.append("wrong")))
+        self.assertEqual(seen, ["Pulling", "Done"])
+        self.assertEqual((a.kind, b.kind, a.work_dir, a.created), ("a", "b", "/w", True))
+
+    async def test_events_arrive_in_order_then_the_end_is_raised(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            req = await _read_request(r)
+            assert req["method"] == "events.subscribe" and req["params"]["replay"] is True
+            event = {"type": "egress.decision", "key": {"scope": "s", "thread_id": "t",
+                                                        "agent_dir": "a", "call_id": ""},
+                     "kind": "k", "sandbox": "n", "decision": "ALLOW", "host": "h",
+                     "port": 443, "time": "2026-01-01T00:00:00.000000001Z"}
+            _send(w, {"jsonrpc": "2.0", "method": "events.event", "params": event})
+            _send(w, {"jsonrpc": "2.0", "id": req["id"],
+                      "result": {"types": ["egress.decision"], "scope": "s"}})
+            for decision in ("DENY", "UNREACHABLE"):
+                _send(w, {"jsonrpc": "2.0", "method": "events.event",
+                          "params": dict(event, decision=decision)})
+            await w.drain()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            stream = client.events(["egress.decision"], "s", replay=True, max_queue=1)
+            got = []
+            with self.assertRaises(msb.ConnectionLost):
+                async for event in stream:
+                    got.append(event)
+            self.assertEqual([e.decision for e in got], ["ALLOW", "DENY", "UNREACHABLE"])
+            self.assertEqual(got[0].key, msb.SandboxKey("s", "t", "a"))
+            self.assertEqual((got[0].port, got[0].host), (443, "h"))
+            self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": "s"})
+            await stream.aclose()
+
+    async def test_connect_failure(self) -> None:
+        with self.assertRaises(msb.DaemonUnavailable) as cm:
+            await msb.AsyncClient(os.path.join(self.dir, "absent.sock")).connect()
+        self.assertNotIsInstance(cm.exception, msb.ConnectionLost)
+        conn = Connection(os.path.join(self.dir, "absent.sock"))
+        with self.assertRaises(msb.DaemonUnavailable):
+            await conn.open(1)
+
+
+if __name__ == "__main__":
+    unittest.main()
