@@ -37,6 +37,7 @@
 #define POLL_MS 200
 #define EXIT_SKIP 77
 #define OUT_NET_FMT "10.216.%d"
+#define DENSITY_POOL "10.212.0.0/16"
 #define OUT_TRIES 16
 #define FAILURES_SHOWN 5
 
@@ -237,7 +238,9 @@ static void daemon_up(struct msbd_proc *d)
 	snprintf(bin, sizeof(bin), "egress.proxy_binary=%s", proxy_binary);
 	snprintf(out, sizeof(out), "egress.outbound_network=%s", out_net);
 	snprintf(state, sizeof(state), "egress.state_dir=%s", dir);
-	msbd_start(d, (const char *[]){ "--set", bin, "--set", out, "--set", state, NULL });
+	/* A pool of its own: suite 'egress' runs beside this one on the default. */
+	msbd_start(d, (const char *[]){ "--set", bin, "--set", out, "--set", state,
+				       "--set", "egress.subnet_pool=" DENSITY_POOL, NULL });
 	json_decref(wait_engine_state(d->sock, "reachable", ENGINE_WAIT_MS));
 	for (int i = 0; i < 200 && !r; i++) {
 		r = call(d->sock, "sandbox.list", NULL, NULL, NULL);

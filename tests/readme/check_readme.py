@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""check_readme.py SOURCE_ROOT BUILD_DIR — runs README.md's commands as written.
+
+Every ```sh, ```console and ```python block of the README carries a marker on
+the line before its fence:
+
+    <!-- ci: run -->                 this test runs it
+    <!-- ci: skip: WHY -->           it cannot run here (WHY says what does instead)
+
+A block without a marker fails the test, so no command is left unchecked by
+accident. The run blocks execute in README order against a daemon of this
+build on a private socket (MAF_SANDBOX_SOCKET), from a directory that looks
+like a checkout with `build` being BUILD_DIR: the shell ones (```console:
+the lines after "$ ") and Python blocks (each its own program, contrib/python
+on PYTHONPATH) from one bash script with -euo pipefail, so a variable set in
+one block is seen by the next.
+
+Two words are made this run's own before running, so a run never meets a
+user's sandboxes or images and leaves none behind: the scope `demo` and the
+image `maf-sandbox-busybox:local`. Whatever carries the run's scope and the
+image are removed at the end, also on failure.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MARKER_RE = re.compile(r"^<!--\s*ci:\s*(run|skip:\s*\S.*?)\s*-->\s*$")
+FENCE_RE = re.compile(r"^```(\w*)\s*$")
+RUNNABLE = ("sh", "console", "python")
+DAEMON_START_TIMEOUT_S = 20
+README_TIMEOUT_S = 300
+
+
+def parse(readme):
+    """[(line, lang, marker, text)] for each fenced block."""
+    lines = open(readme, encoding="utf-8").read().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE_RE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        lang, start = m.group(1), i
+        j = i + 1
+        while j < len(lines) and lines[j].rstrip() != "```":
+            j += 1
+        if j == len(lines):
+            sys.exit(f"README.md:{start + 1}: unterminated code block")
+        k = start - 1
+        while k >= 0 and not lines[k].strip():
+            k -= 1
+        mm = MARKER_RE.match(lines[k].strip()) if k >= 0 else None
+        blocks.append((start + 1, lang, mm.group(1) if mm else None, "\n".join(lines[start + 1:j])))
+        i = j + 1
+    return blocks
+
+
+def console_commands(text):
+    return "\n".join(line[2:] for line in text.split("\n") if line.startswith("$ "))
+
+
+def make_checkout(source, build, where):
+    for name in os.listdir(source):
+        if name in ("build", ".git"):
+            continue
+        os.symlink(os.path.join(source, name), os.path.join(where, name))
+    os.symlink(os.path.abspath(build), os.path.join(where, "build"))
+
+
+def start_daemon(build, work, sock):
+    log = open(os.path.join(work, "daemon.log"), "wb")
+    proxy = os.path.join(build, "daemon", "egress-proxy", "maf-sandbox-egress-proxy")
+    state = os.path.join(work, "state")
+    os.mkdir(state)
+    p = subprocess.Popen([os.path.join(build, "daemon", "maf-sandboxd"), "--socket", sock,
+                          "--set", "egress.proxy_binary=" + (proxy if os.path.exists(proxy) else ""),
+                          "--set", "egress.state_dir=" + state],
+                         stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+    while not os.path.exists(sock):
+        if p.poll() is not None or time.monotonic() > deadline:
+            sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read())
+            sys.exit("maf-sandboxd did not start")
+        time.sleep(0.05)
+    return p
+
+
+def sh_quiet(cmd):
+    subprocess.run(["sh", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__.split("\n")[0])
+    source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    blocks = parse(os.path.join(source, "README.md"))
+    unmarked = [f"README.md:{line}: a ```{lang} block has no <!-- ci: run --> or <!-- ci: skip: ... --> marker"
+                for line, lang, marker, _ in blocks if lang in RUNNABLE and marker is None]
+    if unmarked:
+        sys.exit("\n".join(unmarked))
+    run = [(line, lang, text) for line, lang, marker, text in blocks if lang in RUNNABLE and marker == "run"]
+    if not run:
+        sys.exit("README.md has no runnable block: the test would prove nothing")
+
+    scope = f"readme{os.getpid()}"
+    image = f"msb-readme-busybox:{os.getpid()}"
+    work = tempfile.mkdtemp(prefix="msb-readme-")
+    daemon = None
+    try:
+        checkout = os.path.join(work, "checkout")
+        os.mkdir(checkout)
+        make_checkout(source, build, checkout)
+        sock = os.path.join(work, "msb.sock")
+        daemon = start_daemon(build, work, sock)
+        env = dict(os.environ, MAF_SANDBOX_SOCKET=sock,
+                   PYTHONPATH=os.path.join(checkout, "contrib", "python"))
+
+        def own(text):
+            return re.sub(r"\bdemo\b", scope, text.replace("maf-sandbox-busybox:local", image))
+
+        # One bash script, in README order, so a variable set in one block is
+        # seen by the next; a Python block is a program it runs.
+        script = ["set -euo pipefail"]
+        for n, (line, lang, text) in enumerate(run):
+            script.append(f"echo '=== README.md:{line}'")
+            if lang == "python":
+                path = os.path.join(work, f"block{n}.py")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(own(text) + "\n")
+                script.append(f"python3 '{path}'")
+            else:
+                script.append(own(console_commands(text) if lang == "console" else text))
+        r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=checkout, env=env,
+                           timeout=README_TIMEOUT_S)
+        if r.returncode != 0:
+            sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
+            sys.exit(f"the README's commands failed (exit {r.returncode}); the last '=== README.md:N' "
+                     "above names the block")
+        print(f"README: {len(run)} block(s) ran", flush=True)
+    finally:
+        if daemon and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        sh_quiet(f"docker ps -aq --filter label=maf-sandbox.scope={scope} | xargs -r docker rm -f")
+        sh_quiet(f"docker rmi -f {image}")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
