@@ -16,9 +16,10 @@
 # it loads no image into the engine; describe and status create no container.
 #
 # On every exit path the machine is left as it was: the daemon stopped, the packages purged,
-# the group maf-sandbox removed if this run created it, /var/lib/maf-sandbox and /run/maf-sandbox
-# as they were, the temporary directory removed. Missing build dependencies are installed (and left installed,
-# like contrib/dev.sh's packages).
+# the groups maf-sandbox and maf-sandbox-admin removed if this run created them, /var/lib/maf-sandbox
+# and /run/maf-sandbox as they were, the temporary directory removed; under systemd, only this
+# run's drop-in removed and the units' failed state reset (their journal shown on failure).
+# Missing build dependencies are installed (and left installed, like contrib/dev.sh's packages).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ ENGINE_SOCKET=/var/run/docker.sock
 STATE_DIR=/var/lib/maf-sandbox
 RUN_DIR=/run/maf-sandbox   # freeze.lock_file's directory (RuntimeDirectory=, kept on stop)
 GROUP=maf-sandbox
+GROUPS_MADE=(maf-sandbox maf-sandbox-admin)   # by the package's sysusers.d file
 ENGINE_WAIT_SECONDS=30     # the installed daemon reaching the engine
 DAEMON_STOP_SECONDS=30     # SIGTERM drains requests in flight (shutdown.drain_ms, 10 s)
 
@@ -38,11 +40,13 @@ KEEP_DEBS=
 WORK=
 SA_PID=
 SYSTEMD_DROPIN=
-GROUP_EXISTED=0
+SYSTEMD_USED=0
+declare -A GROUP_EXISTED=()
 STATE_BACKUP=
 RUN_DIR_EXISTED=0
 INSTALL_STARTED=0
 T0=$SECONDS
+T0_EPOCH=$(date +%s)   # journalctl --since
 
 say() { printf '==> [%3ds] %s\n' "$((SECONDS - T0))" "$*"; }
 fail() {
@@ -51,7 +55,7 @@ fail() {
 }
 
 usage() {
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
@@ -101,7 +105,9 @@ stop_daemon() {
 	SA_PID=
 	if [ -n "$SYSTEMD_DROPIN" ]; then
 		systemctl stop maf-sandbox.socket maf-sandbox.service >/dev/null 2>&1 || true
-		rm -rf "$SYSTEMD_DROPIN"
+		# Only our file: the directory may hold an operator's drop-ins.
+		rm -f "$SYSTEMD_DROPIN"
+		rmdir "$(dirname "$SYSTEMD_DROPIN")" 2>/dev/null || true
 		systemctl daemon-reload >/dev/null 2>&1 || true
 		SYSTEMD_DROPIN=
 	fi
@@ -121,12 +127,21 @@ cleanup() {
 	local rc=$?
 	set +e
 	trap - EXIT INT TERM HUP
+	if [ $rc -ne 0 ] && [ "$SYSTEMD_USED" = 1 ]; then
+		echo "--- journalctl -u maf-sandbox.service -u maf-sandbox.socket --since @$T0_EPOCH ---" >&2
+		journalctl --no-pager -u maf-sandbox.service -u maf-sandbox.socket --since "@$T0_EPOCH" >&2
+	fi
 	stop_daemon
+	if [ "$SYSTEMD_USED" = 1 ]; then
+		systemctl reset-failed maf-sandbox.service maf-sandbox.socket >/dev/null 2>&1 || true
+	fi
 	if [ "$INSTALL_STARTED" = 1 ]; then
 		purge_packages
-		if [ "$GROUP_EXISTED" = 0 ] && getent group "$GROUP" >/dev/null; then
-			groupdel "$GROUP" || echo "package-test: cannot remove the group $GROUP" >&2
-		fi
+		for g in "${GROUPS_MADE[@]}"; do
+			if [ "${GROUP_EXISTED[$g]}" = 0 ] && getent group "$g" >/dev/null; then
+				groupdel "$g" || { echo "package-test: cannot remove the group $g" >&2; rc=1; }
+			fi
+		done
 		if [ "$RUN_DIR_EXISTED" = 0 ]; then
 			rm -rf "$RUN_DIR"
 		fi
@@ -218,7 +233,10 @@ fi
 
 # ---- install --------------------------------------------------------------------------------
 
-getent group "$GROUP" >/dev/null && GROUP_EXISTED=1
+for g in "${GROUPS_MADE[@]}"; do
+	GROUP_EXISTED[$g]=0
+	getent group "$g" >/dev/null && GROUP_EXISTED[$g]=1
+done
 [ -e "$RUN_DIR" ] && RUN_DIR_EXISTED=1
 if [ -e "$STATE_DIR" ]; then
 	STATE_BACKUP="$WORK/state-backup"
@@ -233,7 +251,9 @@ for p in "${PACKAGES[@]}"; do
 	pkg_installed "$p" || fail "$p is not installed"
 	[ "$(dpkg-query -W -f='${Version}' "$p")" = "$VERSION" ] || fail "$p is not version $VERSION"
 done
-getent group "$GROUP" >/dev/null || fail "the postinst did not create the group $GROUP"
+for g in "${GROUPS_MADE[@]}"; do
+	getent group "$g" >/dev/null || fail "the postinst did not create the group $g"
+done
 for f in /usr/sbin/maf-sandboxd /usr/bin/maf-sandbox /usr/libexec/maf-sandbox-egress-proxy; do
 	[ -x "$f" ] || fail "$f is not installed"
 done
@@ -244,10 +264,11 @@ done
 unset MAF_SANDBOX_SOCKET
 if systemd_is_pid1; then
 	say "systemctl start maf-sandbox.socket"
-	SYSTEMD_DROPIN=/run/systemd/system/maf-sandbox.service.d
-	mkdir -p "$SYSTEMD_DROPIN"
+	SYSTEMD_USED=1
+	SYSTEMD_DROPIN=/run/systemd/system/maf-sandbox.service.d/package-test-$$.conf
+	mkdir -p "$(dirname "$SYSTEMD_DROPIN")"
 	printf '[Service]\nExecStart=\nExecStart=/usr/sbin/maf-sandboxd --set egress.proxy_binary=\n' \
-		>"$SYSTEMD_DROPIN/package-test.conf"
+		>"$SYSTEMD_DROPIN"
 	systemctl daemon-reload
 	systemctl start maf-sandbox.socket
 	systemctl is-active --quiet maf-sandbox.socket || fail "maf-sandbox.socket is not active"

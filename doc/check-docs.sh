@@ -12,8 +12,14 @@
 #     must be named as $XDG_RUNTIME_DIR/NAME instead),
 #     and a line "# KEY = " or "KEY = " in the example configuration;
 #     every key the page documents is one the daemon knows;
+#   - the example configuration sets nothing, and its values are the
+#     defaults: its "# KEY = VALUE  # comment" lines, uncommented, are read by
+#     `maf-sandboxd --check-config` as it reads an empty file (a runtime path
+#     of a user other than root is compared with the page's "Default: VALUE
+#     when run by root" instead);
 #   - every option `maf-sandboxd --help` lists has an entry in
-#     maf-sandboxd(8) (a line starting "*--opt*" or "*-x*, *--opt*");
+#     maf-sandboxd(8): a line starting "*-x*, *--opt*" when the help gives
+#     the short form -x, else "*--opt*";
 #   - every command of `maf-sandbox --help` has a "## COMMAND" subsection in
 #     maf-sandbox(1); every long option `maf-sandbox COMMAND --help` names
 #     (its own part, before the common options) is named in that subsection,
@@ -35,6 +41,16 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/msb-docs.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM
 fail=0
+
+# has_entry FILE WANT: a line of FILE starts with WANT, followed by nothing,
+# a blank or a comma (an entry "*-x*, *--opt* _ARG_").
+has_entry()
+{
+	awk -v want="$2" '
+		index($0, want) == 1 && substr($0, length(want) + 1, 1) ~ /^([ \t,]|)$/ { found = 1 }
+		END { exit !found }
+	' "$1"
+}
 
 # --- maf-sandboxd.conf(5) and the example configuration -----------------------
 
@@ -115,15 +131,74 @@ while read -r key value; do
 	fi
 done < "$tmp/keys"
 
+# The example's values are the defaults: every "# KEY = VALUE  # comment" line,
+# uncommented, makes a file the daemon must read as it reads an empty one. A
+# default below $XDG_RUNTIME_DIR (a user other than root) is compared with the
+# page's "Default: VALUE when run by root" instead.
+if grep -n -v -e '^#' -e '^[[:space:]]*$' "$example"; then
+	echo "FAIL: $example: the lines above are not comments (the example sets nothing)"
+	fail=1
+fi
+sed -n 's/^# \([a-z_][a-z0-9_]*\.[a-z0-9_.]* =.*\)$/\1/p' "$example" > "$tmp/example-all.conf"
+: > "$tmp/example.conf"
+while IFS= read -r line; do
+	key=${line%% *}
+	dflt=$(sed -n "s|^$(printf '%s' "$key" | sed 's/\./\\./g') ||p" "$tmp/keys")
+	case $dflt in
+	"$tmp/xdg/"*)
+		# The value as the daemon would read it: up to a " #" comment, trimmed.
+		value=$(printf '%s\n' "${line#*=}" | sed 's/[[:space:]]#.*//; s/^[[:space:]]*//; s/[[:space:]]*$//')
+		if ! grep -q -F -e "Default: $value when run by root" "$conf5"; then
+			echo "FAIL: $example: $key = $value, but $conf5 does not give it as the default when run by root"
+			fail=1
+		fi
+		;;
+	*)
+		printf '%s\n' "$line" >> "$tmp/example.conf"
+		;;
+	esac
+done < "$tmp/example-all.conf"
+if ! XDG_RUNTIME_DIR=$tmp/xdg "$daemon" --check-config -f "$tmp/example.conf" > "$tmp/example.out" 2> "$tmp/err"; then
+	echo "FAIL: $example: the daemon does not take its settings, uncommented:"
+	cat "$tmp/err"
+	fail=1
+else
+	sed -n 's/^\([a-z_][a-z0-9_]*\.[a-z0-9_.]*\) = \(.*\)$/\1 \2/p' "$tmp/example.out" > "$tmp/example.keys"
+	awk -v example="$example" '
+		FILENAME == ARGV[1] { dflt[$1] = substr($0, length($1) + 2); next }
+		{
+			v = substr($0, length($1) + 2)
+			if (($1 in dflt) && dflt[$1] != v) {
+				printf "FAIL: %s: %s is \"%s\" there, but the daemon'"'"'s default is \"%s\" (a value that is not the default goes in an \"e.g.\" comment)\n", example, $1, v, dflt[$1]
+				bad = 1
+			}
+		}
+		END { exit bad }
+	' "$tmp/keys" "$tmp/example.keys" || fail=1
+fi
+
 # --- maf-sandboxd(8) -----------------------------------------------------------
 
 "$daemon" --help > "$tmp/dhelp" 2>&1
-for opt in $(sed -n 's/^  \(-[a-zA-Z], \)\{0,1\} *\(--[a-z][a-z-]*\).*/\2/p' "$tmp/dhelp"); do
-	if ! grep -e "^\*-" "$man8" | grep -q -F -e "*$opt*"; then
-		echo "FAIL: $man8: maf-sandboxd option $opt has no entry (want a line \"*$opt* ...\")"
+# "  -x, --opt ..." or "      --opt ...": the page's entry is "*-x*, *--opt*"
+# or "*--opt*", at the start of a line.
+sed -n 's/^  \(-[a-zA-Z]\)\{0,1\}\(, \)\{0,1\} *\(--[a-z][a-z-]*\).*/\1 \3/p' "$tmp/dhelp" > "$tmp/dopts"
+if [ ! -s "$tmp/dopts" ]; then
+	echo "FAIL: no options in the output of $daemon --help"
+	fail=1
+fi
+while read -r short long; do
+	if [ -z "$long" ]; then
+		long=$short
+		want="*$long*"
+	else
+		want="*$short*, *$long*"
+	fi
+	if ! has_entry "$man8" "$want"; then
+		echo "FAIL: $man8: maf-sandboxd option $want has no entry (want a line \"$want ...\")"
 		fail=1
 	fi
-done
+done < "$tmp/dopts"
 
 # --- maf-sandbox(1) ------------------------------------------------------------
 

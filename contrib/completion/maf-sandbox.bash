@@ -45,82 +45,100 @@ _maf_sandbox_files()
 	fi
 }
 
+# How the CLI reads its arguments (getopt_long with "+"): options, then the
+# command, then the command's options (the global ones too) up to its first
+# operand or "--"; every word after that is an operand. exec's second operand
+# is "--", and the words after it are the guest's argv.
 _maf_sandbox()
 {
-	local cur prev cword i w cmd= cmd_at=0 nops=0 dashdash=0
+	local cur cword i w opt unit cmd='' nops=0 optend=0 argv=0 sh=0 valopt=''
 	local -a words
 	COMPREPLY=()
 	words=("${COMP_WORDS[@]}")
 	cword=$COMP_CWORD
 	cur=${words[cword]}
-	prev=
-	[ "$cword" -gt 0 ] && prev=${words[cword - 1]}
+	# bash splits --opt=VALUE at '=' (COMP_WORDBREAKS): "--opt" "=" "VALUE".
+	[[ $cur == = ]] && cur=
 
-	# --opt=VALUE in one word: complete the value.
-	if [[ $cur == --*=* ]]; then
-		prev=${cur%%=*}
-		cur=${cur#*=}
-	elif [[ $prev == = && $cword -gt 1 ]]; then
-		# bash splits at '=' (COMP_WORDBREAKS): "--socket" "=" "VALUE".
-		prev=${words[cword - 2]}
-	elif [[ $cur == = ]]; then
-		cur=
-	fi
-
-	# The command, and how many operands come before the word completed.
 	for ((i = 1; i < cword; i++)); do
 		w=${words[i]}
-		if ((dashdash)); then
-			((nops++))
-			continue
-		fi
-		if [[ $w == -- && -n $cmd ]]; then
-			dashdash=1
-			continue
-		fi
-		# "--opt" "=" "VALUE", as bash splits --opt=VALUE.
-		if [[ $w == = ]]; then
-			((i++))
-			continue
-		fi
-		[[ ${words[i + 1]} == = ]] && continue
-		if [[ $w == -* ]]; then
-			if [[ $w != *=* ]] && _maf_sandbox_takes_arg "$w"; then
-				((i++))
+		((argv)) && continue
+		if [[ -n $cmd ]] && ((optend || nops > 0)) || [[ $w != -?* ]] || ((optend)); then
+			# The command, or an operand.
+			if [[ -z $cmd ]]; then
+				cmd=$w
+				optend=0
+				unit=cmd
+			else
+				[[ $cmd == exec && $nops -eq 1 && $w == -- ]] && argv=1
+				((nops++))
+				unit=operand
 			fi
+		elif [[ $w == -- ]]; then
+			# The end of the options (getopt takes it).
+			optend=1
 			continue
-		fi
-		if [[ -z $cmd ]]; then
-			cmd=$w
-			cmd_at=$i
 		else
-			((nops++))
+			opt=$w
+			[[ $opt == --sh || $opt == --sh=* ]] && sh=1
+			if [[ ${words[i + 1]} == = ]]; then
+				# "--opt" "=" "VALUE"
+				((i += 2))
+			elif [[ $opt != *=* ]] && _maf_sandbox_takes_arg "$opt"; then
+				((i++))
+			else
+				continue
+			fi
+			if ((i >= cword)); then
+				valopt=$opt
+				break
+			fi
+			unit=value
 		fi
+		# A word bash split at '=' goes on: "NAME" "=" "VALUE" is one word.
+		while [[ ${words[i + 1]} == = ]]; do
+			((i += 2))
+			if ((i >= cword)); then
+				# The word completed is the rest of this one.
+				case $unit in
+				operand) ((nops--)) ;;
+				value) valopt=$opt ;;
+				esac
+				break 2
+			fi
+		done
 	done
 
 	# After "exec SANDBOX --": the guest's command line, nothing to offer.
-	((dashdash)) && return 0
+	((argv)) && return 0
+
+	# Options are read here: before the command, or before its first operand.
+	local opts_here=0
+	((!optend && nops == 0)) && opts_here=1
+	if [[ -z $valopt && $opts_here -eq 1 && $cur == --*=* ]]; then
+		valopt=${cur%%=*}
+		cur=${cur#*=}
+	fi
 
 	# The value of an option.
-	case $prev in
-	-s | --socket | --spec)
-		[[ $prev == --spec ]] && COMPREPLY+=($(compgen -W '-' -- "$cur"))
-		_maf_sandbox_files "$cur"
+	if [[ -n $valopt ]]; then
+		case $valopt in
+		-s | --socket)
+			_maf_sandbox_files "$cur"
+			;;
+		--spec)
+			COMPREPLY+=($(compgen -W '-' -- "$cur"))
+			_maf_sandbox_files "$cur"
+			;;
+		--older-than)
+			COMPREPLY=($(compgen -W '1h 6h 24h 7d 30d' -- "$cur"))
+			;;
+		esac
 		return 0
-		;;
-	--older-than)
-		COMPREPLY=($(compgen -W '1h 6h 24h 7d 30d' -- "$cur"))
-		return 0
-		;;
-	-t | --timeout | --scope | --thread | --agent | --call | --kind | --image | --sandbox | \
-	-w | --working-directory | --cwd | --max-bytes | --env | --sh)
-		return 0
-		;;
-	esac
+	fi
 
-	if [[ $cur == -* ]]; then
+	if ((opts_here)) && [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$_maf_sandbox_global_opts $(_maf_sandbox_cmd_opts "$cmd")" -- "$cur"))
-		[[ $cmd == exec && $nops -ge 1 ]] && COMPREPLY+=($(compgen -W '--' -- "$cur"))
 		return 0
 	fi
 
@@ -129,10 +147,11 @@ _maf_sandbox()
 		return 0
 	fi
 
-	# Operands: SANDBOX first (an id: nothing to offer), then per command.
+	# Operands: nops is the index of the one completed. SANDBOX comes first
+	# (an id: nothing to offer), then per command.
 	case $cmd in
 	put)
-		# put SANDBOX LOCAL GUEST
+		# put SANDBOX LOCAL GUEST; LOCAL may be - (stdin).
 		if ((nops == 1)); then
 			COMPREPLY+=($(compgen -W '-' -- "$cur"))
 			_maf_sandbox_files "$cur"
@@ -146,7 +165,8 @@ _maf_sandbox()
 		fi
 		;;
 	exec)
-		((nops == 1)) && COMPREPLY=($(compgen -W '--' -- "$cur"))
+		# exec SANDBOX -- ARGV...; with --sh, SANDBOX alone.
+		((nops == 1 && !sh)) && COMPREPLY=($(compgen -W '--' -- "$cur"))
 		;;
 	esac
 	return 0

@@ -13,6 +13,8 @@
 # Documentation=man:PAGE(N) has no DOCDIR/PAGE.N.scd. Lines about other units
 # (the host's docker.service, ...) are shown but do not count. SYSUSERS is
 # parsed with systemd-sysusers --dry-run into an empty root, when there is one.
+# Also fails when a unit names a group SYSUSERS does not make, or when DAEMON
+# (with --check-config) or CLI (with --help) refuses its ExecStart= arguments.
 set -u
 
 if [ $# -lt 7 ]; then
@@ -84,6 +86,52 @@ for name in $names; do
 		fail=1
 	fi
 done
+
+# The groups the units name (SocketGroup=, Group=, SupplementaryGroups=) are
+# made by the sysusers.d file (root aside): a misspelt one would only fail
+# when the unit starts.
+sed -n 's/^g[[:space:]]\{1,\}\([^[:space:]]\{1,\}\).*/\1/p' "$sysusers" > "$tmp/groups"
+echo root >> "$tmp/groups"
+for name in $names; do
+	for group in $(sed -n 's/^\(SocketGroup\|Group\|SupplementaryGroups\)=//p' "$tmp/units/$name"); do
+		if ! grep -q -x -F -e "$group" "$tmp/groups"; then
+			echo "FAIL: $name: group $group is not made by $sysusers"
+			fail=1
+		fi
+	done
+done
+
+# The programs take the arguments the units give them: the daemon's, with
+# --check-config added (an empty configuration file first, so that only the
+# unit's options count, and a runtime directory of our own for a user other
+# than root); the CLI's, with --help added (which it reaches only if every
+# option before it parses and no operand comes first: it checks the option
+# names, not their values).
+: > "$tmp/empty.conf"
+mkdir "$tmp/xdg"
+set -f
+for name in $names; do
+	line=$(sed -n 's/^ExecStart=[-@+!:]*//p' "$tmp/units/$name" | sed '/^$/d' | tail -n 1)
+	[ -n "$line" ] || continue
+	# shellcheck disable=SC2086 # the unit's words, split as systemd does (no quotes in ours)
+	set -- $line
+	prog=$1
+	shift
+	if [ "$prog" = "$daemon" ]; then
+		XDG_RUNTIME_DIR=$tmp/xdg "$daemon" -f "$tmp/empty.conf" "$@" --check-config > "$tmp/check" 2>&1
+	elif [ "$prog" = "$cli" ]; then
+		"$cli" "$@" --help > "$tmp/check" 2>&1
+	else
+		continue
+	fi
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		sed 's/^/  /' "$tmp/check"
+		echo "FAIL: $name: ExecStart=$line is refused (exit $rc)"
+		fail=1
+	fi
+done
+set +f
 
 if command -v systemd-sysusers > /dev/null 2>&1; then
 	if ! systemd-sysusers --dry-run --root="$tmp/root" "$sysusers" > "$tmp/sysusers" 2>&1 ||
