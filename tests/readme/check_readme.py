@@ -18,7 +18,13 @@ one block is seen by the next.
 Two words are made this run's own before running, so a run never meets a
 user's sandboxes or images and leaves none behind: the scope `demo` and the
 image `maf-sandbox-busybox:local`. Whatever carries the run's scope and the
-image are removed at the end, also on failure.
+image are removed at the end, also on failure, and on SIGTERM (meson's timeout,
+which sends SIGKILL 0.5 s later): the handler kills the daemon and the blocks,
+starts the engine cleanup in a session of its own (so it finishes even if this
+process is killed), removes the temporary directory and exits at once.
+
+The blocks run once the daemon reports the engine reachable (daemon.status),
+and within README_TIMEOUT_S, below meson's 300 s, so a hang is reported here.
 """
 import os
 import re
@@ -33,7 +39,15 @@ MARKER_RE = re.compile(r"^<!--\s*ci:\s*(run|skip:\s*\S.*?)\s*-->\s*$")
 FENCE_RE = re.compile(r"^```(\w*)\s*$")
 RUNNABLE = ("sh", "console", "python")
 DAEMON_START_TIMEOUT_S = 20
-README_TIMEOUT_S = 300
+#: How long the daemon gets to reach the engine before the blocks run.
+ENGINE_READY_TIMEOUT_S = 30
+#: Below meson's timeout for this test (300 s), so a hang is reported by this script.
+README_TIMEOUT_S = 240
+#: How long the SIGTERM handler waits for the engine cleanup (meson kills 0.5 s after SIGTERM).
+SIGTERM_CLEANUP_WAIT_S = 0.3
+
+#: What the SIGTERM handler must clean up: set by main() as it makes each.
+_state = {"daemon": None, "blocks": None, "work": None, "cleanup": None}
 
 
 def parse(readme):
@@ -90,8 +104,62 @@ def start_daemon(build, work, sock):
     return p
 
 
+def wait_engine_reachable(source, sock, daemon, work):
+    """Until daemon.status says the engine is reachable (the client of this checkout)."""
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, os.path.join(source, "contrib", "python"))
+    from maf_sandbox_client import SandboxError, connect
+
+    deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
+    last = None
+    while time.monotonic() < deadline and daemon.poll() is None:
+        try:
+            with connect(sock, timeout=5) as client:
+                status = client.status()
+            if status.get("engine", {}).get("reachable"):
+                return
+            last = status.get("engine")
+        except SandboxError as exc:
+            last = exc
+        time.sleep(0.1)
+    sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
+    sys.exit(f"the daemon did not reach the engine within {ENGINE_READY_TIMEOUT_S} s: {last}")
+
+
 def sh_quiet(cmd):
     subprocess.run(["sh", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def engine_cleanup(scope, image):
+    """The shell commands that remove the run's containers and image."""
+    return (f"docker ps -aq --filter label=maf-sandbox.scope={scope} | xargs -r docker rm -f; "
+            f"docker rmi -f {image}")
+
+
+def on_sigterm(signum, frame):
+    for name in ("blocks", "daemon"):
+        p = _state[name]
+        if p is not None and p.poll() is None:
+            try:
+                if name == "blocks":
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
+            except OSError:
+                pass
+    if _state["cleanup"]:
+        try:
+            # Its own session: meson's SIGKILL of this process group does not reach it.
+            subprocess.Popen(["sh", "-c", _state["cleanup"]], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True).wait(SIGTERM_CLEANUP_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if _state["work"]:
+        shutil.rmtree(_state["work"], ignore_errors=True)
+    sys.stderr.write(f"check_readme: signal {signum}: cleaned up, exiting\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def main():
@@ -110,6 +178,8 @@ def main():
     scope = f"readme{os.getpid()}"
     image = f"msb-readme-busybox:{os.getpid()}"
     work = tempfile.mkdtemp(prefix="msb-readme-")
+    _state.update(work=work, cleanup=engine_cleanup(scope, image))
+    signal.signal(signal.SIGTERM, on_sigterm)
     daemon = None
     try:
         checkout = os.path.join(work, "checkout")
@@ -117,6 +187,8 @@ def main():
         make_checkout(source, build, checkout)
         sock = os.path.join(work, "msb.sock")
         daemon = start_daemon(build, work, sock)
+        _state["daemon"] = daemon
+        wait_engine_reachable(source, sock, daemon, work)
         env = dict(os.environ, MAF_SANDBOX_SOCKET=sock,
                    PYTHONPATH=os.path.join(checkout, "contrib", "python"))
 
@@ -135,11 +207,21 @@ def main():
                 script.append(f"python3 '{path}'")
             else:
                 script.append(own(console_commands(text) if lang == "console" else text))
-        r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=checkout, env=env,
-                           timeout=README_TIMEOUT_S)
-        if r.returncode != 0:
+        # A process group of its own, so a timeout (or SIGTERM) kills every command of it.
+        runner = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=checkout, env=env,
+                                  start_new_session=True)
+        _state["blocks"] = runner
+        try:
+            returncode = runner.wait(README_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
             sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
-            sys.exit(f"the README's commands failed (exit {r.returncode}); the last '=== README.md:N' "
+            sys.exit(f"the README's commands did not finish within {README_TIMEOUT_S} s; the last "
+                     "'=== README.md:N' above names the block")
+        if returncode != 0:
+            sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
+            sys.exit(f"the README's commands failed (exit {returncode}); the last '=== README.md:N' "
                      "above names the block")
         print(f"README: {len(run)} block(s) ran", flush=True)
     finally:
@@ -149,8 +231,7 @@ def main():
                 daemon.wait(30)
             except subprocess.TimeoutExpired:
                 daemon.kill()
-        sh_quiet(f"docker ps -aq --filter label=maf-sandbox.scope={scope} | xargs -r docker rm -f")
-        sh_quiet(f"docker rmi -f {image}")
+        sh_quiet(engine_cleanup(scope, image))
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -17,7 +17,10 @@ socket::
 
 from .backend import DaemonSandboxBackend
 from .client import (
+    DEFAULT,
+    DEFAULT_CALL_TIMEOUT_SECONDS,
     DEFAULT_EXEC_TIMEOUT_SECONDS,
+    EXEC_DEADLINE_MARGIN_SECONDS,
     AsyncClient,
     EventStream,
     Sandbox,
@@ -51,8 +54,10 @@ from .errors import (
     SandboxFreezeFailed,
     SandboxNotADirectoryError,
     SandboxNotFound,
+    SandboxNotServed,
     SandboxOSError,
     SandboxOsFamilyNotSupported,
+    SandboxOutputError,
     SandboxPermissionDenied,
     SandboxScopeNotEnforced,
     SandboxTimeoutError,
@@ -91,11 +96,14 @@ from .wire import DEFAULT_MAX_FRAME_BYTES, default_socket_path
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT",
+    "DEFAULT_CALL_TIMEOUT_SECONDS",
     "DEFAULT_EXEC_TIMEOUT_SECONDS",
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_TRANSFER_LIMITS",
     "ERROR_CLASSES",
     "ERROR_TYPES",
+    "EXEC_DEADLINE_MARGIN_SECONDS",
     "AsyncClient",
     "BackendDeclarations",
     "Capability",
@@ -142,8 +150,10 @@ __all__ = [
     "SandboxLimits",
     "SandboxNotADirectoryError",
     "SandboxNotFound",
+    "SandboxNotServed",
     "SandboxOSError",
     "SandboxOsFamilyNotSupported",
+    "SandboxOutputError",
     "SandboxPermissionDenied",
     "SandboxScopeNotEnforced",
     "SandboxSpec",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import builtins
 import inspect
@@ -17,8 +16,8 @@ from .connection import EXEC_OUTPUT, PULL_PROGRESS, Connection
 from .errors import (
     ClientTimeout,
     InvalidParams,
-    SandboxCapabilityNotSupported,
     SandboxError,
+    SandboxNotServed,
     UnexpectedReply,
 )
 from .models import (
@@ -34,11 +33,20 @@ from .models import (
     seconds_from,
     spec_to_wire,
 )
-from .wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, default_socket_path
+from .wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_REPLY_BYTES,
+    OFFLOAD_BYTES,
+    b64encode_text,
+    default_socket_path,
+)
 
 __all__ = [
+    "DEFAULT",
+    "DEFAULT_CALL_TIMEOUT_SECONDS",
     "DEFAULT_CONNECT_TIMEOUT_SECONDS",
     "DEFAULT_EXEC_TIMEOUT_SECONDS",
+    "EXEC_DEADLINE_MARGIN_SECONDS",
     "AsyncClient",
     "EventStream",
     "OutputCallback",
@@ -52,6 +60,28 @@ DEFAULT_EXEC_TIMEOUT_SECONDS = 60.0
 MAX_EXEC_TIMEOUT_SECONDS = 86400.0
 #: How long ``connect()`` waits for the socket to accept.
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
+#: How long a call waits for its reply by default (libmaf-sandbox's MSB_DEFAULT_TIMEOUT_MS):
+#: a daemon that stops answering (stopped, wedged) fails the call with ClientTimeout.
+DEFAULT_CALL_TIMEOUT_SECONDS = 120.0
+#: How long past its own ``timeout`` an exec (or a reclaim given a timeout) is waited for, so
+#: the daemon's TimeoutError comes first (the CLI's CLI_DAEMON_TIMEOUT_MARGIN_MS).
+EXEC_DEADLINE_MARGIN_SECONDS = 5.0
+#: Methods waited for without a default deadline: an acquire may pull an image, which the
+#: daemon bounds itself (sandbox.pull_timeout_ms), as the CLI waits for it.
+_UNBOUNDED_METHODS = frozenset({"sandbox.acquire"})
+#: Methods whose ``timeout_seconds`` bounds the call on the daemon's side.
+_SELF_BOUNDED_METHODS = frozenset({"sandbox.exec", "files.reclaim"})
+
+
+class _Default:
+    """The type of :data:`DEFAULT`."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: "The client's default deadline for this method" (``timeout=None`` means no deadline).
+DEFAULT: Any = _Default()
 #: Events an :class:`EventStream` holds unread before it stops reading its connection.
 DEFAULT_EVENT_QUEUE = 4096
 
@@ -69,7 +99,13 @@ class AsyncClient:
     Every method may be called concurrently from many tasks; they share one connection.
     Cancelling a call (or its ``timeout``) forgets it: the connection stays usable and the
     late reply is dropped — the daemon still finishes the call, since the protocol has no
-    cancel. With ``auto_reconnect``, a call made after the connection was lost opens a new one
+    cancel.
+
+    ``call_timeout`` is every call's deadline in this process (:class:`ClientTimeout`; 120 s,
+    ``None`` for none), except ``exec``, waited for its own ``timeout`` plus 5 s (the daemon
+    answers TimeoutError first), ``reclaim`` given a ``timeout`` (the same), and ``acquire``,
+    which has none unless given (an image pull can take long; the daemon bounds it). With
+    ``auto_reconnect``, a call made after the connection was lost opens a new one
     (calls in flight when it was lost still fail: they are never sent twice).
     """
 
@@ -80,12 +116,14 @@ class AsyncClient:
         max_frame_bytes: int | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_SECONDS,
         auto_reconnect: bool = False,
     ) -> None:
         self.socket_path = socket_path or default_socket_path()
         self._max_frame_bytes = max_frame_bytes
         self._max_reply_bytes = max_reply_bytes
         self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
         self.auto_reconnect = auto_reconnect
         self._conn: Connection | None = None
         self._connect_lock: asyncio.Lock | None = None
@@ -153,33 +191,36 @@ class AsyncClient:
     # ---- calls ---------------------------------------------------------------------------
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   timeout: float | None = None,
+                   timeout: float | None = DEFAULT,
                    on_notification: _Handler | None = None) -> Any:
         """Any method, by name: returns the reply's ``result`` or raises the mapped error.
 
-        ``timeout`` is a deadline in this process (:class:`ClientTimeout`); ``on_notification``
-        receives the notifications routed to this call (``exec.output`` for its id).
+        ``timeout`` is a deadline in this process (:class:`ClientTimeout`): by default the
+        method's (see :class:`AsyncClient`), ``None`` for none. ``on_notification`` receives
+        the notifications routed to this call (``exec.output`` for its id).
         """
         return await self._call(method, params, timeout=timeout, on_notification=on_notification)
 
+    def default_deadline(self, method: str, params: Mapping[str, Any] | None = None) -> float | None:
+        """The deadline a call of ``method`` gets when none is given (see the class)."""
+        if self.call_timeout is None or method in _UNBOUNDED_METHODS:
+            return None
+        own = (params or {}).get("timeout_seconds") if method in _SELF_BOUNDED_METHODS else None
+        if isinstance(own, (int, float)) and not isinstance(own, bool) and math.isfinite(own):
+            return max(0.0, float(own)) + EXEC_DEADLINE_MARGIN_SECONDS
+        return self.call_timeout
+
     async def _call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                    timeout: float | None = None, on_notification: _Handler | None = None,
+                    timeout: float | None = DEFAULT, on_notification: _Handler | None = None,
                     image: str | None = None) -> Any:
+        if timeout is DEFAULT:
+            timeout = self.default_deadline(method, params)
         conn = await self._connection()
         if on_notification is None:
             call = conn.request(method, params, image=image)
         else:
             call = _with_notifications(conn, method, params, on_notification, image)
-        if timeout is None:
-            return await call
-        try:
-            async with asyncio.timeout(timeout) as deadline:
-                return await call
-        except TimeoutError:
-            if deadline.expired():
-                raise ClientTimeout(f"{method}: no reply within {timeout} s (the daemon may "
-                                    "still carry it out)") from None
-            raise
+        return await _bounded(call, method, timeout)
 
     # ---- daemon.* ------------------------------------------------------------------------
 
@@ -215,11 +256,13 @@ class AsyncClient:
     # ---- sandbox.* -----------------------------------------------------------------------
 
     async def acquire(self, key: Any, spec: Any, *,
-                      on_progress: ProgressCallback | None = None) -> Sandbox:
+                      on_progress: ProgressCallback | None = None,
+                      timeout: float | None = None) -> Sandbox:
         """``sandbox.acquire``: the running sandbox of (key, spec.kind), made if need be.
 
         ``key``/``spec`` are :class:`SandboxKey`/:class:`SandboxSpec`, dicts, or any objects
-        with those attributes. ``on_progress`` receives image pull progress.
+        with those attributes. ``on_progress`` receives image pull progress. ``timeout``: a
+        deadline in this process (none by default: the daemon bounds a pull itself).
         """
         wire_key = key_to_wire(key)
         wire_spec = spec_to_wire(spec)
@@ -232,7 +275,7 @@ class AsyncClient:
                 return progress(dict(params)) if method == PULL_PROGRESS else None
 
         result = await self._call("sandbox.acquire", {"key": wire_key, "spec": wire_spec},
-                                  on_notification=handler,
+                                  timeout=timeout, on_notification=handler,
                                   image=image if isinstance(image, str) else None)
         if not isinstance(result, Mapping) or not isinstance(result.get("sandbox"), str):
             raise UnexpectedReply(f"sandbox.acquire: {result!r}")
@@ -301,6 +344,20 @@ class AsyncClient:
         return stream
 
 
+async def _bounded(call: Awaitable[Any], method: str, timeout: float | None) -> Any:
+    """``call`` awaited at most ``timeout`` s (``None``: no bound), else ClientTimeout."""
+    if timeout is None:
+        return await call
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            return await call
+    except TimeoutError:
+        if deadline.expired():
+            raise ClientTimeout(f"{method}: no reply within {timeout:g} s (the daemon may "
+                                "still carry it out)", data={"timeout": timeout}) from None
+        raise
+
+
 async def _with_notifications(conn: Connection, method: str, params: Mapping[str, Any] | None,
                               handler: _Handler, image: str | None) -> Any:
     """One call whose notifications are handed to ``handler`` in order, from a task of their
@@ -346,21 +403,59 @@ def _seconds(value: float, what: str, maximum: float | None = None) -> float | i
     return int(seconds) if float(seconds).is_integer() else seconds
 
 
-def _content(content: str | bytes | bytearray | memoryview, what: str) -> dict[str, str]:
+def _content(content: str | bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
+    """The wire members of one file's content: text as ``content_text``; bytes, and text
+    with a NUL (which no JSON string may carry to the daemon), as ``content_b64``."""
     if isinstance(content, str):
-        return {"content_text": content}
+        if "\x00" not in content:
+            return {"content_text": content}
+        try:
+            content = content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidParams(f"{what}: the content is not valid Unicode (a lone surrogate)",
+                                data={"field": "content_text", "client_side": True}) from None
     if isinstance(content, (bytes, bytearray, memoryview)):
-        return {"content_b64": base64.b64encode(bytes(content)).decode("ascii")}
+        return {"content_b64": b64encode_text(content)}
     raise TypeError(f"{what}: content must be str or bytes, not {type(content).__name__}")
 
 
+def _content_size(content: Any) -> int:
+    return len(content) if isinstance(content, (str, bytes, bytearray)) else \
+        (content.nbytes if isinstance(content, memoryview) else 0)
+
+
+async def _contents(files: Sequence[tuple[str, Any]]) -> builtins.list[dict[str, Any]]:
+    """``[{path, content_*}]``, base64 made on a worker thread when there is much of it."""
+    def make() -> builtins.list[dict[str, Any]]:
+        return [{"path": p, **_content(c, p)} for p, c in files]
+
+    if sum(_content_size(c) for _, c in files) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(make)
+    return make()
+
+
+#: Base64 characters per decoding call (a multiple of 4): short enough that the event loop
+#: gets the interpreter between two pieces when a large read is decoded on a worker thread.
+_B64_DECODE_CHUNK = 4 * 128 * 1024
+
+
 def _decode_content(value: Any, what: str) -> bytes:
+    """Strict base64 (alphabet, padding only at the end), decoded piece by piece."""
     if not isinstance(value, str):
         raise UnexpectedReply(f"{what}: content_b64 missing")
     try:
-        return base64.b64decode(value, validate=True)
+        if len(value) % 4 or value.find("=", 0, max(0, len(value) - 2)) >= 0:
+            raise ValueError("bad length or padding")
+        return b"".join(binascii.a2b_base64(value[i:i + _B64_DECODE_CHUNK], strict_mode=True)
+                        for i in range(0, len(value), _B64_DECODE_CHUNK))
     except (binascii.Error, ValueError):
         raise UnexpectedReply(f"{what}: content_b64 is not base64") from None
+
+
+async def _decode_content_async(value: Any, what: str) -> bytes:
+    if isinstance(value, str) and len(value) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(_decode_content, value, what)
+    return _decode_content(value, what)
 
 
 class Sandbox:
@@ -453,23 +548,33 @@ class Sandbox:
         return ExecResult.from_wire(result)
 
     async def run_code(self, code: str, *, timeout: float) -> ExecResult:
-        """Not served: the daemon never declares ``run_code``."""
-        raise SandboxCapabilityNotSupported(
-            "the daemon does not serve run_code; write the program with write_file and exec it",
+        """Not served (the daemon never declares ``run_code``): raises
+        :class:`~maf_sandbox_client.SandboxNotServed`, a ``NotImplementedError``."""
+        raise SandboxNotServed(
+            "maf-sandboxd does not serve run_code (RUN_CODE is not declared): write the program "
+            "with write_file and exec it",
             data={"missing": [Capability.RUN_CODE.value], "client_side": True})
+
+    async def reset(self, *, timeout: float | None = None) -> None:
+        """Not served (the daemon never declares ``snapshot``): raises
+        :class:`~maf_sandbox_client.SandboxNotServed`, a ``NotImplementedError``."""
+        raise SandboxNotServed(
+            "maf-sandboxd does not serve reset (SNAPSHOT is not declared): dispose the sandbox "
+            "instead", data={"missing": [Capability.SNAPSHOT.value], "client_side": True})
 
     async def write_file(self, path: str, content: str | bytes, *,
                          working_directory: str | None = None) -> int:
         """``files.write``: writes (replaces) one file; ``str`` as UTF-8, ``bytes`` as given.
         Missing parent directories are made. Returns the bytes written."""
-        params = self._params(working_directory, path=path, **_content(content, path))
+        entry = (await _contents([(path, content)]))[0]
+        params = self._params(working_directory, **entry)
         result = await self.client._call("files.write", params)
         return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
 
     async def write_files(self, files: Mapping[str, str | bytes], *,
                           working_directory: str | None = None) -> int:
         """``files.write`` of several files in one freeze (at most 256). Returns the bytes."""
-        entries = [{"path": p, **_content(c, p)} for p, c in files.items()]
+        entries = await _contents(builtins.list(files.items()))
         result = await self.client._call("files.write",
                                          self._params(working_directory, files=entries))
         return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
@@ -482,7 +587,7 @@ class Sandbox:
             "files.read", self._params(working_directory, path=path, max_bytes=max_bytes))
         if not isinstance(result, Mapping):
             raise UnexpectedReply(f"files.read: {result!r}")
-        return _decode_content(result.get("content_b64"), "files.read")
+        return await _decode_content_async(result.get("content_b64"), "files.read")
 
     async def read_files(self, paths: Sequence[str], *, working_directory: str | None = None,
                          max_bytes: int | None = None) -> dict[str, bytes]:
@@ -493,7 +598,7 @@ class Sandbox:
         files = result.get("files") if isinstance(result, Mapping) else None
         if not isinstance(files, builtins.list):
             raise UnexpectedReply(f"files.read: {result!r}")
-        return {str(f.get("path")): _decode_content(f.get("content_b64"), "files.read")
+        return {str(f.get("path")): await _decode_content_async(f.get("content_b64"), "files.read")
                 for f in files if isinstance(f, Mapping)}
 
     async def stat_file(self, path: str, *,
@@ -520,11 +625,12 @@ class Sandbox:
     async def list_dir(self, path: str, *,
                        working_directory: str | None = None) -> tuple[SandboxEntry, ...]:
         """Directory listing, only where the daemon declares ``files_list`` (maf-sandboxd
-        does not: :class:`~maf_sandbox_client.SandboxCapabilityNotSupported`)."""
+        does not: :class:`~maf_sandbox_client.SandboxNotServed`, a ``NotImplementedError``)."""
         declared = await self.client.capabilities()
         if Capability.FILES_LIST not in declared:
-            raise SandboxCapabilityNotSupported(
-                "the daemon does not declare files_list: name outputs in advance and stat them",
+            raise SandboxNotServed(
+                "maf-sandboxd does not serve list_dir (FILES_LIST is not declared): name outputs "
+                "in advance and stat them",
                 data={"missing": [Capability.FILES_LIST.value], "declared": sorted(declared),
                       "client_side": True})
         result = await self.client._call("files.list", self._params(working_directory, path=path))
@@ -545,12 +651,22 @@ class Sandbox:
 _END = object()
 
 
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Marks a background task's exception as seen (its awaiters got it, or nobody waits)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class EventStream:
     """Events on a connection of their own: ``async for event in stream``.
 
     ``subscription`` holds the daemon's reply (types and scope) once subscribed. With
-    ``replay``, kept events come first (before the reply). Iteration ends after
-    :meth:`aclose`; a lost connection raises :class:`~maf_sandbox_client.ConnectionLost`.
+    ``replay``, kept events come first (before the reply), all of them queued whatever
+    ``max_queue``; after the reply, at most ``max_queue`` events wait unread before the stream
+    stops reading its connection (the daemon disconnects a subscriber 4 MiB behind).
+    Iteration ends after :meth:`aclose`; a lost connection raises
+    :class:`~maf_sandbox_client.ConnectionLost`. A :meth:`next` that times out leaves the
+    stream as it was (a subscription under way goes on).
     """
 
     def __init__(self, client: AsyncClient, types: builtins.list[str], scope: str | None,
@@ -563,17 +679,35 @@ class EventStream:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._room = asyncio.Event()
         self._conn: Connection | None = None
-        self._start_lock = asyncio.Lock()
+        self._start_task: asyncio.Task[None] | None = None
+        #: The subscribe reply came: from here on, a full queue holds the reader.
+        self._live = False
         self._end: SandboxError | None = None
         self._closed = False
         self.subscription: Mapping[str, Any] | None = None
 
+    @property
+    def closed(self) -> bool:
+        """Closed by :meth:`aclose`, or its connection ended."""
+        return self._closed or (self._conn is not None and self._conn.closed)
+
     async def start(self) -> EventStream:
-        """Opens the stream's connection and subscribes (done by the first ``__anext__``)."""
-        async with self._start_lock:
-            if self._conn is not None or self._closed:
+        """Opens the stream's connection and subscribes (done by the first ``__anext__``).
+        The subscription runs as a task of its own: cancelling the caller (a timeout) does
+        not end it. Raises what subscribing raised."""
+        if self._start_task is None:
+            if self._closed:
                 return self
-            conn = self._client._new_connection(event_sink=self._on_event, on_close=self._on_close)
+            task = asyncio.get_running_loop().create_task(self._subscribe(),
+                                                          name="maf-sandbox-subscribe")
+            task.add_done_callback(_retrieve)
+            self._start_task = task
+        await asyncio.shield(self._start_task)
+        return self
+
+    async def _subscribe(self) -> None:
+        conn = self._client._new_connection(event_sink=self._on_event, on_close=self._on_close)
+        try:
             await conn.open(self._client.connect_timeout)
             self._conn = conn
             params: dict[str, Any] = {"types": self.types}
@@ -581,15 +715,18 @@ class EventStream:
                 params["scope"] = self.scope
             if self.replay:
                 params["replay"] = True
-            try:
-                self.subscription = await conn.request("events.subscribe", params)
-            except BaseException:
-                await self.aclose()
-                raise
-        return self
+            self.subscription = await _bounded(conn.request("events.subscribe", params),
+                                               "events.subscribe", self._client.call_timeout)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._live = True
+        self._room.set()
 
     async def _on_event(self, params: Mapping[str, Any]) -> None:
-        while self._queue.qsize() >= self._max_queue:
+        # Replayed events come before the reply: holding the reader for them would keep the
+        # reply from ever being read.
+        while self._live and self._queue.qsize() >= self._max_queue:
             self._room.clear()
             await self._room.wait()
         self._queue.put_nowait(SandboxEvent.from_wire(params))
@@ -597,21 +734,23 @@ class EventStream:
     def _on_close(self, error: SandboxError) -> None:
         self._end = error
         self._queue.put_nowait(_END)
+        self._client._streams.discard(self)
 
     async def next(self, timeout: float | None = None) -> SandboxEvent | None:
         """The next event, or ``None`` when ``timeout`` s pass without one."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as deadline:
                 return await self.__anext__()
         except TimeoutError:
-            return None
+            if deadline.expired():
+                return None
+            raise
 
     def __aiter__(self) -> EventStream:
         return self
 
     async def __anext__(self) -> SandboxEvent:
-        if self._conn is None and not self._closed:
-            await self.start()
+        await self.start()
         item = await self._queue.get()
         self._room.set()
         if item is _END:
@@ -626,6 +765,9 @@ class EventStream:
         """Ends the subscription (closes its connection)."""
         self._closed = True
         self._client._streams.discard(self)
+        task = self._start_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
         if self._conn is not None:
             await self._conn.close()
         else:

@@ -26,7 +26,14 @@ from .errors import (
     SandboxError,
     error_from_wire,
 )
-from .wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, decode_frame, encode_request
+from .wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_REPLY_BYTES,
+    OFFLOAD_BYTES,
+    approx_size,
+    decode_frame,
+    encode_request,
+)
 
 __all__ = ["Connection", "NotificationHandler"]
 
@@ -174,7 +181,13 @@ class Connection:
             raise self.closing_error()
         request_id = self._next_id
         self._next_id += 1
-        frame = encode_request(request_id, method, params, self.max_frame_bytes)
+        if params is not None and approx_size(params) > OFFLOAD_BYTES:
+            frame = await asyncio.to_thread(encode_request, request_id, method, params,
+                                            self.max_frame_bytes)
+            if self._closed or self._fatal is not None or self._write_error:
+                raise self.closing_error()
+        else:
+            frame = encode_request(request_id, method, params, self.max_frame_bytes)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = _Pending(method, future, notify, image)
         try:
@@ -230,7 +243,10 @@ class Connection:
                     del buf[:end + 1]
                     scanned = 0
                     try:
-                        msg = decode_frame(line)
+                        if len(line) > OFFLOAD_BYTES:
+                            msg = await asyncio.to_thread(decode_frame, line)
+                        else:
+                            msg = decode_frame(line)
                     except (ValueError, UnicodeDecodeError):
                         reason = "the daemon sent a frame that is not JSON"
                         return

@@ -51,6 +51,8 @@ __all__ = [
     "SandboxPermissionDenied",
     "SandboxScopeNotEnforced",
     "SandboxTimeoutError",
+    "SandboxNotServed",
+    "SandboxOutputError",
     "SandboxTransferCapExceeded",
     "SandboxTransferLimitsNotPermitted",
     "ShuttingDown",
@@ -248,8 +250,14 @@ class SandboxOSError(_FileError, OSError):
     wire_code, wire_type = 1203, "OSError"
 
 
-class SandboxTransferCapExceeded(SandboxError, ValueError):
-    """1204: a file over ``max_bytes`` or a call over a transfer ceiling (never truncated)."""
+class SandboxOutputError(SandboxError, RuntimeError):
+    """maf-sandbox's output-collection family (behaviour-core §2.3), a ``RuntimeError``; of it,
+    the daemon sends only :class:`SandboxTransferCapExceeded`."""
+
+
+class SandboxTransferCapExceeded(SandboxOutputError):
+    """1204: a file over ``max_bytes`` or a call over a transfer ceiling (never truncated).
+    A ``RuntimeError``, as maf-sandbox's (a :class:`SandboxOutputError`)."""
 
     wire_code, wire_type = 1204, "SandboxTransferCapExceeded"
 
@@ -314,6 +322,12 @@ class ShuttingDown(DaemonUnavailable):
 
 class FrameTimeout(SandboxError, TimeoutError):
     wire_code, wire_type = 1304, "FrameTimeout"
+
+
+class SandboxNotServed(SandboxError, NotImplementedError):
+    """A method of the sandbox surface this daemon does not serve (``run_code``, ``list_dir``,
+    ``reset``): raised in this process, as maf-sandbox-docker raises ``NotImplementedError``;
+    ``data["missing"]`` names the capability that would gate it."""
 
 
 class UnexpectedReply(SandboxError, RuntimeError):

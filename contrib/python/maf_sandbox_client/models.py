@@ -199,19 +199,30 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot send a {type(value).__name__} to the daemon")
 
 
-#: The key members PROTOCOL.md defines (agent_id is agent_dir's alias).
-_KEY_MEMBERS = ("scope", "thread_id", "agent_dir", "call_id")
+_MISSING = object()
+#: Spec fields a dataclass may have that the wire does not take (the daemon refuses unknown
+#: members): maf-sandbox before 0.38 had ``identities`` as a field (since: derived from
+#: ``host_tools``).
+_PROCESS_ONLY_SPEC_FIELDS = frozenset({"identities"})
 
 
 def key_to_wire(key: Any) -> dict[str, Any]:
-    """A key as the wire's object: a mapping is sent as given (the daemon validates it);
-    anything else is read by attribute (``scope``, ``thread_id``, ``agent_dir``, ``call_id``)."""
+    """A key as the wire's object: a mapping is sent as given (the daemon validates it, and
+    takes ``agent_id`` for ``agent_dir``); anything else is read by attribute (``scope``,
+    ``thread_id``, ``agent_dir`` — or ``agent_id``, its name in maf-sandbox 0.42+ —
+    and ``call_id``)."""
     if isinstance(key, Mapping):
         return {str(k): _jsonable(v) for k, v in key.items()}
     if isinstance(key, SandboxKey):
         return key.to_wire()
+    agent = getattr(key, "agent_dir", _MISSING)
+    if agent is _MISSING:
+        agent = getattr(key, "agent_id", _MISSING)
     try:
-        out = {name: _jsonable(getattr(key, name)) for name in _KEY_MEMBERS[:3]}
+        if agent is _MISSING:
+            raise AttributeError("no agent_dir (or agent_id)")
+        out = {"scope": _jsonable(key.scope), "thread_id": _jsonable(key.thread_id),
+               "agent_dir": _jsonable(agent)}
     except AttributeError as exc:
         raise TypeError(f"a sandbox key needs scope, thread_id and agent_dir: {exc}") from None
     out["call_id"] = _jsonable(getattr(key, "call_id", "") or "")
@@ -219,16 +230,17 @@ def key_to_wire(key: Any) -> dict[str, Any]:
 
 
 def spec_to_wire(spec: Any) -> dict[str, Any]:
-    """A spec as the wire's object: a mapping is sent as given; a dataclass (ours or
-    maf_sandbox's) by its fields. Members that are ``None`` are left out (the daemon's
-    default applies), as are fields only this process uses (``identities``)."""
+    """A spec as the wire's object: a mapping is sent as given (enums and sets made JSON);
+    a dataclass (ours or maf_sandbox's) by its fields, leaving out those that are ``None``
+    (the daemon's default applies) and ``identities`` (a field of maf-sandbox before 0.38
+    that only the host uses, and that the daemon would refuse)."""
     if isinstance(spec, Mapping):
         return {str(k): _jsonable(v) for k, v in spec.items()}
     if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(spec):
             value = getattr(spec, f.name)
-            if value is None:
+            if value is None or f.name in _PROCESS_ONLY_SPEC_FIELDS:
                 continue
             out[f.name] = _jsonable(value)
         return out
@@ -434,13 +446,18 @@ class SandboxEvent:
 
 @dataclass(frozen=True)
 class BackendDeclarations:
-    """What the daemon declares (``daemon.describe``), in maf-sandbox's shape."""
+    """What the daemon declares (``daemon.describe``), in maf-sandbox's shape (behaviour-core
+    §1.5); each default is maf-sandbox's meaning of silence. ``observes_egress`` stays false:
+    :class:`~maf_sandbox_client.DaemonSandboxBackend` has no ``observe_egress`` hook (the
+    daemon's ``egress.decision`` events are read with ``AsyncClient.events``)."""
 
     capabilities: frozenset[str] = frozenset({Capability.EXEC, Capability.FILES_IN})
     limits: SandboxLimits = SandboxLimits()
     egress_modes: frozenset[str] = frozenset()
     os_families: frozenset[str] = frozenset()
-    isolation_scopes: frozenset[str] = frozenset()
+    isolation_scopes: frozenset[str] = frozenset({IsolationScope.CONVERSATION})
+    observes_egress: bool = False
+    egress_method_tokens: frozenset[str] | None = frozenset()
 
     @classmethod
     def from_describe(cls, describe: Mapping[str, Any]) -> BackendDeclarations:

@@ -2,7 +2,8 @@
 
 It runs an :class:`~maf_sandbox_client.AsyncClient` on an event loop of its own, in a daemon
 thread, so it works from any thread and inside programs that run their own loop. Callbacks
-(``on_output``, ``on_progress``) run on that thread.
+(``on_output``, ``on_progress``) run on that thread, so they may not call the blocking client
+(that would wait for the thread it blocks): such a call raises ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -38,23 +39,29 @@ __all__ = ["Client", "SyncEventStream", "SyncSandbox", "connect"]
 
 T = TypeVar("T")
 
+#: ``_run(..., timeout=_UNBOUNDED)``: no limit, whatever the client's ``timeout``.
+_UNBOUNDED: Any = object()
+
 
 class Client:
     """The blocking twin of :class:`~maf_sandbox_client.AsyncClient` (same methods).
 
     ``timeout`` bounds every call in this process (:class:`ClientTimeout`; the call is then
-    forgotten, the connection stays usable). Use as ``with connect() as client:``.
+    forgotten, the connection stays usable); it does not bound waiting for events (the
+    event stream's ``next(timeout)`` does). The :class:`AsyncClient`'s own deadlines
+    (``call_timeout=`` among ``kwargs``) apply as well. Use as ``with connect() as client:``.
     """
 
     def __init__(self, socket_path: str | None = None, *, timeout: float | None = None,
                  **kwargs: Any) -> None:
         self.timeout = timeout
+        self._closed = False
+        # Made first: bad arguments fail here, before there is a thread to leak.
+        self.aio = AsyncClient(socket_path, **kwargs)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="maf-sandbox-client", daemon=True)
         self._thread.start()
-        self._closed = False
-        self.aio = AsyncClient(socket_path, **kwargs)
         try:
             self._run(self.aio.connect())
         except BaseException:
@@ -62,11 +69,19 @@ class Client:
             raise
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Runs ``coro`` on the client's loop and waits for it: at most ``timeout`` s, else
+        the client's ``timeout``; ``_UNBOUNDED``: as long as it takes."""
         if self._closed:
             coro.close()
             raise DaemonUnavailable("the client is closed")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking maf-sandbox client call from the client's own thread "
+                               "(e.g. an on_output or on_progress callback) would wait forever; "
+                               "use client.aio from an async callback instead")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        limit = timeout if timeout is not None else self.timeout
+        limit = None if timeout is _UNBOUNDED else (timeout if timeout is not None
+                                                      else self.timeout)
         try:
             return future.result(limit)
         except TimeoutError:
@@ -81,6 +96,8 @@ class Client:
     def close(self) -> None:
         if self._closed:
             return
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("close() from the client's own thread (a callback)")
         try:
             if self._thread.is_alive():
                 asyncio.run_coroutine_threadsafe(self.aio.close(), self._loop).result(10)
@@ -98,10 +115,29 @@ class Client:
                  tb: TracebackType | None) -> None:
         self.close()
 
+    @property
+    def connected(self) -> bool:
+        return not self._closed and self.aio.connected
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self.aio.max_frame_bytes
+
+    def connect(self) -> Client:
+        """Opens the connection again after one was lost (a no-op while it is open)."""
+        self._run(self.aio.connect())
+        return self
+
+    def default_deadline(self, method: str, params: Mapping[str, Any] | None = None) -> float | None:
+        return self.aio.default_deadline(method, params)
+
     def call(self, method: str, params: Mapping[str, Any] | None = None, *,
              timeout: float | None = None) -> Any:
         """Any method by name; ``timeout`` overrides the client's for this call."""
         return self._run(self.aio.call(method, params), timeout)
+
+    def capabilities(self) -> frozenset[str]:
+        return self._run(self.aio.capabilities())
 
     def describe(self) -> dict[str, Any]:
         return self._run(self.aio.describe())
@@ -112,9 +148,10 @@ class Client:
     def engine(self) -> dict[str, Any]:
         return self._run(self.aio.engine())
 
-    def acquire(self, key: Any, spec: Any, *,
-                on_progress: ProgressCallback | None = None) -> SyncSandbox:
-        return SyncSandbox(self, self._run(self.aio.acquire(key, spec, on_progress=on_progress)))
+    def acquire(self, key: Any, spec: Any, *, on_progress: ProgressCallback | None = None,
+                timeout: float | None = None) -> SyncSandbox:
+        return SyncSandbox(self, self._run(self.aio.acquire(key, spec, on_progress=on_progress,
+                                                            timeout=timeout)))
 
     def sandbox(self, instance_id: str, *, key: Any = None, kind: str | None = None) -> SyncSandbox:
         return SyncSandbox(self, self.aio.sandbox(instance_id, key=key, kind=kind))
@@ -134,9 +171,14 @@ class Client:
         return self._run(self.aio.list(scope, thread_id))
 
     def events(self, types: Iterable[str] = ("egress.decision",), scope: str | None = None, *,
-               replay: bool = False) -> SyncEventStream:
-        stream = self.aio.events(types, scope, replay=replay)
-        self._run(stream.start())
+               replay: bool = False, **kwargs: Any) -> SyncEventStream:
+        """Subscribes now (bounded by the client's ``timeout``); see :class:`SyncEventStream`."""
+        stream = self.aio.events(types, scope, replay=replay, **kwargs)
+        try:
+            self._run(stream.start())
+        except BaseException:
+            self._run(stream.aclose(), _UNBOUNDED)
+            raise
         return SyncEventStream(self, stream)
 
 
@@ -148,8 +190,12 @@ class SyncSandbox:
         self.aio = sandbox
 
     def __getattr__(self, name: str) -> Any:
-        # instance_id, name, kind, work_dir, created, state, egress, key, spec, raw
-        return getattr(self.aio, name)
+        # The data: instance_id, id, name, kind, work_dir, created, state, egress, key, spec,
+        # raw, client. Never a method of the async sandbox (its coroutine would never run).
+        value = getattr(self.aio, name)
+        if callable(value):
+            raise AttributeError(f"SyncSandbox has no method {name!r}")
+        return value
 
     def __repr__(self) -> str:
         return f"Sync{self.aio!r}"
@@ -197,6 +243,12 @@ class SyncSandbox:
                  working_directory: str | None = None) -> tuple[SandboxEntry, ...]:
         return self._client._run(self.aio.list_dir(path, working_directory=working_directory))
 
+    def run_code(self, code: str, *, timeout: float) -> ExecResult:
+        return self._client._run(self.aio.run_code(code, timeout=timeout))
+
+    def reset(self, *, timeout: float | None = None) -> None:
+        self._client._run(self.aio.reset(timeout=timeout))
+
     def dispose(self) -> DisposalFailure | None:
         return self._client._run(self.aio.dispose())
 
@@ -208,19 +260,30 @@ class SyncEventStream:
         self._client = client
         self.aio = stream
 
+    @property
+    def closed(self) -> bool:
+        return self.aio.closed
+
+    @property
+    def subscription(self) -> Mapping[str, Any] | None:
+        return self.aio.subscription
+
     def next(self, timeout: float | None = None) -> SandboxEvent | None:
-        """The next event, or ``None`` when ``timeout`` s pass without one."""
-        return self._client._run(self.aio.next(timeout))
+        """The next event, or ``None`` when ``timeout`` s pass without one (``None``: waits
+        as long as it takes; the client's ``timeout`` does not apply)."""
+        return self._client._run(self.aio.next(timeout), _UNBOUNDED)
 
     def __iter__(self) -> Iterator[SandboxEvent]:
+        """Every event as it comes, however long apart (the client's ``timeout`` does not
+        apply), until :meth:`close` or the connection ends."""
         while True:
             try:
-                yield self._client._run(self.aio.__anext__())
+                yield self._client._run(self.aio.__anext__(), _UNBOUNDED)
             except StopAsyncIteration:
                 return
 
     def close(self) -> None:
-        self._client._run(self.aio.aclose())
+        self._client._run(self.aio.aclose(), _UNBOUNDED)
 
     def __enter__(self) -> SyncEventStream:
         return self

@@ -5,9 +5,14 @@ integration test FAILS, so CI cannot pass by skipping), ``MSB_TESTIMAGE`` (testi
 ``MSB_PROXY``, ``MSB_CLI``.
 
 One run id per process. Every sandbox spec carries the label ``msb-it-run=<run id>`` (the
-daemon stores it as the container label ``maf-sandbox.label.msb-it-run``); at exit — also
-after a failure, a SIGTERM or a SIGINT — the daemons are killed, the containers carrying the
-label removed, the test image removed and the temporary directory deleted.
+daemon stores it as the container and network label ``maf-sandbox.label.msb-it-run``); at exit
+— also after a failure or a SIGINT — the daemons are killed, the containers and networks
+carrying the label removed, the test image removed and the temporary directory deleted.
+
+On SIGTERM (meson's timeout, which sends SIGKILL 0.5 s later) the handler does the same at
+once, without unwinding: it kills the daemons, starts the engine cleanup in a process of its
+own session (so it finishes even if this one is killed), waits for it as long as it may,
+removes the temporary directory and exits.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ RUN_LABEL = "msb-it-run"
 CONTAINER_LABEL = f"maf-sandbox.label.{RUN_LABEL}"
 #: How long a daemon gets to listen, and then to reach the engine and list its containers.
 START_TIMEOUT_SECONDS = 15.0
+#: How long the SIGTERM handler waits for the engine cleanup (meson kills 0.5 s after SIGTERM).
+SIGTERM_CLEANUP_WAIT_SECONDS = 0.35
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 20.0
 
@@ -138,6 +145,7 @@ class Daemon:
             return None
 
     def stop(self) -> int | None:
+        """SIGTERM, and its exit status once it drained (SIGKILL after STOP_TIMEOUT_SECONDS)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -176,10 +184,18 @@ class Session:
 
     @property
     def shared(self) -> Daemon:
-        """One daemon for the tests that do not stop theirs (no egress proxy)."""
+        """One daemon for the tests that do not stop theirs (no egress proxy); a module
+        stops it with :meth:`stop_shared`, and the next one gets a new one."""
         if self._shared is None:
             self._shared = Daemon(self).start()
         return self._shared
+
+    def stop_shared(self) -> None:
+        """Stops the shared daemon with SIGTERM; raises unless it exits 0 (under sanitizers,
+        a leak makes it exit otherwise)."""
+        daemon, self._shared = self._shared, None
+        if daemon is not None:
+            check_clean_exit(daemon)
 
     def daemon(self, *args: str, egress: bool = False, wait_ready: bool = True,
                sock: str | None = None) -> Daemon:
@@ -205,6 +221,14 @@ class Session:
                   f"label={CONTAINER_LABEL}={self.run_id}"])
         return r.stdout.split()
 
+    def engine_cleanup_script(self) -> str:
+        """The shell commands that remove what this run left in the engine: containers, then
+        networks (the sandboxes' and the fixtures'), then the test image."""
+        label = f"label={CONTAINER_LABEL}={self.run_id}"
+        return (f"docker ps -aq --no-trunc --filter '{label}' | xargs -r docker rm -f; "
+                f"docker network ls -q --filter '{label}' | xargs -r docker network rm; "
+                f"docker rmi -f '{self.image}'")
+
     def cleanup(self) -> None:
         for d in self.daemons:
             try:
@@ -213,13 +237,35 @@ class Session:
                     d.proc.wait(10)
             except Exception:
                 pass
-        ids = self.containers()
-        if ids:
-            _run(["docker", "rm", "-f", *ids])
-        if self._image_made:
-            _run(["docker", "rmi", "-f", self.image])
-            self._image_made = False
+        _run(["sh", "-c", self.engine_cleanup_script() + " >/dev/null 2>&1"])
+        self._image_made = False
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def cleanup_now(self) -> None:
+        """The SIGTERM path: no waiting beyond SIGTERM_CLEANUP_WAIT_SECONDS."""
+        for d in self.daemons:
+            if d.proc is not None and d.proc.poll() is None:
+                try:
+                    d.proc.kill()
+                except OSError:
+                    pass
+        try:
+            # Its own session: meson's SIGKILL of this process group does not reach it.
+            p = subprocess.Popen(["sh", "-c", self.engine_cleanup_script()],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+            p.wait(SIGTERM_CLEANUP_WAIT_SECONDS)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def check_clean_exit(daemon: Daemon) -> None:
+    """Stops ``daemon`` with SIGTERM and fails unless it exits 0 by itself."""
+    code = daemon.stop()
+    if code != 0:
+        raise AssertionError(f"maf-sandboxd exited {code} after SIGTERM (0 expected):\n"
+                             f"{daemon.log_text()}")
 
 
 _session: Session | None = None
@@ -237,8 +283,16 @@ def session() -> Session:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    # SystemExit runs atexit (the cleanup); meson's timeout sends SIGTERM.
-    raise SystemExit(128 + signum)
+    # Meson's timeout: SIGTERM, then SIGKILL 0.5 s later. Clean up here and now rather than
+    # unwind (a test blocked in a call would take longer than that to get to atexit).
+    if _session is not None:
+        try:
+            _session.cleanup_now()
+        except BaseException:  # noqa: BLE001 - exiting anyway
+            pass
+    sys.stderr.write(f"daemon_fixture: signal {signum}: cleaned up, exiting\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 if threading.current_thread() is threading.main_thread():

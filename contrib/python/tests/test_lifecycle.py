@@ -24,6 +24,10 @@ def setUpModule() -> None:
     fx.session().shared  # noqa: B018
 
 
+def tearDownModule() -> None:
+    fx.session().stop_shared()  # SIGTERM: it must exit 0 (a sanitizer's leak report fails it)
+
+
 class DaemonGoesAway(unittest.IsolatedAsyncioTestCase):
     async def asyncSetUp(self) -> None:
         self.s = fx.session()
@@ -53,7 +57,9 @@ class DaemonGoesAway(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(msb.DaemonUnavailable):
             await client.status()
         self.assertLess(time.monotonic() - t0, 0.5)
-        # A new connection is refused: the socket file is there, nobody listens.
+        # Once the process is gone (its listening socket closes with it), a new connection
+        # is refused: the socket file is there, nobody listens.
+        self.assertIsNotNone(await asyncio.to_thread(d.wait, 5), "the killed daemon lingers")
         with self.assertRaises(msb.DaemonUnavailable) as cm:
             await msb.AsyncClient(d.sock).connect()
         self.assertNotIsInstance(cm.exception, msb.ConnectionLost)
@@ -233,7 +239,7 @@ class Backend(unittest.IsolatedAsyncioTestCase):
         await sb.write_file("call-9/x", "x", working_directory=".")
         await sb.reclaim("/maf-sandbox/work/call-9", working_directory=".", timeout=10)
         self.assertIsNone(await sb.stat_file("call-9", working_directory="."))
-        with self.assertRaises(msb.SandboxCapabilityNotSupported):
+        with self.assertRaises(NotImplementedError):
             await sb.list_dir(".", working_directory=".")
 
         self.assertEqual(await backend.reap(timedelta(hours=1), scope=key.scope),

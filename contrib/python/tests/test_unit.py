@@ -10,10 +10,14 @@ import enum
 import errno
 import json
 import os
+import inspect
 import re
 import shutil
 import socket
+import sys
 import tempfile
+import threading
+import time
 import unittest
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -50,7 +54,7 @@ EXPECTED = [
     (1201, "NotADirectoryError", msb.SandboxNotADirectoryError, NotADirectoryError),
     (1202, "FileNotFoundError", msb.SandboxFileNotFoundError, FileNotFoundError),
     (1203, "OSError", msb.SandboxOSError, OSError),
-    (1204, "SandboxTransferCapExceeded", msb.SandboxTransferCapExceeded, ValueError),
+    (1204, "SandboxTransferCapExceeded", msb.SandboxTransferCapExceeded, RuntimeError),
     (1205, "TimeoutError", msb.SandboxTimeoutError, TimeoutError),
     (1206, "SandboxNotFound", msb.SandboxNotFound, LookupError),
     (1207, "SandboxFreezeFailed", msb.SandboxFreezeFailed, RuntimeError),
@@ -125,6 +129,15 @@ class ErrorTable(unittest.TestCase):
         self.assertEqual(msb.error_from_wire(wire_error(1001, "EngineError",
                                                         engine_status=409)).engine_status, 409)
 
+    def test_seed_families(self) -> None:
+        # behaviour-core §2.3: the cap error is of the output family, a RuntimeError (not a
+        # ValueError); what a backend does not serve is a NotImplementedError.
+        self.assertTrue(issubclass(msb.SandboxTransferCapExceeded, msb.SandboxOutputError))
+        self.assertTrue(issubclass(msb.SandboxOutputError, RuntimeError))
+        self.assertFalse(issubclass(msb.SandboxTransferCapExceeded, ValueError))
+        self.assertTrue(issubclass(msb.SandboxNotServed, NotImplementedError))
+        self.assertTrue(issubclass(msb.SandboxNotServed, msb.SandboxError))
+
     def test_client_side_classes(self) -> None:
         self.assertTrue(issubclass(msb.ConnectionLost, msb.DaemonUnavailable))
         self.assertTrue(issubclass(msb.DaemonUnavailable, ConnectionError))
@@ -146,12 +159,39 @@ class Framing(unittest.TestCase):
         for params, field in (({"path": "a\x00b"}, "params.path"),
                               ({"env": {"A": "\ud800"}}, "params.env.A"),
                               ({"timeout_seconds": float("nan")}, "params.timeout_seconds"),
-                              ({"command": ["ok", "x\x00"]}, "params.command[1]")):
+                              ({"command": ["ok", "x\x00"]}, "params.command[1]"),
+                              ({"max_bytes": 2**63}, "params.max_bytes"),
+                              ({"n": [-(2**63) - 1]}, "params.n[0]"),
+                              ({"x": 2**70}, "params.x")):
             with self.subTest(params=params):
                 with self.assertRaises(msb.InvalidParams) as cm:
                     wire.encode_request(1, "sandbox.exec", params)
                 self.assertEqual(cm.exception.field, field)
                 self.assertTrue(cm.exception.data["client_side"])
+
+    def test_int64_bounds_travel(self) -> None:
+        frame = wire.encode_request(1, "m", {"a": 2**63 - 1, "b": -(2**63), "c": True})
+        self.assertEqual(json.loads(frame)["params"], {"a": 2**63 - 1, "b": -(2**63), "c": True})
+
+    def test_frames_are_ascii(self) -> None:
+        frame = wire.encode_request(1, "files.write", {"content_text": "é\u2028😀"})
+        self.assertTrue(frame.isascii())
+        self.assertEqual(json.loads(frame)["params"]["content_text"], "é\u2028😀")
+
+    def test_base64_text_is_spliced_in(self) -> None:
+        data = os.urandom(wire.B64_CHUNK_BYTES * 2 + 7)
+        text = wire.b64encode_text(data)
+        self.assertEqual(text.data, base64.b64encode(data))
+        params = {"files": [{"path": "a", "content_b64": text},
+                            {"path": "é", "content_b64": wire.b64encode_text(b"xy")}]}
+        frame = wire.encode_request(4, "files.write", params)
+        self.assertTrue(frame.endswith(b"\n") and frame.count(b"\n") == 1)
+        got = json.loads(frame)["params"]["files"]
+        self.assertEqual([base64.b64decode(f["content_b64"]) for f in got], [data, b"xy"])
+        self.assertEqual(got[1]["path"], "é")
+        with self.assertRaises(msb.FrameTooLarge):
+            wire.encode_request(4, "files.write", params, max_frame_bytes=len(text) - 1)
+        self.assertGreater(wire.approx_size(params), len(text))
 
     def test_frame_over_the_limit(self) -> None:
         params = {"content_text": "x" * 5000}
@@ -262,6 +302,20 @@ class _ForeignKey:  # the shape of maf_sandbox.SandboxKey
 
 
 @dataclasses.dataclass(frozen=True)
+class _ForeignKeyV42:  # maf_sandbox.SandboxKey from 0.42 on
+    scope: str
+    thread_id: str
+    agent_id: str
+    call_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ForeignSpecV21:  # maf-sandbox before 0.38: identities was a field
+    kind: str
+    identities: frozenset[str] = frozenset({"app"})
+
+
+@dataclasses.dataclass(frozen=True)
 class _ForeignSpec:  # the shape of maf_sandbox.SandboxSpec (a subset)
     kind: str
     image: str | None = None
@@ -279,6 +333,9 @@ class Conversions(unittest.TestCase):
         self.assertEqual(key_to_wire({"scope": "s", "agent_id": "x"}), {"scope": "s", "agent_id": "x"})
         with self.assertRaises(TypeError):
             key_to_wire(object())
+        # maf-sandbox 0.42+ names the field agent_id.
+        self.assertEqual(key_to_wire(_ForeignKeyV42("s", "t", "x")),
+                         {"scope": "s", "thread_id": "t", "agent_dir": "x", "call_id": ""})
 
     def test_specs(self) -> None:
         self.assertEqual(spec_to_wire(msb.SandboxSpec(kind="k", image="i", labels={"a": "b"})),
@@ -291,6 +348,8 @@ class Conversions(unittest.TestCase):
         json.dumps(wire_spec)
         with self.assertRaises(TypeError):
             spec_to_wire("kind")
+        # A field only the host uses (maf-sandbox before 0.38) is not sent.
+        self.assertEqual(spec_to_wire(_ForeignSpecV21(kind="k")), {"kind": "k"})
 
 
 # ---- the connection against a scripted server ------------------------------------------
@@ -311,7 +370,9 @@ def _send(writer: asyncio.StreamWriter, msg: dict[str, Any]) -> None:
     writer.write(json.dumps(msg).encode() + b"\n")
 
 
-class ConnectionBehaviour(unittest.IsolatedAsyncioTestCase):
+class ScriptedServer(unittest.IsolatedAsyncioTestCase):
+    """A test that serves a script on a temporary Unix socket, on its own loop."""
+
     async def asyncSetUp(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="msb-py-unit-")
         self.addCleanup(shutil.rmtree, self.dir, True)
@@ -334,6 +395,8 @@ class ConnectionBehaviour(unittest.IsolatedAsyncioTestCase):
         server.close()
         await server.wait_closed()
 
+
+class ConnectionBehaviour(ScriptedServer):
     async def test_replies_out_of_order_are_matched_by_id(self) -> None:
         async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             reqs = [await _read_request(r) for _ in range(5)]
@@ -516,6 +579,436 @@ class ConnectionBehaviour(unittest.IsolatedAsyncioTestCase):
         conn = Connection(os.path.join(self.dir, "absent.sock"))
         with self.assertRaises(msb.DaemonUnavailable):
             await conn.open(1)
+
+
+
+# ---- deadlines, large frames, NUL text, events: scripted servers ------------------------
+
+
+def _never_answer() -> Script:
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.read()  # reads every request, answers none (a stopped or wedged daemon)
+    return script
+
+
+def _event(decision: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "events.event",
+            "params": {"type": "egress.decision", "decision": decision}}
+
+
+class Deadlines(ScriptedServer):
+    async def test_every_call_has_a_deadline_by_default(self) -> None:
+        self.assertEqual(msb.DEFAULT_CALL_TIMEOUT_SECONDS, 120)
+        await self.serve(_never_answer())
+        async with msb.AsyncClient(self.sock, call_timeout=0.3) as client:
+            t0 = asyncio.get_running_loop().time()
+            with self.assertRaises(msb.ClientTimeout):
+                await client.status()
+            self.assertLess(asyncio.get_running_loop().time() - t0, 2)
+            # exec: its own timeout plus the margin (the daemon's TimeoutError comes first).
+            with mock.patch("maf_sandbox_client.client.EXEC_DEADLINE_MARGIN_SECONDS", 0.2):
+                t0 = asyncio.get_running_loop().time()
+                with self.assertRaises(msb.ClientTimeout):
+                    await client.sandbox("0" * 64).exec("true", timeout=0.4)
+                self.assertGreater(asyncio.get_running_loop().time() - t0, 0.55)
+            # acquire: none unless given (an image pull may take long).
+            key, spec = msb.SandboxKey("s", "t", "a"), msb.SandboxSpec(kind="k", image="i")
+            pending = asyncio.ensure_future(client.acquire(key, spec))
+            await asyncio.sleep(0.6)
+            self.assertFalse(pending.done(), "acquire got the call deadline")
+            pending.cancel()
+            with self.assertRaises(msb.ClientTimeout):
+                await client.acquire(key, spec, timeout=0.1)
+            with self.assertRaises(msb.ClientTimeout):
+                await client.call("daemon.status", timeout=0.1)
+            self.assertTrue(client.connected)
+
+    def test_default_deadlines(self) -> None:
+        client = msb.AsyncClient("/nonexistent.sock")
+        margin = msb.EXEC_DEADLINE_MARGIN_SECONDS
+        self.assertEqual(margin, 5)
+        self.assertEqual(client.default_deadline("daemon.status"), 120)
+        self.assertEqual(client.default_deadline("files.write", {"path": "x"}), 120)
+        self.assertIsNone(client.default_deadline("sandbox.acquire", {}))
+        self.assertEqual(client.default_deadline("sandbox.exec", {"timeout_seconds": 300}),
+                         300 + margin)
+        self.assertEqual(client.default_deadline("files.reclaim", {"timeout_seconds": 2}),
+                         2 + margin)
+        self.assertEqual(client.default_deadline("files.reclaim", {}), 120)
+        client.call_timeout = None
+        self.assertIsNone(client.default_deadline("sandbox.exec", {"timeout_seconds": 3}))
+
+
+class Files(ScriptedServer):
+    async def test_text_with_nul_and_large_content(self) -> None:
+        stored: dict[str, bytes] = {}
+        sent: list[dict[str, Any]] = []
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while True:
+                req = await _read_request(r)
+                params = req["params"]
+                sent.append(params)
+                if req["method"] == "files.write":
+                    total = 0
+                    for f in params.get("files", [params]):
+                        data = (f["content_text"].encode() if "content_text" in f
+                                else base64.b64decode(f["content_b64"], validate=True))
+                        stored[f["path"]] = data
+                        total += len(data)
+                    result: Any = {"files": 1, "bytes": total}
+                else:
+                    result = {"content_b64": base64.b64encode(stored[params["path"]]).decode(),
+                              "size": len(stored[params["path"]])}
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": result})
+                await w.drain()
+
+        server = await asyncio.start_unix_server(
+            lambda r, w: self._run(script, r, w), path=self.sock, limit=64 * 1024 * 1024)
+        self.addAsyncCleanup(self._stop, server)
+        big = os.urandom(3 * 1024 * 1024 + 1)
+        async with msb.AsyncClient(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            self.assertEqual(await sb.write_file("nul.txt", "a\x00b"), 3)
+            self.assertNotIn("content_text", sent[-1])
+            self.assertEqual(stored["nul.txt"], b"a\x00b")
+            self.assertEqual(await sb.write_file("plain.txt", "é"), 2)
+            self.assertEqual(sent[-1]["content_text"], "é")
+            self.assertEqual(await sb.write_file("big", big), len(big))  # encoded off the loop
+            self.assertEqual(await sb.read_file("big"), big)              # decoded off the loop
+            self.assertEqual(await sb.write_files({"m/1": big, "m/2": "x\x00"}), len(big) + 2)
+            self.assertEqual(await sb.read_file("m/2"), b"x\x00")
+            with self.assertRaises(msb.InvalidParams):
+                await sb.write_file("s.txt", "\x00\ud800")
+
+
+class Events(ScriptedServer):
+    async def test_replay_longer_than_the_queue(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            req = await _read_request(r)
+            for i in range(5):  # kept events, then the reply, then live ones
+                _send(w, _event(f"R{i}"))
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": {"types": ["egress.decision"]}})
+            for i in range(3):
+                _send(w, _event(f"L{i}"))
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            stream = client.events(replay=True, max_queue=2)
+            await asyncio.wait_for(stream.start(), 3)
+            got = [(await stream.next(timeout=3)).decision for _ in range(8)]
+            self.assertEqual(got, ["R0", "R1", "R2", "R3", "R4", "L0", "L1", "L2"])
+            await stream.aclose()
+
+    async def test_a_timed_out_next_keeps_the_stream(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            req = await _read_request(r)
+            await asyncio.sleep(0.3)  # a slow subscribe
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": {"types": ["egress.decision"]}})
+            await asyncio.sleep(0.3)
+            _send(w, _event("ALLOW"))
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            stream = client.events()
+            self.assertIsNone(await stream.next(timeout=0.1))  # while subscribing
+            self.assertIsNone(await stream.next(timeout=0.3))  # subscribed, nothing yet
+            self.assertFalse(stream.closed)
+            event = await stream.next(timeout=3)
+            self.assertEqual(event.decision, "ALLOW")
+            self.assertEqual(stream.subscription, {"types": ["egress.decision"]})
+            await stream.aclose()
+
+    async def test_ended_streams_are_dropped(self) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            req = await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": {"types": ["egress.decision"]}})
+            _send(w, _event("DENY"))
+            await w.drain()  # then the daemon goes away
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            for _ in range(3):  # a host's reconnect loop
+                with self.assertRaises(msb.ConnectionLost):
+                    async for _event_ in client.events():
+                        pass
+            self.assertEqual(len(client._streams), 0)
+            kept = client.events()
+            self.assertIn(kept, client._streams)  # not ended: closed with the client
+
+
+# ---- maf_sandbox's own declarations, when it is importable -----------------------------
+
+FAKE_MAF_SANDBOX = """
+import dataclasses, enum
+
+class Isolation(enum.StrEnum):
+    CONTAINER = "container"
+    MICROVM = "microvm"
+
+class Capability(enum.StrEnum):
+    EXEC = "exec"
+    FILES_IN = "files_in"
+    FILES_OUT = "files_out"
+
+class Egress(enum.StrEnum):
+    CLOSED = "closed"
+    ALLOWLIST = "allowlist"
+
+class OsFamily(enum.StrEnum):
+    POSIX = "posix"
+
+class IsolationScope(enum.StrEnum):
+    CONVERSATION = "conversation"
+    CALL = "call"
+
+@dataclasses.dataclass(frozen=True)
+class TransferLimits:
+    max_bytes_per_file: int
+    max_total_bytes: int
+    max_files: int
+
+DEFAULT_TRANSFER_LIMITS = TransferLimits(8 << 20, 32 << 20, 64)
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    files_in: TransferLimits = DEFAULT_TRANSFER_LIMITS
+    files_out: TransferLimits = DEFAULT_TRANSFER_LIMITS
+
+@dataclasses.dataclass(frozen=True)
+class BackendDeclarations:
+    capabilities: frozenset = frozenset({Capability.EXEC, Capability.FILES_IN})
+    limits: SandboxLimits = SandboxLimits()
+    egress_modes: frozenset = frozenset()
+    os_families: frozenset = frozenset()
+    isolation_scopes: frozenset = frozenset({IsolationScope.CONVERSATION})
+    observes_egress: bool = False
+    egress_method_tokens: frozenset | None = frozenset()
+"""
+
+DESCRIBE = {
+    "capabilities": ["exec", "files_in", "files_out", "future_cap"],
+    "egress_modes": ["allowlist", "closed"], "isolation_scopes": ["conversation", "call"],
+    "os_families": ["posix"], "isolation": "container",
+    "limits": {"files_in": {"max_bytes_per_file": 1, "max_total_bytes": 2, "max_files": 3},
+               "files_out": {"max_bytes_per_file": 4, "max_total_bytes": 5, "max_files": 6}},
+    "wire": {"max_frame_bytes": 100663296},
+}
+
+
+class BackendSurface(ScriptedServer):
+    async def serve_backend(self, calls: list[dict[str, Any]]) -> None:
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while True:
+                req = await _read_request(r)
+                calls.append(req)
+                result = DESCRIBE if req["method"] == "daemon.describe" else None
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": result})
+                await w.drain()
+
+        await self.serve(script)
+
+    def install_fake_maf_sandbox(self) -> Any:
+        where = os.path.join(self.dir, "site")
+        os.makedirs(os.path.join(where, "maf_sandbox"))
+        Path(where, "maf_sandbox", "__init__.py").write_text(FAKE_MAF_SANDBOX)
+        sys.path.insert(0, where)
+        self.addCleanup(sys.path.remove, where)
+        self.addCleanup(sys.modules.pop, "maf_sandbox", None)
+        sys.modules.pop("maf_sandbox", None)
+        import maf_sandbox  # type: ignore[import-not-found]
+        return maf_sandbox
+
+    async def test_builds_maf_sandboxs_own_declarations(self) -> None:
+        ms = self.install_fake_maf_sandbox()
+        calls: list[dict[str, Any]] = []
+        await self.serve_backend(calls)
+        plain = msb.DaemonSandboxBackend(socket_path=self.sock)
+        self.addAsyncCleanup(plain.aclose)
+        self.assertIs(type(plain.declarations), ms.BackendDeclarations)
+        self.assertEqual(plain.declarations, ms.BackendDeclarations())
+        self.assertIs(type(plain.isolation), ms.Isolation)
+        self.assertIs(plain.isolation, ms.Isolation.CONTAINER)
+
+        backend = await msb.DaemonSandboxBackend.create(self.sock)
+        self.addAsyncCleanup(backend.aclose)
+        d = backend.declarations
+        self.assertIs(type(d), ms.BackendDeclarations)
+        self.assertIs(type(d.limits), ms.SandboxLimits)
+        self.assertIs(type(d.limits.files_in), ms.TransferLimits)
+        self.assertEqual(d.limits.files_in, ms.TransferLimits(1, 2, 3))
+        self.assertEqual(d.limits.files_out, ms.TransferLimits(4, 5, 6))
+        # Its own enum members; a value it does not know is left out.
+        self.assertEqual(d.capabilities, frozenset({ms.Capability.EXEC, ms.Capability.FILES_IN,
+                                                    ms.Capability.FILES_OUT}))
+        self.assertTrue(all(type(c) is ms.Capability for c in d.capabilities))
+        self.assertEqual(d.egress_modes, frozenset({ms.Egress.CLOSED, ms.Egress.ALLOWLIST}))
+        self.assertTrue(all(type(c) is ms.Egress for c in d.egress_modes))
+        self.assertEqual(d.os_families, frozenset({ms.OsFamily.POSIX}))
+        self.assertEqual(d.isolation_scopes, frozenset(ms.IsolationScope))
+        self.assertFalse(d.observes_egress)
+
+    async def test_without_maf_sandbox_the_local_classes(self) -> None:
+        calls: list[dict[str, Any]] = []
+        await self.serve_backend(calls)
+        with mock.patch.dict(sys.modules, {"maf_sandbox": None}):  # import raises ImportError
+            backend = await msb.DaemonSandboxBackend.create(self.sock)
+            self.addAsyncCleanup(backend.aclose)
+            self.assertIs(type(backend.declarations), msb.BackendDeclarations)
+            self.assertIs(backend.isolation, msb.Isolation.CONTAINER)
+        self.assertEqual(backend.declarations.limits.files_in, msb.TransferLimits(1, 2, 3))
+        self.assertIn(msb.Capability.FILES_OUT, backend.declarations.capabilities)
+
+    async def test_dispose_takes_instance_id(self) -> None:
+        calls: list[dict[str, Any]] = []
+        await self.serve_backend(calls)
+        backend = msb.DaemonSandboxBackend(socket_path=self.sock)
+        self.addAsyncCleanup(backend.aclose)
+        key = msb.SandboxKey("s", "t", "a")
+        self.assertIsNone(await backend.dispose(key, kind="k", instance_id="f" * 64))
+        self.assertIsNone(await backend.dispose(key))
+        self.assertEqual([c["params"] for c in calls if c["method"] == "sandbox.dispose"], [
+            {"key": key.to_wire(), "kind": "k", "sandbox": "f" * 64}, {"key": key.to_wire()}])
+
+
+# ---- the blocking client ------------------------------------------------------------------
+
+
+class ThreadServer:
+    """A scripted server on an event loop of its own thread (the blocking client's calls
+    would block a test's own loop)."""
+
+    def __init__(self, script: Script, path: str) -> None:
+        self.script, self.path = script, path
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+
+        async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                await self.script(r, w)
+            except ConnectionError:
+                pass
+            finally:
+                w.close()
+
+        server = await asyncio.start_unix_server(handler, path=self.path)
+        self._ready.set()
+        await self._stop.wait()
+        server.close()
+
+    def __enter__(self) -> ThreadServer:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(5)
+
+
+def _echo_daemon() -> Script:
+    """exec streams one chunk then answers; events.subscribe answers; anything else {}."""
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            req = await _read_request(r)
+            if req["method"] == "sandbox.exec":
+                _send(w, {"jsonrpc": "2.0", "method": "exec.output", "params": {
+                    "id": req["id"], "stream": "stdout", "data_b64": "aGk="}})
+                result: Any = {"exit_code": 0, "stdout_b64": "aGk=", "stderr_b64": ""}
+            elif req["method"] == "events.subscribe":
+                result = {"types": ["egress.decision"]}
+            else:
+                result = {}
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": result})
+            await w.drain()
+    return script
+
+
+class Blocking(unittest.TestCase):
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="msb-py-unit-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.sock = os.path.join(self.dir, "s.sock")
+        server = ThreadServer(_echo_daemon(), self.sock).__enter__()
+        self.addCleanup(server.__exit__)
+
+    def test_a_blocking_call_from_a_callback_raises(self) -> None:
+        client = msb.connect(self.sock, timeout=10)
+        self.addCleanup(client.close)
+        sb = client.sandbox("0" * 64)
+        seen: list[BaseException] = []
+
+        def on_output(stream: str, data: bytes) -> None:
+            try:
+                client.status()
+            except RuntimeError as exc:
+                seen.append(exc)
+                raise
+
+        box: list[Any] = []
+
+        def run() -> None:
+            try:
+                box.append(sb.exec("echo hi", on_output=on_output))
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                box.append(exc)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(5)
+        self.assertFalse(t.is_alive(), "the blocking call from the callback deadlocked")
+        self.assertEqual(len(seen), 1)
+        self.assertIsInstance(box[0], RuntimeError)
+        self.assertNotIsInstance(box[0], msb.SandboxError)
+        self.assertEqual(client.status(), {})  # still usable
+
+    def test_event_waits_ignore_the_client_timeout(self) -> None:
+        with msb.connect(self.sock, timeout=0.2) as client:
+            with client.events() as events:
+                t0 = time.monotonic()
+                self.assertIsNone(events.next(timeout=0.6))
+                self.assertGreater(time.monotonic() - t0, 0.5)
+
+    def test_a_failed_client_leaves_no_thread(self) -> None:
+        before = set(threading.enumerate())
+        for kwargs in ({"bogus": 1}, {}):
+            with self.assertRaises((TypeError, msb.DaemonUnavailable)):
+                msb.connect(os.path.join(self.dir, "absent.sock"), **kwargs)
+        self.assertEqual(set(threading.enumerate()) - before, set())
+
+    def test_same_surface_as_the_async_client(self) -> None:
+        with msb.connect(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            with client.events() as events:
+                pairs = ((client.aio, client), (sb.aio, sb), (events.aio, events))
+                for aio, sync in pairs:
+                    for name, member in vars(type(aio)).items():
+                        if name.startswith("_") or name in ("aclose", "start"):
+                            continue
+                        with self.subTest(cls=type(sync).__name__, name=name):
+                            self.assertTrue(hasattr(sync, name), f"{type(sync).__name__}.{name}")
+                            if callable(member):  # a method, never a coroutine function
+                                self.assertFalse(inspect.iscoroutinefunction(getattr(sync, name)))
+            for call in (lambda: sb.run_code("print(1)", timeout=5), lambda: sb.reset(timeout=5)):
+                with self.assertRaises(NotImplementedError) as cm:
+                    call()
+                self.assertIsInstance(cm.exception, msb.SandboxNotServed)
+            with self.assertRaises(AttributeError):
+                sb.nonexistent  # noqa: B018
+            self.assertEqual(sb.instance_id, "0" * 64)
+            self.assertTrue(client.connected)
+            self.assertEqual(client.max_frame_bytes, msb.DEFAULT_MAX_FRAME_BYTES)
 
 
 if __name__ == "__main__":
