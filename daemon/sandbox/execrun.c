@@ -7,6 +7,21 @@
  *   INSPECTING ── ExitCode ──→ DONE;  still Running → SETTLING
  *   SETTLING   ── EXECRUN_INSPECT_RETRY_MS ──→ INSPECTING
  *
+ * No create or start is sent while a freeze of ours is on the container
+ * (freeze_exec_must_wait): the step waits in PAUSED, asking again every
+ * EXECRUN_FREEZE_POLL_MS. From sending the start until the engine confirms
+ * the process runs, the run holds an exec mark on the container
+ * (x->mark), which keeps a freeze of ours from pausing it meanwhile: a
+ * pause then makes the runtime fail the exec with text on the exec's own
+ * stdout, which can never be told from the guest's. The mark ends, once,
+ * in execrun_unmark(): when a probe (GET /exec/{eid}/json, x->probe, run
+ * beside the stream) shows a Pid or an ExitCode, when the start's request
+ * ends (the process then ran, or never will), when the probes are spent,
+ * and in execrun_finish (cancel, deadline, the engine gone). Probes are
+ * sent only once a freeze waits on the mark (the table makes x->timer
+ * active), then every EXECRUN_START_PROBE_MS: an exec with no freeze
+ * behind it costs no request.
+ *
  * Every other outcome, the deadline and execrun_cancel end in
  * execrun_finish(), the one place the callback fires: it disarms the
  * timers, cancels the request in flight (whose completion then finds the
@@ -133,7 +148,7 @@ struct execrun_buf {
 
 struct execrun {
 	struct engine *e;                      /* borrowed */
-	const struct freeze_table *freezes;    /* borrowed; may be NULL */
+	struct freeze_table *freezes;          /* borrowed; may be NULL */
 	char *id;
 	json_t *config;                        /* the exec create body */
 	execrun_cb *cb;
@@ -142,8 +157,12 @@ struct execrun {
 	enum execrun_state resume;             /* PAUSED: the step to issue again */
 	bool refused;                          /* the last create or start met our freeze */
 	struct engine_req *req;                /* the request in flight */
+	struct freeze_exec_mark *mark;         /* STARTING, until the process is confirmed */
+	struct engine_req *probe;              /* STARTING: the inspect confirming it */
+	unsigned probes;                       /* probes sent for this start */
 	struct event *deadline;
-	struct event *timer;                   /* PAUSED and SETTLING */
+	struct event *timer;                   /* PAUSED and SETTLING; STARTING: the mark's
+						* wake and the next probe */
 	char *exec_id;
 	struct demux dm;
 	struct execrun_buf out, err;
@@ -210,6 +229,20 @@ static void execrun_set_failure(struct execrun *x, long status, const char *mess
 	x->message = message ? xstrdup(message) : NULL;
 }
 
+/* The exec mark ends (once; no-op without one): the probe in flight is
+ * cancelled (its completion finds no mark), the timer disarmed. */
+static void execrun_unmark(struct execrun *x)
+{
+	struct engine_req *probe = TAKE_PTR(x->probe);
+
+	if (x->mark) {
+		freeze_exec_starting_end(TAKE_PTR(x->mark));
+		evtimer_del(x->timer);
+	}
+	if (probe)
+		engine_req_cancel(probe);
+}
+
 /* The one place the callback fires; frees x. */
 static void execrun_finish(struct execrun *x, int error)
 {
@@ -229,6 +262,7 @@ static void execrun_finish(struct execrun *x, int error)
 	execrun_set_state(x, EXECRUN_DONE);
 	evtimer_del(x->deadline);
 	evtimer_del(x->timer);
+	execrun_unmark(x);
 	if (req)
 		engine_req_cancel(req);   /* its completion finds the run DONE */
 	log_debug("op", "exec in %.64s: error %d, exit code %d", x->id, error, r.exit_code);
@@ -366,10 +400,16 @@ static int step_create(struct execrun *x)
 	return docker_exec_create(x->e, x->id, x->config, create_done_cb, x, &x->req);
 }
 
+/* The mark first: from here until the process is confirmed, no freeze of
+ * ours pauses the container. A table that refuses it (an id it cannot
+ * hold a freeze on, or shutting down) cannot pause it either. */
 static int step_start(struct execrun *x)
 {
 	x->dm = (struct demux){ 0 };
 	x->abort = 0;
+	x->probes = 0;
+	if (x->freezes && freeze_exec_starting_begin(x->freezes, x->id, x->timer, &x->mark) < 0)
+		x->mark = NULL;
 	return docker_exec_start(x->e, x->exec_id, 0, start_data_cb, start_done_cb, x, &x->req);
 }
 
@@ -379,11 +419,31 @@ static int step_inspect(struct execrun *x)
 	return docker_exec_inspect(x->e, x->exec_id, inspect_done_cb, x, &x->req);
 }
 
+/* A create or start while a freeze of ours is on the container: it waits
+ * in PAUSED (no request), within the deadline. The deadline then returns
+ * -EBUSY: the command never ran. */
+static void execrun_wait_freeze(struct execrun *x, enum execrun_state s)
+{
+	if (x->status == 0 && !x->message)
+		execrun_set_failure(x, 0, "a file call of this daemon kept the container frozen");
+	if (x->state != EXECRUN_PAUSED)
+		log_debug("op", "exec in %.64s: a freeze of ours is on; waiting", x->id);
+	x->resume = s;
+	if (x->state != EXECRUN_PAUSED)
+		execrun_set_state(x, EXECRUN_PAUSED);
+	execrun_arm(x, x->timer, EXECRUN_FREEZE_POLL_MS);
+}
+
 /* Issues the request of step s (from the loop); a refusal ends the run. */
 static void execrun_enter(struct execrun *x, enum execrun_state s)
 {
 	int r;
 
+	if ((s == EXECRUN_CREATING || s == EXECRUN_STARTING) && x->freezes &&
+	    freeze_exec_must_wait(x->freezes, x->id)) {
+		execrun_wait_freeze(x, s);
+		return;
+	}
 	execrun_set_state(x, s);
 	switch (s) {
 	case EXECRUN_CREATING:
@@ -472,6 +532,8 @@ static void start_done_cb(int error, long status, const char *message, void *arg
 	x->req = NULL;
 	if (x->state == EXECRUN_DONE)
 		return;   /* cancelled by execrun_finish */
+	/* The process ran, or never will: a freeze may go on. */
+	execrun_unmark(x);
 	if (error < 0) {
 		if (error != x->abort)
 			execrun_set_failure(x, 0, NULL);
@@ -542,7 +604,61 @@ static void inspect_done_cb(const struct docker_reply *r, void *arg)
 	inspect_result(x, r->body);
 }
 
-/* The retry timer (PAUSED) and the re-inspect timer (SETTLING). */
+/* ---- confirming the start ---------------------------------------------------------------- */
+
+static void probe_done_cb(const struct docker_reply *r, void *arg);
+
+/* Asks whether the process runs (marked, no probe in flight), or gives the
+ * mark up once EXECRUN_START_PROBES are spent. */
+static void execrun_probe(struct execrun *x)
+{
+	int r;
+
+	if (!x->mark || x->probe)
+		return;
+	if (x->probes >= EXECRUN_START_PROBES) {
+		log_warnx("%s: exec %.64s in %.64s: not confirmed started after %u inspects; letting a "
+			  "freeze go on", __func__, x->exec_id, x->id, x->probes);
+		execrun_unmark(x);
+		return;
+	}
+	x->probes++;
+	r = docker_exec_inspect(x->e, x->exec_id, probe_done_cb, x, &x->probe);
+	if (r < 0) {
+		/* the engine is going away: the start's own end follows */
+		x->probe = NULL;
+		log_debug("op", "exec in %.64s: cannot ask whether it started: %s", x->id, strerror(-r));
+	}
+}
+
+/* Started: the engine gave the process a Pid (set once the runtime has
+ * started it; "Running" is set before, so it proves nothing), or it has
+ * an ExitCode (it ran, or the runtime failed it). */
+static bool probe_is_started(const json_t *body)
+{
+	const json_t *pid = json_object_get(body, "Pid");   /* borrows */
+
+	return (json_is_integer(pid) && json_integer_value(pid) > 0) ||
+	       json_is_integer(json_object_get(body, "ExitCode"));
+}
+
+static void probe_done_cb(const struct docker_reply *r, void *arg)
+{
+	struct execrun *x = arg;
+
+	x->probe = NULL;
+	if (x->state == EXECRUN_DONE || !x->mark || r->error == -ECANCELED)
+		return;   /* unmarked, or the engine goes away (the start ends too) */
+	if (r->error == 0 && r->status == 200 && json_is_object(r->body) && probe_is_started(r->body)) {
+		log_debug("op", "exec in %.64s: confirmed started", x->id);
+		execrun_unmark(x);
+		return;
+	}
+	execrun_arm(x, x->timer, EXECRUN_START_PROBE_MS);
+}
+
+/* The retry timer (PAUSED), the re-inspect timer (SETTLING), and the
+ * mark's wake and next probe (STARTING). */
 static void execrun_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct execrun *x = arg;
@@ -554,8 +670,10 @@ static void execrun_timer_cb(evutil_socket_t fd, short what, void *arg)
 	case EXECRUN_SETTLING:
 		execrun_enter(x, EXECRUN_INSPECTING);
 		break;
-	case EXECRUN_CREATING:
 	case EXECRUN_STARTING:
+		execrun_probe(x);
+		break;
+	case EXECRUN_CREATING:
 	case EXECRUN_INSPECTING:
 	case EXECRUN_DONE:
 	case _EXECRUN_STATE_MAX:
@@ -649,7 +767,7 @@ static int config_new(const struct execrun_spec *spec, json_t **ret)
 	return 0;
 }
 
-int execrun_start(struct event_base *base, struct engine *e, const struct freeze_table *freezes,
+int execrun_start(struct event_base *base, struct engine *e, struct freeze_table *freezes,
 		  const char *id, const struct execrun_spec *spec, execrun_cb *cb, void *arg,
 		  struct execrun **ret)
 {
@@ -681,8 +799,9 @@ int execrun_start(struct event_base *base, struct engine *e, const struct freeze
 		execrun_free(x);
 		return -ENOMEM;
 	}
-	r = step_create(x);
-	if (r < 0) {
+	if (freezes && freeze_exec_must_wait(freezes, x->id)) {
+		execrun_wait_freeze(x, EXECRUN_CREATING);
+	} else if ((r = step_create(x)) < 0) {
 		execrun_free(x);
 		return r;
 	}

@@ -15,7 +15,7 @@
  * caller until the callback fires, and the run is freed right after the
  * callback returns (so it must not be cancelled from its own callback).
  * The base, engine and freeze table are borrowed: they must outlive the
- * run. engine_free reaches a run only while one of its requests is in
+ * run (an exec mark it holds is ended in the table when it finishes). engine_free reaches a run only while one of its requests is in
  * flight (it then ends with -ECANCELED): cancel runs before freeing the
  * engine. The callback may start runs, cancel others and free the
  * engine. */
@@ -39,6 +39,17 @@ struct freeze_table;
  * start) is refused (409 "is paused"); it is re-issued this often, within
  * the deadline (behaviour-docker §2.2). */
 #define EXECRUN_PAUSED_RETRY_MS 50
+/* While a freeze of ours is on the container (freeze_exec_must_wait), no
+ * create or start is sent: the run asks the table again this often. */
+#define EXECRUN_FREEZE_POLL_MS 10
+/* From its start until the engine confirms the process (a Pid, or an
+ * ExitCode), a run holds an exec mark on the container, so no freeze of
+ * ours pauses it meanwhile (a pause then makes the runtime fail the exec,
+ * with its text on the exec's own stdout). Once a freeze waits on the
+ * mark, the run asks GET /exec/{eid}/json every EXECRUN_START_PROBE_MS, at
+ * most EXECRUN_START_PROBES times (then it gives the mark up and logs). */
+#define EXECRUN_START_PROBE_MS 10
+#define EXECRUN_START_PROBES   150
 /* The engine marks an exec exited before it closes its stream, so the first
  * inspect after the end sees the code; should it still say Running, it is
  * asked again this often, at most this many more times (then -EIO). */
@@ -73,9 +84,9 @@ struct execrun_result {
 	 * -EFBIG       stdout + stderr exceeded max_output (the stream was cut);
 	 * -ENOENT      the container (or the exec) is gone: 404 at any step;
 	 * -EBUSY       the container is paused, and not by one of our freezes;
-	 *              also when the deadline passed while waiting to retry a
-	 *              refusal of a freeze of ours (the last refusal is
-	 *              returned: the command never ran);
+	 *              also when the deadline passed while waiting for a
+	 *              freeze of ours, or to retry a refusal of one (the last
+	 *              refusal is returned, if any: the command never ran);
 	 * -ESRCH       the container is not running (409);
 	 * -EIO         the engine refused otherwise (status, message set), the
 	 *              stream was malformed or carried an engine error, or the
@@ -98,14 +109,19 @@ struct execrun;
 typedef void execrun_cb(const struct execrun_result *r, void *arg);
 
 /* Runs spec in container id (copied) on engine e, its timers on base.
- * freezes (may be NULL) is consulted for the paused-retry rule: a 409 "is
- * paused" at create or start is retried every EXECRUN_PAUSED_RETRY_MS while
- * freeze_is_held(freezes, id), else it is -EBUSY. Returns 0 (and *ret if
+ * freezes (may be NULL: none of the rules below) orders the run with our
+ * freezes (freeze.h, "Exec starts"): no create or start is sent while
+ * freeze_exec_must_wait(freezes, id) (the run waits, within its deadline;
+ * spent → -EBUSY, the command never ran), and from the start until the
+ * process is confirmed, an exec mark keeps our freezes from pausing it. A
+ * 409 "is paused" at create or start is retried every
+ * EXECRUN_PAUSED_RETRY_MS while freeze_is_held(freezes, id), else it is
+ * -EBUSY. Returns 0 (and *ret if
  * ret), or -EINVAL (a missing argument, an empty id, no argv, a relative
  * working dir, an empty user, non-UTF-8 text, a negative timeout), -E2BIG
  * (over EXECRUN_MAX_ARGS or EXECRUN_MAX_ARGV_BYTES: nothing sent),
  * -ENOTCONN (engine not reachable), -ENOMEM. */
-int execrun_start(struct event_base *base, struct engine *e, const struct freeze_table *freezes,
+int execrun_start(struct event_base *base, struct engine *e, struct freeze_table *freezes,
 		  const char *id, const struct execrun_spec *spec, execrun_cb *cb, void *arg,
 		  struct execrun **ret);
 /* The callback fires now with -ECANCELED; a request in flight is cancelled

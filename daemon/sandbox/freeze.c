@@ -12,7 +12,14 @@
  *
  * The host lock is taken in claim_start (and by a blocked orphan thaw's
  * retries) and given back in claim_finish / claim_drop, the only ways a
- * claim ends: claim->host_held says it is ours to give back. */
+ * claim ends: claim->host_held says it is ours to give back.
+ *
+ * Exec marks (freeze_exec_starting_*) live on the same per-container lock,
+ * which stays while it has one. A hold whose turn comes while its lock has
+ * marks is deferred: it stays WAITING at the head (claim->deferred), its
+ * retry_ev armed for what is left of FREEZE_EXEC_WAIT_MS, and the last
+ * mark's end fires that timer at once. lock_advance skips a deferred head;
+ * the timer clears the flag and advances the lock again. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -56,6 +63,15 @@ struct freeze_claim {
 	int host_error;                /* < 0: the host lock refused this claim */
 	long host_wait_ms;             /* an orphan thaw's budget for a host lock held elsewhere */
 	struct timespec blocked_since; /* CLOCK_MONOTONIC: when it first found it held */
+	bool deferred;                 /* WAITING at the head: an exec of ours is starting */
+	bool exec_waited;              /* exec_wait_since is set */
+	struct timespec exec_wait_since; /* CLOCK_MONOTONIC: its first deferral */
+};
+
+struct freeze_exec_mark {
+	struct freeze_lock *lock;
+	TAILQ_ENTRY(freeze_exec_mark) entry;
+	struct event *wake;            /* borrowed; NULL: none */
 };
 
 struct freeze_lock {
@@ -67,6 +83,8 @@ struct freeze_lock {
 	bool advancing;                /* lock_advance is on the stack */
 	int refusing;                  /* < 0 while its waiters are failed: new claims get it */
 	uint64_t confirmed_gen;        /* non-zero while our pause is confirmed */
+	TAILQ_HEAD(, freeze_exec_mark) marks;   /* execs of ours starting on it */
+	size_t n_marks;
 	char id[];
 };
 
@@ -178,6 +196,7 @@ static struct freeze_lock *lock_new(struct freeze_table *t, const char *id)
 
 	l->table = t;
 	TAILQ_INIT(&l->claims);
+	TAILQ_INIT(&l->marks);
 	memcpy(l->id, id, n);
 	TAILQ_INSERT_TAIL(&t->locks, l, entry);
 	t->n_locks++;
@@ -189,13 +208,13 @@ static void lock_enter(struct freeze_lock *l)
 	l->busy++;
 }
 
-/* The last leave of an idle lock frees it. */
+/* The last leave of an idle lock (no claim, no exec mark) frees it. */
 static void lock_leave(struct freeze_lock *l)
 {
 	struct freeze_table *t = l->table;
 
 	assert(l->busy > 0);
-	if (--l->busy > 0 || !TAILQ_EMPTY(&l->claims))
+	if (--l->busy > 0 || !TAILQ_EMPTY(&l->claims) || !TAILQ_EMPTY(&l->marks))
 		return;
 	TAILQ_REMOVE(&t->locks, l, entry);
 	t->n_locks--;
@@ -529,16 +548,62 @@ static int claim_take_host(struct freeze_claim *c)
 }
 
 static bool claim_block(struct freeze_claim *c);
+static void claim_retry_cb(evutil_socket_t fd, short what, void *arg);
+static long elapsed_ms(const struct timespec *since);
 
-/* Its turn: the host lock, then a hold pauses, an orphan thaw unpauses.
- * < 0: not started (c->host_error < 0 if the host lock refused it); 0 with
- * c BLOCKED: an orphan thaw waits for the host lock. */
+/* A hold whose turn comes while an exec of ours is starting on its
+ * container waits for the last mark's end (deferred: WAITING at the head,
+ * its timer armed for what is left of FREEZE_EXEC_WAIT_MS since its first
+ * deferral), and wakes the marks' execs the first time. True: deferred. */
+static bool claim_defer(struct freeze_claim *c)
+{
+	struct freeze_lock *l = c->lock;
+	struct freeze_table *t = l->table;
+	struct freeze_exec_mark *m;
+	struct timeval tv;
+	bool first = false;
+	long left;
+
+	if (c->kind != FREEZE_KIND_HOLD || TAILQ_EMPTY(&l->marks) || !t->base)
+		return false;
+	if (!c->exec_waited) {
+		c->exec_waited = first = true;
+		clock_gettime(CLOCK_MONOTONIC, &c->exec_wait_since);
+	}
+	left = FREEZE_EXEC_WAIT_MS - elapsed_ms(&c->exec_wait_since);
+	if (left <= 0) {
+		log_warnx("%s: %zu exec(s) in %s not confirmed started after %d ms; freezing it all the same",
+			  __func__, l->n_marks, l->id, FREEZE_EXEC_WAIT_MS);
+		return false;
+	}
+	if (!c->retry_ev) {
+		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
+		if (!c->retry_ev)
+			return false;
+	}
+	tv = (struct timeval){ .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+	c->deferred = true;
+	evtimer_add(c->retry_ev, &tv);
+	log_debug("op", "freeze %.64s: %zu exec(s) of ours starting; the pause waits", l->id, l->n_marks);
+	if (first)
+		TAILQ_FOREACH(m, &l->marks, entry)
+			if (m->wake)
+				event_active(m->wake, EV_TIMEOUT, 1);
+	return true;
+}
+
+/* Its turn: a hold waits for the execs starting there, then the host lock,
+ * then a hold pauses, an orphan thaw unpauses. < 0: not started
+ * (c->host_error < 0 if the host lock refused it); 0 with c BLOCKED: an
+ * orphan thaw waits for the host lock; 0 with c WAITING: deferred. */
 static int claim_start(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
 	int r;
 
 	assert(c->state == FREEZE_CLAIM_WAITING && TAILQ_FIRST(&l->claims) == c);
+	if (claim_defer(c))
+		return 0;
 	r = claim_take_host(c);
 	if (r == -EAGAIN && claim_block(c))
 		return 0;
@@ -566,7 +631,7 @@ static void lock_advance(struct freeze_lock *l)
 		return;
 	lock_enter(l);
 	l->advancing = true;
-	while ((c = TAILQ_FIRST(&l->claims)) && c->state == FREEZE_CLAIM_WAITING) {
+	while ((c = TAILQ_FIRST(&l->claims)) && c->state == FREEZE_CLAIM_WAITING && !c->deferred) {
 		struct docker_reply fr = { 0 };
 		bool host_refused;
 
@@ -802,6 +867,10 @@ static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 		}
 	} else if (c->state == FREEZE_CLAIM_BLOCKED) {
 		claim_retry_host(c);
+	} else if (c->state == FREEZE_CLAIM_WAITING && c->deferred) {
+		/* the last exec mark ended, or the wait is over */
+		c->deferred = false;
+		lock_advance(l);
 	}
 	claim_leave(c);
 }
@@ -840,6 +909,19 @@ void freeze_table_set_hostlock(struct freeze_table *t, struct hostlock *h)
 	t->host = h;
 }
 
+/* The engine goes away while c is deferred: it fails -ECANCELED, as its
+ * pause would have, and so does every claim behind it. */
+static void claim_defer_cancelled(struct freeze_claim *c)
+{
+	struct docker_reply fr = { .error = -ECANCELED };
+	struct freeze_lock *l = c->lock;
+
+	c->deferred = false;
+	claim_finish(c);
+	claim_fail(c, &fr, false);
+	lock_fail_waiters(l, -ECANCELED);
+}
+
 void freeze_table_cancel_retries(struct freeze_table *t)
 {
 	struct freeze_lock *l, *next_l;
@@ -859,6 +941,8 @@ void freeze_table_cancel_retries(struct freeze_table *t)
 				claim_enter(c);
 				if (c->state == FREEZE_CLAIM_PAUSING)
 					pause_outcome(c, &fr);
+				else if (c->state == FREEZE_CLAIM_WAITING)
+					claim_defer_cancelled(c);
 				else
 					thaw_finished(c, &fr);
 				claim_leave(c);
@@ -964,6 +1048,10 @@ void freeze_cancel(struct freeze_claim *c)
 	claim_enter(c);
 	switch (c->state) {
 	case FREEZE_CLAIM_WAITING:
+		if (c->deferred) {
+			evtimer_del(c->retry_ev);
+			c->deferred = false;
+		}
 		claim_finish(c);
 		claim_notify_cancelled(c);
 		lock_advance(l);
@@ -1013,6 +1101,71 @@ uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *i
 	return l ? l->confirmed_gen : 0;
 }
 
+/* ---- exec starts ---------------------------------------------------------------------- */
+
+bool freeze_exec_must_wait(const struct freeze_table *t, const char *id)
+{
+	const struct freeze_lock *l = lock_find(t, id);
+	const struct freeze_claim *head = l ? TAILQ_FIRST(&l->claims) : NULL;
+
+	return head && head->kind == FREEZE_KIND_HOLD;
+}
+
+int freeze_exec_starting_begin(struct freeze_table *t, const char *id, struct event *wake,
+			       struct freeze_exec_mark **ret_mark)
+{
+	struct freeze_lock *l;
+	struct freeze_exec_mark *m;
+
+	if (!t || !ret_mark || !id_is_valid(id))
+		return -EINVAL;
+	if (t->dead)
+		return -ESHUTDOWN;
+	l = lock_find(t, id);
+	if (!l)
+		l = lock_new(t, id);
+	m = xcalloc(1, sizeof(*m));
+	m->lock = l;
+	m->wake = wake;
+	TAILQ_INSERT_TAIL(&l->marks, m, entry);
+	l->n_marks++;
+	log_debug("op", "freeze %.64s: an exec of ours starts (%zu)", l->id, l->n_marks);
+	*ret_mark = m;
+	return 0;
+}
+
+void freeze_exec_starting_end(struct freeze_exec_mark *m)
+{
+	struct freeze_lock *l;
+	struct freeze_claim *head;
+
+	if (!m)
+		return;
+	l = m->lock;
+	assert(!l->table->dead);
+	lock_enter(l);
+	TAILQ_REMOVE(&l->marks, m, entry);
+	l->n_marks--;
+	free(m);
+	log_debug("op", "freeze %.64s: an exec of ours is started (%zu left)", l->id, l->n_marks);
+	head = TAILQ_FIRST(&l->claims);
+	if (TAILQ_EMPTY(&l->marks) && head && head->deferred) {
+		static const struct timeval now = { 0, 0 };
+
+		/* the deferred hold goes on from the loop, never from inside this call */
+		evtimer_del(head->retry_ev);
+		evtimer_add(head->retry_ev, &now);
+	}
+	lock_leave(l);
+}
+
+size_t freeze_exec_starting_count(const struct freeze_table *t, const char *id)
+{
+	const struct freeze_lock *l = lock_find(t, id);
+
+	return l ? l->n_marks : 0;
+}
+
 /* ---- teardown ------------------------------------------------------------------------- */
 
 /* Teardown of one claim: its request cancelled (its callback sees the
@@ -1047,6 +1200,7 @@ struct freeze_table *freeze_table_free(struct freeze_table *t)
 {
 	struct freeze_lock *l;
 	struct freeze_claim *c;
+	struct freeze_exec_mark *m;
 
 	if (!t)
 		return NULL;
@@ -1056,6 +1210,11 @@ struct freeze_table *freeze_table_free(struct freeze_table *t)
 		assert(l->busy == 0);   /* never from inside one of its callbacks */
 		while ((c = TAILQ_FIRST(&l->claims)))
 			claim_drop(c);
+		while ((m = TAILQ_FIRST(&l->marks))) {
+			log_warnx("%s: an exec mark on %s outlives the table, ignoring", __func__, l->id);
+			TAILQ_REMOVE(&l->marks, m, entry);
+			free(m);
+		}
 		TAILQ_REMOVE(&t->locks, l, entry);
 		free(l);
 	}

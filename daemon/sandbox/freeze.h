@@ -7,7 +7,7 @@
  * One lock per container id, made on first use and freed when idle. Claims
  * queue on it in FIFO order; only the head is active:
  *
- *   WAITING ──(its turn: host lock)──→ PAUSING ── 2xx ──→ HELD ──(release / cancel)──→ THAWING → DONE
+ *   WAITING ──(its turn, no exec of ours starting: host lock)──→ PAUSING ── 2xx ──→ HELD ──(release / cancel)──→ THAWING → DONE
  *      │                                 │                                                ↑
  *      │                                 ├ refused (409, 404, 5xx) → DONE (no unpause)    │
  *      │                                 └ outcome unknown (timeout, reset) ──────────────┘
@@ -163,7 +163,7 @@ struct freeze_table *freeze_table_free(struct freeze_table *t);
 
 /* Claims alive (waiting, pausing, held, thawing, blocked): for tests and status. */
 size_t freeze_table_count(const struct freeze_table *t);
-/* Containers with at least one claim. */
+/* Containers with at least one claim or exec mark. */
 size_t freeze_table_locks(const struct freeze_table *t);
 
 /* Queues a claim on container id (copied) of engine e (borrowed: it must
@@ -213,6 +213,45 @@ bool freeze_is_held(const struct freeze_table *t, const char *id);
  * has not been issued: the confirmed set with its generation tick (§2.6),
  * unique per hold, for exec's retry of a "paused" refusal (§2.2). */
 uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *id);
+
+/* Exec starts (behaviour-docker §2.2). Between an exec's POST
+ * /exec/{eid}/start and the engine's confirmation that the process runs,
+ * a pause makes the runtime fail the exec into the frozen container (exit
+ * 126, "cannot exec in a paused state" written to the exec's own stdout,
+ * indistinguishable from the guest's output). So the two never overlap:
+ *
+ *  - an exec sends no create or start while freeze_exec_must_wait();
+ *  - it marks the container from its start until confirmed
+ *    (freeze_exec_starting_begin/_end), and a hold that becomes the head
+ *    meanwhile stays WAITING ("deferred") without its pause. The last
+ *    mark's end lets it go on at once, from the loop; without one within
+ *    FREEZE_EXEC_WAIT_MS it pauses anyway and logs a warning. Deferring
+ *    needs the event base (freeze_table_set_base): without one, a hold
+ *    never waits.
+ *
+ * A mark also holds the exec's wake event (borrowed; it must stay valid
+ * until the mark ends): when a hold is deferred behind the mark, the table
+ * makes it active (event_active), once, so the exec asks the engine now
+ * whether its process runs. */
+#define FREEZE_EXEC_WAIT_MS 2000
+struct event;
+struct freeze_exec_mark;
+/* True while an exec of ours must not send its create or start on id: a
+ * hold of ours is at the head of its lock (deferred for an exec start,
+ * pausing, held or thawing). */
+bool freeze_exec_must_wait(const struct freeze_table *t, const char *id);
+/* Marks an exec starting on id (copied); wake may be NULL. 0 and *ret_mark,
+ * or -EINVAL (no table or ret_mark, a bad id), -ESHUTDOWN (the table is
+ * being freed). */
+int freeze_exec_starting_begin(struct freeze_table *t, const char *id, struct event *wake,
+			       struct freeze_exec_mark **ret_mark);
+/* Ends a mark (exactly once per mark; NULL-safe). The last one on a
+ * container lets a deferred hold go on, from the loop. The table must
+ * still exist: end every mark before freeze_table_free (which drops what
+ * is left with a warning). */
+void freeze_exec_starting_end(struct freeze_exec_mark *m);
+/* Exec marks alive on id: for tests. */
+size_t freeze_exec_starting_count(const struct freeze_table *t, const char *id);
 
 /* Thaws container id, found paused (§2.1 step 5), under its lock: queued
  * behind our own claims, so a live freeze of ours is never lifted (by its

@@ -69,6 +69,16 @@
 #define FREEZE_REQ_ID 51
 #define PAUSE_POLL_US 2000
 #define PAUSE_POLL_ROUNDS 1500
+/* The start race: rounds of a files.write, a sandbox.exec and a files.stat
+ * sent at once on one sandbox, each on its own connection. */
+#define RACE_ROUNDS 30
+#define RACE_CALLS 3
+/* Other suites' daemons on this host may hold the host freeze lock of this
+ * sandbox for a moment (an orphan thaw of what they saw paused): a file
+ * call then fails "held elsewhere", which PROTOCOL.md says to retry. */
+#define RACE_HELD_RETRIES 5
+#define RACE_HELD_RETRY_US (50 * 1000)
+#define ERR_FREEZE_FAILED 1207
 #define CLI_MAX_ARGS 24
 
 #define ERR_INVALID_PARAMS (-32602)
@@ -955,6 +965,82 @@ START_TEST(an_exec_waits_while_a_file_call_holds_the_freeze)
 }
 END_TEST
 
+/* An exec started beside file calls never meets their freeze half-way: a
+ * start that reached the runtime while the container was frozen came back
+ * as a "result" (exit 126, "cannot exec in a paused state" on stdout). */
+struct race_call {
+	const struct env *e;
+	int kind;                     /* 0 files.write, 1 sandbox.exec, 2 files.stat */
+	int round;
+	pthread_barrier_t *go;
+	struct reply rep;
+};
+
+static void *race_call_run(void *arg)
+{
+	struct race_call *c = arg;
+	char path[32], text[32];
+	const char *reason;
+
+	snprintf(path, sizeof(path), "race-%d.txt", c->round);
+	snprintf(text, sizeof(text), "round %d\n", c->round);
+	pthread_barrier_wait(c->go);
+	if (c->kind == 1) {
+		exec_rpc(c->e, json_pack("{s:s}", "command", "echo ok"), &c->rep);
+		return NULL;
+	}
+	for (int attempt = 0; attempt <= RACE_HELD_RETRIES; attempt++) {
+		if (attempt > 0) {
+			reply_clear(&c->rep);
+			usleep(RACE_HELD_RETRY_US);
+		}
+		if (c->kind == 0)
+			rpc(c->e->d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", c->e->sandbox,
+								  "path", path, "content_text", text), &c->rep);
+		else
+			rpc(c->e->d.sock, "files.stat", json_pack("{s:s, s:s}", "sandbox", c->e->sandbox, "path",
+								 "."), &c->rep);
+		reason = json_string_value(json_object_get(c->rep.data, "reason"));
+		if (c->rep.code != ERR_FREEZE_FAILED || !reason || strcmp(reason, "held elsewhere") != 0)
+			break;
+	}
+	return NULL;
+}
+
+START_TEST(an_exec_beside_file_calls_never_starts_into_their_freeze)
+{
+	struct env e = { 0 };
+
+	env_start(&e, "race");
+	for (int round = 0; round < RACE_ROUNDS; round++) {
+		struct race_call c[RACE_CALLS];
+		pthread_t th[RACE_CALLS];
+		pthread_barrier_t go;
+
+		ck_assert_int_eq(pthread_barrier_init(&go, NULL, RACE_CALLS), 0);
+		for (int k = 0; k < RACE_CALLS; k++) {
+			c[k] = (struct race_call){ .e = &e, .kind = k, .round = round, .go = &go };
+			ck_assert_int_eq(pthread_create(&th[k], NULL, race_call_run, &c[k]), 0);
+		}
+		for (int k = 0; k < RACE_CALLS; k++)
+			pthread_join(th[k], NULL);
+		pthread_barrier_destroy(&go);
+		ck_assert_msg(c[0].rep.result && c[0].rep.code == 0, "round %d: files.write: %s", round,
+			      c[0].rep.text);
+		ck_assert_msg(c[2].rep.result && c[2].rep.code == 0, "round %d: files.stat: %s", round,
+			      c[2].rep.text);
+		ck_assert_msg(c[1].rep.result && c[1].rep.code == 0, "round %d: sandbox.exec: %s", round,
+			      c[1].rep.text);
+		ck_assert_msg(jint(c[1].rep.result, "exit_code") == 0, "round %d: sandbox.exec: %s", round,
+			      c[1].rep.text);
+		assert_stream(c[1].rep.result, "stdout", "ok\n");
+		for (int k = 0; k < RACE_CALLS; k++)
+			reply_clear(&c[k].rep);
+	}
+	env_stop(&e);
+}
+END_TEST
+
 /* ---- the CLI ------------------------------------------------------------- */
 
 /* The whole of a local file (malloc'd, NUL added) and its length. */
@@ -1220,6 +1306,11 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, concurrent_execs_across_eight_sandboxes);
 	tcase_add_test(tc, ten_mib_over_the_default_cap_is_refused_with_bounded_memory);
 	tcase_add_test(tc, an_exec_waits_while_a_file_call_holds_the_freeze);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("race");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, an_exec_beside_file_calls_never_starts_into_their_freeze);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("kill");

@@ -1132,65 +1132,61 @@ static void release_freeze(struct freeze_claim *claim)
 	ck_assert_int_eq(thawed, 1);
 }
 
-/* Refused twice at create (or start) while we hold the freeze: retried
- * every EXECRUN_PAUSED_RETRY_MS, then it runs. */
+/* A create refused "is paused" by a freeze of ours taken while it was in
+ * flight: the run waits (nothing is sent while the freeze is on, every
+ * EXECRUN_PAUSED_RETRY_MS and then EXECRUN_FREEZE_POLL_MS asking only the
+ * table), then creates again and runs. */
 START_TEST(test_paused_retried)
 {
-	bool at_start = _i == 1;
 	struct fake_reply script[] = {
 		PING, VERSION, PAUSE, UNPAUSE,
-		CREATE_PAUSED(), CREATE_PAUSED(), CREATE(), START(NULL, 0), INSPECT(4),
+		CREATE_PAUSED(.delay_ms = SETTLE_MS), CREATE(), START(NULL, 0), INSPECT(4),
 	};
 	_cleanup_(bytes_release) struct bytes s = { 0 };
 	struct run_rec rec = { 0 };
 	struct freeze_claim *claim;
-	long t0;
 
 	frame_add_str(&s, 1, "after");
-	script[7].body = (const char *)s.p;
-	script[7].body_len = s.n;
-	if (at_start) {
-		script[4] = (struct fake_reply)START_R(409, "{\"message\":\"" PAUSED_MSG "\"}", .headers = JSON_TYPE);
-		script[5] = script[4];
-	}
+	script[6].body = (const char *)s.p;
+	script[6].body_len = s.n;
 	start_reachable(script, ELEMENTSOF(script));
-	claim = hold_freeze();
-	t0 = loop_now_ms();
 	run_start(&rec, 1000, 0);
+	claim = hold_freeze();
+	run_for(SETTLE_MS + 3 * EXECRUN_PAUSED_RETRY_MS);
+	ck_assert_int_eq(rec.calls, 0);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 1);   /* not again while ours is on */
+	release_freeze(claim);
 	run_wait(&rec);
 	ck_assert_int_eq(rec.error, 0);
 	ck_assert_int_eq(rec.exit_code, 4);
 	assert_out(&rec, "after", 5);
-	ck_assert_int_ge(loop_now_ms() - t0, 2 * EXECRUN_PAUSED_RETRY_MS);
-	ck_assert_uint_eq(requests_to(CREATE_PATH), at_start ? 1 : 3);
-	ck_assert_uint_eq(requests_to(START_PATH), at_start ? 3 : 1);
-	release_freeze(claim);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 2);
+	ck_assert_uint_eq(requests_to(START_PATH), 1);
 }
 END_TEST
 
-/* The budget spent on refusals under our freeze returns the last refusal
+/* The budget spent waiting after a refusal of ours returns that refusal
  * (-EBUSY, 409, Docker's message), not a timeout: the command never ran. */
 START_TEST(test_paused_budget_spent)
 {
 	static const struct fake_reply script[] = {
-		PING, VERSION, PAUSE, UNPAUSE, CREATE_PAUSED(.repeat = true),
+		PING, VERSION, PAUSE, UNPAUSE, CREATE_PAUSED(.delay_ms = SETTLE_MS, .repeat = true),
 	};
 	struct run_rec rec = { 0 };
 	struct freeze_claim *claim;
 	long t0;
 
 	start_reachable(script, ELEMENTSOF(script));
-	claim = hold_freeze();
 	t0 = loop_now_ms();
 	run_start(&rec, SHORT_MS, 0);
+	claim = hold_freeze();
 	run_wait(&rec);
 	ck_assert_int_eq(rec.error, -EBUSY);
 	ck_assert_int_eq(rec.status, 409);
 	ck_assert_str_eq(rec.message, PAUSED_MSG);
 	ck_assert_int_ge(loop_now_ms() - t0, SHORT_MS);
 	ck_assert_int_lt(loop_now_ms() - t0, SHORT_MS + 500);
-	ck_assert_uint_ge(requests_to(CREATE_PATH), 2);
-	ck_assert_uint_le(requests_to(CREATE_PATH), SHORT_MS / EXECRUN_PAUSED_RETRY_MS + 1);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 1);
 	release_freeze(claim);
 }
 END_TEST
@@ -1199,24 +1195,247 @@ END_TEST
 START_TEST(test_paused_freeze_lifted)
 {
 	static const struct fake_reply script[] = {
-		PING, VERSION, PAUSE, UNPAUSE, CREATE_PAUSED(.repeat = true),
+		PING, VERSION, PAUSE, UNPAUSE, CREATE_PAUSED(.delay_ms = SETTLE_MS, .repeat = true),
 	};
 	struct run_rec rec = { 0 };
 	struct freeze_claim *claim;
-	size_t creates;
 
 	start_reachable(script, ELEMENTSOF(script));
-	claim = hold_freeze();
 	run_start(&rec, 0, 0);
-	run_for(EXECRUN_PAUSED_RETRY_MS * 2 + 20);
+	claim = hold_freeze();
+	run_for(SETTLE_MS + EXECRUN_PAUSED_RETRY_MS * 2);
 	ck_assert_int_eq(rec.calls, 0);
-	creates = requests_to(CREATE_PATH);
-	ck_assert_uint_ge(creates, 2);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 1);
 	freeze_release(claim);
 	run_wait(&rec);
 	ck_assert_int_eq(rec.error, -EBUSY);
 	ck_assert_str_eq(rec.message, PAUSED_MSG);
-	ck_assert_uint_le(requests_to(CREATE_PATH), creates + 2);   /* held while thawing */
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 2);
+}
+END_TEST
+
+/* ---- exec starts and our freezes never overlap ----------------------------------------------- */
+
+#define PROBE_NOT_YET  "{\"ID\":\"" E1 "\",\"Running\":true,\"Pid\":0,\"ExitCode\":null}"
+#define PROBE_PID      "{\"ID\":\"" E1 "\",\"Running\":true,\"Pid\":4242,\"ExitCode\":null}"
+#define PROBE_UNSTARTED "{\"ID\":\"" E1 "\",\"Running\":false,\"Pid\":0,\"ExitCode\":null}"
+#define PROBE_EXITED   "{\"ID\":\"" E1 "\",\"Running\":false,\"Pid\":0,\"ExitCode\":126}"
+#define PAUSE_PATH     API "/containers/" C1 "/pause"
+
+/* The index of the nth (0-based) request to prefix, or -1. */
+static long request_index(const char *prefix, size_t nth)
+{
+	for (size_t i = 0; i < fake_engine_request_count(); i++)
+		if (strncmp(fake_engine_request(i)->path, prefix, strlen(prefix)) == 0 && nth-- == 0)
+			return (long)i;
+	return -1;
+}
+
+struct hold_rec {
+	struct freeze_claim *claim;
+	int calls;
+	int error;
+};
+
+static void hold_rec_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f, void *arg)
+{
+	struct hold_rec *h = arg;
+
+	(void)claim, (void)f;
+	h->calls++;
+	h->error = error;
+}
+
+static void hold_queue(struct hold_rec *h)
+{
+	ck_assert_int_eq(freeze_acquire(table, engine, C1, hold_rec_cb, h, &h->claim), 0);
+}
+
+/* Waits until the run has sent its start (and holds its mark). */
+static void wait_start_sent(const struct run_rec *rec)
+{
+	for (int i = 0; i < RUN_MAX_MS / 5 && requests_to(START_PATH) == 0 && rec->calls == 0; i++)
+		run_for(5);
+	ck_assert_uint_eq(requests_to(START_PATH), 1);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+}
+
+/* A freeze of ours on the container (taken before the create, or while
+ * it is in flight): no create, no start is sent until its unpause is
+ * answered; then the command runs. Spent deadline: -EBUSY, never ran. */
+enum hold_at { HOLD_BEFORE_CREATE, HOLD_DURING_CREATE, HOLD_BUDGET_SPENT, _HOLD_AT_MAX };
+
+START_TEST(test_hold_blocks_create_and_start)
+{
+	enum hold_at at = (enum hold_at)_i;
+	struct fake_reply script[] = {
+		PING, VERSION, PAUSE, UNPAUSE, CREATE(), START(NULL, 0), INSPECT(0),
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct freeze_claim *claim = NULL;
+	struct run_rec rec = { 0 };
+	int thawed = 0;
+
+	script[3].delay_ms = SETTLE_MS;
+	frame_add_str(&s, 1, "ok\n");
+	script[5].body = (const char *)s.p;
+	script[5].body_len = s.n;
+	if (at == HOLD_DURING_CREATE)
+		script[4].delay_ms = SETTLE_MS;
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	if (at != HOLD_DURING_CREATE)
+		claim = hold_freeze();
+	run_start(&rec, at == HOLD_BUDGET_SPENT ? SHORT_MS : 0, 0);
+	if (at == HOLD_DURING_CREATE)
+		claim = hold_freeze();
+	if (at == HOLD_BUDGET_SPENT) {
+		run_wait(&rec);
+		ck_assert_int_eq(rec.error, -EBUSY);
+		ck_assert_int_eq(rec.status, 0);
+		ck_assert_ptr_nonnull(strstr(rec.message, "file call"));
+		ck_assert_uint_eq(requests_to(CREATE_PATH), 0);
+		release_freeze(claim);
+		return;
+	}
+	run_for(SETTLE_MS * 3);
+	ck_assert_int_eq(rec.calls, 0);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), at == HOLD_DURING_CREATE ? 1 : 0);
+	ck_assert_uint_eq(requests_to(START_PATH), 0);
+	ck_assert_int_eq(freeze_release_then(claim, thawed_cb, &thawed), 0);
+	run_for(SETTLE_MS / 2);   /* the unpause is in flight: still nothing */
+	ck_assert_uint_eq(requests_to(START_PATH), 0);
+	run_wait(&rec);
+	ck_assert_int_eq(thawed, 1);
+	ck_assert_int_eq(rec.error, 0);
+	assert_out(&rec, "ok\n", 3);
+	ck_assert_uint_eq(requests_to(CREATE_PATH), 1);
+	ck_assert_uint_eq(requests_to(START_PATH), 1);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+}
+END_TEST
+
+/* A hold queued while an exec is starting sends no pause until a probe
+ * shows the process: a Pid (Running alone is set before the runtime's
+ * exec, so it is not enough), or an ExitCode. No probe is sent before a
+ * hold waits. */
+static const struct {
+	const char *first, *second;
+} confirm_rows[] = {
+	{ PROBE_NOT_YET, PROBE_PID },
+	{ PROBE_UNSTARTED, PROBE_EXITED },
+};
+
+START_TEST(test_start_defers_pause)
+{
+	struct fake_reply script[] = {
+		PING, VERSION, CREATE(), START("x", 0, .stall = true, .chunked = true),
+		INSPECT_R(200, confirm_rows[_i].first, ), INSPECT_R(200, confirm_rows[_i].second, ),
+		PAUSE, UNPAUSE,
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct hold_rec h = { 0 };
+	struct run_rec rec = { 0 };
+
+	frame_add_str(&s, 1, "x");
+	script[3].body = (const char *)s.p;
+	script[3].body_len = s.n;
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	run_start(&rec, 0, 0);
+	wait_start_sent(&rec);
+	run_for(SETTLE_MS);
+	ck_assert_uint_eq(requests_to(INSPECT_PATH), 0);   /* nobody waits: no probe */
+	hold_queue(&h);
+	run_until(&h.calls, 1, RUN_MAX_MS);
+	ck_assert_int_eq(h.calls, 1);
+	ck_assert_int_eq(h.error, 0);
+	ck_assert_uint_eq(requests_to(INSPECT_PATH), 2);
+	ck_assert_int_gt(request_index(PAUSE_PATH, 0), request_index(INSPECT_PATH, 1));
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+	ck_assert_int_eq(rec.calls, 0);   /* the command runs on */
+	release_freeze(h.claim);
+	execrun_cancel(rec.x);
+	ck_assert_int_eq(rec.calls, 1);
+	ck_assert_int_eq(rec.error, -ECANCELED);
+	run_for(SETTLE_MS);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
+}
+END_TEST
+
+/* Every way a starting run ends gives its mark back, once: the hold
+ * waiting on it goes on (or, the engine gone, fails without a pause). */
+enum mark_end { MARK_CANCEL, MARK_DEADLINE, MARK_ENGINE_GONE, MARK_STREAM_END, _MARK_END_MAX };
+
+START_TEST(test_mark_ends)
+{
+	enum mark_end how = (enum mark_end)_i;
+	struct fake_reply script[] = {
+		PING, VERSION, CREATE(), START("x", 0, .stall = true, .chunked = true),
+		INSPECT_R(200, PROBE_NOT_YET, .repeat = true), PAUSE, UNPAUSE,
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct hold_rec h = { 0 };
+	struct run_rec rec = { 0 };
+
+	frame_add_str(&s, 1, "x");
+	script[3].body = (const char *)s.p;
+	script[3].body_len = s.n;
+	if (how == MARK_STREAM_END) {
+		script[3].stall = false;
+		script[3].chunked = true;
+		script[3].chunk_size = 4;
+		script[3].chunk_delay_ms = SETTLE_MS;   /* 9 bytes: the stream ends after ~100 ms */
+	}
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	run_start(&rec, how == MARK_DEADLINE ? SHORT_MS : 0, 0);
+	wait_start_sent(&rec);
+	hold_queue(&h);
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(h.calls, 0);
+	ck_assert_int_eq(rec.calls, 0);
+	ck_assert_uint_ge(requests_to(INSPECT_PATH), 1);
+	ck_assert_uint_eq(requests_to(PAUSE_PATH), 0);
+	switch (how) {
+	case MARK_CANCEL:
+		execrun_cancel(rec.x);
+		ck_assert_int_eq(rec.calls, 1);
+		ck_assert_int_eq(rec.error, -ECANCELED);
+		ck_assert_int_eq(h.calls, 0);   /* from the loop, not inside the cancel */
+		break;
+	case MARK_DEADLINE:
+		run_until(&rec.calls, 1, RUN_MAX_MS);
+		ck_assert_int_eq(rec.error, -ETIMEDOUT);
+		break;
+	case MARK_ENGINE_GONE:
+		freeze_table_cancel_retries(table);   /* the daemon's order: retries, then the engine */
+		ck_assert_int_eq(h.calls, 1);
+		ck_assert_int_eq(h.error, -ECANCELED);
+		engine = engine_free(engine);
+		ck_assert_int_eq(rec.calls, 1);
+		ck_assert_int_eq(rec.error, -ECANCELED);
+		break;
+	case MARK_STREAM_END:
+		run_until(&rec.calls, 1, RUN_MAX_MS);
+		ck_assert_int_eq(rec.calls, 1);
+		break;
+	case _MARK_END_MAX:
+	default:
+		ck_abort();
+	}
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+	if (how != MARK_ENGINE_GONE) {
+		run_until(&h.calls, 1, RUN_MAX_MS);
+		ck_assert_int_eq(h.calls, 1);
+		ck_assert_int_eq(h.error, 0);
+		ck_assert_uint_eq(requests_to(PAUSE_PATH), 1);
+		release_freeze(h.claim);
+	}
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(rec.calls, 1);
+	ck_assert_int_eq(h.calls, 1);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
 }
 END_TEST
 
@@ -1329,9 +1548,8 @@ START_TEST(test_cancel)
 		run_for(5);
 		break;
 	case CANCEL_PAUSED:
-		while (requests_to(CREATE_PATH) == 0)
-			run_for(5);
-		run_for(10);
+		run_for(SETTLE_MS);
+		ck_assert_uint_eq(requests_to(CREATE_PATH), 0);   /* waits for our freeze */
 		break;
 	case _CANCEL_MAX: default: ck_abort();
 	}
@@ -1642,9 +1860,15 @@ static Suite *execrun_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("paused_retry");
-	tcase_add_loop_test(tc, test_paused_retried, 0, 2);
+	tcase_add_test(tc, test_paused_retried);
 	tcase_add_test(tc, test_paused_budget_spent);
 	tcase_add_test(tc, test_paused_freeze_lifted);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("freeze_order");
+	tcase_add_loop_test(tc, test_hold_blocks_create_and_start, 0, _HOLD_AT_MAX);
+	tcase_add_loop_test(tc, test_start_defers_pause, 0, (int)ELEMENTSOF(confirm_rows));
+	tcase_add_loop_test(tc, test_mark_ends, 0, _MARK_END_MAX);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("deadline_and_cancel");

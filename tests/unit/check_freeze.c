@@ -6,7 +6,8 @@
  * point of a hold, and the orphan thaw under the same lock. Every callback
  * is counted: each must fire exactly once. With a host lock (hostlock.h)
  * held by another process, nothing is asked of the engine, and ours is
- * given back on every way a claim ends. */
+ * given back on every way a claim ends. An exec of ours starting on the
+ * container (an exec mark) defers a hold's pause until the mark ends. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1564,6 +1565,197 @@ START_TEST(test_host_given_back_on_every_end)
 }
 END_TEST
 
+/* ---- exec starts --------------------------------------------------------------------------- */
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	int *woken = arg;
+
+	(void)fd, (void)what;
+	(*woken)++;
+}
+
+/* A hold at the head of its lock makes execs wait, pausing, held and
+ * thawing, until its unpause is answered; an orphan thaw does not. */
+START_TEST(test_exec_must_wait)
+{
+	static const struct fake_reply script[] = {
+		PING, VERSION, PAUSE(.delay_ms = SETTLE_MS), UNPAUSE(.delay_ms = SETTLE_MS), UNPAUSES,
+	};
+	struct rec *a, *t, *o;
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert(!freeze_exec_must_wait(table, C1));
+	ck_assert(!freeze_exec_must_wait(NULL, C1));
+	a = hold();
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_PAUSING);
+	ck_assert(freeze_exec_must_wait(table, C1));
+	ck_assert(!freeze_exec_must_wait(table, "c2"));
+	wait_calls(a, 1);
+	ck_assert(freeze_exec_must_wait(table, C1));
+	t = rec_new(ACT_NONE);
+	ck_assert_int_eq(freeze_release_then(a->claim, rec_cb, t), 0);
+	ck_assert(freeze_exec_must_wait(table, C1));   /* thawing */
+	wait_calls(t, 1);
+	ck_assert(!freeze_exec_must_wait(table, C1));
+	o = rec_new(ACT_NONE);
+	ck_assert_int_eq(freeze_table_thaw_orphan(table, engine, C1, rec_cb, o, &o->claim), 0);
+	ck_assert(!freeze_exec_must_wait(table, C1));
+	wait_calls(o, 1);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+/* A hold whose turn comes while an exec of ours is starting sends no pause
+ * and wakes the exec once; the mark's end lets it go, from the loop. A
+ * mark on another container changes nothing. */
+START_TEST(test_exec_mark_defers_pause)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct freeze_exec_mark *m = NULL, *other = NULL;
+	struct event *wake;
+	int woken = 0;
+	struct rec *a, *b;
+
+	freeze_table_set_base(table, base);
+	wake = evtimer_new(base, wake_cb, &woken);
+	ck_assert_ptr_nonnull(wake);
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_exec_starting_begin(table, "c2", NULL, &other), 0);
+	b = hold();   /* c1: nothing starts there */
+	wait_calls(b, 1);
+	ck_assert_int_eq(b->error, 0);
+	release_and_wait(b);
+	ck_assert_int_eq(freeze_exec_starting_begin(table, C1, wake, &m), 0);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+	ck_assert_uint_eq(freeze_table_locks(table), 2);
+	ck_assert(!freeze_exec_must_wait(table, C1));   /* a mark alone blocks no exec */
+	a = hold();
+	run_for(SETTLE_MS * 2);
+	ck_assert_int_eq(a->calls, 0);
+	ck_assert_int_eq(freeze_claim_get_state(a->claim), FREEZE_CLAIM_WAITING);
+	ck_assert(!freeze_is_held(table, C1));
+	ck_assert(freeze_exec_must_wait(table, C1));    /* the deferred hold is the head */
+	ck_assert_int_eq(woken, 1);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
+	freeze_exec_starting_end(m);
+	ck_assert_int_eq(a->calls, 0);                 /* never from inside the end */
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
+	ck_assert_int_eq(woken, 1);
+	release_and_wait(a);
+	freeze_exec_starting_end(other);
+	freeze_exec_starting_end(NULL);
+	settle();
+	assert_idle();
+	event_free(wake);
+}
+END_TEST
+
+/* Without an event base a hold never waits: it pauses at once. */
+START_TEST(test_exec_mark_without_base)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct freeze_exec_mark *m = NULL;
+	struct rec *a;
+
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_exec_starting_begin(table, C1, NULL, &m), 0);
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	release_and_wait(a);
+	freeze_exec_starting_end(m);
+	settle();
+	assert_idle();
+}
+END_TEST
+
+enum deferred_end { DEFERRED_CANCEL, DEFERRED_ENGINE_GONE, DEFERRED_TABLE_FREED, _DEFERRED_END_MAX };
+
+/* A deferred hold ended each way: told once (-ECANCELED), no pause sent,
+ * the waiter behind it told too when the engine goes; the mark still ends
+ * cleanly afterwards (or is dropped with the table, with a warning). */
+START_TEST(test_exec_mark_deferred_ended)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	enum deferred_end how = (enum deferred_end)_i;
+	struct freeze_exec_mark *m = NULL;
+	struct rec *a, *b;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_exec_starting_begin(table, C1, NULL, &m), 0);
+	a = hold();
+	b = hold();
+	run_for(SETTLE_MS);
+	ck_assert_int_eq(a->calls + b->calls, 0);
+	switch (how) {
+	case DEFERRED_CANCEL:
+		freeze_cancel(a->claim);
+		ck_assert_int_eq(a->calls, 1);
+		ck_assert_int_eq(a->error, -ECANCELED);
+		run_for(SETTLE_MS);
+		ck_assert_int_eq(b->calls, 0);         /* now the deferred head */
+		ck_assert(freeze_exec_must_wait(table, C1));
+		freeze_exec_starting_end(m);
+		wait_calls(b, 1);
+		ck_assert_int_eq(b->error, 0);
+		release_and_wait(b);
+		ck_assert_str_eq(trace(), "c1/pause;c1/unpause;");
+		break;
+	case DEFERRED_ENGINE_GONE:
+		freeze_table_cancel_retries(table);
+		ck_assert_int_eq(a->calls, 1);
+		ck_assert_int_eq(a->error, -ECANCELED);
+		ck_assert_int_eq(b->calls, 1);
+		ck_assert_int_eq(b->error, -ECANCELED);
+		engine = engine_free(engine);
+		freeze_exec_starting_end(m);
+		ck_assert_str_eq(trace(), "");
+		break;
+	case DEFERRED_TABLE_FREED:
+		engine = engine_free(engine);
+		table = freeze_table_free(table);
+		ck_assert_int_eq(a->calls, 1);
+		ck_assert_int_eq(a->error, -ECANCELED);
+		ck_assert_int_eq(b->calls, 1);
+		ck_assert(strstr(loop_logged(), "outlives the table"));
+		ck_assert_str_eq(trace(), "");
+		break;
+	case _DEFERRED_END_MAX:
+	default:
+		ck_abort();
+	}
+	settle();
+	if (table)
+		assert_idle();
+}
+END_TEST
+
+START_TEST(test_exec_mark_bad_arguments)
+{
+	struct freeze_exec_mark *m = NULL;
+	char long_id[FREEZE_ID_MAX + 2];
+
+	memset(long_id, 'a', sizeof(long_id) - 1);
+	long_id[sizeof(long_id) - 1] = '\0';
+	ck_assert_int_eq(freeze_exec_starting_begin(NULL, C1, NULL, &m), -EINVAL);
+	ck_assert_int_eq(freeze_exec_starting_begin(table, NULL, NULL, &m), -EINVAL);
+	ck_assert_int_eq(freeze_exec_starting_begin(table, "", NULL, &m), -EINVAL);
+	ck_assert_int_eq(freeze_exec_starting_begin(table, long_id, NULL, &m), -EINVAL);
+	ck_assert_int_eq(freeze_exec_starting_begin(table, C1, NULL, NULL), -EINVAL);
+	ck_assert_ptr_null(m);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+	ck_assert_uint_eq(freeze_exec_starting_count(NULL, C1), 0);
+	freeze_exec_starting_end(NULL);
+	assert_idle();
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------------- */
 
 static TCase *fixture_tcase(const char *name)
@@ -1645,6 +1837,14 @@ static Suite *freeze_suite(void)
 	tcase_add_loop_test(tc, test_thaw_orphan, 0, (int)ELEMENTSOF(orphan_rows));
 	tcase_add_test(tc, test_thaw_orphan_waits_for_our_hold);
 	tcase_add_test(tc, test_thaw_orphan_cancelled);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("exec_starts");
+	tcase_add_test(tc, test_exec_must_wait);
+	tcase_add_test(tc, test_exec_mark_defers_pause);
+	tcase_add_test(tc, test_exec_mark_without_base);
+	tcase_add_loop_test(tc, test_exec_mark_deferred_ended, 0, _DEFERRED_END_MAX);
+	tcase_add_test(tc, test_exec_mark_bad_arguments);
 	suite_add_tcase(s, tc);
 
 	tc = host_tcase("host_lock");
