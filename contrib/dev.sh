@@ -77,17 +77,21 @@ build() {
 	ninja -C "$dir" >/dev/null || { ninja -C "$dir"; die "build in $dir failed"; }
 }
 
-# Counts meson's results in DIR's test log: prints "passed failed".
+# Counts meson's results in DIR's test logs (LOGBASE.json...; default
+# testlog): prints "passed failed".
 count_results() {
-	python3 - "$1/meson-logs/testlog.json" <<'PY'
-import json, sys
+	local dir=$1
+	shift
+	python3 - "$dir/meson-logs" "${@:-testlog}" <<'PY'
+import json, os, sys
 ok = bad = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line).get("result")
-    if r in ("OK", "EXPECTEDFAIL", "SKIP"):
-        ok += 1
-    else:
-        bad += 1
+for base in sys.argv[2:]:
+    for line in open(os.path.join(sys.argv[1], base + ".json")):
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL", "SKIP"):
+            ok += 1
+        else:
+            bad += 1
 print(ok, bad)
 PY
 }
@@ -98,6 +102,22 @@ run_suites() {
 	shift 2
 	say "tests ($label)"
 	meson test -C "$dir" --num-processes 2 --print-errorlogs -v "$@" || rc=1
+	return $rc
+}
+
+# run_all DIR LABEL: every suite. The integration suites share the engine and
+# run one at a time; the rest (CPU-bound, no engine) run beside them, in a
+# second meson test with its own log. Both logs end in DIR/meson-logs.
+run_all() {
+	local dir=$1 label=$2 rc=0 pid
+	say "tests ($label): integration suites one at a time, the others beside them"
+	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --suite integration \
+		--logbase integration > "$dir/meson-logs/integration.out" 2>&1 &
+	pid=$!
+	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --no-suite integration \
+		--logbase others || rc=1
+	wait "$pid" || rc=1
+	cat "$dir/meson-logs/integration.out"
 	return $rc
 }
 
@@ -116,8 +136,8 @@ cmd_test() {
 	read -r p1 f1 < <(count_results build)
 	build build-asan -Dwerror=true -Dtests=enabled -Dsystemd=enabled \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-	run_suites build-asan "ASan+UBSan build" || rc=1
-	read -r p2 f2 < <(count_results build-asan)
+	run_all build-asan "ASan+UBSan build" || rc=1
+	read -r p2 f2 < <(count_results build-asan integration others)
 	# The suites ran above: the package build need not run them again.
 	say "Debian packages (contrib/package-test.sh)"
 	if DEB_BUILD_OPTIONS=nocheck bash contrib/package-test.sh; then p3=1 f3=0; else p3=0 f3=1 rc=1; fi
