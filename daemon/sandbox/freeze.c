@@ -551,6 +551,24 @@ static bool claim_block(struct freeze_claim *c);
 static void claim_retry_cb(evutil_socket_t fd, short what, void *arg);
 static long elapsed_ms(const struct timespec *since);
 
+/* Arms c's retry timer (made on first use) to fire in ms. False: no event
+ * base, or no timer could be made. */
+static bool claim_arm(struct freeze_claim *c, long ms)
+{
+	struct freeze_table *t = c->lock->table;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (!t->base)
+		return false;
+	if (!c->retry_ev) {
+		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
+		if (!c->retry_ev)
+			return false;
+	}
+	evtimer_add(c->retry_ev, &tv);
+	return true;
+}
+
 /* A hold whose turn comes while an exec of ours is starting on its
  * container waits for the last mark's end (deferred: WAITING at the head,
  * its timer armed for what is left of FREEZE_EXEC_WAIT_MS since its first
@@ -558,13 +576,11 @@ static long elapsed_ms(const struct timespec *since);
 static bool claim_defer(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
-	struct freeze_table *t = l->table;
 	struct freeze_exec_mark *m;
-	struct timeval tv;
 	bool first = false;
 	long left;
 
-	if (c->kind != FREEZE_KIND_HOLD || TAILQ_EMPTY(&l->marks) || !t->base)
+	if (c->kind != FREEZE_KIND_HOLD || TAILQ_EMPTY(&l->marks) || !l->table->base)
 		return false;
 	if (!c->exec_waited) {
 		c->exec_waited = first = true;
@@ -576,14 +592,9 @@ static bool claim_defer(struct freeze_claim *c)
 			  __func__, l->n_marks, l->id, FREEZE_EXEC_WAIT_MS);
 		return false;
 	}
-	if (!c->retry_ev) {
-		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
-		if (!c->retry_ev)
-			return false;
-	}
-	tv = (struct timeval){ .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+	if (!claim_arm(c, left))
+		return false;
 	c->deferred = true;
-	evtimer_add(c->retry_ev, &tv);
 	log_debug("op", "freeze %.64s: %zu exec(s) of ours starting; the pause waits", l->id, l->n_marks);
 	if (first)
 		TAILQ_FOREACH(m, &l->marks, entry)
@@ -798,14 +809,12 @@ static long elapsed_ms(const struct timespec *since)
 static void claim_retry_host(struct freeze_claim *c)
 {
 	struct freeze_lock *l = c->lock;
-	struct timeval tv = { FREEZE_HOST_RETRY_MS / 1000, (FREEZE_HOST_RETRY_MS % 1000) * 1000 };
 	struct docker_reply fr = { 0 };
 	int r = claim_take_host(c);
 
-	if (r == -EAGAIN && elapsed_ms(&c->blocked_since) < c->host_wait_ms) {
-		evtimer_add(c->retry_ev, &tv);
+	if (r == -EAGAIN && elapsed_ms(&c->blocked_since) < c->host_wait_ms &&
+	    claim_arm(c, FREEZE_HOST_RETRY_MS))
 		return;
-	}
 	if (r < 0) {
 		claim_finish(c);
 		claim_fail_host(c);
@@ -826,21 +835,12 @@ static void claim_retry_host(struct freeze_claim *c)
  * no event base). */
 static bool claim_block(struct freeze_claim *c)
 {
-	struct freeze_table *t = c->lock->table;
-	struct timeval tv = { FREEZE_HOST_RETRY_MS / 1000, (FREEZE_HOST_RETRY_MS % 1000) * 1000 };
-
-	if (c->kind != FREEZE_KIND_THAW || c->host_wait_ms <= 0 || !t->base)
+	if (c->kind != FREEZE_KIND_THAW || c->host_wait_ms <= 0 || !claim_arm(c, FREEZE_HOST_RETRY_MS))
 		return false;
-	if (!c->retry_ev) {
-		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
-		if (!c->retry_ev)
-			return false;
-	}
 	log_debug("op", "freeze %.64s: another maf-sandboxd on this host holds it frozen; waiting up to "
 		  "%ld ms to thaw it", c->lock->id, c->host_wait_ms);
 	clock_gettime(CLOCK_MONOTONIC, &c->blocked_since);
 	claim_set_state(c, FREEZE_CLAIM_BLOCKED);
-	evtimer_add(c->retry_ev, &tv);
 	return true;
 }
 
@@ -878,24 +878,15 @@ static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 /* Schedules c's request again if the stale-state budget allows. */
 static bool claim_retry_stale(struct freeze_claim *c)
 {
-	struct freeze_table *t = c->lock->table;
-	struct timeval tv = { 0, FREEZE_STALE_RETRY_MS * 1000 };
-
-	if (!t->base)
+	if (!c->lock->table->base)
 		return false;
 	if (!c->stale) {
 		c->stale = true;
 		clock_gettime(CLOCK_MONOTONIC, &c->stale_since);
 	}
-	if (elapsed_ms(&c->stale_since) >= FREEZE_STALE_BUDGET_MS)
+	if (elapsed_ms(&c->stale_since) >= FREEZE_STALE_BUDGET_MS || !claim_arm(c, FREEZE_STALE_RETRY_MS))
 		return false;
-	if (!c->retry_ev) {
-		c->retry_ev = evtimer_new(t->base, claim_retry_cb, c);
-		if (!c->retry_ev)
-			return false;
-	}
 	log_debug("op", "freeze %.64s: the engine's pause state looks stale; asking again", c->lock->id);
-	evtimer_add(c->retry_ev, &tv);
 	return true;
 }
 
