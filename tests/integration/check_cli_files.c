@@ -597,19 +597,14 @@ static Suite *cli_files_suite(void)
 
 int main(void)
 {
-	const char *script = getenv("MSB_TESTIMAGE");
 	SRunner *sr;
 	char *out;
 	int failed;
 
 	snprintf(run_id, sizeof(run_id), "itf%d", (int)getpid());
 	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
-	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
-	if (!strstr(out, "ok")) {
-		fprintf(stderr, "cannot build the test image: %s\n", out);
+	if (!harness_test_image(image))
 		return EXIT_FAILURE;
-	}
-	free(out);
 	harness_run_dir_create();
 	sr = srunner_create(cli_files_suite());
 	srunner_run_all(sr, CK_NORMAL);

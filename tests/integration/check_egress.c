@@ -1594,7 +1594,6 @@ static bool fixture_up(void)
 
 int main(void)
 {
-	const char *script = getenv("MSB_TESTIMAGE");
 	struct stat st;
 	SRunner *sr;
 	char *out;
@@ -1611,13 +1610,8 @@ int main(void)
 	}
 	snprintf(run_id, sizeof(run_id), "ite%d", (int)getpid());
 	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
-	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
-	if (!strstr(out, "ok")) {
-		fprintf(stderr, "cannot build the test image: %s\n", out);
-		free(out);
+	if (!harness_test_image(image))
 		return EXIT_FAILURE;
-	}
-	free(out);
 	harness_run_dir_create();
 	if (fixture_up()) {
 		sr = srunner_create(egress_suite());

@@ -323,7 +323,6 @@ static bool out_net_create(void)
 
 int main(void)
 {
-	const char *script = getenv("MSB_TESTIMAGE");
 	struct stat st;
 	SRunner *sr;
 	char *out;
@@ -340,13 +339,8 @@ int main(void)
 	}
 	snprintf(run_id, sizeof(run_id), "itd%d", (int)getpid());
 	snprintf(image, sizeof(image), "msb-it-busybox:%s", run_id);
-	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", image);
-	if (!strstr(out, "ok")) {
-		fprintf(stderr, "cannot build the test image: %s\n", out);
-		free(out);
+	if (!harness_test_image(image))
 		return EXIT_FAILURE;
-	}
-	free(out);
 	harness_run_dir_create();
 	if (out_net_create()) {
 		sr = srunner_create(density_suite());

@@ -2202,16 +2202,7 @@ static bool build_image(const char *ref, const char *user, const char *extra)
 
 static bool build_images(void)
 {
-	const char *script = getenv("MSB_TESTIMAGE");
-	char *out;
-	bool ok;
-
-	out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh", img_root);
-	ok = strstr(out, "ok") != NULL;
-	if (!ok)
-		fprintf(stderr, "cannot build the test image: %s\n", out);
-	free(out);
-	return ok && build_image(img_u1000, "1000:1000", "true") &&
+	return harness_test_image(img_root) && build_image(img_u1000, "1000:1000", "true") &&
 	       build_image(img_app, "app", "echo 'app:x:1001:1002::/:/bin/sh' >> \"$d/etc/passwd\"; "
 			   "echo 'app:x:1002:' >> \"$d/etc/group\"") &&
 	       /* ghost: its line after 2000 others (over 64 KiB), and no `id`. */

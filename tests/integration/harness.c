@@ -87,6 +87,19 @@ static void untrack(struct msbd_proc *p)
 
 static char run_dir[32];
 
+bool harness_test_image(const char *ref)
+{
+	const char *script = getenv("MSB_TESTIMAGE");
+	char *out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh",
+			   ref);
+	bool ok = strstr(out, "ok") != NULL;
+
+	if (!ok)
+		fprintf(stderr, "cannot build the test image: %s\n", out);
+	free(out);
+	return ok;
+}
+
 void harness_run_dir_create(void)
 {
 	snprintf(run_dir, sizeof(run_dir), "/tmp/msb-run-XXXXXX");

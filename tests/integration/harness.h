@@ -25,6 +25,11 @@ struct msbd_proc {
 void harness_run_dir_create(void);
 void harness_run_dir_remove(void);
 
+/* For main(): imports the busybox test image as ref with $MSB_TESTIMAGE
+ * (default tests/integration/testimage.sh). False, having said why on
+ * stderr, when it could not be built. */
+bool harness_test_image(const char *ref);
+
 /* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
 void msbd_prepare(struct msbd_proc *p);
 /* Starts maf-sandboxd --socket p->sock plus args (NULL-terminated) and waits
