@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "errors.h"
@@ -146,6 +147,9 @@ static int response_error(json_t *err, struct jsonrpc_response *resp)
 	json_t *data = json_object_get(err, "data");
 
 	if (!json_is_object(err) || !json_is_integer(code) || !json_is_string(msg))
+		return -EPROTO;
+	/* A code an int cannot hold would wrap onto another (2^32 - 32600 → -32600). */
+	if (json_integer_value(code) < INT_MIN || json_integer_value(code) > INT_MAX)
 		return -EPROTO;
 	resp->error = err;
 	resp->error_code = (int)json_integer_value(code);

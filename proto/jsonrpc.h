@@ -57,7 +57,7 @@ struct jsonrpc_response {
 
 /* Parses a reply frame. Returns 0, or -EPROTO when it is not a well-formed
  * JSON-RPC 2.0 response (exactly one of result/error, error with an integer
- * code and a string message). */
+ * code an int holds and a string message). */
 int jsonrpc_response_parse(const char *buf, size_t len, struct jsonrpc_response *ret);
 void jsonrpc_response_release(struct jsonrpc_response *resp);
 

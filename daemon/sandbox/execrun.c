@@ -28,7 +28,7 @@
  * run DONE and does nothing), tells the owner and frees the run. Each
  * completion clears x->req first: that request is over.
  *
- * The start's body is split by demux_feed(), a pure parser: 8-byte
+ * The start's body is split by execrun_demux_feed(), a pure parser: 8-byte
  * headers [stream, 0, 0, 0, length u32 big-endian], each followed by its
  * payload; a header may be split across chunks. It runs inside libcurl
  * (http.h's on_data rules), so a failure there — an unknown stream, the
@@ -52,18 +52,8 @@
 #include "log.h"
 #include "xmalloc.h"
 
-#define EXECRUN_FRAME_HEADER_LEN 8
 /* The first allocation of an output buffer (then doubled, up to the cap). */
 #define EXECRUN_BUF_MIN          4096
-
-/* Byte 0 of a frame header (moby api/pkg/stdcopy). */
-enum execrun_stream {
-	EXECRUN_STREAM_STDIN,
-	EXECRUN_STREAM_STDOUT,
-	EXECRUN_STREAM_STDERR,
-	EXECRUN_STREAM_SYSERR,    /* the engine's own error text */
-	_EXECRUN_STREAM_MAX,
-};
 
 enum execrun_state {
 	EXECRUN_CREATING,         /* POST /containers/{id}/exec in flight */
@@ -77,25 +67,14 @@ enum execrun_state {
 
 /* ---- demultiplexing (pure) -------------------------------------------------------- */
 
-struct demux {
-	uint8_t hdr[EXECRUN_FRAME_HEADER_LEN];
-	size_t hdr_len;           /* header bytes held */
-	unsigned stream;          /* the current frame's stream */
-	uint32_t left;            /* its payload bytes still to come */
-};
-
-/* n payload bytes of stream (n may be 0 for an empty frame); frame_end
- * when they end the frame. Returns 0, or < 0 to stop the feed. */
-typedef int demux_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_end, void *arg);
-
-static bool demux_is_between_frames(const struct demux *d)
+bool execrun_demux_is_between_frames(const struct execrun_demux *d)
 {
 	return d->hdr_len == 0 && d->left == 0;
 }
 
 /* A complete header: the frame's stream and length; -EPROTO for a stream
  * that does not exist. */
-static int demux_header(struct demux *d)
+static int demux_header(struct execrun_demux *d)
 {
 	d->stream = d->hdr[0];
 	d->left = (uint32_t)d->hdr[4] << 24 | (uint32_t)d->hdr[5] << 16 | (uint32_t)d->hdr[6] << 8 |
@@ -104,9 +83,8 @@ static int demux_header(struct demux *d)
 	return d->stream < _EXECRUN_STREAM_MAX ? 0 : -EPROTO;
 }
 
-/* Feeds p[0..n) through: payloads go to sink in order. Returns 0, -EPROTO
- * (unknown stream; d->stream names it), or the sink's negative value. */
-static int demux_feed(struct demux *d, const uint8_t *p, size_t n, demux_sink *sink, void *arg)
+int execrun_demux_feed(struct execrun_demux *d, const uint8_t *p, size_t n, execrun_demux_sink *sink,
+		       void *arg)
 {
 	while (n > 0) {
 		size_t k;
@@ -164,7 +142,7 @@ struct execrun {
 	struct event *timer;                   /* PAUSED and SETTLING; STARTING: the mark's
 						* wake and the next probe */
 	char *exec_id;
-	struct demux dm;
+	struct execrun_demux dm;
 	struct execrun_buf out, err;
 	size_t max_output;
 	size_t total;                          /* stdout + stderr bytes so far */
@@ -375,7 +353,7 @@ static int execrun_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_
 static int start_data_cb(const void *data, size_t len, void *arg)
 {
 	struct execrun *x = arg;
-	int r = demux_feed(&x->dm, data, len, execrun_sink, x);
+	int r = execrun_demux_feed(&x->dm, data, len, execrun_sink, x);
 
 	if (r == -EPROTO) {
 		_cleanup_free_ char *m = xasprintf("the exec output has a frame of unknown stream %u",
@@ -405,7 +383,7 @@ static int step_create(struct execrun *x)
  * hold a freeze on, or shutting down) cannot pause it either. */
 static int step_start(struct execrun *x)
 {
-	x->dm = (struct demux){ 0 };
+	x->dm = (struct execrun_demux){ 0 };
 	x->abort = 0;
 	x->probes = 0;
 	if (x->freezes && freeze_exec_starting_begin(x->freezes, x->id, x->timer, &x->mark) < 0)
@@ -544,7 +522,7 @@ static void start_done_cb(int error, long status, const char *message, void *arg
 		execrun_refused(x, status, message);
 		return;
 	}
-	if (!demux_is_between_frames(&x->dm)) {
+	if (!execrun_demux_is_between_frames(&x->dm)) {
 		execrun_fail(x, -EIO, 0, "the exec output ended inside a frame");
 		return;
 	}

@@ -108,6 +108,45 @@ struct execrun_result {
 struct execrun;
 typedef void execrun_cb(const struct execrun_result *r, void *arg);
 
+/* ---- the start's output stream (pure) ------------------------------------ */
+
+/* The multiplexed stream of POST /exec/{eid}/start (moby api/pkg/stdcopy):
+ * frames of an 8-byte header [stream, 0, 0, 0, length u32 big-endian] and
+ * length payload bytes. Exposed for the unit tests and the fuzz target. */
+#define EXECRUN_FRAME_HEADER_LEN 8
+
+/* Byte 0 of a frame header. */
+enum execrun_stream {
+	EXECRUN_STREAM_STDIN,
+	EXECRUN_STREAM_STDOUT,
+	EXECRUN_STREAM_STDERR,
+	EXECRUN_STREAM_SYSERR,    /* the engine's own error text */
+	_EXECRUN_STREAM_MAX,
+};
+
+/* The parser's state; zero it to start a stream. */
+struct execrun_demux {
+	uint8_t hdr[EXECRUN_FRAME_HEADER_LEN];
+	size_t hdr_len;           /* header bytes held */
+	unsigned stream;          /* the current frame's stream */
+	uint32_t left;            /* its payload bytes still to come */
+};
+
+/* n payload bytes of stream (n is 0 only for an empty frame, with
+ * frame_end); frame_end when they end the frame. p is borrowed for the
+ * call. Returns 0, or < 0 to stop the feed. */
+typedef int execrun_demux_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_end,
+			       void *arg);
+
+/* Feeds p[0..n) through, in chunks of any size (a header may be split
+ * across them): payloads go to sink in order. Returns 0, -EPROTO (a header
+ * names a stream >= _EXECRUN_STREAM_MAX; d->stream holds it), or the sink's
+ * negative value. After an error the state is not meant to be fed again. */
+int execrun_demux_feed(struct execrun_demux *d, const uint8_t *p, size_t n, execrun_demux_sink *sink,
+		       void *arg);
+/* True when no header or payload bytes are pending: the stream may end here. */
+bool execrun_demux_is_between_frames(const struct execrun_demux *d);
+
 /* Runs spec in container id (copied) on engine e, its timers on base.
  * freezes (may be NULL: none of the rules below) orders the run with our
  * freezes (freeze.h, "Exec starts"): no create or start is sent while

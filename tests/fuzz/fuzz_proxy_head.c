@@ -9,7 +9,7 @@
  *     match its own host on its own port, and not on another port;
  *   - the non-global table on the first 4 and 16 bytes.
  * A broken invariant aborts. Built by tests/fuzz/run.sh with clang, and by
- * meson with replay_main.c as the unit test 'fuzz_replay'. */
+ * meson with replay_main.c as the unit test 'fuzz_proxy_head'. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

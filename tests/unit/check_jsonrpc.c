@@ -3,6 +3,7 @@
  * Run under ASan: every json_t handed out must be released, leaks fail. */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,6 +417,8 @@ static const struct response_row response_rows[] = {
 	  0, "3", NULL, -32601, "m", NULL },
 	{ "error, data not an object", "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":1,\"message\":\"m\",\"data\":[1]}}",
 	  0, "3", NULL, 1, "m", NULL },
+	{ "error, code INT_MIN", "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-2147483648,\"message\":\"m\"}}",
+	  0, "3", NULL, INT_MIN, "m", NULL },
 	{ "error, data.type not a string",
 	  "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":1,\"message\":\"m\",\"data\":{\"type\":5}}}",
 	  0, "3", NULL, 1, "m", NULL },
@@ -427,6 +430,9 @@ static const struct response_row response_rows[] = {
 	RESP_BAD("error without code", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"message\":\"m\"}}"),
 	RESP_BAD("error code real", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1.5,\"message\":\"m\"}}"),
 	RESP_BAD("error code string", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"1\",\"message\":\"m\"}}"),
+	/* fuzz_frame: a code past int wrapped onto a known one (2^32 - 32600 read as -32600). */
+	RESP_BAD("error code past int", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":4294934696,\"message\":\"m\"}}"),
+	RESP_BAD("error code below int", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-2147483649,\"message\":\"m\"}}"),
 	RESP_BAD("error without message", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1}}"),
 	RESP_BAD("error message not string", "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1,\"message\":2}}"),
 	RESP_BAD("version missing", "{\"id\":1,\"result\":1}"),
