@@ -282,7 +282,7 @@ static bool header_find(const char *headers, const char *name, char *out, size_t
 static long parse_request(const char *buf, size_t len, struct fake_request *req)
 {
 	const char *end, *eol;
-	char cl[32];
+	char cl[32], line[2100];
 	size_t head, body = 0;
 
 	if (!buf || len == 0)
@@ -291,7 +291,12 @@ static long parse_request(const char *buf, size_t len, struct fake_request *req)
 	if (!end)
 		return len > FAKE_MAX_REQUEST_BYTES ? -1 : 0;
 	eol = memmem(buf, len, "\r\n", 2);
-	if (sscanf(buf, "%15s %2047s", req->method, req->path) != 2)
+	/* The buffer is not NUL-terminated: scan a copy of the request line. */
+	if ((size_t)(eol - buf) >= sizeof(line))
+		return -1;
+	memcpy(line, buf, (size_t)(eol - buf));
+	line[eol - buf] = '\0';
+	if (sscanf(line, "%15s %2047s", req->method, req->path) != 2)
 		return -1;
 	head = (size_t)(end - buf) + 4;
 	req->headers = strndup(eol + 2, (size_t)(end + 2 - (eol + 2)));

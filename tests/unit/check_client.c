@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "msb.h"
+#include "slow.h"
 #include "../../proto/msb-limits.h"
 
 int cli_main(int argc, char **argv);
@@ -40,8 +41,8 @@ int cli_main(int argc, char **argv);
 #define FAKE_MAX_CHUNKS    8
 #define FAKE_MAX_EXCHANGES 2
 /* The fake never waits longer than this for the client, so a broken test
- * ends instead of hanging. */
-#define FAKE_IO_WAIT_MS    2000
+ * ends instead of hanging (stretched under valgrind: slow.h). */
+#define FAKE_IO_WAIT_MS    (2000 * test_slow_factor())
 /* Bytes the fake writes at once when flooding. */
 #define FAKE_FLOOD_CHUNK   (1024 * 1024)
 
@@ -568,7 +569,10 @@ START_TEST(test_timeout)
 {
 	const struct timeout_row *row = &timeout_rows[_i];
 	int64_t start = now_ms(), took;
-	int rc = run_call(&row->script, TIMEOUT_MS, row->big ? big_params() : NULL, NULL);
+	int rc;
+
+	SKIP_WHEN_SLOW();
+	rc = run_call(&row->script, TIMEOUT_MS, row->big ? big_params() : NULL, NULL);
 
 	took = now_ms() - start;
 	ck_assert_msg(rc == MSB_E_TIMEOUT, "%s: %s", row->name, msb_strerror(rc));

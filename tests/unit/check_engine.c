@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "fake_engine.h"
 #include "loop.h"
+#include "slow.h"
 #include "xmalloc.h"
 
 #define RUN_MAX_MS   2000
@@ -444,6 +445,7 @@ START_TEST(test_backoff)
 	struct engine_options opts = { .timeout_ms = 1000, .reconnect_min_ms = 20, .reconnect_max_ms = 40 };
 	size_t probes;
 
+	SKIP_WHEN_SLOW();
 	engine_set_options(engine, &opts);
 	fake_engine_start(script, ELEMENTSOF(script));
 	engine_start(engine);

@@ -17,6 +17,7 @@
 #include "endpoint.h"
 #include "fake_engine.h"
 #include "loop.h"
+#include "slow.h"
 #include "http.h"
 #include "xmalloc.h"
 
@@ -481,6 +482,7 @@ START_TEST(test_idle_stream)
 				    .on_data = data_cb, .data_arg = &r };
 	long t0 = loop_now_ms();
 
+	SKIP_WHEN_SLOW();
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
 	ck_assert_str_eq(r.data, script[0].body);
@@ -500,6 +502,7 @@ START_TEST(test_idle_reset_by_bytes)
 	struct engine_call call = { .method = "GET", .path = "/x", .idle_timeout_ms = 150,
 				    .on_data = data_cb, .data_arg = &r };
 
+	SKIP_WHEN_SLOW();
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, 0);
 	ck_assert_str_eq(r.data, "aaaabbbbccccddddeeee");
@@ -606,7 +609,10 @@ START_TEST(test_free_with_requests_in_flight)
 	for (int i = 0; i < IN_FLIGHT; i++)
 		ck_assert_int_eq(start(&call, &r[i], NULL), 0);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), IN_FLIGHT);
-	run_until(NULL, 0, 100);   /* connected and sent: the fake sits on them */
+	/* Connected and sent: the fake sits on them. */
+	for (long end = loop_now_ms() + 100L * test_slow_factor();
+	     fake_engine_request_count() < IN_FLIGHT && loop_now_ms() < end;)
+		run_until(NULL, 0, 10);
 	ck_assert_uint_eq(fake_engine_request_count(), IN_FLIGHT);
 	http = engine_http_free(http);
 	ck_assert_ptr_null(http);

@@ -33,6 +33,7 @@
 #include "freeze.h"
 #include "log.h"
 #include "loop.h"
+#include "slow.h"
 #include "xmalloc.h"
 
 #define RUN_MAX_MS   2000
@@ -1378,6 +1379,7 @@ START_TEST(test_mark_ends)
 	struct hold_rec h = { 0 };
 	struct run_rec rec = { 0 };
 
+	SKIP_WHEN_SLOW();
 	frame_add_str(&s, 1, "x");
 	script[3].body = (const char *)s.p;
 	script[3].body_len = s.n;
