@@ -446,10 +446,13 @@ static void execrun_enter(struct execrun *x, enum execrun_state s)
 }
 
 /* A 409 "is paused": retried later while a freeze of ours holds the
- * container, else the refusal is the result. */
+ * container, or within FREEZE_STALE_BUDGET_MS of our own thaw of it (the
+ * engine's Paused flag lags its unpause's answer: an exec create 2 ms after
+ * our unpause can still be refused), else the refusal is the result. */
 static void execrun_paused(struct execrun *x)
 {
-	if (!x->freezes || !freeze_is_held(x->freezes, x->id)) {
+	if (!x->freezes ||
+	    (!freeze_is_held(x->freezes, x->id) && !freeze_recently_unpaused(x->freezes, x->id))) {
 		execrun_finish(x, -EBUSY);
 		return;
 	}

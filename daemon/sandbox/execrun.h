@@ -154,7 +154,8 @@ bool execrun_demux_is_between_frames(const struct execrun_demux *d);
  * spent → -EBUSY, the command never ran), and from the start until the
  * process is confirmed, an exec mark keeps our freezes from pausing it. A
  * 409 "is paused" at create or start is retried every
- * EXECRUN_PAUSED_RETRY_MS while freeze_is_held(freezes, id), else it is
+ * EXECRUN_PAUSED_RETRY_MS while freeze_is_held(freezes, id) or
+ * freeze_recently_unpaused(freezes, id), else it is
  * -EBUSY. Returns 0 (and *ret if
  * ret), or -EINVAL (a missing argument, an empty id, no argv, a relative
  * working dir, an empty user, non-UTF-8 text, a negative timeout), -E2BIG

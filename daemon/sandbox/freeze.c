@@ -1077,6 +1077,11 @@ enum freeze_claim_state freeze_claim_get_state(const struct freeze_claim *c)
 	return c->state;
 }
 
+bool freeze_recently_unpaused(const struct freeze_table *t, const char *id)
+{
+	return t && id && recently_unpaused(t, id);
+}
+
 bool freeze_is_held(const struct freeze_table *t, const char *id)
 {
 	const struct freeze_lock *l = lock_find(t, id);

@@ -209,6 +209,9 @@ enum freeze_claim_state freeze_claim_get_state(const struct freeze_claim *claim)
  * the claim record of §2.6 that orphan recovery consults, so the registry
  * and acquire never thaw our own freeze. */
 bool freeze_is_held(const struct freeze_table *t, const char *id);
+/* True within FREEZE_STALE_BUDGET_MS of our own thaw of id: an engine
+ * answer "is paused" may still be its late view of our pause then. */
+bool freeze_recently_unpaused(const struct freeze_table *t, const char *id);
 /* Non-zero while the engine has confirmed our pause of id and the unpause
  * has not been issued: the confirmed set with its generation tick (§2.6),
  * unique per hold, for exec's retry of a "paused" refusal (§2.2). */

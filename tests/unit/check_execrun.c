@@ -1192,7 +1192,9 @@ START_TEST(test_paused_budget_spent)
 }
 END_TEST
 
-/* Once our freeze is lifted, the next "paused" is someone else's: -EBUSY. */
+/* Once our freeze is lifted, "paused" is taken for the engine's late view
+ * of our unpause for FREEZE_STALE_BUDGET_MS; after that it is someone
+ * else's: -EBUSY. */
 START_TEST(test_paused_freeze_lifted)
 {
 	static const struct fake_reply script[] = {
@@ -1200,6 +1202,7 @@ START_TEST(test_paused_freeze_lifted)
 	};
 	struct run_rec rec = { 0 };
 	struct freeze_claim *claim;
+	long t0;
 
 	start_reachable(script, ELEMENTSOF(script));
 	run_start(&rec, 0, 0);
@@ -1207,10 +1210,37 @@ START_TEST(test_paused_freeze_lifted)
 	run_for(SETTLE_MS + EXECRUN_PAUSED_RETRY_MS * 2);
 	ck_assert_int_eq(rec.calls, 0);
 	ck_assert_uint_eq(requests_to(CREATE_PATH), 1);
+	t0 = loop_now_ms();
 	freeze_release(claim);
-	run_wait(&rec);
+	run_until(&rec.calls, 1, FREEZE_STALE_BUDGET_MS + RUN_MAX_MS);
+	ck_assert_int_eq(rec.calls, 1);
 	ck_assert_int_eq(rec.error, -EBUSY);
 	ck_assert_str_eq(rec.message, PAUSED_MSG);
+	ck_assert_int_ge(loop_now_ms() - t0, FREEZE_STALE_BUDGET_MS);
+	ck_assert_uint_ge(requests_to(CREATE_PATH), 3);
+}
+END_TEST
+
+/* Right after our own unpause, the engine may still answer an exec create
+ * "is paused" (its Paused flag lags the unpause's answer): asked again, the
+ * run goes on. */
+START_TEST(test_paused_right_after_our_unpause)
+{
+	struct fake_reply script[] = {
+		PING, VERSION, PAUSE, UNPAUSE, CREATE_PAUSED(), CREATE(), START(NULL, 0), INSPECT(0),
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct run_rec rec = { 0 };
+
+	frame_add_str(&s, 1, "ok");
+	script[6].body = (const char *)s.p;
+	script[6].body_len = s.n;
+	start_reachable(script, ELEMENTSOF(script));
+	release_freeze(hold_freeze());
+	run_start(&rec, 0, 0);
+	run_wait(&rec);
+	ck_assert_int_eq(rec.error, 0);
+	assert_out(&rec, "ok", 2);
 	ck_assert_uint_eq(requests_to(CREATE_PATH), 2);
 }
 END_TEST
@@ -1865,6 +1895,7 @@ static Suite *execrun_suite(void)
 	tcase_add_test(tc, test_paused_retried);
 	tcase_add_test(tc, test_paused_budget_spent);
 	tcase_add_test(tc, test_paused_freeze_lifted);
+	tcase_add_test(tc, test_paused_right_after_our_unpause);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("freeze_order");
