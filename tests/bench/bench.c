@@ -1,0 +1,990 @@
+/* bench.c — maf-sandbox-bench's main: options, the daemon it starts, the
+ * levels and batches, cleanup (also on SIGINT/SIGTERM).
+ *
+ * A run: a private dir (mkdtemp) with the daemon's socket, log, freeze lock
+ * file and egress state; a test image (busybox, tests/integration/
+ * testimage.sh) unless --image names one; maf-sandboxd started on that
+ * socket. Then, per level L: L clients (threads), each with its own
+ * sandbox (key thread_id "c<i>", made by the daemon); per operation, one
+ * batch per way (daemon, floor, seed), one after another: every client
+ * runs the op max(1, ceil(N / divisor / L)) times after a common start, and
+ * its samples are merged into one row. What a batch needs is made untimed
+ * first (the files a read or stat reads, the files remove removes, the
+ * sandboxes dispose disposes). Every sandbox and container carries the run
+ * label maf-sandbox.label.msb-bench-run=<pid>; at exit (and on SIGINT or
+ * SIGTERM) the daemon is stopped, and every container with the label is
+ * removed, and the image if the bench built it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "bench.h"
+#include "cleanup.h"
+#include "msb.h"
+#include "xmalloc.h"
+
+#ifndef BENCH_DEFAULT_DAEMON
+#define BENCH_DEFAULT_DAEMON "maf-sandboxd"
+#endif
+#ifndef BENCH_DEFAULT_TESTIMAGE
+#define BENCH_DEFAULT_TESTIMAGE "tests/integration/testimage.sh"
+#endif
+#define BENCH_DEFAULT_ENGINE_SOCK "/var/run/docker.sock"
+#define BENCH_IMAGE_REPO "maf-sandbox-bench"
+/* The deadlines: small calls, 1 MiB calls, 32 MiB calls and lifecycles.
+ * Generous: at 64 clients on 2 cores a 32 MiB write queues behind 63 others. */
+#define DEADLINE_SMALL_MS  60000
+#define DEADLINE_BIG_MS    300000
+
+extern char **environ;
+
+static const struct op_info op_table[_OP_MAX] = {
+	[OP_ACQUIRE_WARM] = { "acquire_warm", 1, DEADLINE_SMALL_MS, 0, NULL, 100 },
+	[OP_EXEC_TRUE]    = { "exec_true", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2 },
+	[OP_EXEC_1M]      = { "exec_1m", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2 },
+	[OP_WRITE_4K]     = { "write_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 3 },
+	[OP_WRITE_1M]     = { "write_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 3 },
+	[OP_WRITE_32M]    = { "write_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 3 },
+	[OP_STAT]         = { "stat", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5 },
+	[OP_READ_4K]      = { "read_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5 },
+	[OP_READ_1M]      = { "read_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 5 },
+	[OP_READ_32M]     = { "read_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 5 },
+	[OP_REMOVE]       = { "remove", 1, DEADLINE_SMALL_MS, 0, NULL, 0 },
+	[OP_ACQUIRE_COLD] = { "acquire_cold", 4, DEADLINE_BIG_MS, 0, NULL, 1.5 },
+	[OP_DISPOSE]      = { "dispose", 4, DEADLINE_BIG_MS, 0, NULL, 0 },
+};
+
+static const char *const impl_names[_IMPL_MAX] = {
+	[IMPL_DAEMON] = "daemon", [IMPL_FLOOR] = "floor", [IMPL_SEED] = "seed",
+};
+
+const struct op_info *op_info(enum bench_op op)
+{
+	return &op_table[op];
+}
+
+const char *impl_to_string(enum bench_impl impl)
+{
+	return (unsigned)impl < _IMPL_MAX ? impl_names[impl] : "?";
+}
+
+int op_from_string(const char *s)
+{
+	for (int i = 0; i < _OP_MAX; i++)
+		if (!strcmp(s, op_table[i].name))
+			return i;
+	return -1;
+}
+
+double bench_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void client_fail(struct client *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->error[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(c->error, sizeof(c->error), fmt, ap);
+	va_end(ap);
+}
+
+const char *bench_guest_path(const char *file, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s/%s", BENCH_WORK_DIR, file);
+	return buf;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+void bench_box_cold(const struct client *c, enum bench_impl impl, unsigned iter, struct bench_box *ret)
+{
+	char seed[128];
+
+	memset(ret, 0, sizeof(*ret));
+	snprintf(ret->thread, sizeof(ret->thread), "cold-%c-%u-%u-%u", impl_names[impl][0], c->level, c->idx,
+		 iter);
+	snprintf(seed, sizeof(seed), "%s|%s", c->b->scope, ret->thread);
+	/* The daemon's cold boxes get their name from its answer. */
+	if (impl != IMPL_DAEMON)
+		snprintf(ret->name, sizeof(ret->name), "maf-sandbox-docker-%012llx",
+			 (unsigned long long)(fnv1a(seed) & 0xffffffffffffULL));
+}
+
+void bench_exec_mark(char out[64])
+{
+	uint8_t raw[16];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		memset(raw, 0x5a, sizeof(raw));
+	memcpy(out, "MSB_EXEC_ID=", 12);
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(out + 12 + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* ---- the run's resources, and cleanup ------------------------------------------- */
+
+static pthread_mutex_t cleanup_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool cleaned;
+/* Set by the signal thread: batches still running print nothing more. */
+static bool stopping;
+/* When the run started (bench_now_ms), for the progress lines. */
+static double run_t0;
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void daemon_log_tail(const struct bench *b);
+
+static void daemon_stop(struct bench *b)
+{
+	double end;
+	int st = 0;
+
+	if (b->daemon_pid <= 0)
+		return;
+	kill(b->daemon_pid, SIGTERM);
+	end = bench_now_ms() + BENCH_DAEMON_STOP_MS;
+	while (waitpid(b->daemon_pid, &st, WNOHANG) == 0) {
+		if (bench_now_ms() > end) {
+			fprintf(stderr, "bench: maf-sandboxd did not stop within %d ms of SIGTERM; killed\n",
+				BENCH_DAEMON_STOP_MS);
+			kill(b->daemon_pid, SIGKILL);
+			waitpid(b->daemon_pid, &st, 0);
+			break;
+		}
+		usleep(20 * 1000);
+	}
+	b->daemon_pid = 0;
+	/* Under sanitizers a leak or an error shows here. */
+	b->daemon_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (b->daemon_status != 0) {
+		fprintf(stderr, "bench: maf-sandboxd exited with status %d\n", b->daemon_status);
+		daemon_log_tail(b);
+	}
+}
+
+/* Once: the daemon stopped, our containers (and image) removed, the dir gone. */
+static void cleanup_all(struct bench *b)
+{
+	int n;
+
+	pthread_mutex_lock(&cleanup_lock);
+	if (cleaned) {
+		pthread_mutex_unlock(&cleanup_lock);
+		return;
+	}
+	cleaned = true;
+	daemon_stop(b);
+	n = floor_cleanup(b);
+	if (n > 0 && b->verbose)
+		fprintf(stderr, "bench: removed %d container(s) of run %s\n", n, b->run_id);
+	if (n < 0)
+		fprintf(stderr, "bench: could not list the run's containers; look for label %s=%s\n",
+			BENCH_RUN_LABEL_FULL, b->run_id);
+	if (b->dir[0])
+		nftw(b->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	pthread_mutex_unlock(&cleanup_lock);
+}
+
+static void *signal_thread(void *arg)
+{
+	struct bench *b = arg;
+	sigset_t set;
+	int sig = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	if (sigwait(&set, &sig) != 0)
+		return NULL;
+	__atomic_store_n(&stopping, true, __ATOMIC_SEQ_CST);
+	fprintf(stderr, "\nbench: %s: stopping the daemon and removing the run's containers\n", strsignal(sig));
+	cleanup_all(b);
+	_exit(128 + sig);
+}
+
+/* A child starts with what the bench changed undone: the signals main
+ * blocks (else the daemon would never see its SIGTERM) and SIGPIPE. */
+void child_signals_reset(void)
+{
+	sigset_t none;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+}
+
+void child_spawnattr(posix_spawnattr_t *attr)
+{
+	sigset_t none, pipe;
+
+	sigemptyset(&none);
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	posix_spawnattr_init(attr);
+	posix_spawnattr_setsigmask(attr, &none);
+	posix_spawnattr_setsigdefault(attr, &pipe);
+	posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
+/* Runs argv (NULL-terminated) to its end; its exit status, or -1. */
+static int run_wait(const char *const *argv)
+{
+	posix_spawnattr_t attr;
+	pid_t pid;
+	int st, r;
+
+	child_spawnattr(&attr);
+	r = posix_spawnp(&pid, argv[0], NULL, &attr, (char *const *)argv, environ);
+	posix_spawnattr_destroy(&attr);
+	if (r != 0)
+		return -1;
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int image_build(struct bench *b)
+{
+	const char *argv[] = { "sh", b->testimage_script, b->image_ref, NULL };
+
+	snprintf(b->image_ref, sizeof(b->image_ref), "%s:run-%s", BENCH_IMAGE_REPO, b->run_id);
+	argv[2] = b->image_ref;
+	b->image_built = true;   /* a half-made one is removed too */
+	if (run_wait(argv) != 0) {
+		fprintf(stderr, "bench: could not build the test image with %s\n", b->testimage_script);
+		return -1;
+	}
+	return 0;
+}
+
+static bool socket_accepts(const char *path)
+{
+	struct msb_conn *conn = NULL;
+
+	if (msb_connect(path, &conn) < 0)
+		return false;
+	msb_conn_free(conn);
+	return true;
+}
+
+static void daemon_child(const struct bench *b)
+{
+	const char *argv[64];
+	char *sets[8];
+	size_t n = 0, k = 0;
+	int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	child_signals_reset();
+	if (fd >= 0) {
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+	}
+	sets[k++] = xasprintf("freeze.lock_file=%s/freeze.lock", b->dir);
+	sets[k++] = xasprintf("egress.state_dir=%s/egress", b->dir);
+	argv[n++] = b->daemon_path;
+	argv[n++] = "--socket";
+	argv[n++] = b->sock;
+	argv[n++] = "--set";
+	argv[n++] = "egress.proxy_binary=";
+	for (size_t i = 0; i < k; i++) {
+		argv[n++] = "--set";
+		argv[n++] = sets[i];
+	}
+	for (unsigned i = 0; i < b->n_set && n + 3 < ELEMENTSOF(argv); i++) {
+		argv[n++] = "--set";
+		argv[n++] = b->set[i];
+	}
+	argv[n] = NULL;
+	execv(argv[0], (char *const *)argv);
+	fprintf(stderr, "bench: exec %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
+static void daemon_log_tail(const struct bench *b)
+{
+	const char *argv[] = { "tail", "-n", "30", b->log, NULL };
+
+	fprintf(stderr, "bench: the daemon's log (%s), last lines:\n", b->log);
+	run_wait(argv);
+}
+
+/* Starts the daemon and waits until it serves with the engine reachable. */
+static int daemon_start(struct bench *b)
+{
+	double end = bench_now_ms() + BENCH_DAEMON_START_MS;
+	int st;
+
+	b->daemon_pid = fork();
+	if (b->daemon_pid < 0)
+		return -1;
+	if (b->daemon_pid == 0)
+		daemon_child(b);
+	while (!socket_accepts(b->sock)) {
+		if (waitpid(b->daemon_pid, &st, WNOHANG) == b->daemon_pid) {
+			b->daemon_pid = 0;
+			fprintf(stderr, "bench: maf-sandboxd exited at start\n");
+			daemon_log_tail(b);
+			return -1;
+		}
+		if (bench_now_ms() > end) {
+			fprintf(stderr, "bench: maf-sandboxd did not listen within %d ms\n", BENCH_DAEMON_START_MS);
+			daemon_log_tail(b);
+			return -1;
+		}
+		usleep(20 * 1000);
+	}
+	/* The engine must be reachable: the API version the daemon speaks is the floor's too. */
+	for (;;) {
+		json_t *res = NULL;
+		struct msb_conn *conn = NULL;
+		const char *state = NULL, *api = NULL;
+
+		if (msb_connect(b->sock, &conn) == MSB_OK && msb_status(conn, &res) == MSB_OK) {
+			json_t *e = json_object_get(res, "engine");
+
+			state = json_string_value(json_object_get(e, "state"));
+			api = json_string_value(json_object_get(e, "api_version"));
+			if (state && !strcmp(state, "reachable") && api)
+				snprintf(b->api, sizeof(b->api), "%s", api);
+		}
+		json_decref(res);
+		msb_conn_free(conn);
+		if (b->api[0])
+			break;
+		if (bench_now_ms() > end) {
+			fprintf(stderr, "bench: the daemon does not reach the engine (state %s)\n", state ? state : "?");
+			daemon_log_tail(b);
+			return -1;
+		}
+		usleep(50 * 1000);
+	}
+	return 0;
+}
+
+/* The first three fields of /proc/loadavg: how busy the machine was. */
+void loadavg(char *buf, size_t n)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/loadavg", "re");
+	double a = 0, b5 = 0, c = 0;
+
+	if (f && fscanf(f, "%lf %lf %lf", &a, &b5, &c) == 3)
+		snprintf(buf, n, "%.2f %.2f %.2f", a, b5, c);
+	else
+		snprintf(buf, n, "?");
+}
+
+static void machine_info(struct bench *b)
+{
+	struct bench_machine *m = &b->machine;
+	struct utsname u;
+	_cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
+	char line[256];
+
+	if (uname(&u) == 0)
+		snprintf(m->kernel, sizeof(m->kernel), "%s", u.release);
+	m->nproc = sysconf(_SC_NPROCESSORS_ONLN);
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %llu kB", &m->mem_total_kib) == 1)
+			break;
+	floor_engine_version(b, m);
+	seedway_cli_version(b, m->docker_cli, sizeof(m->docker_cli));
+	loadavg(m->load_start, sizeof(m->load_start));
+}
+
+/* The content every write sends (a prefix of it for the smaller ones). */
+static void payload_make(struct bench *b)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+	b->payload_len = 32 * BENCH_MIB;
+	b->payload = xmalloc(b->payload_len);
+	for (size_t i = 0; i < b->payload_len; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		b->payload[i] = (uint8_t)x;
+	}
+}
+
+/* ---- batches --------------------------------------------------------------------- */
+
+enum job {
+	JOB_TIMED,        /* the op, timed */
+	JOB_UNTIMED,      /* the op, for what a later batch needs (or cleans) */
+	JOB_BOX,          /* the client's own sandbox, through the daemon */
+	JOB_RM_FILES,     /* the files remove will remove, through the daemon */
+	JOB_WRITE_FILE,   /* the file of op (a read's, stat's), through the daemon */
+};
+
+struct batch {
+	struct bench *b;
+	struct client *clients;
+	unsigned n;
+	enum bench_op op;
+	enum bench_impl impl;
+	unsigned iters;
+	enum job job;
+	pthread_barrier_t bar;
+};
+
+struct worker {
+	struct batch *batch;
+	struct client *c;
+};
+
+static enum bench_outcome run_one(struct client *c, enum bench_impl impl, enum bench_op op, unsigned iter)
+{
+	switch (impl) {
+	case IMPL_DAEMON:
+		return daemonway_run(c, op, iter);
+	case IMPL_FLOOR:
+		return floor_run(c, op, iter);
+	case IMPL_SEED:
+		return seedway_run(c, op, iter);
+	default:
+		return OUT_ERROR;
+	}
+}
+
+static void count(struct client *c, enum bench_outcome o)
+{
+	if (o == OUT_ERROR)
+		c->errors++;
+	else if (o == OUT_HANG)
+		c->hangs++;
+}
+
+static void worker_ops(struct batch *bt, struct client *c)
+{
+	for (unsigned i = 0; i < bt->iters; i++) {
+		double t0, t1;
+		enum bench_outcome o;
+
+		if (bt->op == OP_ACQUIRE_COLD)
+			bench_box_cold(c, bt->impl, i, &c->cold[i]);
+		if (bt->op == OP_DISPOSE && !c->cold[i].id[0])
+			continue;   /* its acquire failed: nothing to dispose of */
+		t0 = bench_now_ms();
+		o = run_one(c, bt->impl, bt->op, i);
+		t1 = bench_now_ms();
+		count(c, o);
+		if (o == OUT_OK && bt->job == JOB_TIMED)
+			c->lat_ms[c->n_lat++] = t1 - t0;
+		if (bt->op == OP_ACQUIRE_COLD && o != OUT_OK && bt->impl != IMPL_DAEMON)
+			c->cold[i].id[0] = '\0';   /* the exit cleanup finds what is left by its label */
+		if (bt->op == OP_DISPOSE)
+			c->cold[i].id[0] = '\0';
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct batch *bt = w->batch;
+	struct client *c = w->c;
+	char file[32];
+
+	pthread_barrier_wait(&bt->bar);
+	switch (bt->job) {
+	case JOB_TIMED:
+	case JOB_UNTIMED:
+		worker_ops(bt, c);
+		break;
+	case JOB_BOX:
+		snprintf(c->box.thread, sizeof(c->box.thread), "c%u", c->idx);
+		if (daemonway_acquire_box(c, &c->box) < 0)
+			c->errors++;
+		break;
+	case JOB_RM_FILES:
+		for (unsigned i = 0; i < bt->iters; i++) {
+			snprintf(file, sizeof(file), "rm-%u", i);
+			if (daemonway_write_file(c, file, 0) < 0)
+				c->errors++;
+		}
+		break;
+	case JOB_WRITE_FILE:
+		if (daemonway_write_file(c, op_info(bt->op)->file, op_info(bt->op)->bytes) < 0)
+			c->errors++;
+		break;
+	}
+	return NULL;
+}
+
+static void batch_reset_clients(struct batch *bt)
+{
+	for (unsigned i = 0; i < bt->n; i++) {
+		struct client *c = &bt->clients[i];
+
+		c->n_lat = 0;
+		c->errors = c->hangs = 0;
+		c->requests = 0;
+		c->error[0] = '\0';
+		free(c->lat_ms);
+		c->lat_ms = xcalloc(bt->iters ? bt->iters : 1, sizeof(*c->lat_ms));
+	}
+}
+
+static uint64_t batch_requests(const struct batch *bt)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < bt->n; i++)
+		n += bt->impl == IMPL_FLOOR ? floor_conn_requests(bt->clients[i].floor) : bt->clients[i].requests;
+	return n;
+}
+
+static void batch_record(struct batch *bt, double wall_ms, double requests_per_op)
+{
+	struct bench *b = bt->b;
+	struct bench_result *row;
+	size_t total = 0, k = 0;
+	double *all;
+
+	for (unsigned i = 0; i < bt->n; i++)
+		total += bt->clients[i].n_lat;
+	all = xcalloc(total ? total : 1, sizeof(*all));
+	b->results = xrealloc(b->results, (b->n_results + 1) * sizeof(*b->results));
+	row = &b->results[b->n_results++];
+	*row = (struct bench_result){ .op = bt->op, .level = bt->n, .impl = bt->impl,
+				      .requests_per_op = requests_per_op };
+	for (unsigned i = 0; i < bt->n; i++) {
+		const struct client *c = &bt->clients[i];
+
+		memcpy(all + k, c->lat_ms, c->n_lat * sizeof(*all));
+		k += c->n_lat;
+		row->errors += c->errors;
+		row->hangs += c->hangs;
+		if (!row->error[0] && c->error[0])
+			snprintf(row->error, sizeof(row->error), "%s", c->error);
+	}
+	stats_row(row, all, total, wall_ms);
+	free(all);
+	if (__atomic_load_n(&stopping, __ATOMIC_SEQ_CST))
+		return;
+	fprintf(stderr, "  %-13s L=%-3u %-6s n=%-4zu p50 %9.2f ms  p99 %9.2f ms  %8.1f ops/s  err %u hang %u%s%s\n",
+		op_info(row->op)->name, row->level, impl_to_string(row->impl), row->n, row->p50, row->p99,
+		row->ops_per_s, row->errors, row->hangs, row->error[0] ? "  " : "", row->error);
+}
+
+/* Runs one batch: every client in its own thread, released together.
+ * Returns the number of failures (errors + hangs). */
+static unsigned batch_run(struct bench *b, struct client *clients, unsigned n, enum bench_op op,
+			  enum bench_impl impl, unsigned iters, enum job job)
+{
+	struct batch bt = { .b = b, .clients = clients, .n = n, .op = op, .impl = impl, .iters = iters, .job = job };
+	_cleanup_free_ pthread_t *tids = xcalloc(n, sizeof(*tids));
+	_cleanup_free_ struct worker *ws = xcalloc(n, sizeof(*ws));
+	long long req0 = -1, req1 = -1;
+	uint64_t own0;
+	double t0, t1;
+	unsigned started = 0, fails = 0;
+
+	batch_reset_clients(&bt);
+	own0 = batch_requests(&bt);
+	if (job == JOB_TIMED && impl == IMPL_DAEMON)
+		req0 = daemonway_call_requests(&clients[0]);
+	pthread_barrier_init(&bt.bar, NULL, n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		ws[i] = (struct worker){ &bt, &clients[i] };
+		if (pthread_create(&tids[i], NULL, worker_main, &ws[i]) != 0) {
+			fprintf(stderr, "bench: cannot start a client thread\n");
+			abort();   /* the barrier cannot be released: nothing sane is left to do */
+		}
+		started++;
+	}
+	pthread_barrier_wait(&bt.bar);
+	t0 = bench_now_ms();
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	t1 = bench_now_ms();
+	pthread_barrier_destroy(&bt.bar);
+	if (job == JOB_TIMED && impl == IMPL_DAEMON)
+		req1 = daemonway_call_requests(&clients[0]);
+	for (unsigned i = 0; i < n; i++)
+		fails += clients[i].errors + clients[i].hangs;
+	if (job == JOB_TIMED) {
+		double ops = (double)n * iters, rpo = -1;
+
+		if (impl == IMPL_DAEMON && req0 >= 0 && req1 >= req0)
+			rpo = (double)(req1 - req0) / ops;
+		else if (impl != IMPL_DAEMON)
+			rpo = (double)(batch_requests(&bt) - own0) / ops;
+		batch_record(&bt, t1 - t0, rpo);
+	} else if (fails) {
+		for (unsigned i = 0; i < n; i++)
+			if (clients[i].error[0]) {
+				fprintf(stderr, "  (setup %s %s L=%u: %s)\n", op_info(op)->name, impl_to_string(impl), n,
+					clients[i].error);
+				break;
+			}
+	}
+	return fails;
+}
+
+static unsigned iterations(const struct bench *b, enum bench_op op, unsigned level)
+{
+	unsigned total = b->n / op_info(op)->divisor;
+	unsigned per = (total + level - 1) / level;
+
+	return per ? per : 1;
+}
+
+static bool is_read_of(enum bench_op op, enum bench_op write)
+{
+	return (write == OP_WRITE_4K && (op == OP_READ_4K || op == OP_STAT)) ||
+	       (write == OP_WRITE_1M && op == OP_READ_1M) || (write == OP_WRITE_32M && op == OP_READ_32M);
+}
+
+/* The file a selected read or stat needs, when its write is not run. */
+static void prepare_files(struct bench *b, struct client *clients, unsigned n)
+{
+	static const enum bench_op writes[] = { OP_WRITE_4K, OP_WRITE_1M, OP_WRITE_32M };
+
+	for (size_t w = 0; w < ELEMENTSOF(writes); w++) {
+		bool needed = false;
+
+		if (b->ops[writes[w]])
+			continue;
+		for (int op = 0; op < _OP_MAX; op++)
+			needed |= b->ops[op] && is_read_of(op, writes[w]);
+		if (needed)
+			batch_run(b, clients, n, writes[w], IMPL_DAEMON, 1, JOB_WRITE_FILE);
+	}
+}
+
+/* acquire_cold then dispose, per way: each timed when chosen, untimed when
+ * only the other is (dispose needs the sandboxes; cold ones are removed). */
+static void run_lifecycle(struct bench *b, struct client *clients, unsigned n, enum bench_impl impl)
+{
+	unsigned iters = iterations(b, OP_ACQUIRE_COLD, n);
+
+	if (iterations(b, OP_DISPOSE, n) > iters)
+		iters = iterations(b, OP_DISPOSE, n);
+	for (unsigned i = 0; i < n; i++) {
+		free(clients[i].cold);
+		clients[i].cold = xcalloc(iters, sizeof(*clients[i].cold));
+		clients[i].n_cold = iters;
+	}
+	batch_run(b, clients, n, OP_ACQUIRE_COLD, impl, iters, b->ops[OP_ACQUIRE_COLD] ? JOB_TIMED : JOB_UNTIMED);
+	batch_run(b, clients, n, OP_DISPOSE, impl, iters, b->ops[OP_DISPOSE] ? JOB_TIMED : JOB_UNTIMED);
+}
+
+static void run_level(struct bench *b, unsigned level)
+{
+	struct client *clients = xcalloc(level, sizeof(*clients));
+
+	fprintf(stderr, "level %u: %u client(s) (at %.1f s)\n", level, level, (bench_now_ms() - run_t0) / 1000);
+	for (unsigned i = 0; i < level; i++)
+		clients[i] = (struct client){ .b = b, .idx = i, .level = level };
+	if (batch_run(b, clients, level, OP_ACQUIRE_WARM, IMPL_DAEMON, 1, JOB_BOX) == 0) {
+		prepare_files(b, clients, level);
+		for (int op = 0; op < _OP_MAX; op++) {
+			if (!b->ops[op] || op == OP_ACQUIRE_COLD || op == OP_DISPOSE)
+				continue;
+			for (int impl = 0; impl < _IMPL_MAX; impl++) {
+				if (!b->impls[impl])
+					continue;
+				if (op == OP_REMOVE)
+					batch_run(b, clients, level, op, IMPL_DAEMON, iterations(b, op, level), JOB_RM_FILES);
+				batch_run(b, clients, level, op, impl, iterations(b, op, level), JOB_TIMED);
+			}
+		}
+		if (b->ops[OP_ACQUIRE_COLD] || b->ops[OP_DISPOSE])
+			for (int impl = 0; impl < _IMPL_MAX; impl++)
+				if (b->impls[impl])
+					run_lifecycle(b, clients, level, impl);
+	} else {
+		fprintf(stderr, "bench: level %u: the clients' sandboxes could not be made; skipped\n", level);
+		b->results = xrealloc(b->results, (b->n_results + 1) * sizeof(*b->results));
+		b->results[b->n_results++] = (struct bench_result){ .op = OP_ACQUIRE_WARM, .level = level,
+			.impl = IMPL_DAEMON, .errors = 1, .p50 = NAN, .p95 = NAN, .p99 = NAN, .ops_per_s = NAN,
+			.requests_per_op = -1 };
+		snprintf(b->results[b->n_results - 1].error, BENCH_ERROR_TEXT, "%s", clients[0].error);
+	}
+	for (unsigned i = 0; i < level; i++) {
+		daemonway_client_close(&clients[i]);
+		floor_conn_free(clients[i].floor);
+		free(clients[i].lat_ms);
+		free(clients[i].cold);
+	}
+	free(clients);
+}
+
+/* ---- options --------------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: maf-sandbox-bench [OPTIONS]\n\n"
+		"Runs each maf-sandboxd operation N times at each concurrency level, three ways side by\n"
+		"side: through the daemon, as the floor (the same Engine API requests sent directly) and\n"
+		"the seed's way (one docker CLI process per step); prints p50/p95/p99 and ops/s, and the\n"
+		"ratios daemon/floor and seed/daemon. Starts its own maf-sandboxd on a private socket.\n\n"
+		"Options:\n"
+		"  -n, --iterations N   samples per op and level, spread over the clients (default %u;\n"
+		"                       32 MiB ops and lifecycles take N/4; at least one per client)\n"
+		"  -l, --levels LIST    concurrent clients, comma-separated (default 1,16,64)\n"
+		"  -o, --ops LIST       ops to run, comma-separated (default all):\n"
+		"                       ", BENCH_DEFAULT_N);
+	for (int i = 0; i < _OP_MAX; i++)
+		fprintf(out, "%s%s", op_table[i].name, i + 1 < _OP_MAX ? "," : "\n");
+	fprintf(out,
+		"  -j, --json FILE      also write the results as JSON\n"
+		"  -q, --quick          a smoke run: N=%u, levels 1,2, no 32 MiB ops unless --ops names them\n"
+		"      --no-seed        leave out the seed's way\n"
+		"      --no-floor       leave out the floor\n"
+		"      --daemon PATH    maf-sandboxd to start (default $MSB_DAEMON, else the build's)\n"
+		"      --image REF      the image (default: a busybox image built with $MSB_TESTIMAGE)\n"
+		"      --docker PATH    the docker CLI of the seed's way (default docker)\n"
+		"      --set KEY=VALUE  a daemon config override (repeatable)\n"
+		"      --daemon-log F   keep the daemon's log in F\n"
+		"  -v, --verbose        say more\n"
+		"  -h, --help           this help\n\n"
+		"Exit status: 0 when no call failed or hung; 1 when some did; 2 on a setup failure.\n",
+		BENCH_QUICK_N);
+}
+
+static int parse_levels(struct bench *b, const char *s)
+{
+	_cleanup_free_ char *copy = xstrdup(s);
+	char *save = NULL;
+
+	b->n_levels = 0;
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long v = strtoul(t, &end, 10);
+
+		if (*end || v < 1 || v > BENCH_MAX_CLIENTS || b->n_levels == BENCH_MAX_LEVELS) {
+			fprintf(stderr, "bench: bad level '%s' (1 to %d, at most %d levels)\n", t, BENCH_MAX_CLIENTS,
+				BENCH_MAX_LEVELS);
+			return -1;
+		}
+		b->levels[b->n_levels++] = (unsigned)v;
+	}
+	return b->n_levels ? 0 : -1;
+}
+
+static int parse_ops(struct bench *b, const char *s)
+{
+	_cleanup_free_ char *copy = xstrdup(s);
+	char *save = NULL;
+
+	memset(b->ops, 0, sizeof(b->ops));
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int op = op_from_string(t);
+
+		if (!strcmp(t, "all")) {
+			for (int i = 0; i < _OP_MAX; i++)
+				b->ops[i] = true;
+			continue;
+		}
+		if (op < 0) {
+			fprintf(stderr, "bench: no op '%s' (see --help)\n", t);
+			return -1;
+		}
+		b->ops[op] = true;
+	}
+	return 0;
+}
+
+enum { OPT_NO_SEED = 256, OPT_NO_FLOOR, OPT_DAEMON, OPT_IMAGE, OPT_DOCKER, OPT_SET, OPT_DAEMON_LOG };
+
+/* 0 go on, 1 exit 0 (help), -1 exit 2. */
+static int parse_args(struct bench *b, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "iterations", required_argument, NULL, 'n' }, { "levels", required_argument, NULL, 'l' },
+		{ "ops", required_argument, NULL, 'o' }, { "json", required_argument, NULL, 'j' },
+		{ "quick", no_argument, NULL, 'q' }, { "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' }, { "no-seed", no_argument, NULL, OPT_NO_SEED },
+		{ "no-floor", no_argument, NULL, OPT_NO_FLOOR }, { "daemon", required_argument, NULL, OPT_DAEMON },
+		{ "image", required_argument, NULL, OPT_IMAGE }, { "docker", required_argument, NULL, OPT_DOCKER },
+		{ "set", required_argument, NULL, OPT_SET }, { "daemon-log", required_argument, NULL, OPT_DAEMON_LOG },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *levels = NULL;
+	bool n_given = false, ops_given = false;
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "n:l:o:j:qvh", opts, NULL)) != -1) {
+		char *end;
+
+		switch (ch) {
+		case 'n':
+			b->n = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || b->n < 1 || b->n > 100000) {
+				fprintf(stderr, "bench: -n wants 1 to 100000\n");
+				return -1;
+			}
+			n_given = true;
+			break;
+		case 'l': levels = optarg; break;
+		case 'o':
+			if (parse_ops(b, optarg) < 0)
+				return -1;
+			ops_given = true;
+			break;
+		case 'j': b->json_path = optarg; break;
+		case 'q': b->quick = true; break;
+		case 'v': b->verbose = true; break;
+		case 'h': usage(stdout); return 1;
+		case OPT_NO_SEED: b->impls[IMPL_SEED] = false; break;
+		case OPT_NO_FLOOR: b->impls[IMPL_FLOOR] = false; break;
+		case OPT_DAEMON: b->daemon_path = optarg; break;
+		case OPT_IMAGE: b->image = optarg; break;
+		case OPT_DOCKER: b->docker = optarg; break;
+		case OPT_DAEMON_LOG: b->daemon_log_path = optarg; break;
+		case OPT_SET:
+			if (b->n_set == BENCH_MAX_SET || !strchr(optarg, '=')) {
+				fprintf(stderr, "bench: --set KEY=VALUE, at most %d\n", BENCH_MAX_SET);
+				return -1;
+			}
+			b->set[b->n_set++] = optarg;
+			break;
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "bench: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (b->quick && !n_given)
+		b->n = BENCH_QUICK_N;
+	/* A smoke run leaves out the 32 MiB ops unless they are asked for:
+	 * through the daemon they take seconds each (JSON and base64). */
+	if (b->quick && !ops_given)
+		b->ops[OP_WRITE_32M] = b->ops[OP_READ_32M] = false;
+	return parse_levels(b, levels ? levels : b->quick ? "1,2" : "1,16,64");
+}
+
+static void defaults(struct bench *b)
+{
+	const char *host = getenv("DOCKER_HOST");
+	const char *env;
+
+	b->n = BENCH_DEFAULT_N;
+	for (int i = 0; i < _OP_MAX; i++)
+		b->ops[i] = true;
+	for (int i = 0; i < _IMPL_MAX; i++)
+		b->impls[i] = true;
+	env = getenv("MSB_DAEMON");
+	b->daemon_path = env && *env ? env : BENCH_DEFAULT_DAEMON;
+	env = getenv("MSB_TESTIMAGE");
+	b->testimage_script = env && *env ? env : BENCH_DEFAULT_TESTIMAGE;
+	b->docker = "docker";
+	b->engine_sock = host && !strncmp(host, "unix://", 7) ? host + 7 : BENCH_DEFAULT_ENGINE_SOCK;
+	b->pid = getpid();
+	snprintf(b->run_id, sizeof(b->run_id), "%ld", (long)b->pid);
+	snprintf(b->scope, sizeof(b->scope), "msb-bench-%s", b->run_id);
+}
+
+static int setup(struct bench *b)
+{
+	snprintf(b->dir, sizeof(b->dir), "/tmp/msb-bench-XXXXXX");
+	if (!mkdtemp(b->dir)) {
+		fprintf(stderr, "bench: mkdtemp: %s\n", strerror(errno));
+		b->dir[0] = '\0';
+		return -1;
+	}
+	snprintf(b->sock, sizeof(b->sock), "%s/s.sock", b->dir);
+	if (b->daemon_log_path)
+		snprintf(b->log, sizeof(b->log), "%s", b->daemon_log_path);
+	else
+		snprintf(b->log, sizeof(b->log), "%s/daemon.log", b->dir);
+	if (b->image)
+		snprintf(b->image_ref, sizeof(b->image_ref), "%s", b->image);
+	else if (image_build(b) < 0)
+		return -1;
+	if (daemon_start(b) < 0)
+		return -1;
+	machine_info(b);
+	payload_make(b);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench *b = xcalloc(1, sizeof(*b));
+	pthread_t sig_tid;
+	sigset_t set;
+	int r, rc;
+
+	run_t0 = bench_now_ms();
+	defaults(b);
+	r = parse_args(b, argc, argv);
+	if (r != 0) {
+		free(b);
+		return r > 0 ? 0 : 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (pthread_create(&sig_tid, NULL, signal_thread, b) != 0)
+		return 2;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return 2;
+	if (setup(b) < 0) {
+		cleanup_all(b);
+		return 2;
+	}
+	fprintf(stderr, "bench: run %s, daemon pid %ld on %s, engine API %s, image %s, N=%u (set up in %.1f s)\n",
+		b->run_id, (long)b->daemon_pid, b->sock, b->api, b->image_ref, b->n, (bench_now_ms() - run_t0) / 1000);
+	for (unsigned l = 0; l < b->n_levels; l++)
+		run_level(b, b->levels[l]);
+	loadavg(b->machine.load_end, sizeof(b->machine.load_end));
+	fprintf(stderr, "cleaning up (at %.1f s)\n", (bench_now_ms() - run_t0) / 1000);
+	cleanup_all(b);
+	fprintf(stderr, "done in %.1f s\n", (bench_now_ms() - run_t0) / 1000);
+	stats_print_tables(b, stdout);
+	if (b->json_path && stats_write_json(b, b->json_path) < 0)
+		fprintf(stderr, "bench: could not write %s\n", b->json_path);
+	rc = stats_total_errors(b) || stats_total_hangs(b) || b->daemon_status != 0 ? 1 : 0;
+	pthread_cancel(sig_tid);
+	pthread_join(sig_tid, NULL);
+	curl_global_cleanup();
+	free(b->payload);
+	free(b->results);
+	free(b);
+	return rc;
+}

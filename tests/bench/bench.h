@@ -1,0 +1,300 @@
+/* bench.h — maf-sandbox-bench: the operations benchmark (README "Benchmark").
+ *
+ * Each operation runs N times at each concurrency level, three ways, side by
+ * side in one run:
+ *   daemon  through maf-sandboxd, with the C client library (daemonway.c);
+ *   floor   the same Engine API requests the daemon issues, sent directly
+ *           with libcurl: what the daemon costs is daemon/floor (floor.c);
+ *   seed    the way maf-sandbox-docker 0.22 does it: one docker CLI process
+ *           per step (seedway.c).
+ * Every call has a deadline; one past it is a hang. Results: stats.c.
+ *
+ * All three work on the same containers (each client has its own, made by
+ * the daemon), one way after another, so each sees the same guest state.
+ * Threads: one per client; a client owns its connection, its curl handle
+ * and its CLI processes, and touches no other client's state.
+ *
+ * Ownership: struct bench lives for the whole run (main); struct client for
+ * one level; struct bench_result rows are appended to the bench and freed
+ * with it. */
+#ifndef MSB_BENCH_H
+#define MSB_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <spawn.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#define BENCH_KIB ((size_t)1024)
+#define BENCH_MIB (1024 * BENCH_KIB)
+
+/* The guest paths every way uses (the daemon's default storage base). */
+#define BENCH_WORK_DIR     "/maf-sandbox/work"
+#define BENCH_KIND         "bench"
+#define BENCH_AGENT        "bench"
+/* The spec label every sandbox carries: container label
+ * maf-sandbox.label.msb-bench-run=<pid>; what the exit cleanup removes. */
+#define BENCH_RUN_LABEL    "msb-bench-run"
+#define BENCH_RUN_LABEL_FULL "maf-sandbox.label." BENCH_RUN_LABEL
+/* The exec with output: exactly this many bytes of text on stdout. */
+#define BENCH_EXEC_OUTPUT_BYTES BENCH_MIB
+#define BENCH_EXEC_OUTPUT_CMD "head -c 1048576 /dev/zero | tr '\\0' a"
+
+/* Defaults: -n, the levels, and the --quick run. */
+#define BENCH_DEFAULT_N          12
+#define BENCH_QUICK_N            1
+#define BENCH_MAX_LEVELS         8
+#define BENCH_MAX_CLIENTS        256
+#define BENCH_MAX_SET            16      /* --set KEY=VALUE for the daemon */
+/* The daemon's socket must accept within this. */
+#define BENCH_DAEMON_START_MS    20000
+#define BENCH_DAEMON_STOP_MS     20000
+/* Untimed setup and cleanup calls. */
+#define BENCH_SETUP_TIMEOUT_MS   180000
+/* Longest error text kept per (op, way). */
+#define BENCH_ERROR_TEXT         240
+
+enum bench_op {
+	OP_ACQUIRE_WARM,
+	OP_EXEC_TRUE,
+	OP_EXEC_1M,
+	OP_WRITE_4K,
+	OP_WRITE_1M,
+	OP_WRITE_32M,
+	OP_STAT,
+	OP_READ_4K,
+	OP_READ_1M,
+	OP_READ_32M,
+	OP_REMOVE,
+	OP_ACQUIRE_COLD,
+	OP_DISPOSE,
+	_OP_MAX,
+};
+
+enum bench_impl {
+	IMPL_DAEMON,
+	IMPL_FLOOR,
+	IMPL_SEED,
+	_IMPL_MAX,
+};
+
+enum bench_outcome {
+	OUT_OK,
+	OUT_ERROR,   /* the call answered, with a failure (or a wrong result) */
+	OUT_HANG,    /* no answer within the call's deadline */
+};
+
+struct op_info {
+	const char *name;
+	unsigned divisor;      /* iterations = N / divisor (at least one per client) */
+	long deadline_ms;      /* one call */
+	size_t bytes;          /* write/read: the file's size */
+	const char *file;      /* write/read/stat: the guest file, relative to the work dir */
+	double seed_goal;      /* seed/daemon must be at least this; 0 = no goal */
+};
+
+const struct op_info *op_info(enum bench_op op);
+const char *impl_to_string(enum bench_impl impl);
+/* The op named s, or -1. */
+int op_from_string(const char *s);
+
+/* A container one client works on, made by one of the ways. */
+struct bench_box {
+	char id[65];           /* 64 hex */
+	char name[72];
+	char thread[64];       /* its key's thread_id */
+};
+
+struct client {
+	struct bench *b;
+	unsigned idx;
+	unsigned level;
+	struct bench_box box;           /* the client's own sandbox (made by the daemon) */
+	/* the sandboxes of the acquire_cold batch, for the dispose batch */
+	struct bench_box *cold;
+	unsigned n_cold;
+	/* per way */
+	struct msb_conn *conn;          /* daemonway: this client's connection */
+	struct floor_conn *floor;       /* floor: this client's curl handle */
+	/* one batch's samples */
+	double *lat_ms;
+	size_t n_lat;
+	unsigned errors;
+	unsigned hangs;
+	uint64_t requests;              /* floor: engine requests; seed: CLI processes */
+	char error[BENCH_ERROR_TEXT];   /* the first failure of the batch */
+};
+
+/* One (op, level, way) row. */
+struct bench_result {
+	enum bench_op op;
+	unsigned level;
+	enum bench_impl impl;
+	size_t n;
+	double p50, p95, p99;           /* ms */
+	double ops_per_s;
+	unsigned errors;
+	unsigned hangs;
+	double requests_per_op;         /* engine requests (daemon, floor) or CLI processes (seed); <0 unknown */
+	char error[BENCH_ERROR_TEXT];
+};
+
+struct bench_machine {
+	char kernel[128];
+	long nproc;
+	unsigned long long mem_total_kib;
+	char engine_version[64];
+	char engine_api[16];
+	char docker_cli[64];
+	char load_start[48];            /* /proc/loadavg at the start and the end */
+	char load_end[48];
+};
+
+struct bench {
+	/* configuration */
+	const char *daemon_path;
+	const char *image;              /* NULL: build one */
+	const char *testimage_script;
+	const char *json_path;
+	const char *daemon_log_path;    /* NULL: in the private dir */
+	const char *docker;             /* the docker CLI */
+	const char *engine_sock;
+	const char *set[BENCH_MAX_SET];
+	unsigned n_set;
+	unsigned n;
+	unsigned levels[BENCH_MAX_LEVELS];
+	unsigned n_levels;
+	bool ops[_OP_MAX];
+	bool impls[_IMPL_MAX];
+	bool quick;
+	bool verbose;
+	/* the run */
+	pid_t pid;
+	char run_id[32];                /* the run label's value */
+	char scope[48];                 /* every key's scope */
+	char dir[64];                   /* private mkdtemp dir */
+	char sock[128];
+	char log[128];
+	pid_t daemon_pid;
+	int daemon_status;              /* its exit status once stopped (128+signal when killed) */
+	char image_ref[96];             /* the image in use */
+	bool image_built;
+	char api[16];                   /* the engine API version the daemon speaks */
+	struct bench_machine machine;
+	uint8_t *payload;               /* the largest write's content; smaller ones are its prefix */
+	size_t payload_len;
+	struct bench_result *results;
+	size_t n_results;
+};
+
+/* ---- bench.c -------------------------------------------------------------- */
+
+double bench_now_ms(void);
+/* Notes the first failure of a batch on c (printf-like). */
+void client_fail(struct client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The guest path of a work-dir file, BENCH_WORK_DIR "/" file, written into
+ * buf (n bytes); returns buf. */
+const char *bench_guest_path(const char *file, char *buf, size_t n);
+/* A unique container name / thread id for a box made by way impl (cold acquire). */
+void bench_box_cold(const struct client *c, enum bench_impl impl, unsigned iter, struct bench_box *ret);
+/* For the processes the bench starts: an empty signal mask and SIGPIPE at
+ * its default (main blocks the one and ignores the other). child_spawnattr
+ * initialises attr; the caller destroys it. */
+void child_signals_reset(void);
+void child_spawnattr(posix_spawnattr_t *attr);
+/* /proc/loadavg's three averages into buf. */
+void loadavg(char *buf, size_t n);
+/* The exec mark the daemon adds (MSB_EXEC_ID=<32 hex>), random per call. */
+void bench_exec_mark(char out[64]);
+
+/* ---- daemonway.c ---------------------------------------------------------- */
+
+int daemonway_client_open(struct client *c);
+void daemonway_client_close(struct client *c);
+/* One timed call of op on c (iter: the iteration, for per-iteration paths). */
+enum bench_outcome daemonway_run(struct client *c, enum bench_op op, unsigned iter);
+/* Untimed helpers, through the daemon. 0 or -1 (c->error says why). */
+int daemonway_acquire_box(struct client *c, struct bench_box *box);
+int daemonway_write_file(struct client *c, const char *file, size_t bytes);
+/* daemon.status engine.call_requests, or -1. */
+long long daemonway_call_requests(struct client *c);
+
+/* ---- floor.c -------------------------------------------------------------- */
+
+struct floor_conn;
+struct floor_conn *floor_conn_new(const struct bench *b);
+struct floor_conn *floor_conn_free(struct floor_conn *f);
+uint64_t floor_conn_requests(const struct floor_conn *f);
+enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter);
+/* GET /version: fills machine's engine fields. 0 or -1. */
+int floor_engine_version(const struct bench *b, struct bench_machine *m);
+/* Removes every container with our run label (the exit cleanup), and the
+ * image when the bench built it. Returns how many containers were removed. */
+int floor_cleanup(const struct bench *b);
+
+/* ---- seedway.c ------------------------------------------------------------ */
+
+enum bench_outcome seedway_run(struct client *c, enum bench_op op, unsigned iter);
+/* `docker version --format {{.Client.Version}}` into buf, or "". */
+void seedway_cli_version(const struct bench *b, char *buf, size_t n);
+
+/* ---- tar.c: a minimal ustar writer and first-entry reader ------------------ */
+
+#define TAR_BLOCK 512
+
+struct tar_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+};
+
+/* Appends a directory entry (name without a leading '/', with or without a
+ * trailing '/'), or a regular file entry with its content. Names over 100
+ * bytes are refused (-1); the bench never makes one. */
+int tar_add_dir(struct tar_buf *t, const char *name, unsigned mode, unsigned uid, unsigned gid);
+int tar_add_file(struct tar_buf *t, const char *name, const void *data, size_t len, unsigned mode,
+		 unsigned uid, unsigned gid);
+/* The two zero blocks. */
+void tar_finish(struct tar_buf *t);
+void tar_buf_release(struct tar_buf *t);
+
+/* Reads a tar stream's first real entry (PAX 'x'/'g' and GNU 'L'/'K' records skipped). */
+struct tar_entry {
+	char type;             /* '0' file, '5' dir, '2' symlink, ... */
+	uint64_t size;
+	bool have;             /* the header was read */
+};
+
+struct tar_reader {
+	uint8_t hdr[TAR_BLOCK];
+	size_t hdr_len;
+	uint64_t skip;         /* bytes of a metadata record (plus padding) still to skip */
+	uint64_t body_left;    /* bytes of the entry's content still to come */
+	struct tar_entry ent;
+	uint8_t *out;          /* the entry's content, when wanted */
+	size_t out_len;
+	size_t out_cap;
+	bool want_body;
+	bool bad;
+};
+
+/* Feeds bytes; returns false once the stream is refused (bad). */
+bool tar_reader_feed(struct tar_reader *r, const void *data, size_t len);
+/* True once the first entry's header and (if wanted) its whole content are in. */
+bool tar_reader_done(const struct tar_reader *r);
+void tar_reader_release(struct tar_reader *r);
+
+/* ---- stats.c -------------------------------------------------------------- */
+
+/* Fills a row from the batch's samples (sorted in place). */
+void stats_row(struct bench_result *row, double *lat_ms, size_t n, double wall_ms);
+void stats_print_tables(const struct bench *b, FILE *out);
+int stats_write_json(const struct bench *b, const char *path);
+/* Totals over every row. */
+unsigned stats_total_errors(const struct bench *b);
+unsigned stats_total_hangs(const struct bench *b);
+
+#endif
