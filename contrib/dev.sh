@@ -20,7 +20,10 @@ PACKAGES=(
 	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev check
 	docker.io busybox-static python3 systemd curl ca-certificates iproute2
 	scdoc build-essential dpkg-dev debhelper dh-python
+	valgrind clang libclang-rt-14-dev llvm
 )
+# Seconds each fuzz target runs in `test`.
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 ENGINE_SOCKET=/var/run/docker.sock
 ENGINE_WAIT_SECONDS=90
 
@@ -96,6 +99,17 @@ print(ok, bad)
 PY
 }
 
+# Counts tests/fuzz/run.sh's verdicts in DIR/results (a line "TARGET ok" or
+# "TARGET failed" per target): prints "passed failed". No file: one failure.
+count_fuzz() {
+	local f=$1/results
+	if [ -f "$f" ]; then
+		echo "$(grep -c ' ok$' "$f") $(grep -vc ' ok$' "$f")"
+	else
+		echo "0 1"
+	fi
+}
+
 # run_suites DIR LABEL [meson test options...]
 run_suites() {
 	local dir=$1 label=$2 rc=0
@@ -105,17 +119,34 @@ run_suites() {
 	return $rc
 }
 
-# run_all DIR LABEL: every suite. The integration suites share the engine and
-# run one at a time; the rest (CPU-bound, no engine) run beside them, in a
-# second meson test with its own log. Both logs end in DIR/meson-logs.
+# side_lane PLAIN_DIR: what runs on the second core while the integration
+# suites keep the engine busy: the unit suites under valgrind memcheck (the
+# plain build; errors and definite leaks fail), then every fuzz target for
+# FUZZ_SECONDS (tests/fuzz/run.sh; a crash, leak, timeout or OOM fails).
+side_lane() {
+	local plain=$1 rc=0
+	say "tests (valgrind memcheck): the unit suites of $plain"
+	meson test -C "$plain" --no-rebuild --setup valgrind --num-processes 1 --print-errorlogs \
+		--suite unit || rc=1
+	say "fuzzing: every target for ${FUZZ_SECONDS}s (tests/fuzz/run.sh)"
+	FUZZ_OUT="$ROOT/$plain/fuzz" bash tests/fuzz/run.sh "$FUZZ_SECONDS" || rc=1
+	return $rc
+}
+
+# run_all DIR LABEL PLAIN_DIR: every suite of DIR. The integration suites
+# share the engine and run one at a time; the rest (CPU-bound, no engine) run
+# beside them, in a second meson test with its own log, followed by
+# side_lane PLAIN_DIR. The meson logs end in DIR/meson-logs and
+# PLAIN_DIR/meson-logs.
 run_all() {
-	local dir=$1 label=$2 rc=0 pid
+	local dir=$1 label=$2 plain=$3 rc=0 pid
 	say "tests ($label): integration suites one at a time, the others beside them"
 	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --suite integration \
 		--logbase integration > "$dir/meson-logs/integration.out" 2>&1 &
 	pid=$!
 	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --no-suite integration \
 		--logbase others || rc=1
+	side_lane "$plain" || rc=1
 	wait "$pid" || rc=1
 	cat "$dir/meson-logs/integration.out"
 	return $rc
@@ -125,7 +156,7 @@ cmd_test() {
 	need_root "$@"
 	install_packages
 	ensure_engine
-	local rc=0 p1 f1 p2 f2 p3 f3
+	local rc=0 p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
 	build build -Dwerror=true -Dtests=enabled -Dsystemd=enabled
 	# The engine is the bottleneck of the C integration suites (the density
 	# suite alone makes 200 allowlisted sandboxes), so they run once, under
@@ -136,16 +167,20 @@ cmd_test() {
 	read -r p1 f1 < <(count_results build)
 	build build-asan -Dwerror=true -Dtests=enabled -Dsystemd=enabled \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-	run_all build-asan "ASan+UBSan build" || rc=1
+	run_all build-asan "ASan+UBSan build" build || rc=1
 	read -r p2 f2 < <(count_results build-asan integration others)
+	read -r p4 f4 < <(count_results build testlog-valgrind)
+	read -r p5 f5 < <(count_fuzz build/fuzz)
 	# The suites ran above: the package build need not run them again.
 	say "Debian packages (contrib/package-test.sh)"
 	if DEB_BUILD_OPTIONS=nocheck bash contrib/package-test.sh; then p3=1 f3=0; else p3=0 f3=1 rc=1; fi
 	echo
 	echo "werror build: $p1 passed, $f1 failed"
 	echo "sanitizer build: $p2 passed, $f2 failed"
+	echo "valgrind (unit): $p4 passed, $f4 failed"
+	echo "fuzz targets: $p5 passed, $f5 failed"
 	echo "packages: $p3 passed, $f3 failed"
-	echo "summary: $((p1 + p2 + p3)) passed, $((f1 + f2 + f3)) failed"
+	echo "summary: $((p1 + p2 + p3 + p4 + p5)) passed, $((f1 + f2 + f3 + f4 + f5)) failed"
 	return $rc
 }
 
