@@ -166,10 +166,14 @@ static bool conn_may_read(const struct conn *c)
 	return conn_may_take(c) && (!c->srv->budget_spent || c->srv->budget_reader == c);
 }
 
+static void conn_update_frame_timer(struct conn *c, unsigned taken);
+
+/* Reading on or off as conn_may_read says; the frame deadline follows. */
 static void conn_update_read(struct conn *c)
 {
 	if (c->dead)
 		return;
+	conn_update_frame_timer(c, 0);
 	if (conn_may_read(c)) {
 		bufferevent_enable(c->bev, EV_READ);
 		if (c->closed_ev)
@@ -229,16 +233,19 @@ static void conn_account(struct conn *c)
 }
 
 /* The frame deadline runs only while the daemon waits on the client: part
- * of a frame is held and the daemon would take it (reading, or paused by the
- * budget). While it holds back for its own reasons (calls in flight, replies
- * queued, draining) there is no deadline; a frame that restarts (frames
- * were taken in this pass) gets a fresh one. */
+ * of a frame is held and the daemon reads the connection. While it holds
+ * back for its own reasons (calls in flight, replies queued, draining, or
+ * the buffer budget spent and another connection's frame read first) there
+ * is no deadline: under a burst of large frames the client that sent its
+ * whole frame is not the one to blame. When reading resumes, and when a
+ * frame restarts (frames were taken in this pass), it gets a fresh one. */
 static void conn_update_frame_timer(struct conn *c, unsigned taken)
 {
 	struct timeval tv;
 	long ms = c->srv->d->config->frame_timeout_ms;
 
-	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c)) {
+	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c) ||
+	    !conn_may_read(c)) {
 		evtimer_del(c->frame_ev);
 		return;
 	}

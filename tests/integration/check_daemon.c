@@ -578,6 +578,50 @@ START_TEST(held_frames_are_served_while_the_budget_is_spent)
 }
 END_TEST
 
+/* A frame the daemon does not read because the budget went to an older
+ * frame is not on the clock: when the stalled older one is cut, the waiting
+ * one gets a fresh deadline and is served. */
+START_TEST(budget_wait_is_not_on_the_frame_clock)
+{
+	struct msbd_proc d = { 0 };
+	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
+	char *pad = malloc(60001);
+	int a, b;
+	json_t *r;
+
+	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=131072",
+					 "--set", "limits.buffer_budget_bytes=131072",
+					 "--set", "limits.frame_timeout_ms=1500", NULL });
+	ck_assert_ptr_nonnull(pad);
+	memset(pad, 'p', 60000);
+	pad[60000] = '\0';
+	b = raw_connect(d.sock);
+	a = raw_connect(d.sock);
+	raw_send_str(b, pad);                      /* b's frame began first: b is read */
+	usleep(200 * 1000);
+	raw_send_str(a, head);                     /* a's frame begins */
+	raw_send_str(a, pad);
+	raw_send_str(a, pad);                      /* 180 KB held: spent; a waits for b */
+	/* b stalls and is cut at ~1.5 s; a, unread meanwhile, finishes at ~2.3 s. */
+	usleep(2300 * 1000);
+	raw_send_str(a, "\"}}\n");
+	r = raw_recv(b, RECV_MS);
+	ck_assert_msg(r, "the stalled frame got no FrameTimeout");
+	ck_assert_str_eq(error_type(r), "FrameTimeout");
+	json_decref(r);
+	r = raw_recv(a, RECV_MS);
+	ck_assert_msg(r, "the frame that waited for the budget got no reply");
+	ck_assert_msg(jget(r, "id") && json_is_string(jget(r, "id")), "the waiting frame was cut: %s",
+		      jstr(r, "error.data.type"));
+	ck_assert_str_eq(jstr(r, "id"), "a");      /* answered (describe takes no "pad") */
+	json_decref(r);
+	close(a);
+	close(b);
+	free(pad);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- the engine goes away and comes back ----------------------------- */
 
 START_TEST(engine_down_at_start_then_recovers)
@@ -1339,6 +1383,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(limits, a_64_mib_file_frame_is_admitted_by_default);
 	tcase_add_test(limits, spent_buffer_budget_pauses_reading);
 	tcase_add_test(limits, held_frames_are_served_while_the_budget_is_spent);
+	tcase_add_test(limits, budget_wait_is_not_on_the_frame_clock);
 	tcase_set_timeout(lifecycle, 60);
 	tcase_add_test(lifecycle, socket_activation_serves_describe);
 	tcase_add_test(lifecycle, stale_socket_is_replaced_live_one_refused);
