@@ -287,7 +287,7 @@ static int egress_host(struct dec *d, const char *name, size_t i, const json_t *
 {
 	static const char *const rule_members[] = { "host", "methods" };
 	const json_t *host = v;
-	const char *key, *s, *why = NULL;
+	const char *key, *s = NULL, *why = NULL;
 	char what[64];
 	json_t *m;
 	int r;
@@ -488,7 +488,7 @@ static int egress_from(const char *s)
 static int dec_egress(struct dec *d, const char *name, const json_t *v, struct spec_build *b)
 {
 	const char *names[_MSB_EGRESS_MAX];
-	int e;
+	int e = 0;
 	int r;
 
 	for (int i = 0; i < _MSB_EGRESS_MAX; i++)

@@ -107,7 +107,7 @@ static bool api_version_parse(const char *s, unsigned *ret_major, unsigned *ret_
 
 int engine_api_version_cmp(const char *a, const char *b)
 {
-	unsigned amaj, amin, bmaj, bmin;
+	unsigned amaj = 0, amin = 0, bmaj = 0, bmin = 0;
 	bool aok = api_version_parse(a, &amaj, &amin);
 	bool bok = api_version_parse(b, &bmaj, &bmin);
 

@@ -137,10 +137,10 @@ static void out_str(struct json_out *o, const char *s)
 
 static void out_u16(struct json_out *o, uint32_t u)
 {
-	char esc[sizeof("\\uffff")];
+	char esc[sizeof("\\uffffff")];   /* room for any unsigned to the compiler; 6 used */
 
 	snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)(u & BMP_MAX));
-	out_put(o, esc, sizeof(esc) - 1);
+	out_put(o, esc, sizeof("\\uffff") - 1);
 }
 
 /* One character of s[0..n) as strict UTF-8 (no overlong form, no surrogate,

@@ -198,7 +198,7 @@ static bool db_find(const char *buf, size_t len, size_t nids, const struct ident
 int identity_apply_passwd(const struct identity_user *u, const char *buf, size_t len,
 			  struct identity *id)
 {
-	struct db_entry e;
+	struct db_entry e = { 0 };
 
 	if (len > IDENTITY_DB_MAX_BYTES)
 		return -E2BIG;
@@ -218,7 +218,7 @@ int identity_apply_passwd(const struct identity_user *u, const char *buf, size_t
 int identity_apply_group(const struct identity_user *u, const char *buf, size_t len,
 			 struct identity *id)
 {
-	struct db_entry e;
+	struct db_entry e = { 0 };
 
 	if (len > IDENTITY_DB_MAX_BYTES)
 		return -E2BIG;
