@@ -11,7 +11,8 @@
 /* CLOCK_MONOTONIC in milliseconds. */
 long loop_now_ms(void);
 /* Runs base until *counter reaches want (counter NULL: never) or max_ms
- * pass; a 5 ms tick keeps the loop turning when nothing else is pending. */
+ * pass (with a counter, max_ms * test_slow_factor(): slow.h); a 5 ms tick
+ * keeps the loop turning when nothing else is pending. */
 void loop_run_until(struct event_base *base, const int *counter, int want, int max_ms);
 
 /* An engine on base, pointed at the fake engine's socket (not started);
