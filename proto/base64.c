@@ -42,8 +42,20 @@ char *msb_base64_encode(const void *data, size_t len, size_t *ret_len)
 	size_t n = msb_base64_encoded_len(len), o = 0;
 	char *out = xmalloc(n + 1);
 
-	for (size_t i = 0; i < len; i += 3, o += 4)
-		encode_quantum(in + i, len - i < 3 ? len - i : 3, out + o);
+	size_t i = 0;
+
+	for (; i + 3 <= len; i += 3, o += 4) {
+		uint32_t bits = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+
+		out[o] = b64_alphabet[bits >> 18];
+		out[o + 1] = b64_alphabet[(bits >> 12) & 0x3f];
+		out[o + 2] = b64_alphabet[(bits >> 6) & 0x3f];
+		out[o + 3] = b64_alphabet[bits & 0x3f];
+	}
+	if (i < len) {
+		encode_quantum(in + i, len - i, out + o);
+		o += 4;
+	}
 	assert(o == n);
 	out[n] = '\0';
 	if (ret_len)
@@ -51,19 +63,29 @@ char *msb_base64_encode(const void *data, size_t len, size_t *ret_len)
 	return out;
 }
 
+/* Each byte's value in the alphabet, -1 outside it. */
+static const int8_t b64_values[256] = {
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 62, -1, -1, -1, 63,
+	52, 53, 54, 55, 56, 57, 58, 59, 60, 61, -1, -1, -1, -1, -1, -1,
+	-1,  0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14,
+	15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, -1, -1, -1, -1, -1,
+	-1, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+	41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+};
+
 static int b64_value(unsigned char c)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
+	return b64_values[c];
 }
 
 /* One 4-character quantum; last says padding is allowed ("xx==" or "xxx=").
@@ -102,8 +124,22 @@ int msb_base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len)
 	if (len % 4)
 		return -EINVAL;
 	buf = xmalloc(msb_base64_decoded_max(len));
-	for (size_t i = 0; i < len; i += 4) {
-		int k = decode_quantum(s + i, i + 4 == len, buf + n);
+	/* Every quantum but the last has no padding: four table lookups, the
+	 * sign bit of their OR says whether one was outside the alphabet. */
+	for (size_t i = 0; i + 4 < len; i += 4, n += 3) {
+		const unsigned char *q = (const unsigned char *)s + i;
+		int32_t a = b64_values[q[0]], b = b64_values[q[1]], c = b64_values[q[2]], d = b64_values[q[3]];
+		uint32_t bits;
+
+		if ((a | b | c | d) < 0)
+			return -EINVAL;   /* outside the alphabet, '=' included */
+		bits = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+		buf[n] = bits >> 16;
+		buf[n + 1] = (bits >> 8) & 0xff;
+		buf[n + 2] = bits & 0xff;
+	}
+	if (len > 0) {
+		int k = decode_quantum(s + len - 4, true, buf + n);
 
 		if (k < 0)
 			return k;
