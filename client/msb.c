@@ -16,6 +16,7 @@
 
 #include "cleanup.h"
 #include "frame.h"
+#include "jsonfast.h"
 #include "jsonrpc.h"
 #include "msb-limits.h"
 #include "msb.h"
@@ -249,7 +250,7 @@ static int recv_some(struct msb_conn *conn, int64_t deadline, bool stop_on_signa
  * returns true. */
 static bool take_notification(struct msb_conn *conn, const char *line, size_t len)
 {
-	json_auto_t *v = json_loadb(line, len, 0, NULL);
+	json_auto_t *v = jsonfast_loadb(line, len, 0, NULL);
 	const char *method;
 
 	if (!json_is_object(v) || !json_object_get(v, "method") || json_object_get(v, "id"))

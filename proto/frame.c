@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "jsonfast.h"
 #include "xmalloc.h"
 
 void frame_buf_init(struct frame_buf *fb, size_t max)
@@ -123,13 +124,12 @@ bool frame_buf_in_frame(const struct frame_buf *fb)
 
 char *frame_encode(const json_t *v, size_t *ret_len)
 {
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	size_t n;
+	/* json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY), with room for the LF. */
+	char *s = jsonfast_dump(v, 1, &n);
 
 	if (!s)
 		return NULL;
-	n = strlen(s);
-	s = xrealloc(s, n + 2);
 	s[n] = '\n';
 	s[n + 1] = '\0';
 	*ret_len = n + 1;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "jsonfast.h"
 #include "jsonrpc.h"
 #include "xmalloc.h"
 
@@ -77,7 +78,7 @@ int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *r
 
 	/* JSON_DECODE_ANY: a scalar frame is valid JSON, so it is an invalid
 	 * request (-32600), not a parse error (-32700). */
-	req.root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	req.root = jsonfast_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (!req.root) {
 		r = fail(reterr_reply, MSB_ERR_PARSE, NULL,
 			 json_pack("{s:s, s:i}", "detail", jerr.text, "position", jerr.position),
@@ -163,7 +164,7 @@ int jsonrpc_response_parse(const char *buf, size_t len, struct jsonrpc_response 
 	struct jsonrpc_response resp = { 0 };
 	json_t *version, *result, *err;
 
-	resp.root = json_loadb(buf, len, 0, NULL);
+	resp.root = jsonfast_loadb(buf, len, 0, NULL);
 	if (!json_is_object(resp.root))
 		goto proto;
 	version = json_object_get(resp.root, "jsonrpc");

@@ -1,0 +1,115 @@
+/* fuzz_jsonfast.c — differential libFuzzer target for proto/jsonfast.c
+ * against jansson itself. The input is:
+ *   byte 0: json_loadb flags (JSON_ALLOW_NUL, JSON_REJECT_DUPLICATES,
+ *           JSON_DECODE_ANY, JSON_DECODE_INT_AS_REAL, and now and then
+ *           JSON_DISABLE_EOF_CHECK);
+ *   byte 1: the splice threshold, 0..15 bytes (jsonfast_set_thresholds, the
+ *           test hook, with no load threshold), so short inputs reach the
+ *           splicing fast path;
+ *   the rest: the text.
+ * Invariants:
+ *   - jsonfast_loadb and json_loadb agree: both refuse with the same error
+ *     text, source, line, column and position, or both accept equal values
+ *     with the same error struct (its position);
+ *   - for an accepted value, jsonfast_dump is json_dumps(v, JSON_COMPACT |
+ *     JSON_ENCODE_ANY) byte for byte, with its extra room writable;
+ *   - the raw text as a string value and as an object key (built with the
+ *     *_nocheck calls, so not necessarily UTF-8) dumps the same by both: the
+ *     same failure on a bad value, jansson's partial text on a bad key.
+ * A broken invariant aborts. Built by tests/fuzz/run.sh with clang, and by
+ * meson with replay_main.c as the unit test 'fuzz_jsonfast'. */
+#include <string.h>
+
+#include "fuzz.h"
+#include "jsonfast.h"
+
+#define DUMP_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY)
+/* Bytes of the input header (flags, threshold). */
+#define HEADER_BYTES 2
+/* Extra room asked of jsonfast_dump, and written to. */
+#define DUMP_EXTRA 2
+
+static size_t input_flags(uint8_t b)
+{
+	size_t flags = 0;
+
+	if (b & 1)
+		flags |= JSON_ALLOW_NUL;
+	if (b & 2)
+		flags |= JSON_REJECT_DUPLICATES;
+	if (b & 4)
+		flags |= JSON_DECODE_ANY;
+	if (b & 8)
+		flags |= JSON_DECODE_INT_AS_REAL;
+	if ((b & 0xf0) == 0xf0)
+		flags |= JSON_DISABLE_EOF_CHECK;
+	return flags;
+}
+
+static void check_dump(const json_t *v)
+{
+	char *want = json_dumps(v, DUMP_FLAGS);
+	size_t n = 0;
+	char *got = jsonfast_dump(v, DUMP_EXTRA, &n);
+
+	require(!want == !got, "jsonfast_dump and json_dumps disagree on failure");
+	if (want) {
+		require(n == strlen(want), "jsonfast_dump's length differs");
+		require(memcmp(got, want, n + 1) == 0, "jsonfast_dump's text differs");
+		memset(got + n, '\n', DUMP_EXTRA);
+		got[n + DUMP_EXTRA] = '\0';
+	}
+	free(want);
+	free(got);
+}
+
+static void check_errors(const json_error_t *a, const json_error_t *b)
+{
+	require(strcmp(a->text, b->text) == 0, "error texts differ");
+	require(strcmp(a->source, b->source) == 0, "error sources differ");
+	require(a->line == b->line && a->column == b->column, "error lines or columns differ");
+	require(a->position == b->position, "error positions differ");
+}
+
+/* The raw bytes as a string value and as a key, not necessarily UTF-8. */
+static void check_raw_dump(const char *text, size_t len)
+{
+	json_t *o = json_object();
+	json_t *s = json_stringn_nocheck(text, len);
+
+	require(o && s, "OOM");
+	check_dump(s);
+	json_object_setn_new_nocheck(o, text, len, json_true());
+	json_object_set_new_nocheck(o, "v", s);
+	check_dump(o);
+	json_decref(o);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	json_error_t want_err, got_err;
+	const char *text;
+	size_t flags, len;
+	json_t *want, *got;
+
+	fuzz_json_seed();
+	if (size < HEADER_BYTES)
+		return 0;
+	flags = input_flags(data[0]);
+	jsonfast_set_thresholds(0, data[1] & 0x0f);
+	text = (const char *)data + HEADER_BYTES;
+	len = size - HEADER_BYTES;
+
+	want = json_loadb(text, len, flags, &want_err);
+	got = jsonfast_loadb(text, len, flags, &got_err);
+	require(!want == !got, "jsonfast_loadb and json_loadb disagree on failure");
+	check_errors(&got_err, &want_err);
+	if (want) {
+		require(json_equal(want, got), "jsonfast_loadb's value differs");
+		check_dump(got);
+	}
+	json_decref(want);
+	json_decref(got);
+	check_raw_dump(text, len);
+	return 0;
+}
