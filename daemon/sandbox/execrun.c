@@ -16,11 +16,14 @@
  * stdout, which can never be told from the guest's. The mark ends, once,
  * in execrun_unmark(): when a probe (GET /exec/{eid}/json, x->probe, run
  * beside the stream) shows a Pid or an ExitCode, when the start's request
- * ends (the process then ran, or never will), when the probes are spent,
- * and in execrun_finish (cancel, deadline, the engine gone). Probes are
- * sent only once a freeze waits on the mark (the table makes x->timer
- * active), then every EXECRUN_START_PROBE_MS: an exec with no freeze
- * behind it costs no request.
+ * ends (the process then ran, or never will), and in execrun_finish
+ * (cancel, deadline, the engine gone) — never on a count: a freeze paused
+ * into a start the runtime has not finished catches runc's init joining a
+ * frozen cgroup, which stays frozen and hangs the engine on the container.
+ * Probes are sent only once a freeze waits on the mark (the table makes
+ * x->timer active), every EXECRUN_START_PROBE_MS for EXECRUN_START_PROBES,
+ * then every EXECRUN_START_PROBE_SLOW_MS: an exec with no freeze behind it
+ * costs no request.
  *
  * Every other outcome, the deadline and execrun_cancel end in
  * execrun_finish(), the one place the callback fires: it disarms the
@@ -589,20 +592,17 @@ static void inspect_done_cb(const struct docker_reply *r, void *arg)
 
 static void probe_done_cb(const struct docker_reply *r, void *arg);
 
-/* Asks whether the process runs (marked, no probe in flight), or gives the
- * mark up once EXECRUN_START_PROBES are spent. */
+/* Asks whether the process runs (marked, no probe in flight). */
 static void execrun_probe(struct execrun *x)
 {
 	int r;
 
 	if (!x->mark || x->probe)
 		return;
-	if (x->probes >= EXECRUN_START_PROBES) {
-		log_warnx("%s: exec %.64s in %.64s: not confirmed started after %u inspects; letting a "
-			  "freeze go on", __func__, x->exec_id, x->id, x->probes);
-		execrun_unmark(x);
-		return;
-	}
+	if (x->probes == EXECRUN_START_PROBES)
+		log_warnx("%s: exec %.64s in %.64s: not confirmed started after %u inspects; the freeze "
+			  "waiting on it keeps waiting (asked every %d ms now)", __func__, x->exec_id, x->id,
+			  x->probes, EXECRUN_START_PROBE_SLOW_MS);
 	x->probes++;
 	r = docker_exec_inspect(x->e, x->exec_id, probe_done_cb, x, &x->probe);
 	if (r < 0) {
@@ -635,7 +635,8 @@ static void probe_done_cb(const struct docker_reply *r, void *arg)
 		execrun_unmark(x);
 		return;
 	}
-	execrun_arm(x, x->timer, EXECRUN_START_PROBE_MS);
+	execrun_arm(x, x->timer,
+		    x->probes < EXECRUN_START_PROBES ? EXECRUN_START_PROBE_MS : EXECRUN_START_PROBE_SLOW_MS);
 }
 
 /* The retry timer (PAUSED), the re-inspect timer (SETTLING), and the

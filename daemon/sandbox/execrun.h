@@ -46,10 +46,14 @@ struct freeze_table;
  * ExitCode), a run holds an exec mark on the container, so no freeze of
  * ours pauses it meanwhile (a pause then makes the runtime fail the exec,
  * with its text on the exec's own stdout). Once a freeze waits on the
- * mark, the run asks GET /exec/{eid}/json every EXECRUN_START_PROBE_MS, at
- * most EXECRUN_START_PROBES times (then it gives the mark up and logs). */
-#define EXECRUN_START_PROBE_MS 10
-#define EXECRUN_START_PROBES   150
+ * mark, the run asks GET /exec/{eid}/json every EXECRUN_START_PROBE_MS,
+ * EXECRUN_START_PROBES times, then (with a warning) every
+ * EXECRUN_START_PROBE_SLOW_MS. The mark is never given up on a count: a
+ * pause into an unfinished start can freeze runc's init for good. The run's
+ * own deadline, and the waiting file call's, bound the wait. */
+#define EXECRUN_START_PROBE_MS      10
+#define EXECRUN_START_PROBES        150
+#define EXECRUN_START_PROBE_SLOW_MS 100
 /* The engine marks an exec exited before it closes its stream, so the first
  * inspect after the end sees the code; should it still say Running, it is
  * asked again this often, at most this many more times (then -EIO). */

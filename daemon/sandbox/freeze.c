@@ -17,9 +17,11 @@
  * Exec marks (freeze_exec_starting_*) live on the same per-container lock,
  * which stays while it has one. A hold whose turn comes while its lock has
  * marks is deferred: it stays WAITING at the head (claim->deferred), its
- * retry_ev armed for what is left of FREEZE_EXEC_WAIT_MS, and the last
- * mark's end fires that timer at once. lock_advance skips a deferred head;
- * the timer clears the flag and advances the lock again. */
+ * retry_ev armed for what is left of FREEZE_EXEC_WAIT_MS (then again every
+ * FREEZE_EXEC_WAIT_MS, a warning logged once), and the last mark's end
+ * fires that timer at once. lock_advance skips a deferred head; the timer
+ * clears the flag and advances the lock again, which defers it again while
+ * marks remain. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -65,6 +67,7 @@ struct freeze_claim {
 	struct timespec blocked_since; /* CLOCK_MONOTONIC: when it first found it held */
 	bool deferred;                 /* WAITING at the head: an exec of ours is starting */
 	bool exec_waited;              /* exec_wait_since is set */
+	bool exec_warned;              /* "not confirmed started" was logged */
 	struct timespec exec_wait_since; /* CLOCK_MONOTONIC: its first deferral */
 };
 
@@ -586,11 +589,17 @@ static bool claim_defer(struct freeze_claim *c)
 		c->exec_waited = first = true;
 		clock_gettime(CLOCK_MONOTONIC, &c->exec_wait_since);
 	}
+	/* Never paused into an exec start, however long it takes: runc's init
+	 * caught joining a frozen cgroup stays frozen, and the engine hangs
+	 * every later call on the container (its exec start, inspect,
+	 * unpause, rm -f). The owner's own deadline bounds the wait. */
 	left = FREEZE_EXEC_WAIT_MS - elapsed_ms(&c->exec_wait_since);
 	if (left <= 0) {
-		log_warnx("%s: %zu exec(s) in %s not confirmed started after %d ms; freezing it all the same",
-			  __func__, l->n_marks, l->id, FREEZE_EXEC_WAIT_MS);
-		return false;
+		if (!c->exec_warned)
+			log_warnx("%s: %zu exec(s) in %s not confirmed started after %d ms; the freeze waits for "
+				  "them", __func__, l->n_marks, l->id, FREEZE_EXEC_WAIT_MS);
+		c->exec_warned = true;
+		left = FREEZE_EXEC_WAIT_MS;
 	}
 	if (!claim_arm(c, left))
 		return false;
@@ -730,7 +739,7 @@ static void pause_cancelled_by_engine(struct freeze_claim *c, const struct docke
 	lock_fail_waiters(l, -ECANCELED);
 }
 
-static bool claim_retry_stale(struct freeze_claim *c);
+static bool claim_retry_stale(struct freeze_claim *c, long budget_ms);
 static void claim_retry_cb(evutil_socket_t fd, short what, void *arg);
 
 /* What a pause's answer means for c (PAUSING, no request in flight). */
@@ -746,10 +755,11 @@ static void pause_outcome(struct freeze_claim *c, const struct docker_reply *r)
 		claim_fail(c, r, false);
 		claim_thaw(c);
 	} else if (r->status == 409 && reply_says(r, "already paused") && !c->withdrawn &&
-		   (c->stale || recently_unpaused(c->lock->table, c->lock->id)) && claim_retry_stale(c)) {
+		   (c->stale || recently_unpaused(c->lock->table, c->lock->id)) &&
+		   claim_retry_stale(c, FREEZE_STALE_BUDGET_MS)) {
 		/* Perhaps only the engine's late view of our own last unpause. */
 	} else if (r->error == 0 && r->status >= 500 && reply_says(r, "unable to freeze") && !c->withdrawn &&
-		   claim_retry_stale(c)) {
+		   claim_retry_stale(c, FREEZE_STALE_BUDGET_MS)) {
 		/* runc gave up on a guest that forks as fast as it can freeze it,
 		 * and thawed it again: a moment later it usually works. */
 	} else if (c->withdrawn && r->error == 0 && (r->status == 409 || r->status >= 500)) {
@@ -786,11 +796,24 @@ static void unpause_done_cb(const struct docker_reply *r, void *arg)
 		return;
 	assert(c->state == FREEZE_CLAIM_THAWING);
 	claim_enter(c);
-	/* Our own pause said "not paused" back: perhaps the engine's late view
-	 * of an earlier unpause, while the guest is frozen. Ask again. */
-	if (!(c->kind == FREEZE_KIND_HOLD && reply_says(r, "is not paused") &&
-	      mono_ms() - c->paused_at_ms < FREEZE_STALE_BUDGET_MS && claim_retry_stale(c)))
-		thaw_finished(c, r);
+	/* The unpause of our own confirmed pause said "not paused": the
+	 * engine's late view of an earlier unpause (its Paused flag follows
+	 * containerd's events, which wait behind the container's lock, held
+	 * by the copy: seconds under load), while the guest is frozen. Ask
+	 * again, however long the hold lasted: the budget runs from the first
+	 * such answer. Taken as thawed only when it is spent, with a warning:
+	 * an exec into a guest left frozen would hang the engine. */
+	if (c->kind == FREEZE_KIND_HOLD && c->paused_at_ms && reply_says(r, "is not paused")) {
+		if (claim_retry_stale(c, FREEZE_STALE_THAW_BUDGET_MS)) {
+			claim_leave(c);
+			return;
+		}
+		if (c->stale)
+			log_warnx("%s: the engine still says %s is not paused %d ms after its first such answer "
+				  "to the unpause of our own pause; taking it as thawed (if it is still frozen, "
+				  "the next acquire lifts it)", __func__, c->lock->id, FREEZE_STALE_THAW_BUDGET_MS);
+	}
+	thaw_finished(c, r);
 	claim_leave(c);
 }
 
@@ -876,7 +899,7 @@ static void claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Schedules c's request again if the stale-state budget allows. */
-static bool claim_retry_stale(struct freeze_claim *c)
+static bool claim_retry_stale(struct freeze_claim *c, long budget_ms)
 {
 	if (!c->lock->table->base)
 		return false;
@@ -884,7 +907,7 @@ static bool claim_retry_stale(struct freeze_claim *c)
 		c->stale = true;
 		clock_gettime(CLOCK_MONOTONIC, &c->stale_since);
 	}
-	if (elapsed_ms(&c->stale_since) >= FREEZE_STALE_BUDGET_MS || !claim_arm(c, FREEZE_STALE_RETRY_MS))
+	if (elapsed_ms(&c->stale_since) >= budget_ms || !claim_arm(c, FREEZE_STALE_RETRY_MS))
 		return false;
 	log_debug("op", "freeze %.64s: the engine's pause state looks stale; asking again", c->lock->id);
 	return true;

@@ -131,16 +131,24 @@ struct freeze_table *freeze_table_new(void);
  * late: right after our unpause a pause can meet "already paused", and
  * right after our pause an unpause can meet "is not paused" while the guest
  * is frozen. With an event base, a hold asks again every
- * FREEZE_STALE_RETRY_MS for up to FREEZE_STALE_BUDGET_MS (then the answer
- * stands: refused, or thawed) — but only within FREEZE_STALE_BUDGET_MS of
- * our own thaw of that container (for "already paused") or of our own
- * confirmed pause (for "is not paused"). A pause someone else made is
+ * FREEZE_STALE_RETRY_MS from the first such answer (then the answer
+ * stands: refused, or thawed, with a warning) — for "already paused" for up
+ * to FREEZE_STALE_BUDGET_MS, and only within FREEZE_STALE_BUDGET_MS of our
+ * own thaw of that container; for "is not paused" for up to
+ * FREEZE_STALE_THAW_BUDGET_MS, whenever it answers the unpause of our own
+ * confirmed pause, however long the hold lasted (the engine's events wait
+ * behind the container's lock, which the copy holds: under load the late
+ * view comes seconds after the pause). A pause someone else made is
  * refused at once, as before. A pause runc gave up on ("unable to freeze":
  * a guest forking faster than the freezer settles; runc thaws it again) is
  * asked again within the same budget. Without an event base, the first
  * answer stands. */
 #define FREEZE_STALE_RETRY_MS  20
 #define FREEZE_STALE_BUDGET_MS 1000
+/* The budget of "is not paused" answering the unpause of our own pause: a
+ * guest taken as thawed while frozen would hang the next exec into it, and
+ * waiting costs only when someone else unpaused our freeze meanwhile. */
+#define FREEZE_STALE_THAW_BUDGET_MS 5000
 struct event_base;
 void freeze_table_set_base(struct freeze_table *t, struct event_base *base);
 /* The host lock (borrowed; it must outlive the table). NULL, the default:
@@ -227,10 +235,14 @@ uint64_t freeze_confirmed_generation(const struct freeze_table *t, const char *i
  *  - it marks the container from its start until confirmed
  *    (freeze_exec_starting_begin/_end), and a hold that becomes the head
  *    meanwhile stays WAITING ("deferred") without its pause. The last
- *    mark's end lets it go on at once, from the loop; without one within
- *    FREEZE_EXEC_WAIT_MS it pauses anyway and logs a warning. Deferring
- *    needs the event base (freeze_table_set_base): without one, a hold
- *    never waits.
+ *    mark's end lets it go on at once, from the loop. It never pauses
+ *    while a mark is there, however long: a pause that catches the
+ *    runtime's init joining the container's cgroup freezes it there, and
+ *    the engine then hangs every call on the container (seen on Docker
+ *    20.10, cgroup v1, under load). After FREEZE_EXEC_WAIT_MS a warning is
+ *    logged, once; the hold's owner bounds the wait with its own deadline
+ *    (freeze_cancel). Deferring needs the event base
+ *    (freeze_table_set_base): without one, a hold never waits.
  *
  * A mark also holds the exec's wake event (borrowed; it must stay valid
  * until the mark ends): when a hold is deferred behind the mark, the table

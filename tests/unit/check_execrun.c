@@ -1471,6 +1471,55 @@ START_TEST(test_mark_ends)
 }
 END_TEST
 
+/* A start never confirmed keeps its mark past EXECRUN_START_PROBES (asked
+ * more slowly then): the freeze behind it is not paused into it; it goes on
+ * once the run ends. */
+START_TEST(test_mark_outlasts_the_probes)
+{
+	struct fake_reply script[] = {
+		PING, VERSION, CREATE(), START("x", 0, .stall = true, .chunked = true),
+		INSPECT_R(200, PROBE_NOT_YET, .repeat = true), PAUSE, UNPAUSE,
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct hold_rec h = { 0 };
+	struct run_rec rec = { 0 };
+	char want[64];
+	long end;
+
+	frame_add_str(&s, 1, "x");
+	script[3].body = (const char *)s.p;
+	script[3].body_len = s.n;
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	run_start(&rec, 0, 0);
+	wait_start_sent(&rec);
+	hold_queue(&h);
+	/* The fake records only FAKE_MAX_REQUESTS: the run's warning (the only
+	 * line logged, debug off) says when the probes are spent. */
+	log_set_debug(false);
+	loop_log_capture_start();
+	snprintf(want, sizeof(want), "after %d inspects; the freeze", EXECRUN_START_PROBES);
+	end = loop_now_ms() + 5L * RUN_MAX_MS;
+	while (!strstr(loop_logged(), want) && loop_now_ms() < end)
+		run_for(5);
+	run_for(3 * EXECRUN_START_PROBE_SLOW_MS);
+	ck_assert_msg(strstr(loop_logged(), want), "%s", loop_logged());
+	loop_log_capture_stop();
+	log_set_debug(true);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+	ck_assert_int_eq(h.calls, 0);
+	ck_assert_uint_eq(requests_to(PAUSE_PATH), 0);
+	execrun_cancel(rec.x);
+	ck_assert_int_eq(rec.error, -ECANCELED);
+	run_until(&h.calls, 1, RUN_MAX_MS);
+	ck_assert_int_eq(h.calls, 1);
+	ck_assert_int_eq(h.error, 0);   /* paused now (past the fake's record) */
+	release_freeze(h.claim);
+	run_for(SETTLE_MS);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
+}
+END_TEST
+
 /* ---- the deadline ------------------------------------------------------------------------------- */
 
 enum stall_at { STALL_CREATE, STALL_START_HEADERS, STALL_STREAM, STALL_INSPECT, STALL_SETTLING, _STALL_MAX };
@@ -1902,6 +1951,7 @@ static Suite *execrun_suite(void)
 	tcase_add_loop_test(tc, test_hold_blocks_create_and_start, 0, _HOLD_AT_MAX);
 	tcase_add_loop_test(tc, test_start_defers_pause, 0, (int)ELEMENTSOF(confirm_rows));
 	tcase_add_loop_test(tc, test_mark_ends, 0, _MARK_END_MAX);
+	tcase_add_test(tc, test_mark_outlasts_the_probes);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("deadline_and_cancel");

@@ -1776,6 +1776,52 @@ static TCase *host_tcase(const char *name)
 	return tc;
 }
 
+
+/* "is not paused" answering the unpause of our own pause after a hold longer
+ * than FREEZE_STALE_BUDGET_MS (a long copy) is still the engine's late view:
+ * asked again, never taken as thawed at once. */
+START_TEST(test_not_paused_after_a_long_hold)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, NOT_PAUSED_500, UNPAUSES };
+	struct rec *a, *t;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	a = hold();
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	run_for(FREEZE_STALE_BUDGET_MS + 200);     /* a long copy */
+	t = release_and_wait(a);
+	ck_assert_int_eq(t->error, 0);
+	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/unpause;");
+}
+END_TEST
+
+/* An exec mark that outlives FREEZE_EXEC_WAIT_MS still keeps the pause back
+ * (runc's init caught joining a frozen cgroup would hang the engine): the
+ * hold waits, with a warning, until the mark ends. */
+START_TEST(test_exec_mark_never_paused_into)
+{
+	static const struct fake_reply script[] = { PING, VERSION, PAUSES, UNPAUSES };
+	struct freeze_exec_mark *m = NULL;
+	struct rec *a;
+
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	ck_assert_int_eq(freeze_exec_starting_begin(table, C1, NULL, &m), 0);
+	a = hold();
+	run_for(FREEZE_EXEC_WAIT_MS + 500);
+	ck_assert_int_eq(a->calls, 0);
+	ck_assert_str_eq(trace(), "");
+	ck_assert_msg(strstr(loop_logged(), "the freeze waits"), "%s", loop_logged());
+	freeze_exec_starting_end(m);
+	wait_calls(a, 1);
+	ck_assert_int_eq(a->error, 0);
+	release_and_wait(a);
+	settle();
+	assert_idle();
+}
+END_TEST
 static Suite *freeze_suite(void)
 {
 	Suite *s = suite_create("freeze");
@@ -1783,6 +1829,12 @@ static Suite *freeze_suite(void)
 
 	tc = tcase_create("names");
 	tcase_add_test(tc, test_names);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("long_holds");
+	tcase_add_test(tc, test_not_paused_after_a_long_hold);
+	tcase_add_test(tc, test_exec_mark_never_paused_into);
+	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("stale_state");
