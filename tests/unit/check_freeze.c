@@ -1105,6 +1105,9 @@ static const struct {
 	{ UNPAUSE(), 0, 0 },
 	{ NOT_PAUSED_500, 0, 0 },
 	{ UNPAUSE_R(404, .body = "{\"message\":\"No such container: c1\"}"), 0, 0 },
+	/* The engine's late Paused flag after our own thaw; the runtime knows better. */
+	{ UNPAUSE_R(500, .body = "{\"message\":\"Cannot unpause container c1: cannot resume a running "
+				 "process: unknown\"}"), 0, 0 },
 	{ UNPAUSE_R(500, .body = "{\"message\":\"freezer: device or resource busy\"}"), -EIO,
 	  FREEZE_REASON_ENGINE_ERROR },
 };
