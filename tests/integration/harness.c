@@ -1,4 +1,5 @@
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -676,4 +677,81 @@ int netns_bound_socket(pid_t pid, int domain, int type, const void *addr, size_t
 	close(ns);
 	close(self);
 	return fd;
+}
+
+/* ---- additions for the fault suite (check_faults.c) ---------------------- */
+
+/* The inodes of the Unix sockets at path, from /proc/net/unix (a listener
+ * and every connection accepted on it carry its path). malloc'd; *ret_n set. */
+static unsigned long *unix_inodes_at(const char *path, size_t *ret_n)
+{
+	FILE *f = fopen("/proc/net/unix", "r");
+	unsigned long *v = NULL;
+	size_t n = 0;
+	char line[512];
+
+	*ret_n = 0;
+	if (!f)
+		return NULL;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long inode;
+		char p[256];
+
+		/* Num RefCount Protocol Flags Type St Inode [Path] */
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &inode, p) == 2 && strcmp(p, path) == 0) {
+			unsigned long *nv = realloc(v, (n + 1) * sizeof(*v));
+
+			if (!nv)
+				break;
+			v = nv;
+			v[n++] = inode;
+		}
+	}
+	fclose(f);
+	*ret_n = n;
+	return v;
+}
+
+bool fd_census_take(pid_t pid, const char *sock, struct fd_census *c)
+{
+	char dir[64];
+	size_t n_inodes;
+	unsigned long *inodes = unix_inodes_at(sock, &n_inodes);
+	struct dirent *e;
+	DIR *d;
+
+	memset(c, 0, sizeof(*c));
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d) {
+		free(inodes);
+		return false;
+	}
+	while ((e = readdir(d))) {
+		char path[320], target[128];
+		unsigned long inode;
+		ssize_t len;
+		bool on = false;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len < 0)
+			continue;       /* closed meanwhile */
+		target[len] = '\0';
+		if (sscanf(target, "socket:[%lu]", &inode) != 1) {
+			c->files++;
+			continue;
+		}
+		for (size_t i = 0; i < n_inodes && !on; i++)
+			on = inodes[i] == inode;
+		if (on)
+			c->on_sock++;
+		else
+			c->other_sock++;
+	}
+	closedir(d);
+	free(inodes);
+	return true;
 }

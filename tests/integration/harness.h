@@ -110,4 +110,17 @@ pid_t container_pid(const char *container);
  * added. Returns the fd or -errno. */
 int netns_bound_socket(pid_t pid, int domain, int type, const void *addr, size_t addr_len);
 
+/* ---- additions for the fault suite (check_faults.c) --------------------- */
+
+/* What a process holds open (/proc/PID/fd), by kind. */
+struct fd_census {
+	int files;        /* anything but a socket: files, pipes, eventfd, ... */
+	int on_sock;      /* Unix sockets listening at, or accepted on, the path sock */
+	int other_sock;   /* every other socket (for maf-sandboxd: its engine connections) */
+};
+/* Counts pid's descriptors into *c (sock: the Unix socket path it serves).
+ * False if /proc/PID/fd cannot be read (the process is gone). No Check
+ * assertion inside. */
+bool fd_census_take(pid_t pid, const char *sock, struct fd_census *c);
+
 #endif
