@@ -5,7 +5,9 @@
 #                                                  engine if none answers, build, run the daemon
 #   sudo contrib/dev.sh test                       the same set-up, then the tests: a -Dwerror
 #                                                  build (unit, packaging, clients), every suite
-#                                                  under ASan+UBSan, then the Debian packages
+#                                                  under ASan+UBSan, the unit suites under
+#                                                  valgrind, every fuzz target for 60 s
+#                                                  (FUZZ_SECONDS), then the Debian packages
 #                                                  built, installed, socket-activated and purged
 #                                                  (contrib/package-test.sh)
 #
@@ -119,34 +121,30 @@ run_suites() {
 	return $rc
 }
 
-# side_lane PLAIN_DIR: what runs on the second core while the integration
-# suites keep the engine busy: the unit suites under valgrind memcheck (the
-# plain build; errors and definite leaks fail), then every fuzz target for
+# run_all DIR LABEL PLAIN_DIR: every suite of DIR, and the slow checks, on
+# two lanes (two cores). Lane 1, in the background: the integration suites,
+# which share the engine and run one at a time, then every fuzz target for
 # FUZZ_SECONDS (tests/fuzz/run.sh; a crash, leak, timeout or OOM fails).
-side_lane() {
-	local plain=$1 rc=0
-	say "tests (valgrind memcheck): the unit suites of $plain"
-	meson test -C "$plain" --no-rebuild --setup valgrind --num-processes 1 --print-errorlogs \
-		--suite unit || rc=1
-	say "fuzzing: every target for ${FUZZ_SECONDS}s (tests/fuzz/run.sh)"
-	FUZZ_OUT="$ROOT/$plain/fuzz" bash tests/fuzz/run.sh "$FUZZ_SECONDS" || rc=1
-	return $rc
-}
-
-# run_all DIR LABEL PLAIN_DIR: every suite of DIR. The integration suites
-# share the engine and run one at a time; the rest (CPU-bound, no engine) run
-# beside them, in a second meson test with its own log, followed by
-# side_lane PLAIN_DIR. The meson logs end in DIR/meson-logs and
-# PLAIN_DIR/meson-logs.
+# Lane 2: the other suites of DIR (CPU-bound, no engine), then the unit
+# suites of PLAIN_DIR under valgrind memcheck (errors and definite leaks
+# fail). The meson logs end in DIR/meson-logs and PLAIN_DIR/meson-logs.
 run_all() {
 	local dir=$1 label=$2 plain=$3 rc=0 pid
-	say "tests ($label): integration suites one at a time, the others beside them"
-	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --suite integration \
-		--logbase integration > "$dir/meson-logs/integration.out" 2>&1 &
+	say "tests ($label): integration suites one at a time then the fuzzers; beside them the others, then valgrind"
+	(
+		st=0
+		meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --suite integration \
+			--logbase integration || st=1
+		say "fuzzing: every target for ${FUZZ_SECONDS}s (tests/fuzz/run.sh)"
+		FUZZ_OUT="$ROOT/$plain/fuzz" bash tests/fuzz/run.sh "$FUZZ_SECONDS" || st=1
+		exit $st
+	) > "$dir/meson-logs/integration.out" 2>&1 &
 	pid=$!
 	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --no-suite integration \
 		--logbase others || rc=1
-	side_lane "$plain" || rc=1
+	say "tests (valgrind memcheck): the unit suites of $plain"
+	meson test -C "$plain" --no-rebuild --setup valgrind --num-processes 1 --print-errorlogs \
+		--suite unit || rc=1
 	wait "$pid" || rc=1
 	cat "$dir/meson-logs/integration.out"
 	return $rc
