@@ -544,12 +544,18 @@ char *sh_out(const char *fmt, ...)
 
 /* ---- additions for the egress suites (check_egress*.c) ------------------ */
 
+#define PURGE_NETWORK_TRIES 60
+#define STRINGIFY_PURGE_(x) #x
+#define STRINGIFY_PURGE(x) STRINGIFY_PURGE_(x)
+
 void engine_purge_label(const char *key, const char *value)
 {
 	/* A network whose last endpoints are still being released refuses a
-	 * moment ("active endpoints"): a few tries. */
+	 * while ("active endpoints": after 200 disposals the daemon's proxies
+	 * go for seconds more): tries for up to PURGE_NETWORK_TRIES seconds. */
 	char *out = sh_out("docker ps -aq --filter label=%s=%s | xargs -r docker rm -f >/dev/null 2>&1; "
-			   "for i in 1 2 3 4 5; do ids=$(docker network ls -q --filter label=%s=%s); "
+			   "for i in $(seq " STRINGIFY_PURGE(PURGE_NETWORK_TRIES) "); do "
+			   "ids=$(docker network ls -q --filter label=%s=%s); "
 			   "[ -z \"$ids\" ] && break; docker network rm $ids >/dev/null 2>&1; sleep 1; done; "
 			   "docker network ls --format '{{.Name}}' --filter label=%s=%s",
 			   key, value, key, value, key, value);
