@@ -343,31 +343,6 @@ static void assert_clean_stop(struct msbd_proc *d, const struct fd_census *base,
 	ck_assert_msg(rc == 0, "%s: the daemon's stop exited %d", what, rc);
 }
 
-/* ---- base64 (the test's own) -------------------------------------------------- */
-
-static char *b64_encode(const void *data, size_t len)
-{
-	static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	const uint8_t *p = data;
-	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
-
-	ck_assert_ptr_nonnull(out);
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)p[i] << 16;
-
-		if (i + 1 < len)
-			v |= (uint32_t)p[i + 1] << 8;
-		if (i + 2 < len)
-			v |= p[i + 2];
-		*o++ = a[v >> 18 & 63];
-		*o++ = a[v >> 12 & 63];
-		*o++ = i + 1 < len ? a[v >> 6 & 63] : '=';
-		*o++ = i + 2 < len ? a[v & 63] : '=';
-	}
-	*o = '\0';
-	return out;
-}
-
 /* ---- a buffered reader of reply frames ----------------------------------------- */
 
 struct reader {
@@ -440,7 +415,7 @@ static char *kill_content_b64(void)
 	ck_assert_ptr_nonnull(content);
 	for (size_t i = 0; i < KILL_WRITE_BYTES; i++)
 		content[i] = (char)('a' + i % 26);
-	b64 = b64_encode(content, KILL_WRITE_BYTES);
+	b64 = harness_b64_encode(content, KILL_WRITE_BYTES);
 	free(content);
 	return b64;
 }
@@ -561,7 +536,7 @@ START_TEST(sigkill_mid_write_then_the_next_daemon_thaws_and_writes)
 						   "content_text", after), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
 	json_decref(r);
-	want = b64_encode(after, strlen(after));
+	want = harness_b64_encode(after, strlen(after));
 	got = read_b64(&d2, id, "after.txt");
 	ck_assert_str_eq(got, want);
 	free(want);
@@ -911,7 +886,7 @@ static void mix_step(struct mix_client *c, struct msb_conn **conn, int i)
 		op = MIX_READ;
 		r = mix_call(c, conn, "files.read", json_pack("{s:s, s:s}", "sandbox", id, "path", path), &type,
 			     detail, sizeof(detail));
-		want = b64_encode(text, strlen(text));
+		want = harness_b64_encode(text, strlen(text));
 		if (r && (!jstr(r, "content_b64") || strcmp(jstr(r, "content_b64"), want)))
 			type = "wrong result";
 		free(want);

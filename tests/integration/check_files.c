@@ -72,27 +72,6 @@ static char img_root[96], img_u1000[96], img_app[96], img_ghost[96];
 
 static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static char *b64_encode(const void *data, size_t len)
-{
-	const uint8_t *p = data;
-	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
-
-	ck_assert_ptr_nonnull(out);
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)p[i] << 16;
-
-		if (i + 1 < len)
-			v |= (uint32_t)p[i + 1] << 8;
-		if (i + 2 < len)
-			v |= p[i + 2];
-		*o++ = b64_alphabet[v >> 18 & 63];
-		*o++ = b64_alphabet[v >> 12 & 63];
-		*o++ = i + 1 < len ? b64_alphabet[v >> 6 & 63] : '=';
-		*o++ = i + 2 < len ? b64_alphabet[v & 63] : '=';
-	}
-	*o = '\0';
-	return out;
-}
 
 static int b64_value(char c)
 {
@@ -617,7 +596,7 @@ static json_t *f_write(const char *sb, const char *wd, const char *path, const c
 static json_t *f_write_bytes(const char *sb, const char *wd, const char *path, const void *buf, size_t len)
 {
 	json_t *p = fparams(sb, wd, path);
-	char *b = b64_encode(buf, len);
+	char *b = harness_b64_encode(buf, len);
 
 	json_object_set_new(p, "content_b64", json_string(b));
 	free(b);
@@ -1301,7 +1280,7 @@ START_TEST(a_client_leaving_mid_write_leaves_the_guest_running)
 
 	for (size_t i = 0; i < LEAVE_WRITE_BYTES; i++)
 		content[i] = (char)('a' + i % 26);
-	b = b64_encode(content, LEAVE_WRITE_BYTES);
+	b = harness_b64_encode(content, LEAVE_WRITE_BYTES);
 	free(content);
 	p = fparams(fx.id, NULL, "big.bin");
 	json_object_set_new(p, "content_b64", json_string(b));
@@ -1420,7 +1399,7 @@ START_TEST(a_daemon_killed_mid_write_is_thawed_by_the_next_start)
 
 	for (size_t i = 0; i < LEAVE_WRITE_BYTES; i++)
 		content[i] = (char)('a' + i % 26);
-	b = b64_encode(content, LEAVE_WRITE_BYTES);
+	b = harness_b64_encode(content, LEAVE_WRITE_BYTES);
 	free(content);
 	p = fparams(fx.id, NULL, "killed.bin");
 	json_object_set_new(p, "content_b64", json_string(b));
@@ -2041,7 +2020,7 @@ START_TEST(configured_ceilings_refuse_whole_calls)
 	/* Over the total: three files each under the per-file ceiling. */
 	files = json_array();
 	for (int i = 0; i < 3; i++) {
-		char path[32], *b = b64_encode(buf, LOW_FILE_BYTES);
+		char path[32], *b = harness_b64_encode(buf, LOW_FILE_BYTES);
 
 		snprintf(path, sizeof(path), "total/%d.bin", i);
 		json_array_append_new(files, json_pack("{s:s, s:s}", "path", path, "content_b64", b));

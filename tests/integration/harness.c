@@ -761,3 +761,26 @@ bool fd_census_take(pid_t pid, const char *sock, struct fd_census *c)
 	free(inodes);
 	return true;
 }
+
+char *harness_b64_encode(const void *data, size_t len)
+{
+	static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const uint8_t *p = data;
+	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+
+	ck_assert_ptr_nonnull(out);
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16;
+
+		if (i + 1 < len)
+			v |= (uint32_t)p[i + 1] << 8;
+		if (i + 2 < len)
+			v |= p[i + 2];
+		*o++ = a[v >> 18 & 63];
+		*o++ = a[v >> 12 & 63];
+		*o++ = i + 1 < len ? a[v >> 6 & 63] : '=';
+		*o++ = i + 2 < len ? a[v & 63] : '=';
+	}
+	*o = '\0';
+	return out;
+}

@@ -82,6 +82,9 @@ char *engine_get(const char *path, const char *header, char **ret_header_value);
  * cut, at most 64 KiB (malloc'd; empty if it could not run). No Check
  * assertion inside: main() may use it outside any test. */
 char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Standard padded base64 of data (malloc'd): the tests' own, independent
+ * of proto/base64.c, which they check. */
+char *harness_b64_encode(const void *data, size_t len);
 
 /* Helpers on results. */
 const char *jstr(json_t *root, const char *path);   /* "a.b.c" */
