@@ -15,6 +15,7 @@
 #include "config.h"
 #include "msb-limits.h"
 #include "msb-build.h"
+#include "plane_local.h"
 #include "subnet.h"
 #include "xmalloc.h"
 
@@ -67,6 +68,8 @@ static const struct config_key config_keys[] = {
 	K("files.max_total_bytes", CONFIG_SIZE, files_max_total_bytes, 1, MSB_TRANSFER_MAX_TOTAL_BYTES, false, "bytes one file call moves in all"),
 	K("files.max_files", CONFIG_LONG, files_max_files, 1, MSB_TRANSFER_MAX_FILES, false, "files one file call moves"),
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
+	K("files.plane", CONFIG_STRING, files_plane, 0, 0, true, "auto, local (openat2 beneath the container's root, no freeze) or archive (the engine's archive API under a freeze)"),
+	K("files.list_max_entries", CONFIG_LONG, files_list_max_entries, 1, 10000000, false, "entries one files.list returns at most (more is refused, never truncated)"),
 	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
 	K("exec.on_timeout", CONFIG_STRING, exec_on_timeout, 0, 0, false, "kill: kill what the command started, keep the sandbox; dispose: remove the sandbox"),
 	K("egress.proxy_binary", CONFIG_STRING, egress_proxy_binary, 0, 0, true, "the static egress proxy the proxy image is built from (empty: no allowlist)"),
@@ -124,6 +127,8 @@ struct msbd_config *config_new_defaults(void)
 	cfg->files_timeout_ms = MSB_FILES_TIMEOUT_MS;
 	cfg->exec_max_output_bytes = MSB_EXEC_MAX_OUTPUT_BYTES;
 	cfg->exec_on_timeout = xstrdup("kill");
+	cfg->files_plane = xstrdup("auto");
+	cfg->files_list_max_entries = PLOCAL_LIST_MAX_ENTRIES;
 	cfg->egress_proxy_binary = xstrdup(MSB_DEFAULT_PROXY_BINARY);
 	cfg->egress_subnet_pool = xstrdup(MSB_EGRESS_SUBNET_POOL);
 	cfg->egress_block_prefix = MSB_EGRESS_BLOCK_PREFIX;
@@ -144,6 +149,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->engine_host);
 	free(cfg->admin_group);
 	free(cfg->exec_on_timeout);
+	free(cfg->files_plane);
 	free(cfg->egress_proxy_binary);
 	free(cfg->egress_subnet_pool);
 	free(cfg->egress_outbound_network);
@@ -404,6 +410,12 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 	if (!cfg->exec_on_timeout || (strcmp(cfg->exec_on_timeout, "kill") && strcmp(cfg->exec_on_timeout, "dispose"))) {
 		*reterr_message = xasprintf("exec.on_timeout must be kill or dispose, not \"%s\"",
 					    cfg->exec_on_timeout ? cfg->exec_on_timeout : "");
+		return -EINVAL;
+	}
+	if (!cfg->files_plane || (strcmp(cfg->files_plane, "auto") && strcmp(cfg->files_plane, "local") &&
+				  strcmp(cfg->files_plane, "archive"))) {
+		*reterr_message = xasprintf("files.plane must be auto, local or archive, not \"%s\"",
+					    cfg->files_plane ? cfg->files_plane : "");
 		return -EINVAL;
 	}
 	if (config_check_egress(cfg, reterr_message) < 0)

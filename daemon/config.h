@@ -40,6 +40,8 @@ struct msbd_config {
 	size_t files_max_total_bytes; /* files.max_total_bytes: all files of one call */
 	long files_max_files;         /* files.max_files: files in one call */
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
+	char *files_plane;            /* files.plane: "auto", "local" or "archive" */
+	long files_list_max_entries;  /* files.list_max_entries: children one files.list returns */
 	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
 	char *exec_on_timeout;        /* exec.on_timeout as given: "kill" or "dispose" */
 	char *egress_proxy_binary;  /* egress.proxy_binary: NULL = no allowlist */

@@ -37,6 +37,10 @@ struct msbd {
 	struct event *resync_timer;         /* retries a failed listing */
 	long resync_backoff_ms;
 	struct timespec started;           /* CLOCK_MONOTONIC */
+	/* The file plane new sandboxes get (files.plane, decided at start):
+	 * local, or archive and why. fileop.h decides per sandbox. */
+	bool plane_local;
+	const char *plane_reason;          /* static; NULL when local */
 };
 
 /* A failed registry listing is retried after a backoff between these. */
@@ -44,7 +48,7 @@ struct msbd {
 #define MSBD_RESYNC_RETRY_MAX_MS 10000
 
 /* What the Docker backend declares (behaviour-docker §1). */
-uint32_t msbd_capabilities(void);
+uint32_t msbd_capabilities(const struct msbd *d);
 uint32_t msbd_egress_modes(const struct msbd *d);
 uint32_t msbd_scopes(void);
 /* posix iff the engine reported Os linux at its last probe, else none. */

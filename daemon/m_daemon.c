@@ -25,12 +25,14 @@
 #include "cleanup.h"
 #include "xmalloc.h"
 
-/* What the Docker backend serves (behaviour-docker §1): never files_list,
- * run_code, snapshot. */
-uint32_t msbd_capabilities(void)
+/* What the Docker backend serves (behaviour-docker §1): never run_code or
+ * snapshot; files_list only where the local file plane serves (the archive
+ * API cannot list a directory safely or cheaply). */
+uint32_t msbd_capabilities(const struct msbd *d)
 {
 	return MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_HOST_TOOLS) | MSB_BIT(MSB_CAP_FILES_IN) |
-	       MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM);
+	       MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM) |
+	       (d && d->plane_local ? MSB_BIT(MSB_CAP_FILES_LIST) : 0);
 }
 
 uint32_t msbd_egress_modes(const struct msbd *d)
@@ -117,7 +119,7 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 		      "protocol_version", MSB_PROTOCOL_VERSION,
 		      "backend", "docker",
 		      "isolation", msb_isolation_to_string(MSB_ISOLATION_CONTAINER),
-		      "capabilities", msb_capability_set_encode(msbd_capabilities()),
+		      "capabilities", msb_capability_set_encode(msbd_capabilities(d)),
 		      "egress_modes", msb_egress_set_encode(msbd_egress_modes(d)),
 		      "observes_egress", egress_ready(d->egress),
 		      "isolation_scopes", msb_scope_set_encode(msbd_scopes()),
@@ -159,7 +161,8 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 	const struct server_stats *s = server_get_stats(d->server);
 
 	(void)params;
-	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o}",
+	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o, "
+					 "s:s, s:s*}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
 		"engine", status_engine(d->engine),
@@ -169,7 +172,9 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"requests", "total", (json_int_t)s->requests_total,
 		"in_flight", (json_int_t)s->requests_in_flight,
 		"errors", (json_int_t)s->requests_errors,
-		"egress", egress_status_json(d->egress)));
+		"egress", egress_status_json(d->egress),
+		"file_plane", d->plane_local ? "local" : "archive",
+		"file_plane_reason", d->plane_reason));
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)
@@ -326,6 +331,7 @@ const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },
+	{ MSB_METHOD_FILES_LIST, m_files_list, m_files_list_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params) },
 	{ MSB_METHOD_EVENTS_SUBSCRIBE, m_events_subscribe, m_events_subscribe_spec,

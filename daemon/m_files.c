@@ -1,6 +1,8 @@
-/* m_files.c — files.write, files.read, files.stat (the archive plane, under
- * the freeze: fileop.h) and files.remove, files.reclaim (rm in the guest, as
- * the guest: execrun.h). */
+/* m_files.c — files.write, files.read, files.stat, files.list,
+ * files.remove, files.reclaim through fileop.h: on the local plane every
+ * one of them is served in the daemon with the guest's credentials; on the
+ * archive plane write/read/stat go under the freeze, list is refused, and
+ * remove/reclaim run rm in the guest, as the guest (execrun.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,6 +54,12 @@ const struct rpc_param m_files_read_spec[] = {
 };
 
 const struct rpc_param m_files_stat_spec[] = {
+	P_SANDBOX, P_WD,
+	P("path", RPC_PARAM_JSON, true, path, rpc_check_string),
+	{ NULL },
+};
+
+const struct rpc_param m_files_list_spec[] = {
 	P_SANDBOX, P_WD,
 	P("path", RPC_PARAM_JSON, true, path, rpc_check_string),
 	{ NULL },
@@ -175,6 +183,8 @@ static void files_reply_error(struct files_req *fr, const struct msb_error *err)
 
 /* ---- write / read / stat: the frozen archive plane ---------------------- */
 
+static void files_rm_start(struct files_req *fr);
+
 static json_t *files_read_result(struct fileop *op, bool single)
 {
 	json_t *list;
@@ -201,8 +211,18 @@ static void files_op_done(struct fileop *op, const struct msb_error *err, void *
 	struct fileop_item *it;
 
 	fr->op = NULL;      /* the op frees itself */
+	if (!err && (fr->kind == FILEOP_REMOVE || fr->kind == FILEOP_RECLAIM) && !fileop_served_locally(op)) {
+		/* The archive plane classified the path: rm as the guest does it. */
+		files_rm_start(fr);
+		return;
+	}
 	if (err) {
 		files_reply_error(fr, err);
+	} else if (fr->kind == FILEOP_REMOVE || fr->kind == FILEOP_RECLAIM) {
+		rpc_call_reply(fr->call, json_null());
+	} else if (fr->kind == FILEOP_LIST) {
+		it = fileop_item(op, 0);
+		rpc_call_reply(fr->call, json_pack("{s:O}", "entries", it->entries));
 	} else if (fr->kind == FILEOP_WRITE) {
 		rpc_call_reply(fr->call, json_pack("{s:I, s:I}", "files", (json_int_t)fileop_count(op),
 						   "bytes", (json_int_t)fr->total));
@@ -250,13 +270,24 @@ static void files_guest_cb(const struct msb_error *err, const struct guest_ident
 	files_op_start(fr, id->resolved ? id->uid : 0, id->resolved ? id->gid : 0);
 }
 
-/* Runs fr's op: a write first learns who the guest is (once per instance). */
+/* Whether the guest's uid:gid is needed before the op: a write stamps
+ * them, and the local plane acts with them for every method. */
+static bool files_needs_guest(const struct files_req *fr, const struct sandbox *sb)
+{
+	if (sb->guest_known)
+		return false;
+	if (fr->kind == FILEOP_WRITE)
+		return true;
+	return fr->d->plane_local && sb->plane != SANDBOX_PLANE_ARCHIVE;
+}
+
+/* Runs fr's op: first learns who the guest is, when needed (once per instance). */
 static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *sb)
 {
 	struct rpc_result *res = rpc_pending(fr->call);
 	int r;
 
-	if (fr->kind != FILEOP_WRITE || sb->guest_known) {
+	if (!files_needs_guest(fr, sb)) {
 		files_op_start(fr, sb->guest_known ? sb->guest_uid : 0, sb->guest_known ? sb->guest_gid : 0);
 		return res;
 	}
@@ -269,7 +300,7 @@ static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *
 }
 
 static struct files_req *files_req_new(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
-				       enum fileop_kind kind)
+				       enum fileop_kind kind, long timeout_ms)
 {
 	struct files_req *fr = xcalloc(1, sizeof(*fr));
 	const struct msbd_config *c = d->config;
@@ -282,8 +313,11 @@ static struct files_req *files_req_new(struct msbd *d, struct rpc_call *call, co
 	fr->call = call;
 	fr->kind = kind;
 	snprintf(fr->id, sizeof(fr->id), "%s", sb->id);
-	if (kind == FILEOP_WRITE || kind == FILEOP_READ || kind == FILEOP_STAT)
-		fr->op = fileop_new(d, &p);
+	if (kind == FILEOP_LIST)
+		p.max_entries = (size_t)c->files_list_max_entries;
+	if (kind == FILEOP_RECLAIM)
+		p.timeout_ms = fr->timeout_ms = timeout_ms;
+	fr->op = fileop_new(d, &p);
 	return fr;
 }
 
@@ -365,7 +399,7 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 	n = p->files ? json_array_size(p->files) : 1;
 	if (n == 0)
 		return fail_param(call, "files", "files is empty");
-	fr = files_req_new(d, call, sb, FILEOP_WRITE);
+	fr = files_req_new(d, call, sb, FILEOP_WRITE, 0);
 	if (n > (size_t)c->files_max_files)
 		return files_cap(fr, json_pack("{s:I, s:I}", "limit", (json_int_t)c->files_max_files, "size", (json_int_t)n),
 				 "%zu files in one call; the ceiling is %ld", n, c->files_max_files);
@@ -443,7 +477,7 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 	n = p->paths ? json_array_size(p->paths) : 1;
 	if (n == 0)
 		return fail_param(call, "paths", "paths is empty");
-	fr = files_req_new(d, call, sb, FILEOP_READ);
+	fr = files_req_new(d, call, sb, FILEOP_READ, 0);
 	fr->single = !p->paths;
 	fileop_set_max_bytes(fr->op, max);
 	if (n > (size_t)c->files_max_files)
@@ -481,7 +515,30 @@ struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
 		return fail;
 	if (files_plan(PATHS_OP_STAT, p->path, p->working_directory, sb, &plan, &reason) < 0)
 		return fail_reason(call, reason, json_string_value(p->path));
-	fr = files_req_new(d, call, sb, FILEOP_STAT);
+	fr = files_req_new(d, call, sb, FILEOP_STAT, 0);
+	fileop_add(fr->op, plan, NULL, 0);
+	return files_run(fr, sb);
+}
+
+struct rpc_result *m_files_list(struct rpc_call *call, const void *params)
+{
+	const struct m_files_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	struct rpc_result *fail;
+	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	struct files_req *fr;
+	struct paths_plan *plan = NULL;
+	enum paths_reason reason;
+
+	if (!sb)
+		return fail;
+	if (!d->plane_local || sb->plane == SANDBOX_PLANE_ARCHIVE)
+		return rpc_fail(call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+				json_pack("{s:s, s:s}", "capability", "files_list", "file_plane", "archive"),
+				"this sandbox is served by the archive file plane, which cannot list directories");
+	if (files_plan(PATHS_OP_LIST, p->path, p->working_directory, sb, &plan, &reason) < 0)
+		return fail_reason(call, reason, json_string_value(p->path));
+	fr = files_req_new(d, call, sb, FILEOP_LIST, 0);
 	fileop_add(fr->op, plan, NULL, 0);
 	return files_run(fr, sb);
 }
@@ -545,46 +602,30 @@ static void files_rm_start(struct files_req *fr)
 	}
 }
 
-static void files_check_done(struct fileop *op, const struct msb_error *err, void *arg)
-{
-	struct files_req *fr = arg;
-
-	(void)op;
-	if (err) {
-		files_reply_error(fr, err);
-		files_req_free(fr);
-		return;
-	}
-	files_rm_start(fr);
-}
-
 struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 {
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
-	const struct fileop_params fp = { .kind = FILEOP_CHECK, .id = sb ? sb->id : "",
-					  .timeout_ms = d->config->files_timeout_ms };
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
 	struct files_req *fr;
-	struct fileop *op;
 
 	if (!sb)
 		return fail;
 	if (files_plan(PATHS_OP_DELETE, p->path, p->working_directory, sb, &plan, &reason) < 0)
 		return fail_reason(call, reason, json_string_value(p->path));
-	fr = files_req_new(d, call, sb, FILEOP_CHECK);
+	fr = files_req_new(d, call, sb, FILEOP_REMOVE, 0);
 	fr->target = xstrdup(plan->target.path);
 	fr->given = xstrdup(json_string_value(p->path));
 	fr->recursive = p->recursive;
-	/* The walk classifies (link → ConfinementError, file → NotADirectoryError);
-	 * rm as the guest is what bounds a swap after it. */
-	op = fileop_new(d, &fp);
-	fileop_add(op, plan, NULL, 0);
-	fileop_start(op, files_check_done, fr);
-	return rpc_pending(call);
+	fileop_set_recursive(fr->op, p->recursive);
+	/* Local: removed here, as the guest. Archive: the walk classifies (link →
+	 * ConfinementError, file → NotADirectoryError); rm as the guest is what
+	 * bounds a swap after it. */
+	fileop_add(fr->op, plan, NULL, 0);
+	return files_run(fr, sb);
 }
 
 struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
@@ -612,12 +653,10 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 	}
 	if (files_plan(PATHS_OP_RECLAIM, p->directory, p->working_directory, sb, &plan, &reason) < 0)
 		return fail_reason(call, reason, json_string_value(p->directory));
-	fr = files_req_new(d, call, sb, FILEOP_CHECK);
+	fr = files_req_new(d, call, sb, FILEOP_RECLAIM, timeout_ms);
 	fr->target = xstrdup(plan->target.path);
 	fr->given = xstrdup(json_string_value(p->directory));
 	fr->recursive = true;
-	fr->timeout_ms = timeout_ms;
-	paths_plan_free(plan);
-	files_rm_start(fr);
-	return rpc_pending(call);
+	fileop_add(fr->op, plan, NULL, 0);
+	return files_run(fr, sb);
 }

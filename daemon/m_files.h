@@ -40,12 +40,14 @@ const char *m_files_sandbox_base(const struct sandbox *sb);
 extern const struct rpc_param m_files_write_spec[];
 extern const struct rpc_param m_files_read_spec[];
 extern const struct rpc_param m_files_stat_spec[];
+extern const struct rpc_param m_files_list_spec[];
 extern const struct rpc_param m_files_remove_spec[];
 extern const struct rpc_param m_files_reclaim_spec[];
 
 struct rpc_result *m_files_write(struct rpc_call *call, const void *params);
 struct rpc_result *m_files_read(struct rpc_call *call, const void *params);
 struct rpc_result *m_files_stat(struct rpc_call *call, const void *params);
+struct rpc_result *m_files_list(struct rpc_call *call, const void *params);
 struct rpc_result *m_files_remove(struct rpc_call *call, const void *params);
 struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params);
 

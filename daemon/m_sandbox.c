@@ -79,7 +79,7 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 	const struct msb_transfer_limits ceiling = {
 		MSB_TRANSFER_MAX_FILE_BYTES, MSB_TRANSFER_MAX_TOTAL_BYTES, MSB_TRANSFER_MAX_FILES
 	};
-	uint32_t missing = spec->requires & ~msbd_capabilities();
+	uint32_t missing = spec->requires & ~msbd_capabilities(d);
 
 	if (spec->min_isolation > MSB_ISOLATION_CONTAINER) {
 		msb_error_set(err, MSB_ERR_BACKEND_NOT_PERMITTED, NULL,
@@ -90,7 +90,7 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 	if (missing) {
 		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:o, s:o}", "missing", msb_capability_set_encode(missing),
-					"declared", msb_capability_set_encode(msbd_capabilities())),
+					"declared", msb_capability_set_encode(msbd_capabilities(d))),
 			      "the spec requires capabilities this backend does not declare");
 		return -EPERM;
 	}
@@ -145,7 +145,7 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 		struct egress_info info;
 		bool proxied = egress_spec_needs_proxy(spec) && egress_proxy_ok(d->egress, sb->name, &info);
 
-		return rpc_reply(call, acquire_result(sb, msb_spec_work_dir(spec), false,
+		return rpc_reply(call, acquire_result(d, sb, msb_spec_work_dir(spec), false,
 						      proxied ? &info : NULL));
 	}
 }

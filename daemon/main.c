@@ -23,6 +23,7 @@
 #include "reap.h"
 #include "registry.h"
 #include "log.h"
+#include "plane_local.h"
 #include "msb-build.h"
 #include "msb-limits.h"
 #include "sd.h"
@@ -444,6 +445,33 @@ static int setup_signals(struct msbd_main *m)
 	return 0;
 }
 
+/* files.plane: local when the kernel and the endpoint allow it (each
+ * sandbox must still let its init be pinned, fileop.h), else archive. */
+static int choose_plane(struct msbd *d, const struct engine_endpoint *ep)
+{
+	const char *want = d->config->files_plane, *why = NULL;
+
+	d->plane_local = false;
+	if (strcmp(want, "archive") == 0) {
+		d->plane_reason = "files.plane is archive";
+	} else if (ep->kind != ENGINE_ENDPOINT_UNIX) {
+		why = "the engine is not on a local unix socket";
+	} else if (plocal_available(&why) == 0) {
+		d->plane_local = true;
+		d->plane_reason = NULL;
+		log_info("file plane: local (openat2 beneath each container's root, no freeze)");
+		return 0;
+	}
+	if (why && strcmp(want, "local") == 0) {
+		log_warnx("files.plane is local, but %s", why);
+		return -EINVAL;
+	}
+	if (why)
+		d->plane_reason = why;
+	log_info("file plane: archive (%s)", d->plane_reason);
+	return 0;
+}
+
 static int start(struct msbd_main *m)
 {
 	struct engine_endpoint *ep = NULL;
@@ -463,6 +491,8 @@ static int start(struct msbd_main *m)
 		return -EINVAL;
 	}
 	log_info("Docker endpoint %s (from %s)", ep->host, ep->source);
+	if (choose_plane(&m->d, ep) < 0)
+		return -EINVAL;
 	m->d.engine = engine_new(m->d.base, ep, &eo, engine_state_changed_cb, m);
 	if (!m->d.engine) {
 		log_warnx("cannot set up the engine client");

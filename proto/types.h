@@ -23,6 +23,7 @@
 #define MSB_METHOD_FILES_WRITE           "files.write"
 #define MSB_METHOD_FILES_READ            "files.read"
 #define MSB_METHOD_FILES_STAT            "files.stat"
+#define MSB_METHOD_FILES_LIST            "files.list"
 #define MSB_METHOD_FILES_REMOVE          "files.remove"
 #define MSB_METHOD_FILES_RECLAIM         "files.reclaim"
 #define MSB_METHOD_EVENTS_SUBSCRIBE      "events.subscribe"

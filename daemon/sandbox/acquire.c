@@ -159,12 +159,18 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
 	}
 }
 
-json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created,
+const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb)
+{
+	return d->plane_local && sb->plane != SANDBOX_PLANE_ARCHIVE ? "local" : "archive";
+}
+
+json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
 		       const struct egress_info *egress)
 {
-	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s, s:o*}", "sandbox", sb->id, "name", sb->name,
+	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s, s:s, s:o*}", "sandbox", sb->id, "name", sb->name,
 			 "kind", sandbox_label(sb, LABEL_KIND), "work_dir", work_dir,
 			 "created", created, "state", sandbox_state_to_string(sb->state),
+			 "file_plane", acquire_file_plane(d, sb),
 			 "egress", egress ? egress_info_json(egress) : NULL);
 }
 
@@ -233,7 +239,14 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      "`id` it can run. Unresolved identities are retried on the next acquire.");
 		return;
 	}
-	rpc_call_reply(w->call, acquire_result(sb, msb_spec_work_dir(&w->spec), op->created,
+	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && strcmp(acquire_file_plane(op->d, sb), "local")) {
+		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:[s], s:s}", "missing", "files_list", "file_plane", "archive"),
+			      "this sandbox is served by the archive file plane (its init cannot be pinned from "
+			      "this daemon), which cannot list directories");
+		return;
+	}
+	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), op->created,
 					       op->egress_known ? &op->einfo : NULL));
 }
 

@@ -107,7 +107,10 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 struct sandbox;
 struct egress_info;
 /* egress: the allowlisted sandbox's network and proxy, or NULL. */
-json_t *acquire_result(const struct sandbox *sb, const char *work_dir, bool created,
+json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
 		       const struct egress_info *egress);
+/* "local" or "archive": the plane serving sb's file calls (an undecided
+ * sandbox gets the daemon's). */
+const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb);
 
 #endif

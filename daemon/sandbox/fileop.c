@@ -13,6 +13,8 @@
 #include "fileop.h"
 #include "freeze.h"
 #include "log.h"
+#include "plane_local.h"
+#include "registry.h"
 #include "tarball.h"
 #include "xmalloc.h"
 
@@ -25,6 +27,8 @@ enum fop_state {
 	FOP_PUT,          /* the one archive PUT */
 	FOP_GET,          /* one archive GET per read item */
 	FOP_THAW,         /* the unpause */
+	FOP_PIN,          /* local plane: inspect for the init's pid */
+	FOP_LOCAL,        /* local plane: between the slices of a removal */
 	FOP_DONE,
 };
 
@@ -56,6 +60,13 @@ struct fileop {
 	fileop_cb *cb;
 	void *arg;
 	bool started;
+	/* the local plane */
+	bool local;                  /* served by it */
+	int lookups;                 /* inspects for the init's pid (at most 2) */
+	int root;                    /* the container's root, while serving */
+	struct plocal_pin own_pin;   /* a pin no registry entry holds */
+	struct plocal_rm *rm;        /* a removal in progress */
+	struct event *slice_ev;      /* its next slice */
 	TAILQ_ENTRY(fileop) entry;   /* in d->fileops, while started */
 	struct fileop_table *table;
 };
@@ -71,6 +82,9 @@ static const char *const kind_names[_FILEOP_KIND_MAX] = {
 	[FILEOP_STAT] = "stat",
 	[FILEOP_PREPARE] = "prepare",
 	[FILEOP_CHECK] = "check",
+	[FILEOP_LIST] = "list",
+	[FILEOP_REMOVE] = "remove",
+	[FILEOP_RECLAIM] = "reclaim",
 };
 
 const char *fileop_kind_to_string(enum fileop_kind k)
@@ -102,6 +116,7 @@ void fileop_error_from_reason(enum paths_reason reason, const char *path, struct
 
 static void fop_finish_cb(evutil_socket_t fd, short what, void *arg);
 static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg);
+static void fop_slice_cb(evutil_socket_t fd, short what, void *arg);
 
 struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
 {
@@ -117,7 +132,10 @@ struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
 		fatalx("%s: out of memory", __func__);
 	op->finish_ev = event_new(d->base, -1, 0, fop_finish_cb, op);
 	op->deadline = event_new(d->base, -1, 0, fop_deadline_cb, op);
-	if (!op->finish_ev || !op->deadline)
+	op->slice_ev = event_new(d->base, -1, 0, fop_slice_cb, op);
+	op->root = -1;
+	op->own_pin = (struct plocal_pin)PLOCAL_PIN_INIT;
+	if (!op->finish_ev || !op->deadline || !op->slice_ev)
 		fatalx("%s: cannot create an event", __func__);
 	return op;
 }
@@ -147,6 +165,12 @@ void fileop_set_max_bytes(struct fileop *op, uint64_t max_bytes)
 	op->p.max_bytes = max_bytes;
 }
 
+void fileop_set_recursive(struct fileop *op, bool recursive)
+{
+	assert(!op->started);
+	op->p.recursive = recursive;
+}
+
 size_t fileop_count(const struct fileop *op)
 {
 	return op->n_items;
@@ -168,9 +192,16 @@ struct fileop *fileop_free(struct fileop *op)
 		free(it->data);
 		free(it->out);
 		paths_stat_release(&it->st);
+		json_decref(it->entries);
 		msb_error_clear(&it->err);
 	}
 	free(op->items);
+	plocal_rm_free(op->rm);
+	if (op->root >= 0)
+		close(op->root);
+	plocal_pin_close(&op->own_pin);
+	if (op->slice_ev)
+		event_free(op->slice_ev);
 	if (op->table) {
 		TAILQ_REMOVE(&op->table->ops, op, entry);
 		op->table->count--;
@@ -191,6 +222,11 @@ struct fileop *fileop_free(struct fileop *op)
 void fileop_abandon(struct fileop *op)
 {
 	op->cb = NULL;
+}
+
+bool fileop_served_locally(const struct fileop *op)
+{
+	return op->local;
 }
 
 static void fop_finish_cb(evutil_socket_t fd, short what, void *arg)
@@ -290,6 +326,13 @@ static void fop_fail_engine(struct fileop *op, int error, long status, const cha
  * flight is cancelled, and the guest thawed before the callback. */
 static void fop_abort(struct fileop *op)
 {
+	if (op->state == FOP_LOCAL) {
+		/* Between two slices of a removal: it stops here. */
+		event_del(op->slice_ev);
+		op->rm = plocal_rm_free(op->rm);
+		fop_done(op);
+		return;
+	}
 	if (op->req) {
 		/* Its callback runs now with -ECANCELED and thaws. */
 		engine_req_cancel(op->req);
@@ -817,6 +860,8 @@ static void fop_act(struct fileop *op)
 		return;
 	case FILEOP_STAT:
 	case FILEOP_CHECK:
+	case FILEOP_REMOVE:
+	case FILEOP_RECLAIM:
 		fop_thaw(op);
 		return;
 	case FILEOP_READ:
@@ -904,10 +949,296 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 	fop_done(op);
 }
 
+/* The archive plane: the walk (unfrozen for CHECK, REMOVE, RECLAIM), or
+ * the freeze first. */
+static void fop_archive_begin(struct fileop *op)
+{
+	int r;
+
+	if (op->p.kind == FILEOP_LIST) {
+		msb_error_set(&op->err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:s, s:s}", "capability", "files_list", "file_plane", "archive"),
+			      "this sandbox is served by the archive file plane, which cannot list directories");
+		fop_done(op);
+		return;
+	}
+	if (op->p.kind == FILEOP_CHECK || op->p.kind == FILEOP_REMOVE || op->p.kind == FILEOP_RECLAIM) {
+		op->state = FOP_WALK;
+		fop_next(op);
+		return;
+	}
+	op->state = FOP_FREEZE;
+	r = freeze_acquire(op->d->freezes, op->d->engine, op->id, fop_granted_cb, op, &op->claim);
+	if (r == -EBUSY) {
+		op->claim = NULL;
+		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "queue full"),
+			      "too many file calls are queued on this sandbox (%d)", FREEZE_MAX_CLAIMS_PER_CONTAINER);
+		fop_done(op);
+	} else if (r < 0) {
+		op->claim = NULL;
+		fop_granted_cb(NULL, r, NULL, op);
+	}
+}
+
+/* ---- the local plane ------------------------------------------------------ */
+
+static bool fop_local_wanted(const struct fileop *op)
+{
+	const struct sandbox *sb;
+
+	if (!op->d->plane_local)
+		return false;
+	sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
+	return !sb || sb->plane != SANDBOX_PLANE_ARCHIVE;
+}
+
+static void fop_local_fail(struct fileop *op, struct msb_error *e)
+{
+	if (op->root >= 0)
+		close(op->root);
+	op->root = -1;
+	op->rm = plocal_rm_free(op->rm);
+	fop_fail_error(op, e);
+}
+
+static void fop_local_finish(struct fileop *op)
+{
+	if (op->root >= 0)
+		close(op->root);
+	op->root = -1;
+	op->rm = plocal_rm_free(op->rm);
+	fop_done(op);
+}
+
+/* READ: each item, the total bounded; per_item_errors keeps an item's own
+ * refusal. */
+static int fop_local_read(struct fileop *op, const struct plocal_cred *c, struct msb_error *e)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < op->n_items; i++) {
+		struct fileop_item *it = &op->items[i];
+		int r = plocal_read(op->root, it->plan, c, op->p.max_bytes, &it->out, &it->out_len, &it->st, e);
+
+		if (r < 0 && op->p.per_item_errors && e->code != MSB_ERR_OS_ERROR) {
+			it->err = *e;
+			*e = (struct msb_error){ 0 };
+			continue;
+		}
+		if (r < 0)
+			return r;
+		it->found = true;
+		it->out_cap = it->out_len;
+		total += it->out_len;
+		if (total > op->p.max_total) {
+			msb_error_set(e, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:I}", "limit", (json_int_t)op->p.max_total),
+				      "the files are over %llu bytes in all, the ceiling",
+				      (unsigned long long)op->p.max_total);
+			return -EFBIG;
+		}
+	}
+	return 0;
+}
+
+static void fop_local_slice(struct fileop *op)
+{
+	struct msb_error e = { 0 };
+	int r = plocal_rm_step(op->rm, PLOCAL_REMOVE_SLICE, &e);
+
+	if (r < 0) {
+		fop_local_fail(op, &e);
+		return;
+	}
+	if (r == 1) {
+		fop_local_finish(op);
+		return;
+	}
+	op->state = FOP_LOCAL;
+	event_active(op->slice_ev, EV_TIMEOUT, 0);
+}
+
+static void fop_slice_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fileop *op = arg;
+
+	(void)fd, (void)what;
+	if (op->state == FOP_LOCAL && op->rm)
+		fop_local_slice(op);
+}
+
+/* Serves the whole operation beneath op->root, synchronously (a removal
+ * goes on in slices). */
+static void fop_local_run(struct fileop *op)
+{
+	const struct plocal_cred cred = { op->p.uid, op->p.gid };
+	struct msb_error e = { 0 };
+	int r = 0;
+
+	op->local = true;
+	switch (op->p.kind) {
+	case FILEOP_STAT:
+		for (size_t i = 0; r == 0 && i < op->n_items; i++)
+			r = plocal_stat(op->root, op->items[i].plan, &cred, &op->items[i].found, &op->items[i].st, &e);
+		break;
+	case FILEOP_READ:
+		r = fop_local_read(op, &cred, &e);
+		break;
+	case FILEOP_WRITE:
+		/* Every entry is checked before any is written: one refusal refuses the call. */
+		for (size_t i = 0; r == 0 && op->n_items > 1 && i < op->n_items; i++)
+			r = plocal_write_check(op->root, op->items[i].plan, &cred, &e);
+		for (size_t i = 0; r == 0 && i < op->n_items; i++)
+			r = plocal_write(op->root, op->items[i].plan, &cred, op->items[i].data, op->items[i].size, &e);
+		break;
+	case FILEOP_CHECK:
+		for (size_t i = 0; r == 0 && i < op->n_items; i++)
+			r = plocal_check(op->root, op->items[i].plan, NULL, &op->items[i].walk_ended, &e);
+		break;
+	case FILEOP_PREPARE:
+		r = plocal_prepare(op->root, op->items[0].plan, &cred, &e);
+		break;
+	case FILEOP_LIST:
+		r = plocal_list(op->root, op->items[0].plan, &cred,
+				op->p.max_entries ? op->p.max_entries : PLOCAL_LIST_MAX_ENTRIES,
+				&op->items[0].entries, &e);
+		break;
+	case FILEOP_REMOVE:
+	case FILEOP_RECLAIM:
+		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,
+				    op->p.kind == FILEOP_RECLAIM || op->p.recursive, &op->rm, &e);
+		if (r == 0 && op->rm) {
+			fop_local_slice(op);
+			return;
+		}
+		if (r > 0)
+			r = 0;
+		break;
+	default:
+		assert(!"unreachable");
+	}
+	if (r < 0) {
+		fop_local_fail(op, &e);
+		return;
+	}
+	fop_local_finish(op);
+}
+
+static void fop_pin_lookup(struct fileop *op);
+
+/* The pin (op's own, or the registry entry's) opens the root, or is stale. */
+static void fop_local_with_pin(struct fileop *op, const struct plocal_pin *pin)
+{
+	int r = plocal_root_open(pin, &op->root);
+
+	if (r == 0) {
+		fop_local_run(op);
+		return;
+	}
+	if (r == -ESRCH && op->lookups < 2) {
+		/* The init is gone (a restart, a death): look (again). */
+		fop_pin_lookup(op);
+		return;
+	}
+	if (r == -ESRCH) {
+		fop_fail(op, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	fop_fail(op, MSB_ERR_INTERNAL, NULL, "the sandbox's root cannot be opened: %s", strerror(-r));
+}
+
+static void fop_pin_cb(const struct docker_reply *r, void *arg)
+{
+	struct fileop *op = arg;
+	const json_t *state = json_object_get(r->body, "State");
+	json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
+	struct sandbox *sb;
+	struct plocal_pin pin;
+	int rc;
+
+	op->req = NULL;
+	if (op->timed_out) {
+		fop_thaw(op);
+		return;
+	}
+	if (r->error == 0 && r->status == 404) {
+		fop_fail(op, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		return;
+	}
+	if (r->error || r->status != 200) {
+		fop_fail_engine(op, r->error, r->status, r->message, "inspecting the sandbox");
+		return;
+	}
+	if (!json_is_true(json_object_get(state, "Running")) || pid <= 0 || pid > INT32_MAX) {
+		fop_fail(op, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	rc = plocal_pin_open((pid_t)pid, op->id, &pin);
+	if (rc == -ESRCH && op->lookups < 2) {
+		fop_pin_lookup(op);
+		return;
+	}
+	if (rc == -ESRCH) {
+		fop_fail(op, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
+	if (rc < 0 && strcmp(op->d->config->files_plane, "local") == 0) {
+		fop_fail(op, MSB_ERR_INTERNAL, json_pack("{s:s}", "file_plane", "local"),
+			 "files.plane is local, but this sandbox's root cannot be reached: %s",
+			 rc == -ENOENT ? "its init is not in this daemon's pid namespace"
+				       : rc == -EOPNOTSUPP ? "its user namespace remaps ids" : strerror(-rc));
+		return;
+	}
+	if (rc < 0) {
+		log_info("sandbox %.12s: the archive file plane serves it (no pin of its init: %s)", op->id,
+			 strerror(-rc));
+		if (sb)
+			sb->plane = SANDBOX_PLANE_ARCHIVE;
+		fop_archive_begin(op);
+		return;
+	}
+	if (sb) {
+		plocal_pin_close(&sb->pin);
+		sb->pin = pin;
+		sb->plane = SANDBOX_PLANE_LOCAL;
+		fop_local_with_pin(op, &sb->pin);
+		return;
+	}
+	plocal_pin_close(&op->own_pin);
+	op->own_pin = pin;
+	fop_local_with_pin(op, &op->own_pin);
+}
+
+static void fop_pin_lookup(struct fileop *op)
+{
+	int r;
+
+	op->lookups++;
+	op->state = FOP_PIN;
+	r = docker_container_inspect(op->d->engine, op->id, fop_pin_cb, op, &op->req);
+	if (r < 0)
+		fop_fail_engine(op, r, 0, NULL, "inspecting the sandbox");
+}
+
+static void fop_local_begin(struct fileop *op)
+{
+	struct sandbox *sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
+
+	if (sb && plocal_pin_valid(&sb->pin)) {
+		op->state = FOP_PIN;
+		fop_local_with_pin(op, &sb->pin);
+		return;
+	}
+	fop_pin_lookup(op);
+}
+
 void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 {
 	struct timeval tv = { op->p.timeout_ms / 1000, (op->p.timeout_ms % 1000) * 1000 };
-	int r;
 
 	assert(!op->started);
 	op->started = true;
@@ -920,19 +1251,9 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 	}
 	op->state = FOP_FREEZE;
 	event_add(op->deadline, &tv);
-	if (op->p.kind == FILEOP_CHECK) {
-		op->state = FOP_WALK;
-		fop_next(op);
+	if (fop_local_wanted(op)) {
+		fop_local_begin(op);
 		return;
 	}
-	r = freeze_acquire(op->d->freezes, op->d->engine, op->id, fop_granted_cb, op, &op->claim);
-	if (r == -EBUSY) {
-		op->claim = NULL;
-		msb_error_set(&op->err, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "queue full"),
-			      "too many file calls are queued on this sandbox (%d)", FREEZE_MAX_CLAIMS_PER_CONTAINER);
-		fop_done(op);
-	} else if (r < 0) {
-		op->claim = NULL;
-		fop_granted_cb(NULL, r, NULL, op);
-	}
+	fop_archive_begin(op);
 }

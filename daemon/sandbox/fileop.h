@@ -21,6 +21,19 @@
  * has been answered (or could not be sent), so a caller that replies from
  * it never replies while the guest is still frozen by this operation.
  *
+ * The local plane (plane_local.h) serves the same operations when the
+ * daemon's plane is local and the sandbox's init can be pinned: no freeze,
+ * no walk of engine stats, the kernel resolves each path beneath the
+ * container's root with the guest's credentials.
+ *
+ *   PIN (inspect: State.Pid; only when no live pin is held) → LOCAL (the
+ *      syscalls; a removal a slice at a time, yielding to the loop between
+ *      slices) → DONE
+ *
+ * A pin that cannot be made (another pid namespace, a remapped user
+ * namespace, no /proc/<pid>/root) sends the sandbox to the archive plane
+ * for good under files.plane=auto, and fails the call under local.
+ *
  * Ownership: fileop_new → the caller adds items → fileop_start; the
  * operation frees itself after its callback returns. Before fileop_start,
  * fileop_free discards it. */
@@ -43,8 +56,15 @@ enum fileop_kind {
 	FILEOP_READ,      /* items are PATHS_OP_READ plans */
 	FILEOP_STAT,      /* items are PATHS_OP_STAT plans */
 	FILEOP_PREPARE,   /* one PATHS_OP_LIST plan of the work dir: make what is missing */
-	FILEOP_CHECK,     /* the walk only, NOT frozen: classifies a path for the exec
-			   * plane (remove), whose own authority is the guest's */
+	FILEOP_CHECK,     /* the walk only, NOT frozen: does the work dir's chain exist
+			   * (a LIST plan)? The daemon's authority. */
+	FILEOP_LIST,      /* one PATHS_OP_LIST plan: its children (local plane only;
+			   * the archive plane refuses it, SandboxCapabilityNotSupported) */
+	FILEOP_REMOVE,    /* one PATHS_OP_DELETE plan. Local: removed here, as the
+			   * guest. Archive: the walk only, NOT frozen — it classifies
+			   * the path and the caller runs rm in the guest */
+	FILEOP_RECLAIM,   /* one PATHS_OP_RECLAIM plan, recursive. Local: removed here,
+			   * as the guest. Archive: nothing (the caller runs rm) */
 	_FILEOP_KIND_MAX,
 };
 
@@ -62,6 +82,8 @@ struct fileop_params {
 	 * max_bytes, a path refusal) is kept in its err and the others go on,
 	 * instead of failing the operation. For reads of guest databases. */
 	bool per_item_errors;
+	bool recursive;          /* REMOVE */
+	size_t max_entries;      /* LIST: more children are refused (0: PLOCAL_LIST_MAX_ENTRIES) */
 };
 
 struct fileop_item {
@@ -75,6 +97,7 @@ struct fileop_item {
 	uint8_t *out;                /* READ: the file's bytes (owned; non-NULL once read) */
 	size_t out_len;
 	size_t out_cap;              /* bytes allocated at out */
+	json_t *entries;             /* LIST: the children (owned) */
 	/* per_item_errors: this item's refusal (code 0 when none) */
 	struct msb_error err;
 	/* internal */
@@ -96,6 +119,8 @@ size_t fileop_count(const struct fileop *op);
 /* Before fileop_start: the owner stamped (WRITE, PREPARE), the per-file cap (READ). */
 void fileop_set_owner(struct fileop *op, uid_t uid, gid_t gid);
 void fileop_set_max_bytes(struct fileop *op, uint64_t max_bytes);
+/* Before fileop_start: REMOVE of a directory with what it holds. */
+void fileop_set_recursive(struct fileop *op, bool recursive);
 struct fileop_item *fileop_item(struct fileop *op, size_t i);
 
 /* Starts: the callback fires exactly once, from the loop (never from inside
@@ -107,6 +132,10 @@ struct fileop *fileop_free(struct fileop *op);
  * the callback will not fire, but the operation still runs to its end —
  * the guest is thawed exactly as it would have been. */
 void fileop_abandon(struct fileop *op);
+/* From the callback: true when the local plane served the operation
+ * (REMOVE and RECLAIM are then done; the archive plane leaves them to the
+ * caller's rm). */
+bool fileop_served_locally(const struct fileop *op);
 
 /* Every operation in flight, so a stopping daemon can end them cleanly. */
 struct fileop_table;

@@ -78,6 +78,7 @@ void registry_begin_resync(struct registry *r)
 
 static void sandbox_free(struct sandbox *sb)
 {
+	plocal_pin_close(&sb->pin);
 	free(sb->id);
 	free(sb->name);
 	free(sb->image);
@@ -194,6 +195,7 @@ static struct sandbox *registry_put(struct registry *r, const char *id, const ch
 		if (old)
 			registry_remove(r, old);
 		sb = xcalloc(1, sizeof(*sb));
+		sb->pin = (struct plocal_pin)PLOCAL_PIN_INIT;
 		sb->id = xstrdup(id);
 		sb->name = xstrdup(name);
 		TAILQ_INSERT_TAIL(&r->list, sb, entry);
@@ -325,6 +327,11 @@ void registry_apply_event(struct registry *r, const json_t *event)
 		if (sb) {
 			sb->state = event_states[i].state;
 			sb->event_seq = r->event_seq;
+			/* A new init, or none: the pin (and the plane's choice) go. */
+			if (!strcmp(action, "start") || !strcmp(action, "restart") || !strcmp(action, "die")) {
+				plocal_pin_close(&sb->pin);
+				sb->plane = SANDBOX_PLANE_UNKNOWN;
+			}
 			return;
 		}
 		/* Not known yet (created behind our back): the attributes

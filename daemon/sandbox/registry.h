@@ -4,9 +4,9 @@
  * lost /events stream, and kept current by events, so a warm acquire costs
  * no engine request. Proxies (maf-sandbox.role=proxy) are not entries.
  *
- * Ownership: the registry owns its entries; a pointer to an entry is valid
+ * Ownership: the registry owns its entries (and each one's pidfd pin); a pointer to an entry is valid
  * until the next registry call that can remove (replace_all, apply_event,
- * remove, free). Pure: no I/O. */
+ * remove, free). Pure: no I/O but closing a pin's pidfd. */
 #ifndef MSB_REGISTRY_H
 #define MSB_REGISTRY_H
 
@@ -17,7 +17,17 @@
 #include <time.h>
 #include <jansson.h>
 
+#include "plane_local.h"
+
 #define REGISTRY_ID_LEN 64
+
+/* Which file plane serves a sandbox (fileop.h): decided at its first file
+ * call (or its acquire), kept while its init lives. */
+enum sandbox_plane {
+	SANDBOX_PLANE_UNKNOWN,
+	SANDBOX_PLANE_LOCAL,
+	SANDBOX_PLANE_ARCHIVE,
+};
 
 enum sandbox_state {
 	SANDBOX_CREATED,
@@ -50,6 +60,11 @@ struct sandbox {
 	uid_t guest_uid;
 	gid_t guest_gid;
 	uint32_t probes_passed; /* MSB_BIT(capability) whose command probe passed (acquire.c) */
+	enum sandbox_plane plane;
+	/* The container's init, held (plane_local.h) while the local plane
+	 * serves it; dropped at every start, restart and death, so a new init
+	 * is looked up and pinned again. */
+	struct plocal_pin pin;
 	TAILQ_ENTRY(sandbox) entry;
 };
 

@@ -21,6 +21,7 @@
  * msb-it-run=<run>; main() removes them and the images whatever failed. */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -508,6 +509,42 @@ static bool engine_paused(const char *id)
 	json_decref(j);
 	free(body);
 	return paused;
+}
+
+/* The daemons of this run serve files on the local plane (MSB_FILE_PLANE=local). */
+static bool plane_local(void)
+{
+	const char *p = harness_file_plane();
+
+	return p && strcmp(p, "local") == 0;
+}
+
+/* Local plane: method(params) runs to a result while the guest is never
+ * paused, sampled all along. */
+static void assert_never_paused_during(const char *method, json_t *params)
+{
+	json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", method, "params",
+				params);
+	char *frame = json_dumps(req, JSON_COMPACT);
+	int fd = raw_connect(fx.d.sock), samples = 0;
+	json_t *rep = NULL;
+
+	ck_assert_int_ge(fd, 0);
+	raw_send(fd, frame, strlen(frame));
+	raw_send(fd, "\n", 1);
+	for (int i = 0; i < 3000 && !rep; i++, samples++) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		ck_assert_msg(!engine_paused(fx.id), "the local plane paused the guest during %s", method);
+		if (poll(&pfd, 1, 5) > 0)
+			rep = raw_recv(fd, 30000);
+	}
+	ck_assert_msg(rep && json_object_get(rep, "result"), "%s did not succeed", method);
+	fprintf(stderr, "local plane: %s ran with the guest running (%d samples)\n", method, samples);
+	json_decref(rep);
+	close(fd);
+	free(frame);
+	json_decref(req);
 }
 
 static void plant_layout(const char *id)
@@ -1372,6 +1409,19 @@ START_TEST(a_daemon_stopping_mid_copy_thaws_the_guest_first)
 	int fd, status;
 
 	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
+	if (plane_local()) {
+		/* Nothing to thaw: the local plane never freezes. (A write: the
+		 * raw reader takes a big reply a byte at a time.) */
+		json_t *p = fparams(fx.id, NULL, "copy.bin");
+		char *content = calloc(1, LEAVE_WRITE_BYTES), *b = harness_b64_encode(content, LEAVE_WRITE_BYTES);
+
+		json_object_set_new(p, "content_b64", json_string(b));
+		free(b);
+		free(content);
+		assert_never_paused_during("files.write", p);
+		GUEST_OK(fx.id, "test $(wc -c < %s/copy.bin) -eq %u", W, LEAVE_WRITE_BYTES);
+		return;
+	}
 	second_daemon_up(&d2, args);
 	fd = send_until_frozen(&d2, "files.read", fparams(fx.id, NULL, "big.bin"));
 	msbd_signal(&d2, SIGTERM);
@@ -1404,6 +1454,12 @@ START_TEST(a_daemon_killed_mid_write_is_thawed_by_the_next_start)
 	p = fparams(fx.id, NULL, "killed.bin");
 	json_object_set_new(p, "content_b64", json_string(b));
 	free(b);
+	if (plane_local()) {
+		/* Nothing to thaw: the local plane never freezes. */
+		assert_never_paused_during("files.write", p);
+		GUEST_OK(fx.id, "test $(wc -c < %s/killed.bin) -eq %u", W, LEAVE_WRITE_BYTES);
+		return;
+	}
 	second_daemon_up(&d2, NULL);
 	fd = send_until_frozen(&d2, "files.write", p);
 	msbd_signal(&d2, SIGKILL);
@@ -1433,6 +1489,19 @@ START_TEST(a_container_paused_by_someone_else_is_refused_and_left_so)
 	out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", fx.id);
 	ck_assert_str_eq(out, "0");
 	free(out);
+	if (plane_local()) {
+		/* The local plane needs no freeze: a paused guest is served, and left paused. */
+		EXPECT_OK(r = f_stat(fx.id, NULL, "real/inside.txt"));
+		json_decref(r);
+		EXPECT_OK(r = f_write(fx.id, NULL, "while-paused.txt", "x"));
+		json_decref(r);
+		ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
+		out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", fx.id);
+		ck_assert_str_eq(out, "0");
+		free(out);
+		ASSERT_GUEST_FILE(fx.id, W "/while-paused.txt", "x");
+		return;
+	}
 	EXPECT_ERR(f_stat(fx.id, NULL, "real/inside.txt"), "SandboxFreezeFailed");
 	EXPECT_ERR(f_write(fx.id, NULL, "while-paused.txt", "x"), "SandboxFreezeFailed");
 	ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
@@ -1508,6 +1577,9 @@ START_TEST(a_guest_swapping_a_directory_for_a_link_never_gets_through)
 	for (int i = 0; i < RACE_CALLS; i++) {
 		json_t *r = f_write(fx.id, NULL, "race/x", RACE_WRITTEN);
 
+		/* The local plane races the guest running: never frozen. */
+		if (plane_local() && i % 25 == 0)
+			ck_assert_msg(!engine_paused(fx.id), "the guest was paused during the race");
 		writes[race_outcome(r, false, i)]++;
 		json_decref(r);
 		r = f_read(fx.id, NULL, "race/x");
@@ -1853,10 +1925,19 @@ START_TEST(an_existing_work_dir_keeps_its_contents_mode_and_owner)
 	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
 	ASSERT_GUEST_FILE(id, W "/keep.txt", "keep\n");
 	/* A write into it keeps it as it is too. */
-	EXPECT_OK(r = f_write(id, NULL, "new.txt", "new"));
-	json_decref(r);
+	if (plane_local()) {
+		/* The local plane writes with the guest's own authority: root
+		 * without capabilities (sandbox.cap_drop_all) cannot write into
+		 * a 0705 directory of uid 4242, so neither can the daemon. */
+		EXPECT_ERR(f_write(id, NULL, "new.txt", "new"), "OSError");
+		ck_assert_str_eq(json_string_value(json_object_get(last_data, "errno")), "EACCES");
+		GUEST_FALSE(id, "test -e %s/new.txt", W);
+	} else {
+		EXPECT_OK(r = f_write(id, NULL, "new.txt", "new"));
+		json_decref(r);
+		ASSERT_OWNER_MODE(id, W "/new.txt", "0:0 644");
+	}
 	ASSERT_OWNER_MODE(id, W, "4242:4243 705");
-	ASSERT_OWNER_MODE(id, W "/new.txt", "0:0 644");
 	/* And the guest's own changes above it survive a warm acquire. */
 	GUEST_OK(id, "chmod 0711 %s", BASE);
 	r = acquire(key_for("agent", NULL), files_spec(img_root));
@@ -1954,8 +2035,16 @@ START_TEST(a_removal_takes_nothing_beyond_the_guest)
 	ck_assert_int_ne(guest_user(id, "rm -f %s/rootdir/root.txt 2>/dev/null", W), 0);   /* the guest cannot */
 	r = f_remove(id, NULL, "rootdir/root.txt", false);
 	EXPECT_ERR(r, "OSError");
-	ck_assert_msg(json_integer_value(json_object_get(last_data, "exit_code")) != 0, "exit_code: %s", last_reply);
-	ck_assert_msg(json_is_string(json_object_get(last_data, "stderr")), "stderr: %s", last_reply);
+	if (plane_local()) {
+		/* Refused by the kernel, to the daemon acting as the guest. */
+		ck_assert_msg(json_is_string(json_object_get(last_data, "errno")) &&
+			      strcmp(json_string_value(json_object_get(last_data, "errno")), "EACCES") == 0,
+			      "errno: %s", last_reply);
+	} else {
+		ck_assert_msg(json_integer_value(json_object_get(last_data, "exit_code")) != 0, "exit_code: %s",
+			      last_reply);
+		ck_assert_msg(json_is_string(json_object_get(last_data, "stderr")), "stderr: %s", last_reply);
+	}
 	expect_err_later(f_remove(id, NULL, "rootdir/root.txt", false), "OSError", "rootdir/root.txt");
 	EXPECT_ERR(f_remove(id, NULL, "rootdir", true), "OSError");
 	EXPECT_ERR(f_reclaim(id, NULL, W "/rootdir"), "OSError");
@@ -2040,6 +2129,285 @@ START_TEST(configured_ceilings_refuse_whole_calls)
 	json_decref(r);
 	EXPECT_ERR(rpc("files.read", json_pack("{s:s, s:[sss]}", "sandbox", fx.id, "paths", "at.bin", "at2.bin",
 					       "at3.bin")), "SandboxTransferCapExceeded");
+}
+END_TEST
+
+/* ---- a new init: pinning (local plane), the same answers (archive) -------------- */
+
+/* The container's init pid as the engine reports it (0: not running). */
+static long engine_pid(const char *id)
+{
+	char path[160], *body;
+	json_t *j;
+	long pid;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", id);
+	body = engine_get(path, NULL, NULL);
+	j = json_loads(body, 0, NULL);
+	pid = json_is_true(jget(j, "State.Running")) ? (long)json_integer_value(jget(j, "State.Pid")) : 0;
+	json_decref(j);
+	free(body);
+	return pid;
+}
+
+/* Forks a sleeping child that gets pid want (the kernel hands out
+ * ns_last_pid + 1), trying a few times: 0 when another process took it. */
+static pid_t impostor_with_pid(long want)
+{
+	for (int i = 0; i < 50; i++) {
+		FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+		pid_t pid;
+
+		if (!f)
+			return 0;
+		fprintf(f, "%ld", want - 1);
+		fclose(f);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			execlp("sleep", "sleep", "30", (char *)NULL);
+			_exit(127);
+		}
+		if (pid == want)
+			return pid;
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	return 0;
+}
+
+START_TEST(a_new_init_between_calls_never_redirects_a_call)
+{
+	char host_only[96], *out;
+	long before, after;
+	pid_t impostor;
+	json_t *r;
+	int fd;
+
+	/* A file only the host has: found only if a call reached the host's root. */
+	snprintf(host_only, sizeof(host_only), "/tmp/msb-host-only-%d.txt", (int)getpid());
+	fd = open(host_only, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "host\n", 5), 5);
+	close(fd);
+	EXPECT_OK(r = f_write(fx.id, NULL, "before.txt", "before the restart"));
+	json_decref(r);
+	ASSERT_NULL_RESULT(f_stat(fx.id, "/", host_only));
+	before = engine_pid(fx.id);
+	ck_assert_int_gt(before, 0);
+	/* A restart: a new init, the same filesystem. */
+	out = sh_out("docker restart -t 0 %s >/dev/null 2>&1; echo $?", fx.id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	after = engine_pid(fx.id);
+	ck_assert_msg(after > 0 && after != before, "the restart kept pid %ld (now %ld)", before, after);
+	/* Calls after it work, on the new root. */
+	r = f_read(fx.id, NULL, "before.txt");
+	EXPECT_OK(r);
+	json_decref(r);
+	EXPECT_OK(r = f_write(fx.id, NULL, "after.txt", "after the restart"));
+	json_decref(r);
+	ASSERT_GUEST_FILE(fx.id, W "/after.txt", "after the restart");
+	ASSERT_NULL_RESULT(f_stat(fx.id, "/", host_only));
+	/* The init dies and its pid goes to a process of the host: no call may
+	 * reach that process's root (the host's). */
+	out = sh_out("docker kill %s >/dev/null 2>&1; echo $?", fx.id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	impostor = impostor_with_pid(after);
+	fprintf(stderr, "new init: pid %ld then %ld; an impostor %s pid %ld\n", before, after,
+		impostor ? "holds" : "could not take", after);
+	EXPECT_ERR(f_stat(fx.id, "/", host_only), "SandboxFreezeFailed");
+	ck_assert_str_eq(json_string_value(json_object_get(last_data, "reason")), "not running");
+	EXPECT_ERR(f_read(fx.id, "/", host_only), "SandboxFreezeFailed");
+	if (impostor) {
+		kill(impostor, SIGKILL);
+		waitpid(impostor, NULL, 0);
+	}
+	/* Started again: served again. */
+	out = sh_out("docker start %s >/dev/null 2>&1; echo $?", fx.id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	r = f_read(fx.id, NULL, "after.txt");
+	EXPECT_OK(r);
+	json_decref(r);
+	unlink(host_only);
+}
+END_TEST
+
+/* ---- listing (behaviour-core §7.1, last four; §7.8) ------------------------------ */
+
+static json_t *f_list(const char *sb, const char *wd, const char *path)
+{
+	return rpc("files.list", fparams(sb, wd, path));
+}
+
+/* A listing refusal: type on the local plane; on the archive plane every
+ * listing is refused SandboxCapabilityNotSupported, naming files_list. */
+#define EXPECT_LIST_ERR(res, type) do { \
+	if (plane_local()) { \
+		EXPECT_ERR(res, type); \
+	} else { \
+		EXPECT_ERR(res, "SandboxCapabilityNotSupported"); \
+		ck_assert_str_eq(json_string_value(json_object_get(last_data, "capability")), "files_list"); \
+	} \
+} while (0)
+
+/* The entry named path in a listing, or NULL. */
+static json_t *list_entry(json_t *list, const char *path)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(json_object_get(list, "entries"), i, e)
+		if (strcmp(json_string_value(json_object_get(e, "path")), path) == 0)
+			return e;
+	return NULL;
+}
+
+static void assert_entry(json_t *list, const char *path, const char *kind, json_int_t size)
+{
+	json_t *e = list_entry(list, path);
+
+	ck_assert_msg(e, "%s is not in the listing %s", path, last_reply);
+	ck_assert_str_eq(json_string_value(json_object_get(e, "kind")), kind);
+	if (size < 0)
+		ck_assert_msg(json_is_null(json_object_get(e, "size")), "%s: size not null", path);
+	else
+		ck_assert_int_eq(json_integer_value(json_object_get(e, "size")), size);
+}
+
+START_TEST(listing_a_linked_directory)
+{
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "link-dir"), "ConfinementError");
+}
+END_TEST
+
+START_TEST(listing_through_a_linked_parent)
+{
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "link-dir/sub"), "ConfinementError");
+}
+END_TEST
+
+START_TEST(listing_under_a_linked_ancestor)
+{
+	EXPECT_LIST_ERR(f_list(fx.id, W "/link-dir/sub", "."), "ConfinementError");
+	EXPECT_LIST_ERR(f_list(fx.id, W "/link-dir", "."), "ConfinementError");
+}
+END_TEST
+
+START_TEST(a_listing_names_its_links)
+{
+	json_t *r = f_list(fx.id, NULL, ".");
+	size_t i, n;
+	json_t *e;
+	const char *prev = "";
+
+	if (!plane_local()) {
+		EXPECT_LIST_ERR(r, "-");
+		return;
+	}
+	EXPECT_OK(r);
+	assert_entry(r, "link-file", "symlink", -1);
+	assert_entry(r, "link-dir", "symlink", -1);
+	assert_entry(r, "real", "directory", -1);
+	assert_entry(r, "plain.txt", "file", 6);
+	/* Direct children only, sorted, never what a link points at. */
+	n = json_array_size(json_object_get(r, "entries"));
+	json_array_foreach(json_object_get(r, "entries"), i, e) {
+		const char *path = json_string_value(json_object_get(e, "path"));
+
+		ck_assert_msg(!strchr(path, '/'), "not a direct child: %s", path);
+		ck_assert_msg(strcmp(prev, path) < 0, "not sorted: %s before %s", prev, path);
+		ck_assert_msg(strcmp(path, "secret.txt") != 0, "the listing followed a link");
+		prev = path;
+	}
+	ck_assert_uint_eq(n, 4);
+	json_decref(r);
+	/* A subdirectory: paths relative to the working directory. */
+	EXPECT_OK(r = f_list(fx.id, NULL, "real"));
+	assert_entry(r, "real/inside.txt", "file", 20);
+	ck_assert_uint_eq(json_array_size(json_object_get(r, "entries")), 1);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(listing_what_is_not_a_directory)
+{
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "plain.txt"), "NotADirectoryError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "plain.txt/deeper"), "NotADirectoryError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "absent"), "FileNotFoundError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "link-file"), "ConfinementError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "../work-outside"), "ConfinementError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, OUT), "ConfinementError");
+	EXPECT_LIST_ERR(f_list(fx.id, NULL, "sub\\x"), "ConfinementError");
+}
+END_TEST
+
+START_TEST(the_listing_holds_only_this_calls_files)
+{
+	char a[80], b[80];
+	json_t *r;
+
+	acquire_ok(key_for("agent", "call-a"), call_spec(), a, sizeof(a));
+	acquire_ok(key_for("agent", "call-b"), call_spec(), b, sizeof(b));
+	EXPECT_OK(r = f_write(a, NULL, "only-in-a.txt", "a"));
+	json_decref(r);
+	EXPECT_OK(r = f_write(b, NULL, "only-in-b.txt", "bb"));
+	json_decref(r);
+	r = f_list(a, NULL, ".");
+	if (!plane_local()) {
+		EXPECT_LIST_ERR(r, "-");
+		return;
+	}
+	EXPECT_OK(r);
+	assert_entry(r, "only-in-a.txt", "file", 1);
+	ck_assert_msg(!list_entry(r, "only-in-b.txt"), "call a lists call b's file: %s", last_reply);
+	json_decref(r);
+	EXPECT_OK(r = f_list(b, NULL, "."));
+	assert_entry(r, "only-in-b.txt", "file", 2);
+	ck_assert_msg(!list_entry(r, "only-in-a.txt"), "call b lists call a's file: %s", last_reply);
+	json_decref(r);
+}
+END_TEST
+
+/* What the daemon declares and reports follows the plane that serves. */
+START_TEST(the_plane_is_declared_and_reported)
+{
+	json_t *d = rpc("daemon.describe", NULL), *st = rpc("daemon.status", NULL), *spec, *r;
+	const char *want = plane_local() ? "local" : "archive";
+	bool listed = false;
+	size_t i;
+	json_t *c;
+	char id[80];
+
+	EXPECT_OK(d);
+	EXPECT_OK(st);
+	json_array_foreach(json_object_get(d, "capabilities"), i, c)
+		listed |= strcmp(json_string_value(c), "files_list") == 0;
+	ck_assert_msg(listed == plane_local(), "describe: %s", json_dumps(d, JSON_COMPACT));
+	ck_assert_str_eq(jstr(st, "file_plane"), want);
+	ck_assert_msg(plane_local() == json_is_null(json_object_get(st, "file_plane_reason")) ||
+		      plane_local() == !json_object_get(st, "file_plane_reason"), "file_plane_reason");
+	json_decref(d);
+	json_decref(st);
+	r = acquire(key_for("agent", NULL), files_spec(img_root));
+	EXPECT_OK(r);
+	ck_assert_str_eq(jstr(r, "file_plane"), want);
+	json_decref(r);
+	/* A spec that requires listing: served where the local plane is. */
+	spec = files_spec(img_root);
+	json_array_append_new(json_object_get(spec, "requires"), json_string("files_list"));
+	r = acquire(key_for("lister", NULL), spec);
+	if (plane_local()) {
+		EXPECT_OK(r);
+		snprintf(id, sizeof(id), "%s", jstr(r, "sandbox"));
+		json_decref(r);
+		EXPECT_OK(r = f_list(id, NULL, "."));
+		json_decref(r);
+	} else {
+		EXPECT_ERR(r, "SandboxCapabilityNotSupported");
+	}
 }
 END_TEST
 
@@ -2144,6 +2512,29 @@ static Suite *files_suite(void)
 	tcase_add_checked_fixture(low, fx_low_ceilings_setup, fx_teardown);
 	tcase_set_timeout(low, 60);
 	ADD(low, configured_ceilings_refuse_whole_calls);
+	{
+		TCase *ni = layout_tcase("new init", 120);
+
+		ADD(ni, a_new_init_between_calls_never_redirects_a_call);
+		suite_add_tcase(s, ni);
+	}
+	{
+		TCase *ls = layout_tcase("listing", 120);
+
+		ADD(ls, listing_a_linked_directory);
+		ADD(ls, listing_through_a_linked_parent);
+		ADD(ls, listing_under_a_linked_ancestor);
+		ADD(ls, a_listing_names_its_links);
+		ADD(ls, listing_what_is_not_a_directory);
+		suite_add_tcase(s, ls);
+	}
+	{
+		TCase *lc = daemon_tcase("listing calls", 120);
+
+		ADD(lc, the_listing_holds_only_this_calls_files);
+		ADD(lc, the_plane_is_declared_and_reported);
+		suite_add_tcase(s, lc);
+	}
 	suite_add_tcase(s, out);
 	suite_add_tcase(s, paths);
 	suite_add_tcase(s, in);

@@ -175,8 +175,15 @@ void msbd_start_with(struct msbd_proc *p, const char *const *prefix, const char 
 		argv[n++] = "--socket";
 		argv[n++] = p->sock;
 	}
-	for (; args && *args && n < 62; args++)
+	for (; args && *args && n < 60; args++)
 		argv[n++] = *args;
+	if (harness_file_plane()) {
+		static char plane_arg[64];
+
+		snprintf(plane_arg, sizeof(plane_arg), "files.plane=%s", harness_file_plane());
+		argv[n++] = "--set";
+		argv[n++] = plane_arg;
+	}
 	argv[n] = NULL;
 	p->pid = fork();
 	ck_assert_int_ge(p->pid, 0);
@@ -200,6 +207,13 @@ void msbd_start_with(struct msbd_proc *p, const char *const *prefix, const char 
 		}
 		usleep(20 * 1000);
 	}
+}
+
+const char *harness_file_plane(void)
+{
+	const char *v = getenv("MSB_FILE_PLANE");
+
+	return v && *v ? v : NULL;
 }
 
 void msbd_start(struct msbd_proc *p, const char *const *args)

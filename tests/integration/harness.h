@@ -32,6 +32,9 @@ bool harness_test_image(const char *ref);
 
 /* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
 void msbd_prepare(struct msbd_proc *p);
+/* $MSB_FILE_PLANE (auto, local, archive), or NULL when unset: every daemon
+ * the harness starts gets --set files.plane=<it>. */
+const char *harness_file_plane(void);
 /* Starts maf-sandboxd --socket p->sock plus args (NULL-terminated) and waits
  * until the socket accepts. prefix (NULL-terminated, may be NULL) is a
  * command put before the daemon (e.g. systemd-socket-activate ...); then the

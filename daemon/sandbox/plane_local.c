@@ -1,0 +1,1078 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <sys/fsuid.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+
+#include "cleanup.h"
+#include "fileop.h"
+#include "log.h"
+#include "plane_local.h"
+#include "xmalloc.h"
+
+/* Every path of the guest: beneath the root, no link, no magic link. */
+#define RESOLVE_GUEST (RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+/* One component below a directory we hold. */
+#define RESOLVE_STEP  (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+#define DIR_MODE  0755
+#define FILE_MODE 0644
+
+/* Pseudo filesystems whose files are not the guest's data: never read. */
+static const unsigned long pseudo_fs[] = {
+	PROC_SUPER_MAGIC, SYSFS_MAGIC, CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC,
+	SECURITYFS_MAGIC, TRACEFS_MAGIC, BPF_FS_MAGIC, EFIVARFS_MAGIC, SELINUX_MAGIC,
+	SMACK_MAGIC, PSTOREFS_MAGIC,
+};
+
+static int sys_openat2(int dirfd, const char *path, uint64_t flags, uint64_t resolve)
+{
+	struct open_how how = { .flags = flags | O_CLOEXEC, .resolve = resolve };
+
+	for (int i = 0;; i++) {
+		int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+
+		if (fd >= 0)
+			return fd;
+		if (errno != EAGAIN || i >= PLOCAL_EAGAIN_RETRIES)
+			return -errno;
+	}
+}
+
+int plocal_available(const char **reterr_why)
+{
+	int fd;
+
+	if (geteuid() != 0) {
+		*reterr_why = "the daemon does not run as root";
+		return -EPERM;
+	}
+	fd = sys_openat2(AT_FDCWD, "/", O_PATH | O_DIRECTORY, RESOLVE_GUEST);
+	if (fd < 0) {
+		*reterr_why = fd == -ENOSYS ? "the kernel has no openat2 (Linux >= 5.6)"
+					    : "openat2 with RESOLVE_IN_ROOT is refused";
+		return fd;
+	}
+	close(fd);
+	return 0;
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+static const char *errno_name(int e)
+{
+	const char *n = strerrorname_np(e);
+
+	return n ? n : "EIO";
+}
+
+/* A refusal of the path rules. */
+static int fail_reason(enum paths_reason reason, const char *rel, struct msb_error *err)
+{
+	static const int errnos[_PATHS_R_MAX] = {
+		[PATHS_R_SYMLINK_ANCESTOR] = ELOOP, [PATHS_R_SYMLINK_LEAF] = ELOOP,
+		[PATHS_R_NOT_A_DIRECTORY] = ENOTDIR, [PATHS_R_NOT_FOUND] = ENOENT,
+		[PATHS_R_NOT_REGULAR] = EINVAL, [PATHS_R_IS_DIRECTORY] = EISDIR,
+		[PATHS_R_TOO_LONG] = ENAMETOOLONG,
+	};
+
+	fileop_error_from_reason(reason, rel, err);
+	return errnos[reason] ? -errnos[reason] : -EINVAL;
+}
+
+/* What the guest's filesystem said (OSError), naming the errno. */
+static int fail_os(int r, const char *rel, const char *what, struct msb_error *err)
+{
+	msb_error_set(err, MSB_ERR_OS_ERROR,
+		      json_pack("{s:s, s:s}", "path", rel && *rel ? rel : ".", "errno", errno_name(-r)),
+		      "%s: %s", what, strerror(-r));
+	return r;
+}
+
+/* A failed resolution of a directory on the way. */
+static int fail_walk(int r, const char *rel, const char *what, struct msb_error *err)
+{
+	switch (r) {
+	case -ELOOP:
+		return fail_reason(PATHS_R_SYMLINK_ANCESTOR, rel, err);
+	case -ENOTDIR:
+		return fail_reason(PATHS_R_NOT_A_DIRECTORY, rel, err);
+	case -ENOENT:
+		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+	case -ENAMETOOLONG:
+		return fail_reason(PATHS_R_TOO_LONG, rel, err);
+	case -EISDIR:
+		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	default:
+		return fail_os(r, rel, what, err);
+	}
+}
+
+/* ---- credentials ------------------------------------------------------------ */
+
+static void caps_get(uint32_t eff[2], struct __user_cap_data_struct data[2])
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+
+	if (syscall(SYS_capget, &h, data) < 0)
+		fatal("capget");
+	eff[0] = data[0].effective;
+	eff[1] = data[1].effective;
+}
+
+static void caps_set_effective(const uint32_t eff[2])
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	uint32_t cur[2];
+
+	caps_get(cur, data);
+	data[0].effective = eff[0];
+	data[1].effective = eff[1];
+	if (syscall(SYS_capset, &h, data) < 0)
+		fatal("capset");
+}
+
+void plocal_cred_enter(const struct plocal_cred *c, struct plocal_saved *s)
+{
+	static const uint32_t none[2] = { 0, 0 };
+	struct __user_cap_data_struct data[2];
+	int n;
+
+	*s = (struct plocal_saved){ 0 };
+	n = getgroups(0, NULL);
+	if (n < 0)
+		fatal("getgroups");
+	s->groups = xmalloc(((size_t)n + 1) * sizeof(gid_t));
+	s->n_groups = getgroups(n, s->groups);
+	if (s->n_groups < 0)
+		fatal("getgroups");
+	caps_get(s->cap_eff, data);
+	s->fsuid = (uid_t)setfsuid((uid_t)-1);
+	s->fsgid = (gid_t)setfsgid((gid_t)-1);
+	s->entered = true;
+	/* Per thread (the raw syscalls): no supplementary group, the guest's
+	 * fsgid and fsuid, then no capability at all. */
+	if (syscall(SYS_setgroups, 0, NULL) < 0)
+		fatal("setgroups");
+	setfsgid(c->gid);
+	setfsuid(c->uid);
+	if ((gid_t)setfsgid((gid_t)-1) != c->gid || (uid_t)setfsuid((uid_t)-1) != c->uid)
+		fatalx("%s: could not take the guest's credentials %u:%u", __func__, (unsigned)c->uid,
+		       (unsigned)c->gid);
+	caps_set_effective(none);
+}
+
+void plocal_cred_leave(struct plocal_saved *s)
+{
+	if (!s->entered)
+		return;
+	/* Capabilities first: setgroups needs CAP_SETGID back. */
+	caps_set_effective(s->cap_eff);
+	setfsuid(s->fsuid);
+	setfsgid(s->fsgid);
+	if ((uid_t)setfsuid((uid_t)-1) != s->fsuid || (gid_t)setfsgid((gid_t)-1) != s->fsgid)
+		fatalx("%s: could not restore the daemon's file system ids", __func__);
+	if (syscall(SYS_setgroups, (size_t)s->n_groups, s->groups) < 0)
+		fatal("setgroups (restore)");
+	free(s->groups);
+	*s = (struct plocal_saved){ 0 };
+}
+
+/* ---- pinning ---------------------------------------------------------------- */
+
+bool plocal_pin_valid(const struct plocal_pin *pin)
+{
+	return pin && pin->pidfd >= 0;
+}
+
+void plocal_pin_close(struct plocal_pin *pin)
+{
+	if (pin->pidfd >= 0)
+		close(pin->pidfd);
+	*pin = (struct plocal_pin)PLOCAL_PIN_INIT;
+}
+
+static bool pidfd_alive(int pidfd)
+{
+	return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+}
+
+/* Reads a small /proc file whole (NUL-terminated); -errno. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	size_t len = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (len < size - 1) {
+		ssize_t n = read(fd, buf + len, size - 1 - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	return (int)len;
+}
+
+/* True when every line of a uid_map/gid_map is the identity of the whole range. */
+static bool map_is_identity(const char *map)
+{
+	unsigned long inside, outside, count;
+
+	return sscanf(map, " %lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 && outside == 0 &&
+	       count == 4294967295UL && !strchr(strchr(map, '\n') ? strchr(map, '\n') + 1 : "", '\n');
+}
+
+int plocal_pin_open(pid_t pid, const char *id, struct plocal_pin *ret)
+{
+	char path[64], buf[8192];
+	int pidfd, r;
+
+	*ret = (struct plocal_pin)PLOCAL_PIN_INIT;
+	if (pid <= 0 || !id || strlen(id) < 12)
+		return -EINVAL;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return -errno;
+	/* Held now: whatever /proc/<pid> shows from here is this process's,
+	 * as long as the pidfd says it is alive afterwards. */
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	r = read_small(path, buf, sizeof(buf));
+	if (r >= 0 && !strstr(buf, id))
+		r = -ENOENT;
+	if (r >= 0) {
+		snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+		r = read_small(path, buf, sizeof(buf));
+		if (r >= 0 && !map_is_identity(buf))
+			r = -EOPNOTSUPP;
+	}
+	if (r >= 0) {
+		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+		r = read_small(path, buf, sizeof(buf));
+		if (r >= 0 && !map_is_identity(buf))
+			r = -EOPNOTSUPP;
+	}
+	if (r >= 0 && !pidfd_alive(pidfd))
+		r = -ESRCH;
+	if (r < 0) {
+		close(pidfd);
+		return r == -ENOENT && kill(pid, 0) < 0 && errno == ESRCH ? -ESRCH : r;
+	}
+	ret->pid = pid;
+	ret->pidfd = pidfd;
+	return 0;
+}
+
+int plocal_root_open(const struct plocal_pin *pin, int *ret_fd)
+{
+	char path[64];
+	int fd;
+
+	if (!plocal_pin_valid(pin))
+		return -EBADF;
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)pin->pid);
+	fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno != ENOENT && errno != ESRCH)
+		return -errno;
+	/* Alive after the open: the pid named this process all along. */
+	if (!pidfd_alive(pin->pidfd)) {
+		if (fd >= 0)
+			close(fd);
+		return -ESRCH;
+	}
+	if (fd < 0)
+		return -ESRCH;
+	*ret_fd = fd;
+	return 0;
+}
+
+/* ---- resolution ------------------------------------------------------------- */
+
+/* A guest directory (absolute, normalised) beneath root: oflags plus
+ * O_DIRECTORY. -errno as the kernel says it. */
+static int open_dir(int root, const char *gpath, uint64_t oflags)
+{
+	return sys_openat2(root, strcmp(gpath, "/") == 0 ? "." : gpath, oflags | O_DIRECTORY, RESOLVE_GUEST);
+}
+
+/* The final component of an absolute, normalised guest path ("/" has none). */
+static const char *leaf_name(const char *gpath)
+{
+	return strrchr(gpath, '/') + 1;
+}
+
+/* The parent directory of gpath (malloc'd): "/a/b" → "/a", "/a" → "/". */
+static char *parent_of(const char *gpath)
+{
+	const char *slash = strrchr(gpath, '/');
+
+	return slash == gpath ? xstrdup("/") : xstrndup(gpath, (size_t)(slash - gpath));
+}
+
+static void stat_fill(const struct stat *sb, const char *name, int dirfd, struct paths_stat *st)
+{
+	*st = (struct paths_stat){ 0 };
+	st->name = xstrdup(name);
+	st->kind = paths_kind_from_st_mode(sb->st_mode);
+	st->size = sb->st_size > 0 ? (uint64_t)sb->st_size : 0;
+	st->perm = sb->st_mode & 07777;
+	st->mtime_sec = sb->st_mtim.tv_sec;
+	st->mtime_nsec = (uint32_t)sb->st_mtim.tv_nsec;
+	st->link_target = NULL;
+	if (st->kind == PATHS_KIND_SYMLINK && dirfd >= 0) {
+		char buf[PLOCAL_LINK_MAX_BYTES + 1];
+		ssize_t n = readlinkat(dirfd, name, buf, sizeof(buf) - 1);
+
+		buf[n > 0 ? n : 0] = '\0';
+		st->link_target = xstrdup(buf);
+	}
+	if (!st->link_target)
+		st->link_target = xstrdup("");
+}
+
+/* Opens the parent of plan's target; *ret_absent when it is not there. */
+static int open_parent(int root, const struct paths_plan *plan, bool *ret_absent, struct msb_error *err)
+{
+	_cleanup_free_ char *parent = parent_of(plan->target.path);
+	int fd = open_dir(root, parent, O_PATH);
+
+	*ret_absent = false;
+	if (fd == -ENOENT) {
+		*ret_absent = true;
+		return -ENOENT;
+	}
+	if (fd < 0)
+		return fail_walk(fd, plan->target.rel, "resolving the path", err);
+	return fd;
+}
+
+/* ---- stat ------------------------------------------------------------------- */
+
+static int do_stat(int root, const struct paths_plan *plan, bool *ret_found, struct paths_stat *ret_st,
+		   struct msb_error *err)
+{
+	_cleanup_close_ int dir = -1;
+	struct stat sb;
+	bool absent;
+
+	*ret_found = false;
+	if (plan->target.path[1] == '\0') {
+		/* "/" itself */
+		if (fstat(root, &sb) < 0)
+			return fail_os(-errno, plan->target.rel, "examining the path", err);
+		stat_fill(&sb, "/", -1, ret_st);
+		*ret_found = true;
+		return 0;
+	}
+	if (plan->target.is_wd) {
+		/* The working directory itself must be a real directory, like
+		 * every one above it. */
+		dir = open_dir(root, plan->target.path, O_PATH);
+		if (dir == -ENOENT)
+			return 0;
+		if (dir < 0)
+			return fail_walk(dir, plan->target.rel, "resolving the working directory", err);
+		if (fstat(dir, &sb) < 0)
+			return fail_os(-errno, plan->target.rel, "examining the path", err);
+		stat_fill(&sb, leaf_name(plan->target.path), -1, ret_st);
+		*ret_found = true;
+		return 0;
+	}
+	dir = open_parent(root, plan, &absent, err);
+	if (absent)
+		return 0;
+	if (dir < 0)
+		return dir;
+	if (fstatat(dir, leaf_name(plan->target.path), &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return fail_os(-errno, plan->target.rel, "examining the path", err);
+	}
+	stat_fill(&sb, leaf_name(plan->target.path), dir, ret_st);
+	*ret_found = true;
+	return 0;
+}
+
+int plocal_stat(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool *ret_found,
+		struct paths_stat *ret_st, struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(c, &s);
+	r = do_stat(root, plan, ret_found, ret_st, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}
+
+/* ---- read ------------------------------------------------------------------- */
+
+static bool on_pseudo_fs(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return true;
+	for (size_t i = 0; i < sizeof(pseudo_fs) / sizeof(pseudo_fs[0]); i++)
+		if ((unsigned long)sf.f_type == pseudo_fs[i])
+			return true;
+	return false;
+}
+
+static int do_read(int root, const struct paths_plan *plan, uint64_t max_bytes, uint8_t **ret_data,
+		   size_t *ret_len, struct paths_stat *ret_st, struct msb_error *err)
+{
+	_cleanup_close_ int dir = -1, handle = -1, fd = -1;
+	const char *rel = plan->target.rel;
+	char self[64];
+	struct stat sb, sb2;
+	uint8_t *buf;
+	size_t len = 0, cap;
+	bool absent;
+
+	if (plan->target.path[1] == '\0')
+		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	if (plan->target.is_wd) {
+		/* The working directory: a directory (never read), or refused. */
+		handle = open_dir(root, plan->target.path, O_PATH);
+		return fail_walk(handle < 0 ? handle : -EISDIR, rel, "resolving the working directory", err);
+	}
+	dir = open_parent(root, plan, &absent, err);
+	if (absent)
+		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+	if (dir < 0)
+		return dir;
+	handle = sys_openat2(dir, leaf_name(plan->target.path), O_PATH | O_NOFOLLOW, RESOLVE_STEP);
+	if (handle == -ENOENT)
+		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+	if (handle == -ELOOP)
+		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	if (handle < 0)
+		return fail_os(handle, rel, "opening the file", err);
+	if (fstat(handle, &sb) < 0)
+		return fail_os(-errno, rel, "examining the file", err);
+	/* Only a regular file with one link on an ordinary filesystem. */
+	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1 || on_pseudo_fs(handle))
+		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	if ((uint64_t)sb.st_size > max_bytes) {
+		msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+			      json_pack("{s:s, s:I, s:I}", "path", rel, "limit", (json_int_t)max_bytes,
+					"size", (json_int_t)sb.st_size),
+			      "'%s' is %llu bytes and the caller allowed %llu", rel,
+			      (unsigned long long)sb.st_size, (unsigned long long)max_bytes);
+		return -EFBIG;
+	}
+	/* That very inode, opened for reading with the guest's credentials. */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", handle);
+	fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return fail_os(-errno, rel, "opening the file", err);
+	if (fstat(fd, &sb2) < 0 || sb2.st_dev != sb.st_dev || sb2.st_ino != sb.st_ino)
+		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	cap = (size_t)sb.st_size + 1;
+	buf = xmalloc(cap);
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			if ((uint64_t)len > max_bytes)
+				break;
+			cap = cap * 2 > max_bytes + 1 ? (size_t)max_bytes + 1 : cap * 2;
+			buf = xrealloc(buf, cap);
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = -errno;
+
+			free(buf);
+			return fail_os(e, rel, "reading the file", err);
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if ((uint64_t)len > max_bytes) {
+		/* It grew while we read: a refusal, never a truncation. */
+		free(buf);
+		msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+			      json_pack("{s:s, s:I}", "path", rel, "limit", (json_int_t)max_bytes),
+			      "'%s' is larger than the caller allowed", rel);
+		return -EFBIG;
+	}
+	stat_fill(&sb2, leaf_name(plan->target.path), -1, ret_st);
+	ret_st->size = len;
+	*ret_data = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int plocal_read(int root, const struct paths_plan *plan, const struct plocal_cred *c, uint64_t max_bytes,
+		uint8_t **ret_data, size_t *ret_len, struct paths_stat *ret_st, struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(c, &s);
+	r = do_read(root, plan, max_bytes, ret_data, ret_len, ret_st, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}
+
+/* ---- making directories ----------------------------------------------------- */
+
+/* Opens (making it when absent) each directory of gpath from root down;
+ * made ones get mode 0755 and, when owner is set, that owner (the
+ * daemon's authority: PREPARE); missing_from counts as "from here down,
+ * made by us". Returns the fd of gpath (O_PATH) or -errno with *err. */
+static int make_dirs(int root, const char *gpath, const char *rel, bool create, const struct plocal_cred *owner,
+		     size_t owner_from_depth, bool *ret_missing, struct msb_error *err)
+{
+	_cleanup_free_ char *copy = xstrdup(gpath);
+	char *save = NULL, *comp;
+	int cur = dup(root);
+	size_t depth = 0;
+
+	if (ret_missing)
+		*ret_missing = false;
+	if (cur < 0)
+		return fail_os(-errno, rel, "resolving the path", err);
+	for (comp = strtok_r(copy, "/", &save); comp; comp = strtok_r(NULL, "/", &save), depth++) {
+		int next = sys_openat2(cur, comp, O_PATH | O_DIRECTORY, RESOLVE_STEP);
+		bool made;
+
+		if (next == -ENOENT) {
+			if (ret_missing)
+				*ret_missing = true;
+			if (!create) {
+				close(cur);
+				return -ENOENT;
+			}
+			made = mkdirat(cur, comp, DIR_MODE) == 0;
+			if (!made && errno != EEXIST) {
+				int e = -errno;
+
+				close(cur);
+				return fail_os(e, rel, "creating a directory", err);
+			}
+			/* Made (or raced into being): opened without following (a link
+			 * there is ELOOP; O_NOFOLLOW with O_DIRECTORY would say ENOTDIR). */
+			next = sys_openat2(cur, comp, O_RDONLY | O_DIRECTORY, RESOLVE_STEP);
+			if (next >= 0 && made) {
+				/* Ours: its mode whatever the umask, its owner (PREPARE). */
+				if (fchmod(next, DIR_MODE) < 0)
+					log_debug("files", "fchmod of a new directory: %s", strerror(errno));
+				if (owner && fchown(next, depth >= owner_from_depth ? owner->uid : 0,
+						    depth >= owner_from_depth ? owner->gid : 0) < 0) {
+					int e = -errno;
+
+					close(next);
+					close(cur);
+					return fail_os(e, rel, "giving a directory its owner", err);
+				}
+			}
+		}
+		close(cur);
+		if (next < 0)
+			return fail_walk(next, rel, "resolving the path", err);
+		cur = next;
+	}
+	return cur;
+}
+
+/* ---- write ------------------------------------------------------------------ */
+
+static int write_all(int fd, const uint8_t *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, data, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The leaf of a write: a link is refused (never followed), a directory
+ * too; absent or a file is fine. */
+static int write_leaf_check(int dir, const char *leaf, const char *rel, struct msb_error *err)
+{
+	struct stat sb;
+
+	if (fstatat(dir, leaf, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISLNK(sb.st_mode))
+			return fail_reason(PATHS_R_SYMLINK_LEAF, rel, err);
+		if (S_ISDIR(sb.st_mode))
+			return fail_reason(PATHS_R_IS_DIRECTORY, rel, err);
+	} else if (errno != ENOENT) {
+		return fail_os(-errno, rel, "examining the path", err);
+	}
+	return 0;
+}
+
+static int do_write_check(int root, const struct paths_plan *plan, struct msb_error *err)
+{
+	_cleanup_free_ char *parent = parent_of(plan->target.path);
+	_cleanup_close_ int dir = open_dir(root, parent, O_PATH);
+
+	if (dir == -ENOENT) {
+		/* Made by the write: but nothing on the way may be a link or a file. */
+		bool missing;
+		int fd = make_dirs(root, parent, plan->target.rel, false, NULL, 0, &missing, err);
+
+		if (fd >= 0)
+			close(fd);
+		return fd == -ENOENT ? 0 : fd < 0 ? fd : 0;
+	}
+	if (dir < 0)
+		return fail_walk(dir, plan->target.rel, "resolving the path", err);
+	return write_leaf_check(dir, leaf_name(plan->target.path), plan->target.rel, err);
+}
+
+static int do_write(int root, const struct paths_plan *plan, const uint8_t *data, size_t len,
+		    struct msb_error *err)
+{
+	_cleanup_free_ char *parent = parent_of(plan->target.path);
+	_cleanup_close_ int dir = -1, fd = -1;
+	const char *rel = plan->target.rel, *leaf = leaf_name(plan->target.path);
+	char tmp[64];
+	uint64_t rnd;
+	int r;
+
+	dir = open_dir(root, parent, O_PATH);
+	if (dir == -ENOENT)
+		dir = make_dirs(root, parent, rel, true, NULL, 0, NULL, err);
+	else if (dir < 0)
+		return fail_walk(dir, rel, "resolving the path", err);
+	if (dir < 0)
+		return dir;
+	r = write_leaf_check(dir, leaf, rel, err);
+	if (r < 0)
+		return r;
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)&rnd;
+	snprintf(tmp, sizeof(tmp), ".maf-sandbox-%016llx.tmp", (unsigned long long)rnd);
+	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE);
+	if (fd < 0 && errno == ENOENT)
+		/* The directory was removed under us. */
+		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+	if (fd < 0)
+		return fail_os(-errno, rel, "creating the file", err);
+	r = write_all(fd, data, len);
+	if (r == 0 && fchmod(fd, FILE_MODE) < 0)
+		r = -errno;
+	if (r == 0 && close(fd) < 0)
+		r = -errno;
+	fd = -1;
+	if (r == 0 && renameat(dir, tmp, dir, leaf) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlinkat(dir, tmp, 0);
+		if (r == -EISDIR)
+			return fail_reason(PATHS_R_IS_DIRECTORY, rel, err);
+		if (r == -ENOENT)
+			return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+		return fail_os(r, rel, "writing the file", err);
+	}
+	return 0;
+}
+
+int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c, const uint8_t *data,
+		 size_t len, struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(c, &s);
+	r = do_write(root, plan, data, len, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}
+
+int plocal_write_check(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		       struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(c, &s);
+	r = do_write_check(root, plan, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}
+
+/* ---- check / prepare -------------------------------------------------------- */
+
+int plocal_check(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool *ret_missing,
+		 struct msb_error *reterr)
+{
+	struct plocal_saved s = { 0 };
+	int fd;
+
+	*ret_missing = false;
+	if (c)
+		plocal_cred_enter(c, &s);
+	if (plan->op == PATHS_OP_LIST) {
+		fd = open_dir(root, plan->target.path, O_PATH);
+	} else {
+		_cleanup_free_ char *parent = parent_of(plan->target.path);
+
+		fd = open_dir(root, parent, O_PATH);
+	}
+	if (c)
+		plocal_cred_leave(&s);
+	if (fd == -ENOENT) {
+		*ret_missing = true;
+		return 0;
+	}
+	if (fd < 0)
+		return fail_walk(fd, plan->target.rel, "resolving the path", reterr);
+	close(fd);
+	return 0;
+}
+
+int plocal_prepare(int root, const struct paths_plan *plan, const struct plocal_cred *owner,
+		   struct msb_error *reterr)
+{
+	size_t depth = 0;
+	int fd;
+
+	/* The base is the last component; every one above it stays root's. */
+	for (const char *p = plan->target.path; *p; p++)
+		depth += *p == '/';
+	fd = make_dirs(root, plan->target.path, plan->target.rel, true, owner, depth - 1, NULL, reterr);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	return 0;
+}
+
+/* ---- list ------------------------------------------------------------------- */
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "path")),
+		      json_string_value(json_object_get(*(json_t *const *)b, "path")));
+}
+
+static int do_list(int root, const struct paths_plan *plan, size_t max_entries, json_t **ret, struct msb_error *err)
+{
+	const char *rel = plan->target.rel;
+	json_t **items = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	json_t *list;
+	DIR *dir;
+	int fd;
+
+	fd = open_dir(root, plan->target.path, O_RDONLY);
+	if (fd < 0)
+		return fail_walk(fd, rel, "opening the directory", err);
+	dir = fdopendir(fd);
+	if (!dir) {
+		int e = -errno;
+
+		close(fd);
+		return fail_os(e, rel, "opening the directory", err);
+	}
+	for (errno = 0; (de = readdir(dir)); errno = 0) {
+		struct paths_stat st;
+		struct stat sb;
+		char *child;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;   /* gone since readdir */
+		if (n == max_entries) {
+			for (size_t i = 0; i < n; i++)
+				json_decref(items[i]);
+			free(items);
+			closedir(dir);
+			msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:s, s:I}", "path", *rel ? rel : ".", "limit", (json_int_t)max_entries),
+				      "the directory holds more than %zu entries", max_entries);
+			return -EFBIG;
+		}
+		stat_fill(&sb, de->d_name, -1, &st);
+		child = *rel ? xasprintf("%s/%s", rel, de->d_name) : xstrdup(de->d_name);
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			items = xrealloc(items, cap * sizeof(*items));
+		}
+		items[n++] = paths_entry_encode(child, &st);
+		free(child);
+		paths_stat_release(&st);
+	}
+	if (errno) {
+		int e = -errno;
+
+		for (size_t i = 0; i < n; i++)
+			json_decref(items[i]);
+		free(items);
+		closedir(dir);
+		return fail_os(e, rel, "reading the directory", err);
+	}
+	closedir(dir);
+	if (n)
+		qsort(items, n, sizeof(*items), entry_cmp);
+	list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, items[i]);
+	free(items);
+	*ret = list;
+	return 0;
+}
+
+int plocal_list(int root, const struct paths_plan *plan, const struct plocal_cred *c, size_t max_entries,
+		json_t **ret_entries, struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(c, &s);
+	r = do_list(root, plan, max_entries, ret_entries, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}
+
+/* ---- remove ----------------------------------------------------------------- */
+
+struct rm_frame {
+	DIR *dir;            /* the directory being emptied (owns its fd) */
+	char *name;          /* its name in the frame below (the target's parent for frame 0) */
+	uint64_t mnt_id;
+};
+
+struct plocal_rm {
+	struct plocal_cred cred;
+	char *rel;            /* for errors */
+	int top_parent;       /* the target's parent directory */
+	struct rm_frame stack[PLOCAL_MAX_DEPTH + 1];
+	size_t depth;         /* frames in use */
+};
+
+static int mnt_id_of(int fd, uint64_t *ret)
+{
+	struct statx sx;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) < 0)
+		return -errno;
+	if (!(sx.stx_mask & STATX_MNT_ID))
+		return -EOPNOTSUPP;
+	*ret = sx.stx_mnt_id;
+	return 0;
+}
+
+/* Opens name below parent as a directory to empty, checking it is on the
+ * parent's mount. 1 pushed, 0 it is not a directory (unlink it instead),
+ * <0 refused. */
+static int rm_push(struct plocal_rm *rm, int parent, uint64_t parent_mnt, const char *name, struct msb_error *err)
+{
+	int fd = sys_openat2(parent, name, O_RDONLY | O_DIRECTORY, RESOLVE_STEP);
+	uint64_t mnt = 0;
+	DIR *dir;
+	int r;
+
+	if (fd == -ENOTDIR || fd == -ELOOP)
+		return 0;
+	if (fd == -ENOENT)
+		return 2;     /* gone already */
+	if (fd < 0)
+		return fail_os(fd, rm->rel, "opening a directory to remove", err);
+	r = mnt_id_of(fd, &mnt);
+	if (r == 0 && mnt != parent_mnt)
+		r = -EXDEV;
+	if (r == 0 && rm->depth > PLOCAL_MAX_DEPTH)
+		r = -ELOOP;
+	if (r < 0) {
+		close(fd);
+		if (r == -EXDEV) {
+			msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rm->rel, "mount", name),
+				      "a mount point lies in the way of the removal; it is never crossed");
+			return r;
+		}
+		if (r == -ELOOP) {
+			msb_error_set(err, MSB_ERR_OS_ERROR,
+				      json_pack("{s:s, s:i}", "path", rm->rel, "limit", PLOCAL_MAX_DEPTH),
+				      "the tree is deeper than %d levels", PLOCAL_MAX_DEPTH);
+			return r;
+		}
+		return fail_os(r, rm->rel, "examining a directory to remove", err);
+	}
+	dir = fdopendir(fd);
+	if (!dir) {
+		r = -errno;
+		close(fd);
+		return fail_os(r, rm->rel, "opening a directory to remove", err);
+	}
+	rm->stack[rm->depth++] = (struct rm_frame){ .dir = dir, .name = xstrdup(name), .mnt_id = mnt };
+	return 1;
+}
+
+static int rm_unlink(struct plocal_rm *rm, int dirfd, const char *name, int flags, struct msb_error *err)
+{
+	if (unlinkat(dirfd, name, flags) == 0 || errno == ENOENT)
+		return 0;
+	return fail_os(-errno, rm->rel, "removing", err);
+}
+
+static void rm_pop(struct plocal_rm *rm)
+{
+	struct rm_frame *f = &rm->stack[--rm->depth];
+
+	closedir(f->dir);
+	free(f->name);
+	*f = (struct rm_frame){ 0 };
+}
+
+struct plocal_rm *plocal_rm_free(struct plocal_rm *rm)
+{
+	if (!rm)
+		return NULL;
+	while (rm->depth)
+		rm_pop(rm);
+	if (rm->top_parent >= 0)
+		close(rm->top_parent);
+	free(rm->rel);
+	free(rm);
+	return NULL;
+}
+
+static int rm_begin(struct plocal_rm *rm, const struct paths_plan *plan, int root, bool recursive,
+		    struct msb_error *err)
+{
+	const char *leaf = leaf_name(plan->target.path);
+	_cleanup_free_ char *parent = parent_of(plan->target.path);
+	uint64_t mnt = 0;
+	struct stat sb;
+	int r;
+
+	rm->top_parent = open_dir(root, parent, O_PATH);
+	if (rm->top_parent == -ENOENT)
+		return 1;   /* missing is success */
+	if (rm->top_parent < 0)
+		return fail_walk(rm->top_parent, rm->rel, "resolving the path", err);
+	if (fstatat(rm->top_parent, leaf, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 1 : fail_os(-errno, rm->rel, "examining the path", err);
+	if (!S_ISDIR(sb.st_mode)) {
+		r = rm_unlink(rm, rm->top_parent, leaf, 0, err);
+		return r < 0 ? r : 1;
+	}
+	if (!recursive) {
+		msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rm->rel, "errno", "EISDIR"),
+			      "%s is a directory; removing it needs recursive", *rm->rel ? rm->rel : ".");
+		return -EISDIR;
+	}
+	r = mnt_id_of(rm->top_parent, &mnt);
+	if (r < 0)
+		return fail_os(r, rm->rel, "examining the path", err);
+	r = rm_push(rm, rm->top_parent, mnt, leaf, err);
+	if (r == 0) {
+		r = rm_unlink(rm, rm->top_parent, leaf, 0, err);
+		return r < 0 ? r : 1;
+	}
+	return r == 2 ? 1 : r < 0 ? r : 0;
+}
+
+int plocal_rm_begin(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool recursive,
+		    struct plocal_rm **ret_rm, struct msb_error *reterr)
+{
+	struct plocal_rm *rm = xcalloc(1, sizeof(*rm));
+	struct plocal_saved s;
+	int r;
+
+	*ret_rm = NULL;
+	rm->cred = *c;
+	rm->top_parent = -1;
+	rm->rel = xstrdup(plan->target.rel ? (*plan->target.rel ? plan->target.rel : ".") : plan->target.path);
+	if (plan->target.path[1] == '\0') {
+		plocal_rm_free(rm);
+		return fail_reason(PATHS_R_NEAR_ROOT, "/", reterr);
+	}
+	plocal_cred_enter(c, &s);
+	r = rm_begin(rm, plan, root, recursive, reterr);
+	plocal_cred_leave(&s);
+	if (r != 0) {
+		plocal_rm_free(rm);
+		return r;
+	}
+	*ret_rm = rm;
+	return 0;
+}
+
+static int rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *err)
+{
+	while (rm->depth > 0 && budget > 0) {
+		struct rm_frame *f = &rm->stack[rm->depth - 1];
+		struct dirent *de;
+		int r;
+
+		errno = 0;
+		de = readdir(f->dir);
+		if (!de && errno)
+			return fail_os(-errno, rm->rel, "reading a directory to remove", err);
+		if (!de) {
+			/* Emptied: remove it from the directory below. */
+			_cleanup_free_ char *name = xstrdup(f->name);
+			int below;
+
+			rm_pop(rm);
+			below = rm->depth ? dirfd(rm->stack[rm->depth - 1].dir) : rm->top_parent;
+			r = rm_unlink(rm, below, name, AT_REMOVEDIR, err);
+			if (r < 0)
+				return r;
+			budget--;
+			continue;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		budget--;
+		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) {
+			r = rm_push(rm, dirfd(f->dir), f->mnt_id, de->d_name, err);
+			if (r < 0)
+				return r;
+			if (r > 0)
+				continue;
+		}
+		r = rm_unlink(rm, dirfd(f->dir), de->d_name, 0, err);
+		if (r < 0)
+			return r;
+	}
+	return rm->depth == 0 ? 1 : 0;
+}
+
+int plocal_rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *reterr)
+{
+	struct plocal_saved s;
+	int r;
+
+	plocal_cred_enter(&rm->cred, &s);
+	r = rm_step(rm, budget, reterr);
+	plocal_cred_leave(&s);
+	return r;
+}

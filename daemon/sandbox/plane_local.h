@@ -1,0 +1,171 @@
+/* plane_local.h — the local file plane (ARCHITECTURE decision 6): when the
+ * engine runs on this host, a container's files are reached beneath
+ * /proc/<init pid>/root, and every path is resolved by the kernel with
+ * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS):
+ * each component atomically, no link followed anywhere on the way, never
+ * outside the container's root. No freeze, no tar, no engine round trip.
+ *
+ * The same refusals as the archive plane (paths.h reasons), so one
+ * conformance suite holds for both:
+ *   a link on the way      ELOOP   → ConfinementError (PATHS_R_SYMLINK_ANCESTOR)
+ *   a non-directory on it  ENOTDIR → NotADirectoryError
+ *   absent                 ENOENT  → no entry / FileNotFoundError / success,
+ *                                     as each method's bundle says
+ *
+ * Authority (behaviour-core §4.5, the reach rule): every call that acts for
+ * the guest runs with the guest's credentials — plocal_cred_enter() sets
+ * the thread's supplementary groups to none, its fsgid and fsuid to the
+ * guest's and clears its effective capability set, so the kernel's own
+ * permission checks (search, write, sticky directories, unlink) are the
+ * guest's, exactly. plocal_cred_leave() puts back what was there, and a
+ * failure to put it back is fatal: the daemon never goes on with the
+ * guest's credentials. These are per-thread credentials (raw syscalls, not
+ * glibc's process-wide setgroups), and the daemon is single-threaded: the
+ * switch brackets a run of synchronous syscalls on the loop thread, with
+ * no callback, no allocation failure path and no other request in
+ * between, so nothing else ever runs with them. Only the work directory's
+ * preparation at acquire (plocal_prepare) acts with the daemon's own
+ * authority, as the archive plane does: the chain above the storage base
+ * is root's, the base itself is given to the guest.
+ *
+ * Reads open an O_PATH handle without following the final component,
+ * check it is a regular file with one link on an ordinary filesystem (not
+ * proc, sys, cgroup...), and reopen that very inode through
+ * /proc/self/fd — a FIFO or a device is never opened. Writes go to a
+ * temporary name made O_CREAT|O_EXCL|O_NOFOLLOW in the final directory,
+ * renamed over the final name with renameat (a link there is replaced,
+ * never followed). Removals go through O_DIRECTORY|O_NOFOLLOW handles and
+ * unlinkat, never following a link and never crossing a mount point, a
+ * slice at a time (the caller yields to the loop between slices).
+ *
+ * Pid pinning: a container's init is held with a pidfd; the root is opened
+ * through /proc/<pid>/root and then the pidfd is asked whether that process
+ * still lives — if it does, the pid was never recycled in between, so the
+ * root is the container's. A pin is made only after /proc/<pid>/cgroup is
+ * seen to name the container id (a recycled pid, or a daemon in another
+ * pid namespace, fails here) and the process's user namespace maps ids
+ * one to one (a remapped engine is left to the archive plane).
+ *
+ * No wire codes and no logging here: results are msb_errors the RPC layer
+ * sends as they are. */
+#ifndef MSB_PLANE_LOCAL_H
+#define MSB_PLANE_LOCAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#include "errors.h"
+#include "paths.h"
+
+/* Directory levels a recursive removal descends below its target; deeper
+ * trees are refused (OSError) rather than exhausting descriptors. */
+#define PLOCAL_MAX_DEPTH          256
+/* Directory entries a removal takes per slice before it yields to the loop. */
+#define PLOCAL_REMOVE_SLICE       1024
+/* Default ceiling of entries one listing returns (files.list_max_entries). */
+#define PLOCAL_LIST_MAX_ENTRIES   10000
+/* Times a resolution is retried when the kernel answers EAGAIN (a rename
+ * or mount raced a lookup). */
+#define PLOCAL_EAGAIN_RETRIES     8
+/* Longest link target reported by a stat. */
+#define PLOCAL_LINK_MAX_BYTES     4095
+
+/* Whether this daemon can serve the local plane at all: openat2 exists
+ * and the daemon runs as root (it must open other processes' roots and
+ * take a guest's credentials). 0, or -errno with *reterr_why (static). */
+int plocal_available(const char **reterr_why);
+
+/* ---- who acts ----------------------------------------------------------- */
+
+struct plocal_cred {
+	uid_t uid;
+	gid_t gid;
+};
+
+struct plocal_saved {
+	uid_t fsuid;
+	gid_t fsgid;
+	gid_t *groups;
+	int n_groups;
+	uint32_t cap_eff[2];
+	bool entered;
+};
+
+/* Takes the guest's credentials (see above). Fatal on failure. */
+void plocal_cred_enter(const struct plocal_cred *c, struct plocal_saved *s);
+/* Puts the daemon's back. Fatal on failure. NULL-safe on a saved that was
+ * never entered. */
+void plocal_cred_leave(struct plocal_saved *s);
+
+/* ---- pinning -------------------------------------------------------------- */
+
+struct plocal_pin {
+	pid_t pid;
+	int pidfd;        /* -1: not pinned */
+};
+
+#define PLOCAL_PIN_INIT { 0, -1 }
+
+/* Pins pid as the init of container id (64 hex): -ESRCH the process is
+ * gone, -ENOENT its cgroup does not name the container (a recycled pid, or
+ * another pid namespace), -EOPNOTSUPP its user namespace remaps ids,
+ * -errno otherwise. */
+int plocal_pin_open(pid_t pid, const char *id, struct plocal_pin *ret);
+void plocal_pin_close(struct plocal_pin *pin);
+bool plocal_pin_valid(const struct plocal_pin *pin);
+/* Opens the pinned process's root (O_PATH|O_DIRECTORY). -ESRCH when the
+ * pinned process has exited (the pin is stale: re-pin), -errno otherwise. */
+int plocal_root_open(const struct plocal_pin *pin, int *ret_fd);
+
+/* ---- operations --------------------------------------------------------- */
+/* root: a directory fd standing for the container's "/"; plan: the method's
+ * bundle (paths_plan_new). Each returns 0, or -errno with *reterr set. */
+
+/* STAT: *ret_found false = nothing there; else *ret_st (release with
+ * paths_stat_release). */
+int plocal_stat(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool *ret_found,
+		struct paths_stat *ret_st, struct msb_error *reterr);
+/* READ: the bytes of a regular file with one link; over max_bytes →
+ * TransferCapExceeded, never truncated. *ret_data malloc'd (non-NULL). */
+int plocal_read(int root, const struct paths_plan *plan, const struct plocal_cred *c, uint64_t max_bytes,
+		uint8_t **ret_data, size_t *ret_len, struct paths_stat *ret_st, struct msb_error *reterr);
+/* WRITE: missing parents made (mode 0755), the file (mode 0644) replaced
+ * whole by a rename; all as c. */
+int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c, const uint8_t *data,
+		 size_t len, struct msb_error *reterr);
+/* What a write would meet, without writing: a refusal of the path (a link
+ * or a file on the way, a link or a directory at the leaf). A multi-file
+ * write checks every entry before it writes any. */
+int plocal_write_check(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		       struct msb_error *reterr);
+/* CHECK of a LIST-shaped plan (the work dir and its chain; for any other
+ * plan, the target's parent): *ret_missing when some directory of it is
+ * absent. c NULL: with the daemon's own authority (acquire's check). */
+int plocal_check(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool *ret_missing,
+		 struct msb_error *reterr);
+/* PREPARE: makes what is missing of the work dir's chain with the daemon's
+ * authority — root-owned ancestors, the base itself owner's (mode 0755). */
+int plocal_prepare(int root, const struct paths_plan *plan, const struct plocal_cred *owner,
+		   struct msb_error *reterr);
+/* LIST: the direct children of the plan's directory as SandboxEntries
+ * {path (relative to the wd), kind, size}, sorted by name; a link is
+ * named a link. Over max_entries → TransferCapExceeded. */
+int plocal_list(int root, const struct paths_plan *plan, const struct plocal_cred *c, size_t max_entries,
+		json_t **ret_entries, struct msb_error *reterr);
+
+/* DELETE / RECLAIM, a slice at a time:
+ *   plocal_rm_begin  → 1 done (missing, or a non-directory unlinked),
+ *                      0 a tree to remove (*ret_rm set), <0 refused
+ *   plocal_rm_step   → 1 done, 0 more to do, <0 failed
+ * Credentials are taken and put back inside each call. */
+struct plocal_rm;
+int plocal_rm_begin(int root, const struct paths_plan *plan, const struct plocal_cred *c, bool recursive,
+		    struct plocal_rm **ret_rm, struct msb_error *reterr);
+int plocal_rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *reterr);
+/* NULL-safe; returns NULL. */
+struct plocal_rm *plocal_rm_free(struct plocal_rm *rm);
+
+#endif
