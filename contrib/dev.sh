@@ -6,7 +6,7 @@
 #   sudo contrib/dev.sh test                       the same set-up, then the tests: a -Dwerror
 #                                                  build (unit, packaging, clients), every suite
 #                                                  under ASan+UBSan, the unit suites under
-#                                                  valgrind, every fuzz target for 60 s
+#                                                  valgrind, every fuzz target for 30 s
 #                                                  (FUZZ_SECONDS), then the Debian packages
 #                                                  built, installed, socket-activated and purged
 #                                                  (contrib/package-test.sh)
@@ -25,7 +25,7 @@ PACKAGES=(
 	valgrind clang libclang-rt-14-dev llvm
 )
 # Seconds each fuzz target runs in `test`.
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 ENGINE_SOCKET=/var/run/docker.sock
 ENGINE_WAIT_SECONDS=90
 

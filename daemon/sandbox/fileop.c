@@ -1020,7 +1020,7 @@ static int fop_local_read(struct fileop *op, const struct plocal_cred *c, struct
 		struct fileop_item *it = &op->items[i];
 		int r = plocal_read(op->root, it->plan, c, op->p.max_bytes, &it->out, &it->out_len, &it->st, e);
 
-		if (r < 0 && op->p.per_item_errors && e->code != MSB_ERR_OS_ERROR) {
+		if (r < 0 && op->p.per_item_errors) {
 			it->err = *e;
 			*e = (struct msb_error){ 0 };
 			continue;

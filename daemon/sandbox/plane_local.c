@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,50 @@ static int sys_openat2(int dirfd, const char *path, uint64_t flags, uint64_t res
 	}
 }
 
+static bool pidfd_alive(int pidfd);
+
+/* Whether the calls the plane makes are allowed here (a service manager's
+ * capability bounding set or syscall filter may forbid them): each is
+ * tried and undone. 0, or -errno with *reterr_why. */
+static int probe_credentials(const char **reterr_why)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	gid_t groups[256];
+	uid_t fsuid = (uid_t)setfsuid((uid_t)-1);
+	gid_t fsgid = (gid_t)setfsgid((gid_t)-1);
+	int n, pidfd;
+
+	setfsuid(65534);
+	if ((uid_t)setfsuid(fsuid) != 65534) {
+		*reterr_why = "the daemon cannot take a guest's file system uid (CAP_SETUID)";
+		return -EPERM;
+	}
+	setfsgid(65534);
+	if ((gid_t)setfsgid(fsgid) != 65534) {
+		*reterr_why = "the daemon cannot take a guest's file system gid (CAP_SETGID)";
+		return -EPERM;
+	}
+	n = getgroups(sizeof(groups) / sizeof(groups[0]), groups);
+	if (n < 0 || syscall(SYS_setgroups, (size_t)n, groups) < 0) {
+		*reterr_why = "the daemon cannot set its supplementary groups (CAP_SETGID, setgroups)";
+		return -EPERM;
+	}
+	if (syscall(SYS_capget, &h, data) < 0 || syscall(SYS_capset, &h, data) < 0) {
+		*reterr_why = "the daemon cannot read or set its capabilities (capget, capset)";
+		return -EPERM;
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (pidfd < 0 || !pidfd_alive(pidfd)) {
+		if (pidfd >= 0)
+			close(pidfd);
+		*reterr_why = "the kernel has no pollable pidfd (pidfd_open: Linux >= 5.3)";
+		return -ENOSYS;
+	}
+	close(pidfd);
+	return 0;
+}
+
 int plocal_available(const char **reterr_why)
 {
 	int fd;
@@ -66,7 +111,7 @@ int plocal_available(const char **reterr_why)
 		return fd;
 	}
 	close(fd);
-	return 0;
+	return probe_credentials(reterr_why);
 }
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -205,9 +250,17 @@ void plocal_pin_close(struct plocal_pin *pin)
 	*pin = (struct plocal_pin)PLOCAL_PIN_INIT;
 }
 
+/* A pidfd polls readable once its process has exited: no permission to
+ * signal it is needed (a non-root init, a bounding set without CAP_KILL). */
 static bool pidfd_alive(int pidfd)
 {
-	return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	int r;
+
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
+	return r == 0;
 }
 
 /* Reads a small /proc file whole (NUL-terminated); -errno. */
@@ -461,15 +514,25 @@ static int do_read(int root, const struct paths_plan *plan, uint64_t max_bytes, 
 		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
 	if (dir < 0)
 		return dir;
-	handle = sys_openat2(dir, leaf_name(plan->target.path), O_PATH | O_NOFOLLOW, RESOLVE_STEP);
-	if (handle == -ENOENT)
-		return fail_reason(PATHS_R_NOT_FOUND, rel, err);
-	if (handle == -ELOOP)
-		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
-	if (handle < 0)
-		return fail_os(handle, rel, "opening the file", err);
-	if (fstat(handle, &sb) < 0)
-		return fail_os(-errno, rel, "examining the file", err);
+	for (int tries = 0;; tries++) {
+		handle = sys_openat2(dir, leaf_name(plan->target.path), O_PATH | O_NOFOLLOW, RESOLVE_STEP);
+		if (handle == -ENOENT)
+			return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+		if (handle == -ELOOP)
+			return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+		if (handle < 0)
+			return fail_os(handle, rel, "opening the file", err);
+		if (fstat(handle, &sb) < 0)
+			return fail_os(-errno, rel, "examining the file", err);
+		if (sb.st_nlink != 0)
+			break;
+		/* Unlinked since we opened it (removed, or replaced by a rename):
+		 * look again, once; then it is gone. */
+		close(handle);
+		handle = -1;
+		if (tries == 1)
+			return fail_reason(PATHS_R_NOT_FOUND, rel, err);
+	}
 	/* Only a regular file with one link on an ordinary filesystem. */
 	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1 || on_pseudo_fs(handle))
 		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);

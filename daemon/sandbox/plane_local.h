@@ -73,9 +73,11 @@
 /* Longest link target reported by a stat. */
 #define PLOCAL_LINK_MAX_BYTES     4095
 
-/* Whether this daemon can serve the local plane at all: openat2 exists
- * and the daemon runs as root (it must open other processes' roots and
- * take a guest's credentials). 0, or -errno with *reterr_why (static). */
+/* Whether this daemon can serve the local plane at all: it runs as root
+ * (it opens other processes' roots), openat2 and pidfds exist, and it may
+ * take a guest's credentials (setfsuid, setfsgid, setgroups, capset: a
+ * service manager's bounding set or syscall filter can forbid them; each
+ * is tried and undone). 0, or -errno with *reterr_why (static). */
 int plocal_available(const char **reterr_why);
 
 /* ---- who acts ----------------------------------------------------------- */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "plane_local.h"
 #include "msb-limits.h"
 
 static char tmpdir[] = "/tmp/check-config-XXXXXX";
@@ -56,6 +57,8 @@ START_TEST(defaults_are_the_named_limits)
 	ck_assert_int_eq(cfg->frame_timeout_ms, MSB_FRAME_TIMEOUT_MS);
 	ck_assert_int_eq(cfg->drain_ms, MSB_DRAIN_TIMEOUT_MS);
 	ck_assert_uint_eq(cfg->socket_mode, 0660);
+	ck_assert_str_eq(cfg->files_plane, "auto");
+	ck_assert_int_eq(cfg->files_list_max_entries, PLOCAL_LIST_MAX_ENTRIES);
 	ck_assert_ptr_null(cfg->engine_host);
 	/* The frame limit admits a 64 MiB file in base64 plus an envelope. */
 	ck_assert_uint_gt(cfg->max_frame_bytes, (MSB_TRANSFER_MAX_FILE_BYTES + 2) / 3 * 4 + 4096);
@@ -148,6 +151,8 @@ static const struct bad_row bad_rows[] = {
 	{ "limits.max_frame_bytes = 64M\nlimits.buffer_budget_bytes = 32M\n", "buffer_budget_bytes" },
 	{ "engine.reconnect_min_ms = 5000\nengine.reconnect_max_ms = 100\n", "reconnect_min_ms" },
 	{ "exec.on_timeout = later\n", "exec.on_timeout must be kill or dispose" },
+	{ "files.plane = fast\n", "files.plane must be auto, local or archive" },
+	{ "files.list_max_entries = 0\n", "files.list_max_entries" },
 	{ "files.max_file_bytes = 65M\n", "files.max_file_bytes" },     /* over the 64 MiB ceiling */
 	{ "files.max_files = 257\n", "files.max_files" },
 	{ "exec.max_output_bytes = 0\n", "exec.max_output_bytes" },

@@ -382,6 +382,7 @@ struct res {
 	json_t *data;                /* the error's data object, as sent */
 	char trace_at_cb[TRACE_MAX]; /* what the engine had seen when the callback fired */
 	size_t claims_at_cb;         /* freeze claims alive then */
+	bool local;                  /* fileop_served_locally */
 	long ms;                     /* since the op started */
 	size_t n_items;
 	struct item_rec items[ITEMS_MAX];
@@ -420,6 +421,7 @@ static void op_cb(struct fileop *op, const struct msb_error *err, void *arg)
 	res.ms = loop_now_ms() - started_ms;
 	snprintf(res.trace_at_cb, sizeof(res.trace_at_cb), "%s", trace());
 	res.claims_at_cb = freeze_table_count(daemon_ctx.freezes);
+	res.local = fileop_served_locally(op);
 	if (err) {
 		ck_assert_int_ne(err->code, 0);
 		res.code = err->code;
@@ -569,7 +571,7 @@ static void sc_wd(void)
 
 START_TEST(test_kind_names)
 {
-	static const char *const want[_FILEOP_KIND_MAX] = { "write", "read", "stat", "prepare", "check" };
+	static const char *const want[_FILEOP_KIND_MAX] = { "write", "read", "stat", "prepare", "check", "list", "remove", "reclaim" };
 
 	for (int k = 0; k < _FILEOP_KIND_MAX; k++)
 		ck_assert_str_eq(fileop_kind_to_string((enum fileop_kind)k), want[k]);
@@ -1547,6 +1549,117 @@ START_TEST(test_check_refuses_without_pause)
 }
 END_TEST
 
+/* ---- the planes: archive serves remove/reclaim as a walk, refuses a listing -------- */
+
+START_TEST(test_archive_remove_walks_unfrozen)
+{
+	struct fileop *op;
+
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_dir(WD "/sub");
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_REMOVE);
+	op_add(op, PATHS_OP_DELETE, "sub/x", NULL);
+	fileop_set_recursive(op, true);
+	op_run(op);
+	/* The walk classifies; the caller's rm in the guest does the removal. */
+	assert_ok("HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/sub;");
+	ck_assert(!res.local);
+	ck_assert_uint_eq(res.claims_at_cb, 0);
+}
+END_TEST
+
+START_TEST(test_archive_reclaim_asks_nothing)
+{
+	struct fileop *op;
+
+	sc_pause(204, NULL);
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_RECLAIM);
+	fileop_add(op, plan_in(PATHS_OP_RECLAIM, WD "/reclaim-me", NULL), NULL, 0);
+	op_run(op);
+	assert_ok("");
+	ck_assert(!res.local);
+}
+END_TEST
+
+START_TEST(test_archive_refuses_a_listing)
+{
+	struct fileop *op;
+
+	sc_pause(204, NULL);
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_LIST);
+	op_add(op, PATHS_OP_LIST, ".", NULL);
+	op_run(op);
+	assert_failed(MSB_ERR_CAPABILITY_NOT_SUPPORTED, "");
+	ck_assert_str_eq(json_string_value(json_object_get(res.data, "capability")), "files_list");
+	ck_assert(!res.local);
+}
+END_TEST
+
+/* The daemon's plane is local, but this init cannot be pinned (pid 1: its
+ * cgroup does not name the container): auto falls back to the archive
+ * plane for the call, local fails it. */
+static const struct {
+	const char *plane;
+	int code;
+	const char *trace;
+} unpinnable_rows[] = {
+	{ "auto", 0, "inspect;pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;unpause;" },
+	{ "local", MSB_ERR_INTERNAL, "inspect;" },
+};
+
+START_TEST(test_an_unpinnable_init)
+{
+	struct fileop *op;
+
+	free(daemon_ctx.config->files_plane);
+	daemon_ctx.config->files_plane = xstrdup(unpinnable_rows[_i].plane);
+	daemon_ctx.plane_local = true;
+	sc_add((struct fake_reply){ .method = "GET", .path = CPATH "/json",
+				    .body = "{\"Id\":\"" ID "\",\"State\":{\"Running\":true,\"Pid\":1}}",
+				    .headers = "Content-Type: application/json\r\n" });
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_file(WD "/a.txt", 7);
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_STAT);
+	op_add(op, PATHS_OP_STAT, "a.txt", NULL);
+	op_run(op);
+	if (unpinnable_rows[_i].code)
+		assert_failed(unpinnable_rows[_i].code, unpinnable_rows[_i].trace);
+	else
+		assert_ok(unpinnable_rows[_i].trace);
+	ck_assert(!res.local);
+	daemon_ctx.plane_local = false;
+}
+END_TEST
+
+/* An init that is not running is refused as the archive plane refuses it. */
+START_TEST(test_a_stopped_sandbox_on_the_local_plane)
+{
+	struct fileop *op;
+
+	daemon_ctx.plane_local = true;
+	sc_add((struct fake_reply){ .method = "GET", .path = CPATH "/json",
+				    .body = "{\"Id\":\"" ID "\",\"State\":{\"Running\":false,\"Pid\":0}}",
+				    .headers = "Content-Type: application/json\r\n" });
+	start();
+	op = op_new(FILEOP_STAT);
+	op_add(op, PATHS_OP_STAT, "a.txt", NULL);
+	op_run(op);
+	assert_failed(MSB_ERR_FREEZE_FAILED, "inspect;");
+	ck_assert_str_eq(json_string_value(json_object_get(res.data, "reason")), "not running");
+	daemon_ctx.plane_local = false;
+}
+END_TEST
+
 /* ---- prepare ---------------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1750,6 +1863,11 @@ static Suite *fileop_suite(void)
 	tc = fixture_tcase("check");
 	tcase_add_test(tc, test_check_never_pauses);
 	tcase_add_test(tc, test_check_refuses_without_pause);
+	tcase_add_test(tc, test_archive_remove_walks_unfrozen);
+	tcase_add_test(tc, test_archive_reclaim_asks_nothing);
+	tcase_add_test(tc, test_archive_refuses_a_listing);
+	tcase_add_loop_test(tc, test_an_unpinnable_init, 0, (int)(sizeof(unpinnable_rows) / sizeof(unpinnable_rows[0])));
+	tcase_add_test(tc, test_a_stopped_sandbox_on_the_local_plane);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("prepare");

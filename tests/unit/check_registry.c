@@ -3,8 +3,11 @@
  * event: a destroyed container never comes back, a died one is not
  * "running" again. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 #include "registry.h"
 
@@ -74,6 +77,48 @@ START_TEST(listing_and_events)
 	apply(r, event(ID_A, "destroy"));
 	ck_assert_ptr_null(registry_find_id(r, ID_A));
 	ck_assert_uint_eq(registry_count(r), 1);
+	json_decref(list);
+	registry_free(r);
+}
+END_TEST
+
+/* An fd number is open (pidfds included). */
+static bool fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* The local plane's pin of an init (a pidfd) goes with the init: at every
+ * start, restart and death, and with the entry; a pause keeps it. */
+START_TEST(a_pin_goes_with_its_init)
+{
+	static const char *const drops[] = { "die", "start", "restart" };
+	struct registry *r = registry_new();
+	json_t *list = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	struct sandbox *sb;
+	int fd;
+
+	registry_replace_all(r, list);
+	sb = registry_find_id(r, ID_A);
+	ck_assert_int_eq(sb->pin.pidfd, -1);
+	ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
+	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
+		fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		ck_assert_int_ge(fd, 0);
+		sb->pin = (struct plocal_pin){ getpid(), fd };
+		sb->plane = SANDBOX_PLANE_LOCAL;
+		apply(r, event(ID_A, "pause"));
+		apply(r, event(ID_A, "unpause"));
+		ck_assert_int_eq(sb->pin.pidfd, fd);
+		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_LOCAL);
+		apply(r, event(ID_A, drops[i]));
+		ck_assert_msg(sb->pin.pidfd == -1 && !fd_open(fd), "%s kept the pin", drops[i]);
+		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
+	}
+	fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	sb->pin = (struct plocal_pin){ getpid(), fd };
+	apply(r, event(ID_A, "destroy"));
+	ck_assert_msg(!fd_open(fd), "a destroyed entry kept its pin open");
 	json_decref(list);
 	registry_free(r);
 }
@@ -168,6 +213,7 @@ int main(void)
 
 	tcase_add_test(tc, listing_and_events);
 	tcase_add_test(tc, a_destroyed_id_never_comes_back);
+	tcase_add_test(tc, a_pin_goes_with_its_init);
 	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
 	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
 	tcase_add_test(tc, only_our_workloads_are_entries);
