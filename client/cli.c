@@ -677,6 +677,19 @@ static void print_counters(const char *label, const json_t *o, const char *const
 	line_end(&l);
 }
 
+/* "file plane: local", or "file plane: archive (WHY)" when the daemon says why. */
+static void print_file_plane(const json_t *r)
+{
+	const char *plane = get_str(r, "file_plane"), *why = get_str(r, "file_plane_reason");
+
+	if (!plane)
+		return;
+	printf("file plane: %s", plane);
+	if (why && *why)
+		printf(" (%s)", why);
+	putchar('\n');
+}
+
 static void print_status(const json_t *r)
 {
 	static const char *const conn_keys[][2] = {
@@ -688,6 +701,7 @@ static void print_status(const json_t *r)
 
 	print_status_daemon(json_object_get(r, "daemon"));
 	print_status_engine(json_object_get(r, "engine"));
+	print_file_plane(r);
 	print_counters("connections: ", json_object_get(r, "connections"), conn_keys,
 		       ELEMENTSOF(conn_keys));
 	print_counters("requests: ", json_object_get(r, "requests"), req_keys, ELEMENTSOF(req_keys));
@@ -1264,13 +1278,13 @@ static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 
 /* --- the file plane ------------------------------------------------------ */
 
-/* {sandbox, KEY: GUEST, working_directory?} from the first operand, the
- * operand at guest_at and -w. Returns CLI_CONTINUE with *ret_params (new
+/* {sandbox, KEY: GUEST, working_directory?} from the first operand, guest
+ * (borrowed: an operand) and -w. Returns CLI_CONTINUE with *ret_params (new
  * reference), or the exit code. */
 static int file_params_new(const struct cli_cmd *cmd, const struct cli_opts *opts, const char *key,
-			   int guest_at, json_t **ret_params)
+			   const char *guest, json_t **ret_params)
 {
-	const char *sandbox = opts->operands[0], *guest = opts->operands[guest_at];
+	const char *sandbox = opts->operands[0];
 	json_t *params;
 
 	if (!is_utf8(sandbox))
@@ -1370,7 +1384,7 @@ static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 	size_t len = 0, b64_len;
 	int r;
 
-	r = file_params_new(cmd, opts, "path", 2, &params);
+	r = file_params_new(cmd, opts, "path", opts->operands[2], &params);
 	if (r != CLI_CONTINUE)
 		return r;
 	r = local_read(opts->operands[1], &data, &len);
@@ -1426,7 +1440,7 @@ static int get_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 	if (max && parse_bytes(max, &n) < 0)
 		return usage_error(cmd, "invalid --max-bytes '%s': want a number of bytes from 0 to %zu",
 				   max, CLI_FILE_MAX_BYTES);
-	r = file_params_new(cmd, opts, "path", 1, ret_params);
+	r = file_params_new(cmd, opts, "path", opts->operands[1], ret_params);
 	if (r == CLI_CONTINUE && max)
 		json_object_set_new(*ret_params, "max_bytes", json_integer(n));
 	return r;
@@ -1435,11 +1449,23 @@ static int get_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 /* files.stat / files.remove {sandbox, path: GUEST, working_directory?[, recursive]}. */
 static int path_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
 {
-	int r = file_params_new(cmd, opts, "path", 1, ret_params);
+	int r = file_params_new(cmd, opts, "path", opts->operands[1], ret_params);
 
 	if (r == CLI_CONTINUE && opt_arg(opts, CLI_OPT_RECURSIVE))
 		json_object_set_new(*ret_params, "recursive", json_true());
 	return r;
+}
+
+/* dir's DIR operand: "." (the working directory) when omitted. */
+static const char *dir_operand(const struct cli_opts *opts)
+{
+	return opts->noperands > 1 ? opts->operands[1] : ".";
+}
+
+/* files.list {sandbox, path: DIR, working_directory?}. */
+static int dir_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
+{
+	return file_params_new(cmd, opts, "path", dir_operand(opts), ret_params);
 }
 
 /* files.reclaim {sandbox, directory: DIR, working_directory?, timeout_seconds?}:
@@ -1449,7 +1475,7 @@ static int reclaim_params(const struct cli_cmd *cmd, const struct cli_opts *opts
 {
 	int ms = opts->timeout_ms, r;
 
-	r = file_params_new(cmd, opts, "directory", 1, ret_params);
+	r = file_params_new(cmd, opts, "directory", opts->operands[1], ret_params);
 	if (r != CLI_CONTINUE || ms <= 0)
 		return r;
 	json_object_set_new(*ret_params, "timeout_seconds", json_integer((ms + 999) / 1000));
@@ -1561,13 +1587,25 @@ static int report_get(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 	return CLI_EXIT_OK;
 }
 
-/* null: nothing there (exit status 1); else "KIND SIZE PATH", SIZE "-"
- * unless a file. */
-static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+/* One SandboxEntry {path, kind, size} as "KIND SIZE PATH": SIZE "-" unless
+ * a file; PATH dflt when the entry has none. Cleaned for a terminal. */
+static void print_entry(const json_t *e, const char *dflt)
 {
-	const char *kind = get_str(r, "kind"), *path = get_str(r, "path");
+	const char *kind = get_str(e, "kind"), *path = get_str(e, "path");
 	json_int_t size;
 
+	put_clean(stdout, kind ? kind : "-", 0);
+	if (kind && !strcmp(kind, "file") && get_int(e, "size", &size))
+		printf(" %" JSON_INTEGER_FORMAT " ", size);
+	else
+		fputs(" - ", stdout);
+	put_clean(stdout, path ? path : dflt, 0);
+	putchar('\n');
+}
+
+/* null: nothing there (exit status 1); else "KIND SIZE PATH". */
+static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
 	if (json_is_null(r)) {
 		if (opts->json)
 			print_json(r);
@@ -1578,13 +1616,27 @@ static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	}
 	if (opts->json || !json_is_object(r))
 		return print_json(r);
-	put_clean(stdout, kind ? kind : "-", 0);
-	if (kind && !strcmp(kind, "file") && get_int(r, "size", &size))
-		printf(" %" JSON_INTEGER_FORMAT " ", size);
-	else
-		fputs(" - ", stdout);
-	put_clean(stdout, path ? path : opts->operands[1], 0);
-	putchar('\n');
+	print_entry(r, opts->operands[1]);
+	return CLI_EXIT_OK;
+}
+
+/* {entries: [SandboxEntry...]}: one "KIND SIZE PATH" line per entry, in the
+ * daemon's order (sorted by path); nothing for an empty directory. */
+static int report_dir(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
+{
+	const json_t *entries = json_object_get(r, "entries");
+	size_t i;
+	json_t *e;
+
+	if (opts->json)
+		return print_json(r);
+	if (!json_is_array(entries)) {
+		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a listing\n", cmd->name);
+		return CLI_EXIT_FAILURE;
+	}
+	json_array_foreach(entries, i, e)
+		if (json_is_object(e))
+			print_entry(e, "-");
 	return CLI_EXIT_OK;
 }
 
@@ -2031,8 +2083,9 @@ static const struct cli_cmd cli_cmds[] = {
 		.name = "status",
 		.summary = "the daemon's and the engine's state, with counters",
 		.help = "Show the daemon's state (daemon.status): version, pid and uptime, whether\n"
-			"the Docker engine is reachable and at which API version, and the\n"
-			"connection and request counters.",
+			"the Docker engine is reachable and at which API version, the file plane\n"
+			"new sandboxes get (and, for the archive plane, why), and the connection\n"
+			"and request counters.",
 		.handler = cmd_query, .query = msb_status, .print = print_status,
 	},
 	{
@@ -2194,6 +2247,27 @@ static const struct cli_cmd cli_cmds[] = {
 		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
 		.min_operands = 2, .max_operands = 2,
 		.method = MSB_METHOD_FILES_STAT, .params = path_params, .report = report_stat,
+	},
+	{
+		.name = "dir",
+		.usage = "dir [-w WD] SANDBOX [DIR]",
+		.summary = "list a directory in a sandbox: kind, size, path of each entry",
+		.help = "List the directory DIR in the sandbox (files.list; default: the working\n"
+			"directory itself): one line \"KIND SIZE PATH\" per entry, as stat prints\n"
+			"one, sorted by path. Links are named, never followed. Only its direct\n"
+			"children; an empty directory prints nothing. Served on the daemon's local\n"
+			"file plane only: a sandbox on the archive plane is refused\n"
+			"(SandboxCapabilityNotSupported, exit status 1). A directory with more\n"
+			"entries than the daemon's files.list_max_entries is refused\n"
+			"(SandboxTransferCapExceeded), never cut short. With --json: the\n"
+			"daemon's result, {\"entries\": [...]}.\n"
+			"\n"
+			CLI_HELP_SANDBOX
+			CLI_HELP_WORKDIR,
+		.handler = cmd_method,
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
+		.min_operands = 1, .max_operands = 2,
+		.method = MSB_METHOD_FILES_LIST, .params = dir_params, .report = report_dir,
 	},
 	{
 		.name = "rm",

@@ -16,6 +16,7 @@ from .connection import EXEC_OUTPUT, PULL_PROGRESS, Connection
 from .errors import (
     ClientTimeout,
     InvalidParams,
+    SandboxCapabilityNotSupported,
     SandboxError,
     SandboxNotServed,
     UnexpectedReply,
@@ -482,6 +483,11 @@ class Sandbox:
         egress = acquired.get("egress")
         #: For an allowlisted sandbox: network, proxy, proxy_address, proxy_url.
         self.egress: Mapping[str, Any] | None = egress if isinstance(egress, Mapping) else None
+        plane = acquired.get("file_plane")
+        #: The file plane that served the acquire: ``"local"`` (no freeze; ``list_dir``
+        #: served) or ``"archive"``; ``None`` when not known (a handle made by
+        #: :meth:`AsyncClient.sandbox`, or a daemon before the local plane).
+        self.file_plane: str | None = plane if isinstance(plane, str) else None
         self.key: Mapping[str, Any] | None = key
         self.spec: Mapping[str, Any] | None = spec
         self.raw: Mapping[str, Any] = dict(acquired)
@@ -624,17 +630,36 @@ class Sandbox:
 
     async def list_dir(self, path: str, *,
                        working_directory: str | None = None) -> tuple[SandboxEntry, ...]:
-        """Directory listing, only where the daemon declares ``files_list`` (maf-sandboxd
-        does not: :class:`~maf_sandbox_client.SandboxNotServed`, a ``NotImplementedError``)."""
+        """``files.list``: the direct children of the directory ``path``, sorted by path,
+        each a :class:`~maf_sandbox_client.SandboxEntry` as ``stat_file`` gives it (``path``
+        relative to the working directory; a link is named ``SYMLINK``, never followed).
+
+        Served on the daemon's local file plane only. Where the daemon does not declare
+        ``files_list`` (its plane is the archive one), and for a sandbox it serves on the
+        archive plane (the daemon's 1100, ``data["file_plane"] == "archive"``), this raises
+        :class:`~maf_sandbox_client.SandboxNotServed`, a ``NotImplementedError`` as
+        maf-sandbox-docker's. A link on the way is
+        :class:`~maf_sandbox_client.SandboxConfinementError`, a file in place of the
+        directory :class:`~maf_sandbox_client.SandboxNotADirectoryError`, an absent one
+        :class:`~maf_sandbox_client.SandboxFileNotFoundError`; more entries than the
+        daemon's ``files.list_max_entries`` is
+        :class:`~maf_sandbox_client.SandboxTransferCapExceeded` (never a truncated list).
+        """
         declared = await self.client.capabilities()
         if Capability.FILES_LIST not in declared:
             raise SandboxNotServed(
-                "maf-sandboxd does not serve list_dir (FILES_LIST is not declared): name outputs "
-                "in advance and stat them",
+                "maf-sandboxd does not serve list_dir here (FILES_LIST is not declared: its "
+                "file plane is the archive one): name outputs in advance and stat them",
                 data={"missing": [Capability.FILES_LIST.value], "declared": sorted(declared),
                       "client_side": True})
-        result = await self.client._call("files.list", self._params(working_directory, path=path))
-        entries = result.get("entries") if isinstance(result, Mapping) else result
+        try:
+            result = await self.client._call("files.list",
+                                             self._params(working_directory, path=path))
+        except SandboxCapabilityNotSupported as exc:
+            # This sandbox is on the archive plane (its init could not be pinned).
+            data = {"missing": [Capability.FILES_LIST.value], **exc.data}
+            raise SandboxNotServed(exc.message, code=exc.code, type=exc.type, data=data) from exc
+        entries = result.get("entries") if isinstance(result, Mapping) else None
         if not isinstance(entries, builtins.list):
             raise UnexpectedReply(f"files.list: {result!r}")
         return tuple(SandboxEntry.from_wire(e) for e in entries)

@@ -222,7 +222,9 @@ class Backend(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(decl.os_families, frozenset({"posix"}))
         self.assertTrue(msb.TransferLimits(*dataclasses.astuple(spec.files_in)).within(
             decl.limits.files_in))
-        self.assertNotIn("files_list", decl.capabilities)
+        # files_list: declared exactly when the daemon's file plane is the local one.
+        listing = "files_list" in (backend.describe or {}).get("capabilities", ())
+        self.assertEqual("files_list" in decl.capabilities, listing)
 
         key = _SeedKey(self.s.scope("backend"), "t", "a")
         sb = await backend.acquire(key, spec)
@@ -239,8 +241,12 @@ class Backend(unittest.IsolatedAsyncioTestCase):
         await sb.write_file("call-9/x", "x", working_directory=".")
         await sb.reclaim("/maf-sandbox/work/call-9", working_directory=".", timeout=10)
         self.assertIsNone(await sb.stat_file("call-9", working_directory="."))
-        with self.assertRaises(NotImplementedError):
-            await sb.list_dir(".", working_directory=".")
+        if listing and sb.file_plane == "local":
+            self.assertIn(msb.SandboxEntry("out.txt", msb.EntryKind.FILE, 3),
+                          await sb.list_dir(".", working_directory="."))
+        else:
+            with self.assertRaises(NotImplementedError):
+                await sb.list_dir(".", working_directory=".")
 
         self.assertEqual(await backend.reap(timedelta(hours=1), scope=key.scope),
                          msb.ReapResult(0, 0, 0, ()))

@@ -682,6 +682,132 @@ class Files(ScriptedServer):
                 await sb.write_file("s.txt", "\x00\ud800")
 
 
+#: files.list replies of the scripted daemon below, by the path asked for.
+LISTINGS: dict[str, dict[str, Any]] = {
+    "out": {"result": {"entries": [
+        {"path": "out/a.txt", "kind": "file", "size": 3},
+        {"path": "out/link", "kind": "symlink", "size": None},
+        {"path": "out/sub", "kind": "directory", "size": None},
+        {"path": "out/weird", "kind": "whiteout", "size": None},
+    ]}},
+    "empty": {"result": {"entries": []}},
+    "archived": {"error": wire_error(1100, "SandboxCapabilityNotSupported", "archive plane",
+                                     capability="files_list", file_plane="archive")},
+    "plain": {"error": wire_error(1201, "NotADirectoryError", path="plain")},
+    "absent": {"error": wire_error(1202, "FileNotFoundError", path="absent")},
+    "linked": {"error": wire_error(1200, "ConfinementError", path="linked")},
+    "huge": {"error": wire_error(1204, "SandboxTransferCapExceeded", limit=10000)},
+    "bare-list": {"result": []},
+    "no-entries": {"result": {"files": []}},
+}
+
+
+class ListDir(ScriptedServer):
+    async def serve_listing(self, capabilities: list[str]) -> list[dict[str, Any]]:
+        """A daemon whose describe declares capabilities and whose files.list answers from
+        LISTINGS; returns the requests it got, in order."""
+        got: list[dict[str, Any]] = []
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while True:
+                req = await _read_request(r)
+                got.append(req)
+                if req["method"] == "daemon.describe":
+                    reply: dict[str, Any] = {"result": {"capabilities": capabilities}}
+                elif req["method"] == "sandbox.acquire":
+                    reply = {"result": {"sandbox": "a" * 64, "name": "n", "kind": "k",
+                                        "file_plane": "local"}}
+                else:
+                    reply = LISTINGS[req["params"]["path"]]
+                _send(w, {"jsonrpc": "2.0", "id": req["id"], **reply})
+                await w.drain()
+
+        await self.serve(script)
+        return got
+
+    async def test_request_and_entries(self) -> None:
+        got = await self.serve_listing(["exec", "files_list"])
+        async with msb.AsyncClient(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            entries = await sb.list_dir("out", working_directory="/w")
+            self.assertEqual(got[-1]["method"], "files.list")
+            self.assertEqual(got[-1]["params"],
+                             {"sandbox": "0" * 64, "path": "out", "working_directory": "/w"})
+            self.assertIsInstance(entries, tuple)
+            self.assertEqual(entries, (
+                msb.SandboxEntry("out/a.txt", msb.EntryKind.FILE, 3),
+                msb.SandboxEntry("out/link", msb.EntryKind.SYMLINK, None),
+                msb.SandboxEntry("out/sub", msb.EntryKind.DIRECTORY, None),
+                msb.SandboxEntry("out/weird", msb.EntryKind.OTHER, None),
+            ))
+            self.assertEqual(await sb.list_dir("empty"), ())
+            self.assertNotIn("working_directory", got[-1]["params"])
+            # describe is asked once, not before every listing.
+            self.assertEqual([g["method"] for g in got].count("daemon.describe"), 1)
+
+    async def test_not_declared_is_refused_without_a_call(self) -> None:
+        got = await self.serve_listing(["exec", "files_in"])
+        async with msb.AsyncClient(self.sock) as client:
+            with self.assertRaises(NotImplementedError) as cm:
+                await client.sandbox("0" * 64).list_dir("out")
+        self.assertIsInstance(cm.exception, msb.SandboxNotServed)
+        self.assertEqual(cm.exception.data["missing"], ["files_list"])
+        self.assertTrue(cm.exception.data["client_side"])
+        self.assertNotIn("files.list", [g["method"] for g in got])
+
+    async def test_a_sandbox_on_the_archive_plane_is_not_served(self) -> None:
+        await self.serve_listing(["files_list"])
+        async with msb.AsyncClient(self.sock) as client:
+            with self.assertRaises(NotImplementedError) as cm:
+                await client.sandbox("0" * 64).list_dir("archived")
+        exc = cm.exception
+        self.assertIsInstance(exc, msb.SandboxNotServed)
+        self.assertIsInstance(exc.__cause__, msb.SandboxCapabilityNotSupported)
+        self.assertEqual((exc.code, exc.type), (1100, "SandboxCapabilityNotSupported"))
+        self.assertEqual(exc.data["file_plane"], "archive")
+        self.assertEqual(exc.data["missing"], ["files_list"])
+        self.assertNotIn("client_side", exc.data)
+
+    async def test_errors_map_as_for_the_other_file_methods(self) -> None:
+        await self.serve_listing(["files_list"])
+        rows: list[tuple[str, type[msb.SandboxError], type[BaseException]]] = [
+            ("plain", msb.SandboxNotADirectoryError, NotADirectoryError),
+            ("absent", msb.SandboxFileNotFoundError, FileNotFoundError),
+            ("linked", msb.SandboxConfinementError, ValueError),
+            ("huge", msb.SandboxTransferCapExceeded, RuntimeError),
+            ("bare-list", msb.UnexpectedReply, RuntimeError),
+            ("no-entries", msb.UnexpectedReply, RuntimeError),
+        ]
+        async with msb.AsyncClient(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            for path, cls, builtin in rows:
+                with self.subTest(path=path):
+                    with self.assertRaises(cls) as cm:
+                        await sb.list_dir(path)
+                    self.assertIsInstance(cm.exception, builtin)
+                    self.assertNotIsInstance(cm.exception, msb.SandboxNotServed)
+            with self.assertRaises(msb.SandboxTransferCapExceeded) as cm:
+                await sb.list_dir("huge")
+            self.assertEqual(cm.exception.limit, 10000)
+            with self.assertRaises(msb.SandboxFileNotFoundError) as cm:
+                await sb.list_dir("absent")
+            self.assertEqual(cm.exception.filename, "absent")
+            self.assertTrue(client.connected)
+
+    async def test_acquire_says_which_plane(self) -> None:
+        await self.serve_listing(["files_list"])
+        async with msb.AsyncClient(self.sock) as client:
+            sb = await client.acquire(msb.SandboxKey("s", "t", "a"), msb.SandboxSpec(kind="k"))
+            self.assertEqual(sb.file_plane, "local")
+            self.assertIsNone(client.sandbox("0" * 64).file_plane)
+
+    def test_declarations_carry_files_list_only_when_described(self) -> None:
+        local = msb.BackendDeclarations.from_describe({"capabilities": ["exec", "files_list"]})
+        self.assertIn(msb.Capability.FILES_LIST, local.capabilities)
+        archive = msb.BackendDeclarations.from_describe({"capabilities": ["exec"]})
+        self.assertNotIn(msb.Capability.FILES_LIST, archive.capabilities)
+
+
 class Events(ScriptedServer):
     async def test_replay_longer_than_the_queue(self) -> None:
         async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
