@@ -66,6 +66,13 @@ static int probe_credentials(const char **reterr_why)
 	gid_t fsgid = (gid_t)setfsgid((gid_t)-1);
 	int n, pidfd;
 
+	/* Read before the round trips: setfsuid back to 0 raises the file
+	 * system capabilities from the permitted set; the capset below puts
+	 * the daemon's own effective set back. */
+	if (syscall(SYS_capget, &h, data) < 0) {
+		*reterr_why = "the daemon cannot read its capabilities (capget)";
+		return -EPERM;
+	}
 	setfsuid(65534);
 	if ((uid_t)setfsuid(fsuid) != 65534) {
 		*reterr_why = "the daemon cannot take a guest's file system uid (CAP_SETUID)";
@@ -81,8 +88,8 @@ static int probe_credentials(const char **reterr_why)
 		*reterr_why = "the daemon cannot set its supplementary groups (CAP_SETGID, setgroups)";
 		return -EPERM;
 	}
-	if (syscall(SYS_capget, &h, data) < 0 || syscall(SYS_capset, &h, data) < 0) {
-		*reterr_why = "the daemon cannot read or set its capabilities (capget, capset)";
+	if (syscall(SYS_capset, &h, data) < 0) {
+		*reterr_why = "the daemon cannot set its capabilities (capset)";
 		return -EPERM;
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -232,6 +239,9 @@ void plocal_cred_leave(struct plocal_saved *s)
 		fatalx("%s: could not restore the daemon's file system ids", __func__);
 	if (syscall(SYS_setgroups, (size_t)s->n_groups, s->groups) < 0)
 		fatal("setgroups (restore)");
+	/* setfsuid back to 0 raised the file system capabilities from the
+	 * permitted set: the daemon's own effective set, exactly. */
+	caps_set_effective(s->cap_eff);
 	free(s->groups);
 	*s = (struct plocal_saved){ 0 };
 }
@@ -504,6 +514,9 @@ static int do_read(int root, const struct paths_plan *plan, uint64_t max_bytes, 
 
 	if (plan->target.path[1] == '\0')
 		return fail_reason(PATHS_R_NOT_REGULAR, rel, err);
+	/* One byte past the cap must fit in a size_t (the grown-while-read check). */
+	if (max_bytes >= SIZE_MAX / 2)
+		max_bytes = SIZE_MAX / 2 - 1;
 	if (plan->target.is_wd) {
 		/* The working directory: a directory (never read), or refused. */
 		handle = open_dir(root, plan->target.path, O_PATH);
@@ -748,9 +761,9 @@ static int do_write(int root, const struct paths_plan *plan, const uint8_t *data
 	r = write_all(fd, data, len);
 	if (r == 0 && fchmod(fd, FILE_MODE) < 0)
 		r = -errno;
-	if (r == 0 && close(fd) < 0)
+	/* Closed whatever happened: an open temporary keeps its blocks. */
+	if (close(TAKE_FD(fd)) < 0 && r == 0)
 		r = -errno;
-	fd = -1;
 	if (r == 0 && renameat(dir, tmp, dir, leaf) < 0)
 		r = -errno;
 	if (r < 0) {
@@ -869,8 +882,18 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;   /* gone since readdir */
+		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+			int e = -errno;
+
+			if (e == -ENOENT)
+				continue;   /* gone since readdir */
+			/* Never a list that leaves an entry out. */
+			for (size_t i = 0; i < n; i++)
+				json_decref(items[i]);
+			free(items);
+			closedir(dir);
+			return fail_os(e, rel, "examining an entry", err);
+		}
 		if (n == max_entries) {
 			for (size_t i = 0; i < n; i++)
 				json_decref(items[i]);

@@ -23,7 +23,11 @@
  * glibc's process-wide setgroups), and the daemon is single-threaded: the
  * switch brackets a run of synchronous syscalls on the loop thread, with
  * no callback, no allocation failure path and no other request in
- * between, so nothing else ever runs with them. Only the work directory's
+ * between, so nothing else ever runs with them. A root guest is uid 0
+ * without capabilities, as a sandbox is under sandbox.cap_drop_all (the
+ * default): it owns what root owns, and nothing more. Directories a write
+ * must make are the guest's, above the working directory too (the archive
+ * plane's engine makes those root's). Only the work directory's
  * preparation at acquire (plocal_prepare) acts with the daemon's own
  * authority, as the archive plane does: the chain above the storage base
  * is root's, the base itself is given to the guest.
