@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/syscall.h>
 
 #include "registry.h"
 
@@ -82,7 +81,8 @@ START_TEST(listing_and_events)
 }
 END_TEST
 
-/* An fd number is open (pidfds included). */
+/* An fd number is open. (The pins hold /dev/null: any fd shows it closed;
+ * valgrind 3.19 knows no pidfd_open.) */
 static bool fd_open(int fd)
 {
 	return fcntl(fd, F_GETFD) >= 0;
@@ -103,7 +103,7 @@ START_TEST(a_pin_goes_with_its_init)
 	ck_assert_int_eq(sb->pin.pidfd, -1);
 	ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
-		fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		ck_assert_int_ge(fd, 0);
 		sb->pin = (struct plocal_pin){ getpid(), fd };
 		sb->plane = SANDBOX_PLANE_LOCAL;
@@ -115,7 +115,7 @@ START_TEST(a_pin_goes_with_its_init)
 		ck_assert_msg(sb->pin.pidfd == -1 && !fd_open(fd), "%s kept the pin", drops[i]);
 		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	}
-	fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	sb->pin = (struct plocal_pin){ getpid(), fd };
 	apply(r, event(ID_A, "destroy"));
 	ck_assert_msg(!fd_open(fd), "a destroyed entry kept its pin open");
