@@ -1,19 +1,25 @@
 /* bench.c — maf-sandbox-bench's main: options, the daemon it starts, the
  * levels and batches, cleanup (also on SIGINT/SIGTERM).
  *
- * A run: a private dir (mkdtemp) with the daemon's socket, log, freeze lock
- * file and egress state; a test image (busybox, tests/integration/
- * testimage.sh) unless --image names one; maf-sandboxd started on that
- * socket. Then, per level L: L clients (threads), each with its own
- * sandbox (key thread_id "c<i>", made by the daemon); per operation, one
- * batch per way (daemon, floor, seed), one after another: every client
- * runs the op max(1, ceil(N / divisor / L)) times after a common start, and
- * its samples are merged into one row. What a batch needs is made untimed
- * first (the files a read or stat reads, the files remove removes, the
- * sandboxes dispose disposes). Every sandbox and container carries the run
- * label maf-sandbox.label.msb-bench-run=<pid>; at exit (and on SIGINT or
- * SIGTERM) the daemon is stopped, and every container with the label is
- * removed, and the image if the bench built it. */
+ * A run: a private dir (mkdtemp) with the daemons' sockets and logs, their
+ * shared freeze lock file (so each sees the other's freezes) and their
+ * egress state; a test image (busybox, tests/integration/testimage.sh)
+ * unless --image names one; one maf-sandboxd per file plane of --planes,
+ * started with --set files.plane=<plane>, each on its own socket, the main
+ * one (the first named) first. Then, per level L: L clients (threads),
+ * each with its own sandbox (key thread_id "c<i>", made by the main daemon,
+ * then acquired through every other daemon too: the same container, which
+ * each daemon must say it serves on its own plane); per operation, one
+ * batch per way (the daemon of each plane for a file operation, the main
+ * daemon for the others; the floor; the seed's way), one after another:
+ * every client runs the op max(1, ceil(N / divisor / L)) times after a
+ * common start, and its samples are merged into one row. What a batch
+ * needs is made untimed first, through the main daemon (the files a read
+ * or stat reads, the files remove removes, the sandboxes dispose disposes).
+ * Every sandbox and container carries the run label
+ * maf-sandbox.label.msb-bench-run=<pid>; at exit (and on SIGINT or SIGTERM)
+ * the daemons are stopped, and every container with the label is removed,
+ * and the image if the bench built it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -57,24 +63,33 @@
 
 extern char **environ;
 
+/* The local plane's goal (issue 9): at least this many times the seed's
+ * way for a stat, a 4 KiB read and a 4 KiB write. */
+#define LOCAL_GOAL_FACTOR 100
+
+/* name, divisor, deadline, bytes, file, seed goal (issue 8), file op, local goal */
 static const struct op_info op_table[_OP_MAX] = {
-	[OP_ACQUIRE_WARM] = { "acquire_warm", 1, DEADLINE_SMALL_MS, 0, NULL, 100 },
-	[OP_EXEC_TRUE]    = { "exec_true", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2 },
-	[OP_EXEC_1M]      = { "exec_1m", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2 },
-	[OP_WRITE_4K]     = { "write_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 3 },
-	[OP_WRITE_1M]     = { "write_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 3 },
-	[OP_WRITE_32M]    = { "write_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 3 },
-	[OP_STAT]         = { "stat", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5 },
-	[OP_READ_4K]      = { "read_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5 },
-	[OP_READ_1M]      = { "read_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 5 },
-	[OP_READ_32M]     = { "read_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 5 },
-	[OP_REMOVE]       = { "remove", 1, DEADLINE_SMALL_MS, 0, NULL, 0 },
-	[OP_ACQUIRE_COLD] = { "acquire_cold", 4, DEADLINE_BIG_MS, 0, NULL, 1.5 },
-	[OP_DISPOSE]      = { "dispose", 4, DEADLINE_BIG_MS, 0, NULL, 0 },
+	[OP_ACQUIRE_WARM] = { "acquire_warm", 1, DEADLINE_SMALL_MS, 0, NULL, 100, false, 0 },
+	[OP_EXEC_TRUE]    = { "exec_true", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2, false, 0 },
+	[OP_EXEC_1M]      = { "exec_1m", 1, DEADLINE_SMALL_MS, 0, NULL, 1.2, false, 0 },
+	[OP_WRITE_4K]     = { "write_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 3, true, LOCAL_GOAL_FACTOR },
+	[OP_WRITE_1M]     = { "write_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 3, true, 0 },
+	[OP_WRITE_32M]    = { "write_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 3, true, 0 },
+	[OP_STAT]         = { "stat", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5, true, LOCAL_GOAL_FACTOR },
+	[OP_READ_4K]      = { "read_4k", 1, DEADLINE_SMALL_MS, 4 * BENCH_KIB, "f4k", 5, true, LOCAL_GOAL_FACTOR },
+	[OP_READ_1M]      = { "read_1m", 1, DEADLINE_SMALL_MS, BENCH_MIB, "f1m", 5, true, 0 },
+	[OP_READ_32M]     = { "read_32m", 4, DEADLINE_BIG_MS, 32 * BENCH_MIB, "f32m", 5, true, 0 },
+	[OP_REMOVE]       = { "remove", 1, DEADLINE_SMALL_MS, 0, NULL, 0, true, 0 },
+	[OP_ACQUIRE_COLD] = { "acquire_cold", 4, DEADLINE_BIG_MS, 0, NULL, 1.5, false, 0 },
+	[OP_DISPOSE]      = { "dispose", 4, DEADLINE_BIG_MS, 0, NULL, 0, false, 0 },
 };
 
 static const char *const impl_names[_IMPL_MAX] = {
 	[IMPL_DAEMON] = "daemon", [IMPL_FLOOR] = "floor", [IMPL_SEED] = "seed",
+};
+
+static const char *const plane_names[_PLANE_MAX] = {
+	[PLANE_ARCHIVE] = "archive", [PLANE_LOCAL] = "local",
 };
 
 const struct op_info *op_info(enum bench_op op)
@@ -85,6 +100,19 @@ const struct op_info *op_info(enum bench_op op)
 const char *impl_to_string(enum bench_impl impl)
 {
 	return (unsigned)impl < _IMPL_MAX ? impl_names[impl] : "?";
+}
+
+const char *plane_to_string(enum bench_plane plane)
+{
+	return plane >= 0 && plane < _PLANE_MAX ? plane_names[plane] : "-";
+}
+
+enum bench_plane plane_from_string(const char *s)
+{
+	for (int i = 0; i < _PLANE_MAX; i++)
+		if (!strcmp(s, plane_names[i]))
+			return (enum bench_plane)i;
+	return PLANE_NONE;
 }
 
 int op_from_string(const char *s)
@@ -170,33 +198,36 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return 0;
 }
 
-static void daemon_log_tail(const struct bench *b);
+static void daemon_log_tail(const struct bench_daemon *d);
 
-static void daemon_stop(struct bench *b)
+static void daemon_stop(struct bench *b, struct bench_daemon *d)
 {
 	double end;
 	int st = 0;
 
-	if (b->daemon_pid <= 0)
+	if (d->pid <= 0)
 		return;
-	kill(b->daemon_pid, SIGTERM);
+	kill(d->pid, SIGTERM);
 	end = bench_now_ms() + BENCH_DAEMON_STOP_MS;
-	while (waitpid(b->daemon_pid, &st, WNOHANG) == 0) {
+	while (waitpid(d->pid, &st, WNOHANG) == 0) {
 		if (bench_now_ms() > end) {
-			fprintf(stderr, "bench: maf-sandboxd did not stop within %d ms of SIGTERM; killed\n",
-				BENCH_DAEMON_STOP_MS);
-			kill(b->daemon_pid, SIGKILL);
-			waitpid(b->daemon_pid, &st, 0);
+			fprintf(stderr, "bench: maf-sandboxd (%s plane) did not stop within %d ms of SIGTERM; killed\n",
+				plane_to_string(d->plane), BENCH_DAEMON_STOP_MS);
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
 			break;
 		}
 		usleep(20 * 1000);
 	}
-	b->daemon_pid = 0;
+	d->pid = 0;
 	/* Under sanitizers a leak or an error shows here. */
-	b->daemon_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	if (b->daemon_status != 0) {
-		fprintf(stderr, "bench: maf-sandboxd exited with status %d\n", b->daemon_status);
-		daemon_log_tail(b);
+	d->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (d->status != 0) {
+		fprintf(stderr, "bench: maf-sandboxd (%s plane) exited with status %d\n", plane_to_string(d->plane),
+			d->status);
+		daemon_log_tail(d);
+		if (b->daemon_status == 0)
+			b->daemon_status = d->status;
 	}
 }
 
@@ -211,7 +242,8 @@ static void cleanup_all(struct bench *b)
 		return;
 	}
 	cleaned = true;
-	daemon_stop(b);
+	for (int p = 0; p < _PLANE_MAX; p++)
+		daemon_stop(b, &b->daemons[p]);
 	n = floor_cleanup(b);
 	if (n > 0 && b->verbose)
 		fprintf(stderr, "bench: removed %d container(s) of run %s\n", n, b->run_id);
@@ -306,12 +338,12 @@ static bool socket_accepts(const char *path)
 	return true;
 }
 
-static void daemon_child(const struct bench *b)
+static void daemon_child(const struct bench *b, const struct bench_daemon *d)
 {
 	const char *argv[64];
 	char *sets[8];
 	size_t n = 0, k = 0;
-	int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	child_signals_reset();
@@ -319,11 +351,13 @@ static void daemon_child(const struct bench *b)
 		dup2(fd, STDOUT_FILENO);
 		dup2(fd, STDERR_FILENO);
 	}
+	/* One lock file for every daemon: each sees the others' freezes. */
 	sets[k++] = xasprintf("freeze.lock_file=%s/freeze.lock", b->dir);
-	sets[k++] = xasprintf("egress.state_dir=%s/egress", b->dir);
+	sets[k++] = xasprintf("egress.state_dir=%s/egress-%s", b->dir, plane_to_string(d->plane));
+	sets[k++] = xasprintf("%s=%s", BENCH_PLANE_KEY, plane_to_string(d->plane));
 	argv[n++] = b->daemon_path;
 	argv[n++] = "--socket";
-	argv[n++] = b->sock;
+	argv[n++] = d->sock;
 	argv[n++] = "--set";
 	argv[n++] = "egress.proxy_binary=";
 	for (size_t i = 0; i < k; i++) {
@@ -340,64 +374,100 @@ static void daemon_child(const struct bench *b)
 	_exit(127);
 }
 
-static void daemon_log_tail(const struct bench *b)
+static void daemon_log_tail(const struct bench_daemon *d)
 {
-	const char *argv[] = { "tail", "-n", "30", b->log, NULL };
+	const char *argv[] = { "tail", "-n", "30", d->log, NULL };
 
-	fprintf(stderr, "bench: the daemon's log (%s), last lines:\n", b->log);
+	fprintf(stderr, "bench: the %s-plane daemon's log (%s), last lines:\n", plane_to_string(d->plane), d->log);
 	run_wait(argv);
 }
 
-/* Starts the daemon and waits until it serves with the engine reachable. */
-static int daemon_start(struct bench *b)
+/* Starts d's daemon and waits until its socket accepts. */
+static int daemon_listen(struct bench *b, struct bench_daemon *d, double end)
 {
-	double end = bench_now_ms() + BENCH_DAEMON_START_MS;
 	int st;
 
-	b->daemon_pid = fork();
-	if (b->daemon_pid < 0)
+	d->pid = fork();
+	if (d->pid < 0)
 		return -1;
-	if (b->daemon_pid == 0)
-		daemon_child(b);
-	while (!socket_accepts(b->sock)) {
-		if (waitpid(b->daemon_pid, &st, WNOHANG) == b->daemon_pid) {
-			b->daemon_pid = 0;
-			fprintf(stderr, "bench: maf-sandboxd exited at start\n");
-			daemon_log_tail(b);
+	if (d->pid == 0)
+		daemon_child(b, d);
+	while (!socket_accepts(d->sock)) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			d->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			fprintf(stderr, "bench: maf-sandboxd (%s plane) exited at start\n", plane_to_string(d->plane));
+			daemon_log_tail(d);
 			return -1;
 		}
 		if (bench_now_ms() > end) {
-			fprintf(stderr, "bench: maf-sandboxd did not listen within %d ms\n", BENCH_DAEMON_START_MS);
-			daemon_log_tail(b);
+			fprintf(stderr, "bench: maf-sandboxd (%s plane) did not listen within %d ms\n",
+				plane_to_string(d->plane), BENCH_DAEMON_START_MS);
+			daemon_log_tail(d);
 			return -1;
 		}
 		usleep(20 * 1000);
 	}
-	/* The engine must be reachable: the API version the daemon speaks is the floor's too. */
-	for (;;) {
-		json_t *res = NULL;
-		struct msb_conn *conn = NULL;
-		const char *state = NULL, *api = NULL;
+	return 0;
+}
 
-		if (msb_connect(b->sock, &conn) == MSB_OK && msb_status(conn, &res) == MSB_OK) {
-			json_t *e = json_object_get(res, "engine");
+static void conn_freep(struct msb_conn **conn)
+{
+	msb_conn_free(*conn);
+}
 
-			state = json_string_value(json_object_get(e, "state"));
-			api = json_string_value(json_object_get(e, "api_version"));
-			if (state && !strcmp(state, "reachable") && api)
-				snprintf(b->api, sizeof(b->api), "%s", api);
-		}
-		json_decref(res);
-		msb_conn_free(conn);
-		if (b->api[0])
-			break;
+/* One daemon.status: 1 when the engine is reachable (its API version into
+ * api), 0 not yet, -1 when the daemon will not serve d's plane. */
+static int daemon_ready(struct bench_daemon *d, char *api, size_t n)
+{
+	json_auto_t *res = NULL;
+	_cleanup_(conn_freep) struct msb_conn *conn = NULL;
+	const char *state, *version, *plane;
+
+	if (msb_connect(d->sock, &conn) != MSB_OK || msb_status(conn, &res) != MSB_OK)
+		return 0;
+	plane = json_string_value(json_object_get(res, "file_plane"));
+	if (json_is_string(json_object_get(res, "file_plane_reason")))
+		snprintf(d->reason, sizeof(d->reason), "%s",
+			 json_string_value(json_object_get(res, "file_plane_reason")));
+	if (!plane || strcmp(plane, plane_to_string(d->plane))) {
+		fprintf(stderr, "bench: the daemon started with %s=%s serves the %s plane%s%s%s\n", BENCH_PLANE_KEY,
+			plane_to_string(d->plane), plane ? plane : "(unnamed: no file_plane in daemon.status)",
+			d->reason[0] ? " (" : "", d->reason, d->reason[0] ? ")" : "");
+		return -1;
+	}
+	state = json_string_value(json_object_get(json_object_get(res, "engine"), "state"));
+	version = json_string_value(json_object_get(json_object_get(res, "engine"), "api_version"));
+	if (!state || strcmp(state, "reachable") || !version)
+		return 0;
+	snprintf(api, n, "%s", version);
+	return 1;
+}
+
+/* Starts d's daemon and waits until it serves its plane with the engine
+ * reachable. The main daemon's API version is the floor's too. */
+static int daemon_start(struct bench *b, struct bench_daemon *d)
+{
+	double end = bench_now_ms() + BENCH_DAEMON_START_MS;
+	char api[sizeof(b->api)] = "";
+	int r;
+
+	if (daemon_listen(b, d, end) < 0)
+		return -1;
+	while ((r = daemon_ready(d, api, sizeof(api))) == 0) {
 		if (bench_now_ms() > end) {
-			fprintf(stderr, "bench: the daemon does not reach the engine (state %s)\n", state ? state : "?");
-			daemon_log_tail(b);
+			fprintf(stderr, "bench: the %s-plane daemon does not reach the engine\n", plane_to_string(d->plane));
+			daemon_log_tail(d);
 			return -1;
 		}
 		usleep(50 * 1000);
 	}
+	if (r < 0) {
+		daemon_log_tail(d);
+		return -1;
+	}
+	if (d->plane == b->main_plane)
+		snprintf(b->api, sizeof(b->api), "%s", api);
 	return 0;
 }
 
@@ -449,7 +519,7 @@ static void payload_make(struct bench *b)
 enum job {
 	JOB_TIMED,        /* the op, timed */
 	JOB_UNTIMED,      /* the op, for what a later batch needs (or cleans) */
-	JOB_BOX,          /* the client's own sandbox, through the daemon */
+	JOB_BOX,          /* the client's own sandbox, through the batch's daemon */
 	JOB_RM_FILES,     /* the files remove will remove, through the daemon */
 	JOB_WRITE_FILE,   /* the file of op (a read's, stat's), through the daemon */
 };
@@ -460,6 +530,7 @@ struct batch {
 	unsigned n;
 	enum bench_op op;
 	enum bench_impl impl;
+	enum bench_plane plane;   /* the daemon's (every batch talks to one; the main one unless a file op) */
 	unsigned iters;
 	enum job job;
 	pthread_barrier_t bar;
@@ -515,6 +586,24 @@ static void worker_ops(struct batch *bt, struct client *c)
 	}
 }
 
+/* The client's sandbox through c->plane's daemon: made by the first one
+ * asked, the same container from every other. */
+static int box_acquire(struct client *c)
+{
+	struct bench_box box = c->box;
+
+	snprintf(box.thread, sizeof(box.thread), "c%u", c->idx);
+	if (daemonway_acquire_box(c, &box) < 0)
+		return -1;
+	if (c->box.id[0] && strcmp(c->box.id, box.id)) {
+		client_fail(c, "the %s-plane daemon gave sandbox %.12s for key c%u, the first daemon %.12s",
+			    plane_to_string(c->plane), box.id, c->idx, c->box.id);
+		return -1;
+	}
+	c->box = box;
+	return 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -529,8 +618,7 @@ static void *worker_main(void *arg)
 		worker_ops(bt, c);
 		break;
 	case JOB_BOX:
-		snprintf(c->box.thread, sizeof(c->box.thread), "c%u", c->idx);
-		if (daemonway_acquire_box(c, &c->box) < 0)
+		if (box_acquire(c) < 0)
 			c->errors++;
 		break;
 	case JOB_RM_FILES:
@@ -553,6 +641,7 @@ static void batch_reset_clients(struct batch *bt)
 	for (unsigned i = 0; i < bt->n; i++) {
 		struct client *c = &bt->clients[i];
 
+		c->plane = bt->plane != PLANE_NONE ? bt->plane : bt->b->main_plane;
 		c->n_lat = 0;
 		c->errors = c->hangs = 0;
 		c->requests = 0;
@@ -584,6 +673,7 @@ static void batch_record(struct batch *bt, double wall_ms, double requests_per_o
 	b->results = xrealloc(b->results, (b->n_results + 1) * sizeof(*b->results));
 	row = &b->results[b->n_results++];
 	*row = (struct bench_result){ .op = bt->op, .level = bt->n, .impl = bt->impl,
+				      .plane = bt->impl == IMPL_DAEMON ? bt->plane : PLANE_NONE,
 				      .requests_per_op = requests_per_op };
 	for (unsigned i = 0; i < bt->n; i++) {
 		const struct client *c = &bt->clients[i];
@@ -599,17 +689,18 @@ static void batch_record(struct batch *bt, double wall_ms, double requests_per_o
 	free(all);
 	if (__atomic_load_n(&stopping, __ATOMIC_SEQ_CST))
 		return;
-	fprintf(stderr, "  %-13s L=%-3u %-6s n=%-4zu p50 %9.2f ms  p99 %9.2f ms  %8.1f ops/s  err %u hang %u%s%s\n",
-		op_info(row->op)->name, row->level, impl_to_string(row->impl), row->n, row->p50, row->p99,
-		row->ops_per_s, row->errors, row->hangs, row->error[0] ? "  " : "", row->error);
+	fprintf(stderr, "  %-13s L=%-3u %-6s %-7s n=%-4zu p50 %9.2f ms  p99 %9.2f ms  %8.1f ops/s  err %u hang %u%s%s\n",
+		op_info(row->op)->name, row->level, impl_to_string(row->impl), plane_to_string(row->plane), row->n,
+		row->p50, row->p99, row->ops_per_s, row->errors, row->hangs, row->error[0] ? "  " : "", row->error);
 }
 
 /* Runs one batch: every client in its own thread, released together.
  * Returns the number of failures (errors + hangs). */
 static unsigned batch_run(struct bench *b, struct client *clients, unsigned n, enum bench_op op,
-			  enum bench_impl impl, unsigned iters, enum job job)
+			  enum bench_impl impl, enum bench_plane plane, unsigned iters, enum job job)
 {
-	struct batch bt = { .b = b, .clients = clients, .n = n, .op = op, .impl = impl, .iters = iters, .job = job };
+	struct batch bt = { .b = b, .clients = clients, .n = n, .op = op, .impl = impl, .plane = plane,
+			    .iters = iters, .job = job };
 	_cleanup_free_ pthread_t *tids = xcalloc(n, sizeof(*tids));
 	_cleanup_free_ struct worker *ws = xcalloc(n, sizeof(*ws));
 	long long req0 = -1, req1 = -1;
@@ -686,14 +777,16 @@ static void prepare_files(struct bench *b, struct client *clients, unsigned n)
 		for (int op = 0; op < _OP_MAX; op++)
 			needed |= b->ops[op] && is_read_of(op, writes[w]);
 		if (needed)
-			batch_run(b, clients, n, writes[w], IMPL_DAEMON, 1, JOB_WRITE_FILE);
+			batch_run(b, clients, n, writes[w], IMPL_DAEMON, b->main_plane, 1, JOB_WRITE_FILE);
 	}
 }
 
-/* acquire_cold then dispose, per way: each timed when chosen, untimed when
- * only the other is (dispose needs the sandboxes; cold ones are removed). */
+/* acquire_cold then dispose, per way (the daemon: the main one): each
+ * timed when chosen, untimed when only the other is (dispose needs the
+ * sandboxes; cold ones are removed). */
 static void run_lifecycle(struct bench *b, struct client *clients, unsigned n, enum bench_impl impl)
 {
+	enum bench_plane plane = impl == IMPL_DAEMON ? b->main_plane : PLANE_NONE;
 	unsigned iters = iterations(b, OP_ACQUIRE_COLD, n);
 
 	if (iterations(b, OP_DISPOSE, n) > iters)
@@ -703,8 +796,76 @@ static void run_lifecycle(struct bench *b, struct client *clients, unsigned n, e
 		clients[i].cold = xcalloc(iters, sizeof(*clients[i].cold));
 		clients[i].n_cold = iters;
 	}
-	batch_run(b, clients, n, OP_ACQUIRE_COLD, impl, iters, b->ops[OP_ACQUIRE_COLD] ? JOB_TIMED : JOB_UNTIMED);
-	batch_run(b, clients, n, OP_DISPOSE, impl, iters, b->ops[OP_DISPOSE] ? JOB_TIMED : JOB_UNTIMED);
+	batch_run(b, clients, n, OP_ACQUIRE_COLD, impl, plane, iters, b->ops[OP_ACQUIRE_COLD] ? JOB_TIMED : JOB_UNTIMED);
+	batch_run(b, clients, n, OP_DISPOSE, impl, plane, iters, b->ops[OP_DISPOSE] ? JOB_TIMED : JOB_UNTIMED);
+}
+
+/* A level whose sandboxes could not be made: one failed row says why. */
+static void record_box_failure(struct bench *b, const struct client *clients, unsigned level,
+			       enum bench_plane plane)
+{
+	struct bench_result *row;
+
+	fprintf(stderr, "bench: level %u: the clients' sandboxes could not be had from the %s-plane daemon; "
+		"skipped\n", level, plane_to_string(plane));
+	b->results = xrealloc(b->results, (b->n_results + 1) * sizeof(*b->results));
+	row = &b->results[b->n_results++];
+	*row = (struct bench_result){ .op = OP_ACQUIRE_WARM, .level = level, .impl = IMPL_DAEMON, .plane = plane,
+				      .errors = 1, .p50 = NAN, .p95 = NAN, .p99 = NAN, .ops_per_s = NAN,
+				      .requests_per_op = -1 };
+	for (unsigned i = 0; i < level; i++)
+		if (clients[i].error[0]) {
+			snprintf(row->error, BENCH_ERROR_TEXT, "%s", clients[i].error);
+			break;
+		}
+}
+
+/* Each client's sandbox, made through the main daemon, then acquired
+ * through every other (the same container). False when one failed. */
+static bool boxes_make(struct bench *b, struct client *clients, unsigned level)
+{
+	if (batch_run(b, clients, level, OP_ACQUIRE_WARM, IMPL_DAEMON, b->main_plane, 1, JOB_BOX) != 0) {
+		record_box_failure(b, clients, level, b->main_plane);
+		return false;
+	}
+	for (int p = 0; p < _PLANE_MAX; p++) {
+		if (!b->planes[p] || p == (int)b->main_plane)
+			continue;
+		if (batch_run(b, clients, level, OP_ACQUIRE_WARM, IMPL_DAEMON, (enum bench_plane)p, 1, JOB_BOX) != 0) {
+			record_box_failure(b, clients, level, (enum bench_plane)p);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* One timed batch (remove's files made first). */
+static void run_timed(struct bench *b, struct client *clients, unsigned level, enum bench_op op,
+		      enum bench_impl impl, enum bench_plane plane)
+{
+	unsigned iters = iterations(b, op, level);
+
+	if (op == OP_REMOVE)
+		batch_run(b, clients, level, op, IMPL_DAEMON, b->main_plane, iters, JOB_RM_FILES);
+	batch_run(b, clients, level, op, impl, plane, iters, JOB_TIMED);
+}
+
+/* One op every way: a file op through the daemon of each plane, the others
+ * through the main one; then the floor and the seed's way. */
+static void run_op(struct bench *b, struct client *clients, unsigned level, enum bench_op op)
+{
+	for (int impl = 0; impl < _IMPL_MAX; impl++) {
+		if (!b->impls[impl])
+			continue;
+		if (impl != IMPL_DAEMON)
+			run_timed(b, clients, level, op, (enum bench_impl)impl, PLANE_NONE);
+		else if (!op_info(op)->file_op)
+			run_timed(b, clients, level, op, IMPL_DAEMON, b->main_plane);
+		else
+			for (int p = 0; p < _PLANE_MAX; p++)
+				if (b->planes[p])
+					run_timed(b, clients, level, op, IMPL_DAEMON, (enum bench_plane)p);
+	}
 }
 
 static void run_level(struct bench *b, unsigned level)
@@ -714,30 +875,15 @@ static void run_level(struct bench *b, unsigned level)
 	fprintf(stderr, "level %u: %u client(s) (at %.1f s)\n", level, level, (bench_now_ms() - run_t0) / 1000);
 	for (unsigned i = 0; i < level; i++)
 		clients[i] = (struct client){ .b = b, .idx = i, .level = level };
-	if (batch_run(b, clients, level, OP_ACQUIRE_WARM, IMPL_DAEMON, 1, JOB_BOX) == 0) {
+	if (boxes_make(b, clients, level)) {
 		prepare_files(b, clients, level);
-		for (int op = 0; op < _OP_MAX; op++) {
-			if (!b->ops[op] || op == OP_ACQUIRE_COLD || op == OP_DISPOSE)
-				continue;
-			for (int impl = 0; impl < _IMPL_MAX; impl++) {
-				if (!b->impls[impl])
-					continue;
-				if (op == OP_REMOVE)
-					batch_run(b, clients, level, op, IMPL_DAEMON, iterations(b, op, level), JOB_RM_FILES);
-				batch_run(b, clients, level, op, impl, iterations(b, op, level), JOB_TIMED);
-			}
-		}
+		for (int op = 0; op < _OP_MAX; op++)
+			if (b->ops[op] && op != OP_ACQUIRE_COLD && op != OP_DISPOSE)
+				run_op(b, clients, level, (enum bench_op)op);
 		if (b->ops[OP_ACQUIRE_COLD] || b->ops[OP_DISPOSE])
 			for (int impl = 0; impl < _IMPL_MAX; impl++)
 				if (b->impls[impl])
-					run_lifecycle(b, clients, level, impl);
-	} else {
-		fprintf(stderr, "bench: level %u: the clients' sandboxes could not be made; skipped\n", level);
-		b->results = xrealloc(b->results, (b->n_results + 1) * sizeof(*b->results));
-		b->results[b->n_results++] = (struct bench_result){ .op = OP_ACQUIRE_WARM, .level = level,
-			.impl = IMPL_DAEMON, .errors = 1, .p50 = NAN, .p95 = NAN, .p99 = NAN, .ops_per_s = NAN,
-			.requests_per_op = -1 };
-		snprintf(b->results[b->n_results - 1].error, BENCH_ERROR_TEXT, "%s", clients[0].error);
+					run_lifecycle(b, clients, level, (enum bench_impl)impl);
 	}
 	for (unsigned i = 0; i < level; i++) {
 		daemonway_client_close(&clients[i]);
@@ -757,7 +903,9 @@ static void usage(FILE *out)
 		"Runs each maf-sandboxd operation N times at each concurrency level, three ways side by\n"
 		"side: through the daemon, as the floor (the same Engine API requests sent directly) and\n"
 		"the seed's way (one docker CLI process per step); prints p50/p95/p99 and ops/s, and the\n"
-		"ratios daemon/floor and seed/daemon. Starts its own maf-sandboxd on a private socket.\n\n"
+		"ratios daemon/floor, seed/daemon per file plane and archive/local. Starts its own\n"
+		"maf-sandboxd per file plane, each on a private socket; file operations go through each,\n"
+		"the others through the first plane named.\n\n"
 		"Options:\n"
 		"  -n, --iterations N   samples per op and level, spread over the clients (default %u;\n"
 		"                       32 MiB ops and lifecycles take N/4; at least one per client)\n"
@@ -769,17 +917,19 @@ static void usage(FILE *out)
 	fprintf(out,
 		"  -j, --json FILE      also write the results as JSON\n"
 		"  -q, --quick          a smoke run: N=%u, levels 1,2, no 32 MiB ops unless --ops names them\n"
+		"  -p, --planes LIST    the daemons' file planes (%s=...), comma-separated; the first\n"
+		"                       serves the non-file ops (default %s)\n"
 		"      --no-seed        leave out the seed's way\n"
 		"      --no-floor       leave out the floor\n"
 		"      --daemon PATH    maf-sandboxd to start (default $MSB_DAEMON, else the build's)\n"
 		"      --image REF      the image (default: a busybox image built with $MSB_TESTIMAGE)\n"
 		"      --docker PATH    the docker CLI of the seed's way (default docker)\n"
-		"      --set KEY=VALUE  a daemon config override (repeatable)\n"
-		"      --daemon-log F   keep the daemon's log in F\n"
+		"      --set KEY=VALUE  a daemon config override, for every daemon (repeatable; not %s)\n"
+		"      --daemon-log F   keep the daemons' logs in F.<plane>\n"
 		"  -v, --verbose        say more\n"
 		"  -h, --help           this help\n\n"
 		"Exit status: 0 when no call failed or hung; 1 when some did; 2 on a setup failure.\n",
-		BENCH_QUICK_N);
+		BENCH_QUICK_N, BENCH_PLANE_KEY, BENCH_DEFAULT_PLANES, BENCH_PLANE_KEY);
 }
 
 static int parse_levels(struct bench *b, const char *s)
@@ -800,6 +950,33 @@ static int parse_levels(struct bench *b, const char *s)
 		b->levels[b->n_levels++] = (unsigned)v;
 	}
 	return b->n_levels ? 0 : -1;
+}
+
+/* The planes, in order: the first is the main one. */
+static int parse_planes(struct bench *b, const char *s)
+{
+	_cleanup_free_ char *copy = xstrdup(s);
+	char *save = NULL;
+	bool first = true;
+
+	memset(b->planes, 0, sizeof(b->planes));
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		enum bench_plane p = plane_from_string(t);
+
+		if (p == PLANE_NONE || b->planes[p]) {
+			fprintf(stderr, "bench: bad plane '%s' (archive or local, each once)\n", t);
+			return -1;
+		}
+		b->planes[p] = true;
+		if (first)
+			b->main_plane = p;
+		first = false;
+	}
+	if (first) {
+		fprintf(stderr, "bench: --planes names no plane\n");
+		return -1;
+	}
+	return 0;
 }
 
 static int parse_ops(struct bench *b, const char *s)
@@ -838,13 +1015,13 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "no-floor", no_argument, NULL, OPT_NO_FLOOR }, { "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "image", required_argument, NULL, OPT_IMAGE }, { "docker", required_argument, NULL, OPT_DOCKER },
 		{ "set", required_argument, NULL, OPT_SET }, { "daemon-log", required_argument, NULL, OPT_DAEMON_LOG },
-		{ NULL, 0, NULL, 0 },
+		{ "planes", required_argument, NULL, 'p' }, { NULL, 0, NULL, 0 },
 	};
 	const char *levels = NULL;
 	bool n_given = false, ops_given = false;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "n:l:o:j:qvh", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "n:l:o:j:p:qvh", opts, NULL)) != -1) {
 		char *end;
 
 		switch (ch) {
@@ -863,6 +1040,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			ops_given = true;
 			break;
 		case 'j': b->json_path = optarg; break;
+		case 'p':
+			if (parse_planes(b, optarg) < 0)
+				return -1;
+			break;
 		case 'q': b->quick = true; break;
 		case 'v': b->verbose = true; break;
 		case 'h': usage(stdout); return 1;
@@ -875,6 +1056,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case OPT_SET:
 			if (b->n_set == BENCH_MAX_SET || !strchr(optarg, '=')) {
 				fprintf(stderr, "bench: --set KEY=VALUE, at most %d\n", BENCH_MAX_SET);
+				return -1;
+			}
+			if (!strncmp(optarg, BENCH_PLANE_KEY "=", strlen(BENCH_PLANE_KEY) + 1)) {
+				fprintf(stderr, "bench: the daemons' %s is --planes's\n", BENCH_PLANE_KEY);
 				return -1;
 			}
 			b->set[b->n_set++] = optarg;
@@ -905,6 +1090,7 @@ static void defaults(struct bench *b)
 		b->ops[i] = true;
 	for (int i = 0; i < _IMPL_MAX; i++)
 		b->impls[i] = true;
+	parse_planes(b, BENCH_DEFAULT_PLANES);
 	env = getenv("MSB_DAEMON");
 	b->daemon_path = env && *env ? env : BENCH_DEFAULT_DAEMON;
 	env = getenv("MSB_TESTIMAGE");
@@ -924,17 +1110,26 @@ static int setup(struct bench *b)
 		b->dir[0] = '\0';
 		return -1;
 	}
-	snprintf(b->sock, sizeof(b->sock), "%s/s.sock", b->dir);
-	if (b->daemon_log_path)
-		snprintf(b->log, sizeof(b->log), "%s", b->daemon_log_path);
-	else
-		snprintf(b->log, sizeof(b->log), "%s/daemon.log", b->dir);
+	for (int p = 0; p < _PLANE_MAX; p++) {
+		struct bench_daemon *d = &b->daemons[p];
+
+		d->plane = (enum bench_plane)p;
+		snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", b->dir, plane_to_string(d->plane));
+		if (b->daemon_log_path)
+			snprintf(d->log, sizeof(d->log), "%s.%s", b->daemon_log_path, plane_to_string(d->plane));
+		else
+			snprintf(d->log, sizeof(d->log), "%s/daemon-%s.log", b->dir, plane_to_string(d->plane));
+	}
 	if (b->image)
 		snprintf(b->image_ref, sizeof(b->image_ref), "%s", b->image);
 	else if (image_build(b) < 0)
 		return -1;
-	if (daemon_start(b) < 0)
+	/* The main daemon first: the API version the floor speaks is its. */
+	if (daemon_start(b, &b->daemons[b->main_plane]) < 0)
 		return -1;
+	for (int p = 0; p < _PLANE_MAX; p++)
+		if (b->planes[p] && p != (int)b->main_plane && daemon_start(b, &b->daemons[p]) < 0)
+			return -1;
 	machine_info(b);
 	payload_make(b);
 	return 0;
@@ -968,8 +1163,12 @@ int main(int argc, char **argv)
 		cleanup_all(b);
 		return 2;
 	}
-	fprintf(stderr, "bench: run %s, daemon pid %ld on %s, engine API %s, image %s, N=%u (set up in %.1f s)\n",
-		b->run_id, (long)b->daemon_pid, b->sock, b->api, b->image_ref, b->n, (bench_now_ms() - run_t0) / 1000);
+	fprintf(stderr, "bench: run %s, engine API %s, image %s, N=%u (set up in %.1f s)\n", b->run_id, b->api,
+		b->image_ref, b->n, (bench_now_ms() - run_t0) / 1000);
+	for (int p = 0; p < _PLANE_MAX; p++)
+		if (b->planes[p])
+			fprintf(stderr, "bench: %s-plane daemon pid %ld on %s%s\n", plane_to_string((enum bench_plane)p),
+				(long)b->daemons[p].pid, b->daemons[p].sock, p == (int)b->main_plane ? " (main)" : "");
 	for (unsigned l = 0; l < b->n_levels; l++)
 		run_level(b, b->levels[l]);
 	loadavg(b->machine.load_end, sizeof(b->machine.load_end));

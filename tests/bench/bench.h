@@ -3,11 +3,17 @@
  * Each operation runs N times at each concurrency level, three ways, side by
  * side in one run:
  *   daemon  through maf-sandboxd, with the C client library (daemonway.c);
- *   floor   the same Engine API requests the daemon issues, sent directly
- *           with libcurl: what the daemon costs is daemon/floor (floor.c);
+ *   floor   the same Engine API requests the daemon issues on the archive
+ *           plane, sent directly with libcurl: what the daemon costs is
+ *           daemon/floor (floor.c);
  *   seed    the way maf-sandbox-docker 0.22 does it: one docker CLI process
  *           per step (seedway.c).
- * Every call has a deadline; one past it is a hang. Results: stats.c.
+ * The daemon way runs once per file plane (--planes): one maf-sandboxd per
+ * plane, each started with --set files.plane=<plane>, all on the same
+ * containers. The file operations (writes, stat, reads, remove) go through
+ * each of them; the others (acquire, exec, dispose) and every untimed setup
+ * call through the main one (the first plane named). Every call has a
+ * deadline; one past it is a hang. Results: stats.c.
  *
  * All three work on the same containers (each client has its own, made by
  * the daemon), one way after another, so each sees the same guest state.
@@ -43,7 +49,11 @@
 #define BENCH_EXEC_OUTPUT_BYTES BENCH_MIB
 #define BENCH_EXEC_OUTPUT_CMD "head -c 1048576 /dev/zero | tr '\\0' a"
 
-/* Defaults: -n, the levels, and the --quick run. */
+/* The daemon config key that picks a daemon's file plane; --planes sets it. */
+#define BENCH_PLANE_KEY    "files.plane"
+/* Defaults: -n, the levels, the planes (the first is the main one), and the --quick run. */
+#define BENCH_DEFAULT_PLANES     "local,archive"
+
 #define BENCH_DEFAULT_N          12
 #define BENCH_QUICK_N            1
 #define BENCH_MAX_LEVELS         8
@@ -81,6 +91,14 @@ enum bench_impl {
 	_IMPL_MAX,
 };
 
+/* A daemon's file plane (files.plane). */
+enum bench_plane {
+	PLANE_ARCHIVE,
+	PLANE_LOCAL,
+	_PLANE_MAX,
+	PLANE_NONE = -1,     /* a row of the floor or the seed's way */
+};
+
 enum bench_outcome {
 	OUT_OK,
 	OUT_ERROR,   /* the call answered, with a failure (or a wrong result) */
@@ -93,11 +111,17 @@ struct op_info {
 	long deadline_ms;      /* one call */
 	size_t bytes;          /* write/read: the file's size */
 	const char *file;      /* write/read/stat: the guest file, relative to the work dir */
-	double seed_goal;      /* seed/daemon must be at least this; 0 = no goal */
+	double seed_goal;      /* seed/daemon must be at least this (each plane); 0 = no goal */
+	bool file_op;          /* a file-plane operation: run through the daemon of each plane */
+	double local_goal;     /* seed/daemon on the local plane must be at least this; 0 = none */
 };
 
 const struct op_info *op_info(enum bench_op op);
 const char *impl_to_string(enum bench_impl impl);
+/* "archive", "local"; "-" for PLANE_NONE. */
+const char *plane_to_string(enum bench_plane plane);
+/* The plane named s, or PLANE_NONE. */
+enum bench_plane plane_from_string(const char *s);
 /* The op named s, or -1. */
 int op_from_string(const char *s);
 
@@ -117,7 +141,8 @@ struct client {
 	struct bench_box *cold;
 	unsigned n_cold;
 	/* per way */
-	struct msb_conn *conn;          /* daemonway: this client's connection */
+	enum bench_plane plane;         /* daemonway: the daemon the current batch talks to */
+	struct msb_conn *conn[_PLANE_MAX];  /* daemonway: this client's connection to each daemon */
 	struct floor_conn *floor;       /* floor: this client's curl handle */
 	/* one batch's samples */
 	double *lat_ms;
@@ -133,6 +158,7 @@ struct bench_result {
 	enum bench_op op;
 	unsigned level;
 	enum bench_impl impl;
+	enum bench_plane plane;         /* IMPL_DAEMON: the daemon's plane; else PLANE_NONE */
 	size_t n;
 	double p50, p95, p99;           /* ms */
 	double ops_per_s;
@@ -153,6 +179,16 @@ struct bench_machine {
 	char load_end[48];
 };
 
+/* One maf-sandboxd, serving one file plane. */
+struct bench_daemon {
+	enum bench_plane plane;
+	pid_t pid;                      /* 0: not running */
+	int status;                     /* its exit status once stopped (128+signal when killed) */
+	char sock[128];
+	char log[160];
+	char reason[160];               /* daemon.status file_plane_reason, when it gave one */
+};
+
 struct bench {
 	/* configuration */
 	const char *daemon_path;
@@ -169,6 +205,8 @@ struct bench {
 	unsigned n_levels;
 	bool ops[_OP_MAX];
 	bool impls[_IMPL_MAX];
+	bool planes[_PLANE_MAX];        /* a daemon per plane */
+	enum bench_plane main_plane;    /* the first named: non-file ops and setup */
 	bool quick;
 	bool verbose;
 	/* the run */
@@ -176,13 +214,11 @@ struct bench {
 	char run_id[32];                /* the run label's value */
 	char scope[48];                 /* every key's scope */
 	char dir[64];                   /* private mkdtemp dir */
-	char sock[128];
-	char log[128];
-	pid_t daemon_pid;
-	int daemon_status;              /* its exit status once stopped (128+signal when killed) */
+	struct bench_daemon daemons[_PLANE_MAX];
+	int daemon_status;              /* the first non-zero exit status of the daemons, else 0 */
 	char image_ref[96];             /* the image in use */
 	bool image_built;
-	char api[16];                   /* the engine API version the daemon speaks */
+	char api[16];                   /* the engine API version the (main) daemon speaks */
 	struct bench_machine machine;
 	uint8_t *payload;               /* the largest write's content; smaller ones are its prefix */
 	size_t payload_len;
@@ -212,14 +248,18 @@ void bench_exec_mark(char out[64]);
 
 /* ---- daemonway.c ---------------------------------------------------------- */
 
+/* Connections go to the daemon of c->plane. */
 int daemonway_client_open(struct client *c);
+/* Closes c's connections to every daemon. */
 void daemonway_client_close(struct client *c);
 /* One timed call of op on c (iter: the iteration, for per-iteration paths). */
 enum bench_outcome daemonway_run(struct client *c, enum bench_op op, unsigned iter);
-/* Untimed helpers, through the daemon. 0 or -1 (c->error says why). */
+/* Untimed helpers, through the daemon of c->plane. 0 or -1 (c->error says
+ * why). An acquire fails when the sandbox is served by another plane than
+ * c->plane (its result's file_plane). */
 int daemonway_acquire_box(struct client *c, struct bench_box *box);
 int daemonway_write_file(struct client *c, const char *file, size_t bytes);
-/* daemon.status engine.call_requests, or -1. */
+/* daemon.status engine.call_requests (of c->plane's daemon), or -1. */
 long long daemonway_call_requests(struct client *c);
 
 /* ---- floor.c -------------------------------------------------------------- */

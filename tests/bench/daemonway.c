@@ -1,5 +1,6 @@
 /* daemonway.c — each operation through maf-sandboxd, with libmaf-sandbox:
- * one connection per client, one call per operation. What a client has to
+ * one connection per client and daemon (one daemon per file plane; the
+ * batch sets which, c->plane), one call per operation. What a client has to
  * do with the protocol is inside the timed call: base64 of the content on
  * the way in, its decoding (and a size check) on the way out. */
 #include <string.h>
@@ -24,12 +25,13 @@ static json_t *box_spec(const struct client *c)
 
 int daemonway_client_open(struct client *c)
 {
+	const char *sock = c->b->daemons[c->plane].sock;
 	int r;
 
-	c->conn = msb_conn_free(c->conn);
-	r = msb_connect(c->b->sock, &c->conn);
+	c->conn[c->plane] = msb_conn_free(c->conn[c->plane]);
+	r = msb_connect(sock, &c->conn[c->plane]);
 	if (r < 0) {
-		client_fail(c, "connect %s: %s", c->b->sock, msb_strerror(r));
+		client_fail(c, "connect %s: %s", sock, msb_strerror(r));
 		return -1;
 	}
 	return 0;
@@ -37,7 +39,8 @@ int daemonway_client_open(struct client *c)
 
 void daemonway_client_close(struct client *c)
 {
-	c->conn = msb_conn_free(c->conn);
+	for (int p = 0; p < _PLANE_MAX; p++)
+		c->conn[p] = msb_conn_free(c->conn[p]);
 }
 
 /* The errors after which the daemon closes the connection (PROTOCOL.md:
@@ -52,25 +55,26 @@ static bool conn_ending(int code)
 static enum bench_outcome call(struct client *c, long timeout_ms, const char *method, json_t *params,
 			       json_t **ret)
 {
+	struct msb_conn *conn;
 	int r;
 
-	if (!c->conn && daemonway_client_open(c) < 0) {
+	if (!c->conn[c->plane] && daemonway_client_open(c) < 0) {
 		json_decref(params);
 		return OUT_ERROR;
 	}
-	msb_set_timeout(c->conn, (int)timeout_ms);
-	r = msb_call(c->conn, method, params, ret);
+	conn = c->conn[c->plane];
+	msb_set_timeout(conn, (int)timeout_ms);
+	r = msb_call(conn, method, params, ret);
 	if (r == MSB_OK)
 		return OUT_OK;
 	if (r == MSB_E_REMOTE)
-		client_fail(c, "%s: %s (%d %s)", method, msb_last_error_message(c->conn),
-			    msb_last_error_code(c->conn),
-			    msb_last_error_type(c->conn) ? msb_last_error_type(c->conn) : "");
+		client_fail(c, "%s: %s (%d %s)", method, msb_last_error_message(conn), msb_last_error_code(conn),
+			    msb_last_error_type(conn) ? msb_last_error_type(conn) : "");
 	else
 		client_fail(c, "%s: %s", method, msb_strerror(r));
 	if ((r != MSB_E_REMOTE && r != MSB_E_INVAL && r != MSB_E_NOMEM) ||
-	    (r == MSB_E_REMOTE && conn_ending(msb_last_error_code(c->conn))))
-		c->conn = msb_conn_free(c->conn);   /* reopened by the next call */
+	    (r == MSB_E_REMOTE && conn_ending(msb_last_error_code(conn))))
+		c->conn[c->plane] = msb_conn_free(conn);   /* reopened by the next call */
 	return r == MSB_E_TIMEOUT ? OUT_HANG : OUT_ERROR;
 }
 
@@ -79,14 +83,21 @@ static enum bench_outcome acquire(struct client *c, struct bench_box *box, long 
 	json_auto_t *res = NULL;
 	enum bench_outcome o = call(c, timeout_ms, "sandbox.acquire",
 				    json_pack("{s:o, s:o}", "key", box_key(c, box), "spec", box_spec(c)), &res);
-	const char *id, *name;
+	const char *id, *name, *plane;
 
 	if (o != OUT_OK)
 		return o;
 	id = json_string_value(json_object_get(res, "sandbox"));
 	name = json_string_value(json_object_get(res, "name"));
+	plane = json_string_value(json_object_get(res, "file_plane"));
 	if (!id || strlen(id) != 64 || !name) {
 		client_fail(c, "sandbox.acquire: no sandbox id in the result");
+		return OUT_ERROR;
+	}
+	/* A row is labelled with its plane: it must be the one that served it. */
+	if (!plane || strcmp(plane, plane_to_string(c->plane))) {
+		client_fail(c, "sandbox.acquire: the sandbox is served by the %s plane, not the %s plane",
+			    plane ? plane : "(unnamed: no file_plane in the result)", plane_to_string(c->plane));
 		return OUT_ERROR;
 	}
 	if (want_created >= 0 && json_is_true(json_object_get(res, "created")) != (want_created > 0)) {

@@ -8,10 +8,14 @@
  * (sandbox.exec cat) at the edges of two phases of --seconds each:
  *   baseline  nothing else happens;
  *   polling   the host calls files.stat through the daemon every
- *             --interval-ms (each one freezes the guest: the archive plane).
+ *             --interval-ms (on the archive plane each one freezes the
+ *             guest; on the local plane none does).
  * kept share = iterations per second while polling / baseline. The guest's
  * cgroup CPU time per phase is reported beside it when the cgroup is
- * readable from here.
+ * readable from here. The report names the plane that served the sandbox
+ * (sandbox.acquire's file_plane; pick it with --set files.plane=local or
+ * =archive); on the local plane, at the default interval, it says whether
+ * the goal (the guest keeps at least GC_LOCAL_GOAL_SHARE) was met.
  *
  * The daemon is our own, on a socket in a private directory, stopped at the
  * end; the sandbox carries maf-sandbox.label.msb-scale-run=<pid> and is
@@ -42,6 +46,10 @@
 #define GC_SAMPLE_TRIES        5         /* a read may meet the file being rewritten */
 #define GC_ACQUIRE_TIMEOUT_MS  120000
 #define GC_KIND                "guestcpu"
+/* The local plane's goal (issue 9): the guest keeps at least this share of
+ * its progress under files.stat every GC_DEFAULT_INTERVAL_MS. */
+#define GC_LOCAL_GOAL_SHARE    0.90
+#define GC_PLANE_MAX           16        /* "archive", "local" */
 
 struct gc_options {
 	long seconds;
@@ -75,6 +83,7 @@ struct gc_run {
 	char scope[64];
 	char run_id[32];
 	char sandbox[80];
+	char plane[GC_PLANE_MAX];   /* the file plane serving it (acquire's file_plane); "" unknown */
 	char cgroup_path[512];      /* cpuacct.usage (ns) or cpu.stat (usage_usec); "" = none */
 	bool cgroup_v2;
 	json_t *placement;          /* what the guest ran on */
@@ -98,8 +107,8 @@ static void usage(FILE *f)
 		"  --cpus N           daemon sandbox.cpus for the guest (default %s; 0 = none)\n"
 		"  --cpuset LIST      pin the guest's container to these CPUs (engine update)\n"
 		"  --lock-file PATH   daemon freeze.lock_file (default: in the private dir)\n"
-		"  --set KEY=VALUE    forwarded to the daemon as --set (repeatable), e.g. a\n"
-		"                     file plane setting once the daemon has one\n",
+		"  --set KEY=VALUE    forwarded to the daemon as --set (repeatable), e.g.\n"
+		"                     files.plane=local or files.plane=archive (default: auto)\n",
 		GC_DEFAULT_SECONDS, GC_DEFAULT_INTERVAL_MS, GC_DEFAULT_IMAGE, GC_DEFAULT_CPUS);
 }
 
@@ -218,6 +227,8 @@ static int acquire(struct gc_run *g)
 		return -EIO;
 	}
 	snprintf(g->sandbox, sizeof(g->sandbox), "%s", json_string_value(json_object_get(res, "sandbox")));
+	if (json_is_string(json_object_get(res, "file_plane")))
+		snprintf(g->plane, sizeof(g->plane), "%s", json_string_value(json_object_get(res, "file_plane")));
 	json_decref(res);
 	return 0;
 }
@@ -437,14 +448,37 @@ static json_t *phase_json(const struct gc_phase *p)
 			 phase_cpu_share(p));
 }
 
+/* The local plane's goal is judged at the default interval only. */
+static bool goal_applies(const struct gc_run *g)
+{
+	return strcmp(g->plane, "local") == 0 && g->opt.interval_ms == GC_DEFAULT_INTERVAL_MS;
+}
+
+static bool goal_met(const struct gc_run *g)
+{
+	double rb = phase_rate(&g->base);
+
+	return rb > 0 && phase_rate(&g->poll) / rb >= GC_LOCAL_GOAL_SHARE && g->stat_errors == 0 && g->c.hangs == 0;
+}
+
+/* {"kept_share_at_least", "interval_ms", "met"}, or null where it does not apply. New reference. */
+static json_t *goal_json(const struct gc_run *g)
+{
+	if (!goal_applies(g))
+		return json_null();
+	return json_pack("{s:f, s:I, s:b}", "kept_share_at_least", GC_LOCAL_GOAL_SHARE, "interval_ms",
+			 (json_int_t)GC_DEFAULT_INTERVAL_MS, "met", goal_met(g));
+}
+
 static json_t *report_json(const struct gc_run *g)
 {
 	double rb = phase_rate(&g->base), rp = phase_rate(&g->poll);
 	double cb = phase_cpu_share(&g->base), cp = phase_cpu_share(&g->poll);
 
-	return json_pack("{s:s, s:I, s:I, s:s, s:O, s:O, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:o}, s:f, s:o?}",
+	return json_pack("{s:s, s:I, s:I, s:s, s:s?, s:o, s:O, s:O, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:o}, s:f, s:o?}",
 			 "bench", "guestcpu", "seconds", (json_int_t)g->opt.seconds, "interval_ms",
-			 (json_int_t)g->opt.interval_ms, "image", g->opt.image, "placement", g->placement,
+			 (json_int_t)g->opt.interval_ms, "image", g->opt.image, "file_plane",
+			 g->plane[0] ? g->plane : NULL, "local_goal", goal_json(g), "placement", g->placement,
 			 "host_end", g->host_end,
 			 "baseline", phase_json(&g->base), "polling", phase_json(&g->poll), "stats",
 			 "done", (json_int_t)g->stats, "errors", (json_int_t)g->stat_errors, "hangs",
@@ -472,6 +506,10 @@ static void print_report(const struct gc_run *g)
 
 	printf("maf-sandbox-bench-guestcpu: %ld s baseline, then %ld s with files.stat every %ld ms\n",
 	       g->opt.seconds, g->opt.seconds, g->opt.interval_ms);
+	printf("plane:    %s\n", !g->plane[0] ? "unknown (sandbox.acquire named no file_plane)" :
+	       strcmp(g->plane, "local") == 0 ? "local (openat2 beneath the container's root, no freeze)" :
+	       strcmp(g->plane, "archive") == 0 ? "archive (the engine's archive API, each call under a freeze)" :
+	       g->plane);
 	printf("guest:    busybox sh loop in %.12s (image %s; cpus limit %.2f, cpuset %s)\n", g->sandbox,
 	       g->opt.image, json_real_value(json_object_get(g->placement, "nano_cpus_as_cpus")),
 	       json_string_value(json_object_get(g->placement, "cpuset")));
@@ -489,6 +527,9 @@ static void print_report(const struct gc_run *g)
 	if (cb > 0 && cp >= 0)
 		printf(" (%.1f%% by guest CPU time)", 100.0 * cp / cb);
 	printf("\n");
+	if (goal_applies(g))
+		printf("goal:     the local plane keeps >= %.0f%% under files.stat every %d ms: goal %s\n",
+		       100.0 * GC_LOCAL_GOAL_SHARE, GC_DEFAULT_INTERVAL_MS, goal_met(g) ? "met" : "missed");
 }
 
 /* ---- main ---------------------------------------------------------------- */

@@ -1,10 +1,12 @@
-/* stats.c — percentiles, the two tables and the JSON report.
+/* stats.c — percentiles, the tables and the JSON report.
  *
  * Percentiles are nearest-rank over every sample of a batch (all clients
  * together). ops/s is the batch's samples over its wall time, from the
  * moment every client was released to the moment the last one finished.
- * The goals compare medians: daemon <= 1.1 x floor + 1 ms, and seed/daemon
- * at least the op's own factor. */
+ * The goals compare medians: daemon <= 1.1 x floor + 1 ms (for a file op,
+ * the archive plane's daemon: the floor is that plane's request sequence),
+ * seed/daemon at least the op's own factor on each plane, and seed/local at
+ * least the op's local goal. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,12 +48,12 @@ void stats_row(struct bench_result *row, double *lat_ms, size_t n, double wall_m
 }
 
 static const struct bench_result *find_row(const struct bench *b, enum bench_op op, unsigned level,
-					   enum bench_impl impl)
+					   enum bench_impl impl, enum bench_plane plane)
 {
 	for (size_t i = 0; i < b->n_results; i++) {
 		const struct bench_result *r = &b->results[i];
 
-		if (r->op == op && r->level == level && r->impl == impl)
+		if (r->op == op && r->level == level && r->impl == impl && r->plane == plane)
 			return r;
 	}
 	return NULL;
@@ -63,31 +65,60 @@ static bool row_usable(const struct bench_result *r)
 	return r && r->n > 0 && r->errors + r->hangs < r->n && !isnan(r->p50);
 }
 
+/* Was the op run through the daemon at this level (on any plane)? */
+static bool op_ran(const struct bench *b, enum bench_op op, unsigned level)
+{
+	for (int p = 0; p < _PLANE_MAX; p++)
+		if (find_row(b, op, level, IMPL_DAEMON, (enum bench_plane)p))
+			return true;
+	return false;
+}
+
+/* The ratios of one op at one level; NAN where a side is missing. */
 struct ratio {
-	bool have_floor, have_seed;
-	double daemon_over_floor;
-	double seed_over_daemon;
-	bool floor_met, seed_met;
-	double seed_goal;
+	bool have_floor;
+	double daemon_over_floor;       /* the archive plane's daemon for a file op, else the main one's */
+	bool floor_met;
+	double seed_over[_PLANE_MAX];   /* seed / the daemon of each plane */
+	double archive_over_local;
+	double seed_goal;               /* 0: none */
+	bool seed_met[_PLANE_MAX];
+	double local_goal;              /* 0: none */
+	bool local_met;
 };
+
+/* The daemon row the floor is compared with. */
+static const struct bench_result *floor_peer(const struct bench *b, enum bench_op op, unsigned level)
+{
+	return find_row(b, op, level, IMPL_DAEMON, op_info(op)->file_op ? PLANE_ARCHIVE : b->main_plane);
+}
+
+static double over(const struct bench_result *a, const struct bench_result *b)
+{
+	return row_usable(a) && row_usable(b) && b->p50 > 0 ? a->p50 / b->p50 : NAN;
+}
 
 static struct ratio ratio_of(const struct bench *b, enum bench_op op, unsigned level)
 {
-	const struct bench_result *d = find_row(b, op, level, IMPL_DAEMON);
-	const struct bench_result *f = find_row(b, op, level, IMPL_FLOOR);
-	const struct bench_result *s = find_row(b, op, level, IMPL_SEED);
-	struct ratio r = { .seed_goal = op_info(op)->seed_goal };
+	const struct bench_result *d = floor_peer(b, op, level);
+	const struct bench_result *f = find_row(b, op, level, IMPL_FLOOR, PLANE_NONE);
+	const struct bench_result *s = find_row(b, op, level, IMPL_SEED, PLANE_NONE);
+	const struct bench_result *pl[_PLANE_MAX];
+	struct ratio r = { .seed_goal = op_info(op)->seed_goal, .local_goal = op_info(op)->local_goal };
 
+	for (int p = 0; p < _PLANE_MAX; p++) {
+		pl[p] = find_row(b, op, level, IMPL_DAEMON, (enum bench_plane)p);
+		r.seed_over[p] = over(s, pl[p]);
+		r.seed_met[p] = !isnan(r.seed_over[p]) && r.seed_over[p] >= r.seed_goal;
+	}
+	r.archive_over_local = over(pl[PLANE_ARCHIVE], pl[PLANE_LOCAL]);
+	r.local_met = !isnan(r.seed_over[PLANE_LOCAL]) && r.seed_over[PLANE_LOCAL] >= r.local_goal &&
+		      pl[PLANE_LOCAL]->errors == 0 && pl[PLANE_LOCAL]->hangs == 0;
 	if (row_usable(d) && row_usable(f) && f->p50 > 0) {
 		r.have_floor = true;
 		r.daemon_over_floor = d->p50 / f->p50;
 		r.floor_met = d->p50 <= FLOOR_GOAL_FACTOR * f->p50 + FLOOR_GOAL_SLACK_MS &&
 			      d->errors == 0 && d->hangs == 0;
-	}
-	if (row_usable(d) && row_usable(s) && d->p50 > 0) {
-		r.have_seed = true;
-		r.seed_over_daemon = s->p50 / d->p50;
-		r.seed_met = r.seed_goal <= 0 || r.seed_over_daemon >= r.seed_goal;
 	}
 	return r;
 }
@@ -102,8 +133,8 @@ static void fmt_num(char *buf, size_t n, double v, int prec)
 
 static void print_results(const struct bench *b, FILE *out)
 {
-	fprintf(out, "%-13s %5s %-6s %6s %10s %10s %10s %9s %8s %6s %5s\n", "op", "level", "way", "n",
-		"p50 ms", "p95 ms", "p99 ms", "ops/s", "req/op", "errors", "hangs");
+	fprintf(out, "%-13s %5s %-6s %-7s %6s %10s %10s %10s %9s %8s %6s %5s\n", "op", "level", "way", "plane",
+		"n", "p50 ms", "p95 ms", "p99 ms", "ops/s", "req/op", "errors", "hangs");
 	for (size_t i = 0; i < b->n_results; i++) {
 		const struct bench_result *r = &b->results[i];
 		char p50[24], p95[24], p99[24], ops[24], req[24];
@@ -113,32 +144,65 @@ static void print_results(const struct bench *b, FILE *out)
 		fmt_num(p99, sizeof(p99), r->p99, 2);
 		fmt_num(ops, sizeof(ops), r->ops_per_s, 1);
 		fmt_num(req, sizeof(req), r->requests_per_op < 0 ? NAN : r->requests_per_op, 1);
-		fprintf(out, "%-13s %5u %-6s %6zu %10s %10s %10s %9s %8s %6u %5u\n", op_info(r->op)->name,
-			r->level, impl_to_string(r->impl), r->n, p50, p95, p99, ops, req, r->errors, r->hangs);
+		fprintf(out, "%-13s %5u %-6s %-7s %6zu %10s %10s %10s %9s %8s %6u %5u\n", op_info(r->op)->name,
+			r->level, impl_to_string(r->impl), plane_to_string(r->plane), r->n, p50, p95, p99, ops, req,
+			r->errors, r->hangs);
 	}
+}
+
+/* yes / NO, or - when there is no goal or nothing to compare. */
+static const char *met_word(double goal, double ratio, bool met)
+{
+	return goal <= 0 || isnan(ratio) ? "-" : met ? "yes" : "NO";
+}
+
+static void print_ratio_row(const struct bench *b, FILE *out, enum bench_op op, unsigned level)
+{
+	struct ratio r = ratio_of(b, op, level);
+	char df[24], sa[24], sl[24], al[24], goal[24];
+
+	fmt_num(df, sizeof(df), r.have_floor ? r.daemon_over_floor : NAN, 2);
+	fmt_num(sa, sizeof(sa), r.seed_over[PLANE_ARCHIVE], 1);
+	fmt_num(sl, sizeof(sl), r.seed_over[PLANE_LOCAL], 1);
+	fmt_num(al, sizeof(al), r.archive_over_local, 1);
+	if (r.seed_goal > 0)
+		snprintf(goal, sizeof(goal), ">=%g", r.seed_goal);
+	else
+		snprintf(goal, sizeof(goal), "-");
+	fprintf(out, "%-13s %5u %12s %-8s %12s %10s %13s %6s %-7s %-5s\n", op_info(op)->name, level, df,
+		r.have_floor ? (r.floor_met ? "yes" : "NO") : "-", sa, sl, al, goal,
+		met_word(r.seed_goal, r.seed_over[PLANE_ARCHIVE], r.seed_met[PLANE_ARCHIVE]),
+		met_word(r.seed_goal, r.seed_over[PLANE_LOCAL], r.seed_met[PLANE_LOCAL]));
 }
 
 static void print_ratios(const struct bench *b, FILE *out)
 {
-	fprintf(out, "%-13s %5s %12s %-8s %12s %6s %-8s\n", "op", "level", "daemon/floor", "<=1.1x+1",
-		"seed/daemon", "goal", "met");
+	fprintf(out, "%-13s %5s %12s %-8s %12s %10s %13s %6s %-7s %-5s\n", "op", "level", "daemon/floor",
+		"<=1.1x+1", "seed/archive", "seed/local", "archive/local", "goal", "archive", "local");
+	for (unsigned l = 0; l < b->n_levels; l++)
+		for (int op = 0; op < _OP_MAX; op++)
+			if (b->ops[op] && op_ran(b, (enum bench_op)op, b->levels[l]))
+				print_ratio_row(b, out, (enum bench_op)op, b->levels[l]);
+}
+
+/* The local plane's own goal, one marker per op and level: "goal met" or
+ * "goal missed" (also when the op failed on that plane or was not run). */
+static void print_local_goals(const struct bench *b, FILE *out)
+{
+	if (!b->planes[PLANE_LOCAL] || !b->impls[IMPL_SEED])
+		return;
+	fprintf(out, "\nThe local plane against the seed's way (seed/local at least the goal):\n");
 	for (unsigned l = 0; l < b->n_levels; l++)
 		for (int op = 0; op < _OP_MAX; op++) {
 			struct ratio r;
-			char df[24], sd[24], goal[24];
+			char sl[24];
 
-			if (!b->ops[op] || !find_row(b, op, b->levels[l], IMPL_DAEMON))
+			if (!b->ops[op] || op_info((enum bench_op)op)->local_goal <= 0)
 				continue;
-			r = ratio_of(b, op, b->levels[l]);
-			fmt_num(df, sizeof(df), r.have_floor ? r.daemon_over_floor : NAN, 2);
-			fmt_num(sd, sizeof(sd), r.have_seed ? r.seed_over_daemon : NAN, 1);
-			if (r.seed_goal > 0)
-				snprintf(goal, sizeof(goal), ">=%g", r.seed_goal);
-			else
-				snprintf(goal, sizeof(goal), "-");
-			fprintf(out, "%-13s %5u %12s %-8s %12s %6s %-8s\n", op_info(op)->name, b->levels[l], df,
-				r.have_floor ? (r.floor_met ? "yes" : "NO") : "-", sd, goal,
-				!r.have_seed || r.seed_goal <= 0 ? "-" : r.seed_met ? "yes" : "NO");
+			r = ratio_of(b, (enum bench_op)op, b->levels[l]);
+			fmt_num(sl, sizeof(sl), r.seed_over[PLANE_LOCAL], 1);
+			fprintf(out, "  %-13s L=%-3u seed/local %8s  (>= %g)  goal %s\n", op_info((enum bench_op)op)->name,
+				b->levels[l], sl, r.local_goal, r.local_met ? "met" : "missed");
 		}
 }
 
@@ -154,8 +218,10 @@ static void print_failures(const struct bench *b, FILE *out)
 		if (!any)
 			fprintf(out, "\nFailures (the first of each row):\n");
 		any = true;
-		fprintf(out, "  %s level %u %s: %u error(s), %u hang(s): %s\n", op_info(r->op)->name, r->level,
-			impl_to_string(r->impl), r->errors, r->hangs, r->error[0] ? r->error : "?");
+		fprintf(out, "  %s level %u %s%s%s: %u error(s), %u hang(s): %s\n", op_info(r->op)->name, r->level,
+			impl_to_string(r->impl), r->plane != PLANE_NONE ? " " : "",
+			r->plane != PLANE_NONE ? plane_to_string(r->plane) : "", r->errors, r->hangs,
+			r->error[0] ? r->error : "?");
 	}
 }
 
@@ -168,10 +234,17 @@ void stats_print_tables(const struct bench *b, FILE *out)
 		m->engine_api[0] ? m->engine_api : "?", m->docker_cli[0] ? m->docker_cli : "?");
 	fprintf(out, "Load average: %s at the start, %s at the end\n", m->load_start, m->load_end);
 	fprintf(out, "Run: N=%u, image %s; req/op: engine requests (daemon: its call_requests counter, "
-		"level 1 only; floor: sent), CLI processes (seed)\n\n", b->n, b->image_ref);
+		"level 1 only; floor: sent), CLI processes (seed)\n", b->n, b->image_ref);
+	fprintf(out, "Daemons: one per file plane (%s=...):", BENCH_PLANE_KEY);
+	for (int p = 0; p < _PLANE_MAX; p++)
+		if (b->planes[p])
+			fprintf(out, " %s%s", plane_to_string((enum bench_plane)p), p == (int)b->main_plane ? " (main)" : "");
+	fprintf(out, "; file ops through each, the others through the main one\n\n");
 	print_results(b, out);
-	fprintf(out, "\nRatios of medians (daemon <= 1.1 x floor + 1 ms; seed/daemon at least the goal):\n");
+	fprintf(out, "\nRatios of medians (daemon <= 1.1 x floor + 1 ms, for file ops the archive plane's; "
+		"seed/daemon at least the goal, on each plane):\n");
 	print_ratios(b, out);
+	print_local_goals(b, out);
 	print_failures(b, out);
 	fprintf(out, "\nTotal: %u error(s), %u hang(s); maf-sandboxd exited with status %d\n",
 		stats_total_errors(b), stats_total_hangs(b), b->daemon_status);
@@ -208,8 +281,9 @@ static json_t *json_results(const struct bench *b)
 	for (size_t i = 0; i < b->n_results; i++) {
 		const struct bench_result *r = &b->results[i];
 
-		json_array_append_new(a, json_pack("{s:s, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:s?}",
+		json_array_append_new(a, json_pack("{s:s, s:I, s:s, s:s?, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:s?}",
 			"op", op_info(r->op)->name, "level", (json_int_t)r->level, "impl", impl_to_string(r->impl),
+			"plane", r->plane != PLANE_NONE ? plane_to_string(r->plane) : NULL,
 			"n", (json_int_t)r->n, "p50_ms", json_num(r->p50), "p95_ms", json_num(r->p95),
 			"p99_ms", json_num(r->p99), "ops_per_s", json_num(r->ops_per_s),
 			"requests_per_op", json_num(r->requests_per_op < 0 ? NAN : r->requests_per_op),
@@ -219,26 +293,58 @@ static json_t *json_results(const struct bench *b)
 	return a;
 }
 
+/* A ratio's goal verdict: null when there is no goal or nothing to compare. */
+static json_t *json_met(double goal, double ratio, bool met)
+{
+	return goal <= 0 || isnan(ratio) ? json_null() : json_boolean(met);
+}
+
+static json_t *json_ratio(const struct bench *b, enum bench_op op, unsigned level)
+{
+	struct ratio r = ratio_of(b, op, level);
+
+	return json_pack("{s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+		"op", op_info(op)->name, "level", (json_int_t)level,
+		"daemon_over_floor", r.have_floor ? json_real(r.daemon_over_floor) : json_null(),
+		"floor_goal_met", r.have_floor ? json_boolean(r.floor_met) : json_null(),
+		"seed_over_archive", json_num(r.seed_over[PLANE_ARCHIVE]),
+		"seed_over_local", json_num(r.seed_over[PLANE_LOCAL]),
+		"archive_over_local", json_num(r.archive_over_local),
+		"seed_goal", r.seed_goal > 0 ? json_real(r.seed_goal) : json_null(),
+		"seed_goal_met_archive", json_met(r.seed_goal, r.seed_over[PLANE_ARCHIVE], r.seed_met[PLANE_ARCHIVE]),
+		"seed_goal_met_local", json_met(r.seed_goal, r.seed_over[PLANE_LOCAL], r.seed_met[PLANE_LOCAL]),
+		"local_goal", r.local_goal > 0 ? json_real(r.local_goal) : json_null(),
+		"local_goal_met", r.local_goal > 0 && b->planes[PLANE_LOCAL] ? json_boolean(r.local_met) : json_null());
+}
+
 static json_t *json_ratios(const struct bench *b)
 {
 	json_t *a = json_array();
 
 	for (unsigned l = 0; l < b->n_levels; l++)
-		for (int op = 0; op < _OP_MAX; op++) {
-			struct ratio r;
-
-			if (!b->ops[op] || !find_row(b, op, b->levels[l], IMPL_DAEMON))
-				continue;
-			r = ratio_of(b, op, b->levels[l]);
-			json_array_append_new(a, json_pack("{s:s, s:I, s:o, s:o, s:o, s:o, s:o}",
-				"op", op_info(op)->name, "level", (json_int_t)b->levels[l],
-				"daemon_over_floor", r.have_floor ? json_real(r.daemon_over_floor) : json_null(),
-				"floor_goal_met", r.have_floor ? json_boolean(r.floor_met) : json_null(),
-				"seed_over_daemon", r.have_seed ? json_real(r.seed_over_daemon) : json_null(),
-				"seed_goal", r.seed_goal > 0 ? json_real(r.seed_goal) : json_null(),
-				"seed_goal_met", r.have_seed && r.seed_goal > 0 ? json_boolean(r.seed_met) : json_null()));
-		}
+		for (int op = 0; op < _OP_MAX; op++)
+			if (b->ops[op] && op_ran(b, (enum bench_op)op, b->levels[l]))
+				json_array_append_new(a, json_ratio(b, (enum bench_op)op, b->levels[l]));
 	return a;
+}
+
+/* {"planes": [...], "main_plane", "daemons": {plane: {exit_status, file_plane_reason?}}} members. */
+static json_t *json_planes(const struct bench *b)
+{
+	json_t *planes = json_array(), *daemons = json_object();
+
+	for (int p = 0; p < _PLANE_MAX; p++) {
+		const struct bench_daemon *d = &b->daemons[p];
+
+		if (!b->planes[p])
+			continue;
+		json_array_append_new(planes, json_string(plane_to_string(d->plane)));
+		json_object_set_new(daemons, plane_to_string(d->plane),
+				    json_pack("{s:I, s:s?}", "exit_status", (json_int_t)d->status, "file_plane_reason",
+					      d->reason[0] ? d->reason : NULL));
+	}
+	return json_pack("{s:o, s:s, s:o}", "planes", planes, "main_plane", plane_to_string(b->main_plane),
+			 "daemons", daemons);
 }
 
 int stats_write_json(const struct bench *b, const char *path)
@@ -249,13 +355,13 @@ int stats_write_json(const struct bench *b, const char *path)
 
 	for (unsigned l = 0; l < b->n_levels; l++)
 		json_array_append_new(levels, json_integer(b->levels[l]));
-	doc = json_pack("{s:{s:s, s:I, s:I, s:s, s:s, s:s, s:s, s:s}, s:{s:I, s:o, s:s, s:b}, s:o, s:o, s:I, s:I, s:I}",
+	doc = json_pack("{s:{s:s, s:I, s:I, s:s, s:s, s:s, s:s, s:s}, s:{s:I, s:o, s:s, s:b}, s:o, s:o, s:o, s:I, s:I, s:I}",
 		"machine", "kernel", m->kernel, "nproc", (json_int_t)m->nproc,
 		"mem_total_kib", (json_int_t)m->mem_total_kib, "engine_version", m->engine_version,
 		"engine_api_version", m->engine_api, "docker_cli", m->docker_cli,
 		"loadavg_start", m->load_start, "loadavg_end", m->load_end,
 		"config", "n", (json_int_t)b->n, "levels", levels, "image", b->image_ref, "quick", b->quick,
-		"results", json_results(b), "ratios", json_ratios(b),
+		"file_planes", json_planes(b), "results", json_results(b), "ratios", json_ratios(b),
 		"errors", (json_int_t)stats_total_errors(b), "hangs", (json_int_t)stats_total_hangs(b),
 		"daemon_exit_status", (json_int_t)b->daemon_status);
 	if (!doc)
