@@ -321,6 +321,9 @@ assert d["version"] == sys.argv[2], d
 assert str(d["pid"]) == sys.argv[3], ("pid", d["pid"], sys.argv[3])
 assert d.get("socket") == sys.argv[4], ("socket", d.get("socket"))
 assert s["egress"] == {"configured": False}, s["egress"]
+# Root, a local engine socket: the local file plane, also inside the unit's
+# capability bounding set and system call filter (its start probes them).
+assert s.get("file_plane") == "local", ("file_plane", s.get("file_plane"), s.get("file_plane_reason"))
 sys.exit(0 if s["engine"]["reachable"] else 3)
 PY
 	[ $? -eq 3 ] || { cat "$WORK/status.json" >&2; fail "status is not as expected"; }
