@@ -278,7 +278,7 @@ static bool files_needs_guest(const struct files_req *fr, const struct sandbox *
 		return false;
 	if (fr->kind == FILEOP_WRITE)
 		return true;
-	return fr->d->plane_local && sb->plane != SANDBOX_PLANE_ARCHIVE;
+	return fileop_plane_local(fr->d, sb);
 }
 
 /* Runs fr's op: first learns who the guest is, when needed (once per instance). */
@@ -501,9 +501,11 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 	return files_run(fr, sb);
 }
 
-struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
+/* files.stat and files.list: one path param, one item. A listing on the
+ * archive plane is refused before the path is looked at. */
+static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_files_params *p,
+					 enum paths_op pop, enum fileop_kind kind)
 {
-	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
@@ -513,34 +515,29 @@ struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
 
 	if (!sb)
 		return fail;
-	if (files_plan(PATHS_OP_STAT, p->path, p->working_directory, sb, &plan, &reason) < 0)
+	if (kind == FILEOP_LIST && !fileop_plane_local(d, sb)) {
+		struct msb_error e = { 0 };
+
+		fileop_error_no_listing(&e);
+		fail = rpc_fail_error(call, &e);
+		msb_error_clear(&e);
+		return fail;
+	}
+	if (files_plan(pop, p->path, p->working_directory, sb, &plan, &reason) < 0)
 		return fail_reason(call, reason, json_string_value(p->path));
-	fr = files_req_new(d, call, sb, FILEOP_STAT, 0);
+	fr = files_req_new(d, call, sb, kind, 0);
 	fileop_add(fr->op, plan, NULL, 0);
 	return files_run(fr, sb);
 }
 
+struct rpc_result *m_files_stat(struct rpc_call *call, const void *params)
+{
+	return files_one_path(call, params, PATHS_OP_STAT, FILEOP_STAT);
+}
+
 struct rpc_result *m_files_list(struct rpc_call *call, const void *params)
 {
-	const struct m_files_params *p = params;
-	struct msbd *d = rpc_call_ctx(call);
-	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
-	struct files_req *fr;
-	struct paths_plan *plan = NULL;
-	enum paths_reason reason;
-
-	if (!sb)
-		return fail;
-	if (!d->plane_local || sb->plane == SANDBOX_PLANE_ARCHIVE)
-		return rpc_fail(call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
-				json_pack("{s:s, s:s}", "capability", "files_list", "file_plane", "archive"),
-				"this sandbox is served by the archive file plane, which cannot list directories");
-	if (files_plan(PATHS_OP_LIST, p->path, p->working_directory, sb, &plan, &reason) < 0)
-		return fail_reason(call, reason, json_string_value(p->path));
-	fr = files_req_new(d, call, sb, FILEOP_LIST, 0);
-	fileop_add(fr->op, plan, NULL, 0);
-	return files_run(fr, sb);
+	return files_one_path(call, params, PATHS_OP_LIST, FILEOP_LIST);
 }
 
 /* ---- remove / reclaim: rm in the guest, as the guest -------------------- */

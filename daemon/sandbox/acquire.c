@@ -161,7 +161,7 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
 
 const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb)
 {
-	return d->plane_local && sb->plane != SANDBOX_PLANE_ARCHIVE ? "local" : "archive";
+	return fileop_plane_local(d, sb) ? "local" : "archive";
 }
 
 json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
@@ -239,7 +239,7 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      "`id` it can run. Unresolved identities are retried on the next acquire.");
 		return;
 	}
-	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && strcmp(acquire_file_plane(op->d, sb), "local")) {
+	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && !fileop_plane_local(op->d, sb)) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[s], s:s}", "missing", "files_list", "file_plane", "archive"),
 			      "this sandbox is served by the archive file plane (its init cannot be pinned from "

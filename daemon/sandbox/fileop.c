@@ -949,6 +949,18 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 	fop_done(op);
 }
 
+bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb)
+{
+	return d->plane_local && (!sb || sb->plane != SANDBOX_PLANE_ARCHIVE);
+}
+
+void fileop_error_no_listing(struct msb_error *reterr)
+{
+	msb_error_set(reterr, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+		      json_pack("{s:s, s:s}", "capability", "files_list", "file_plane", "archive"),
+		      "this sandbox is served by the archive file plane, which cannot list directories");
+}
+
 /* The archive plane: the walk (unfrozen for CHECK, REMOVE, RECLAIM), or
  * the freeze first. */
 static void fop_archive_begin(struct fileop *op)
@@ -956,9 +968,7 @@ static void fop_archive_begin(struct fileop *op)
 	int r;
 
 	if (op->p.kind == FILEOP_LIST) {
-		msb_error_set(&op->err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
-			      json_pack("{s:s, s:s}", "capability", "files_list", "file_plane", "archive"),
-			      "this sandbox is served by the archive file plane, which cannot list directories");
+		fileop_error_no_listing(&op->err);
 		fop_done(op);
 		return;
 	}
@@ -981,16 +991,6 @@ static void fop_archive_begin(struct fileop *op)
 }
 
 /* ---- the local plane ------------------------------------------------------ */
-
-static bool fop_local_wanted(const struct fileop *op)
-{
-	const struct sandbox *sb;
-
-	if (!op->d->plane_local)
-		return false;
-	sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
-	return !sb || sb->plane != SANDBOX_PLANE_ARCHIVE;
-}
 
 static void fop_local_fail(struct fileop *op, struct msb_error *e)
 {
@@ -1224,10 +1224,9 @@ static void fop_pin_lookup(struct fileop *op)
 		fop_fail_engine(op, r, 0, NULL, "inspecting the sandbox");
 }
 
-static void fop_local_begin(struct fileop *op)
+/* sb: the op's registry entry, or NULL. */
+static void fop_local_begin(struct fileop *op, struct sandbox *sb)
 {
-	struct sandbox *sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
-
 	if (sb && plocal_pin_valid(&sb->pin)) {
 		op->state = FOP_PIN;
 		fop_local_with_pin(op, &sb->pin);
@@ -1239,6 +1238,7 @@ static void fop_local_begin(struct fileop *op)
 void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 {
 	struct timeval tv = { op->p.timeout_ms / 1000, (op->p.timeout_ms % 1000) * 1000 };
+	struct sandbox *sb;
 
 	assert(!op->started);
 	op->started = true;
@@ -1251,8 +1251,9 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 	}
 	op->state = FOP_FREEZE;
 	event_add(op->deadline, &tv);
-	if (fop_local_wanted(op)) {
-		fop_local_begin(op);
+	sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
+	if (fileop_plane_local(op->d, sb)) {
+		fop_local_begin(op, sb);
 		return;
 	}
 	fop_archive_begin(op);

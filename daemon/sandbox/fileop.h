@@ -148,6 +148,13 @@ size_t fileop_table_count(const struct fileop_table *t);
  * the guest thawed while the engine is still there. */
 void fileop_table_cancel_all(struct fileop_table *t);
 
+/* Whether the local plane serves sb's file calls (or would try to: an
+ * undecided sandbox gets the daemon's plane). sb may be NULL. */
+struct sandbox;
+bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb);
+/* The refusal of files.list on the archive plane (SandboxCapabilityNotSupported). */
+void fileop_error_no_listing(struct msb_error *reterr);
+
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */
 void fileop_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr);

@@ -858,22 +858,20 @@ static int entry_cmp(const void *a, const void *b)
 static int do_list(int root, const struct paths_plan *plan, size_t max_entries, json_t **ret, struct msb_error *err)
 {
 	const char *rel = plan->target.rel;
-	json_t **items = NULL;
+	json_t **items = NULL, *list;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
-	json_t *list;
 	DIR *dir;
-	int fd;
+	int fd, r = 0;
 
 	fd = open_dir(root, plan->target.path, O_RDONLY);
 	if (fd < 0)
 		return fail_walk(fd, rel, "opening the directory", err);
 	dir = fdopendir(fd);
 	if (!dir) {
-		int e = -errno;
-
+		r = -errno;
 		close(fd);
-		return fail_os(e, rel, "opening the directory", err);
+		return fail_os(r, rel, "opening the directory", err);
 	}
 	for (errno = 0; (de = readdir(dir)); errno = 0) {
 		struct paths_stat st;
@@ -883,26 +881,18 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
-			int e = -errno;
-
-			if (e == -ENOENT)
+			if (errno == ENOENT)
 				continue;   /* gone since readdir */
 			/* Never a list that leaves an entry out. */
-			for (size_t i = 0; i < n; i++)
-				json_decref(items[i]);
-			free(items);
-			closedir(dir);
-			return fail_os(e, rel, "examining an entry", err);
+			r = fail_os(-errno, rel, "examining an entry", err);
+			break;
 		}
 		if (n == max_entries) {
-			for (size_t i = 0; i < n; i++)
-				json_decref(items[i]);
-			free(items);
-			closedir(dir);
 			msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
 				      json_pack("{s:s, s:I}", "path", *rel ? rel : ".", "limit", (json_int_t)max_entries),
 				      "the directory holds more than %zu entries", max_entries);
-			return -EFBIG;
+			r = -EFBIG;
+			break;
 		}
 		stat_fill(&sb, de->d_name, -1, &st);
 		child = *rel ? xasprintf("%s/%s", rel, de->d_name) : xstrdup(de->d_name);
@@ -914,24 +904,22 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 		free(child);
 		paths_stat_release(&st);
 	}
-	if (errno) {
-		int e = -errno;
-
-		for (size_t i = 0; i < n; i++)
-			json_decref(items[i]);
-		free(items);
-		closedir(dir);
-		return fail_os(e, rel, "reading the directory", err);
-	}
+	if (r == 0 && errno)
+		r = fail_os(-errno, rel, "reading the directory", err);
 	closedir(dir);
-	if (n)
+	if (r == 0 && n)
 		qsort(items, n, sizeof(*items), entry_cmp);
-	list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, items[i]);
+	list = r == 0 ? json_array() : NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (list)
+			json_array_append_new(list, items[i]);
+		else
+			json_decref(items[i]);
+	}
 	free(items);
-	*ret = list;
-	return 0;
+	if (r == 0)
+		*ret = list;
+	return r;
 }
 
 int plocal_list(int root, const struct paths_plan *plan, const struct plocal_cred *c, size_t max_entries,

@@ -495,19 +495,26 @@ static void daemon_up(const char *const *args)
 	ck_abort_msg("the registry never synchronised");
 }
 
-/* True if the engine says the container is paused (absent: false). */
-static bool engine_paused(const char *id)
+/* The engine's inspect of a container (NULL when absent or unreadable). */
+static json_t *engine_inspect(const char *id)
 {
 	char path[160], *body;
 	json_t *j;
-	bool paused;
 
 	snprintf(path, sizeof(path), "/containers/%s/json", id);
 	body = engine_get(path, NULL, NULL);
 	j = json_loads(body, 0, NULL);
-	paused = json_is_true(jget(j, "State.Paused"));
-	json_decref(j);
 	free(body);
+	return j;
+}
+
+/* True if the engine says the container is paused (absent: false). */
+static bool engine_paused(const char *id)
+{
+	json_t *j = engine_inspect(id);
+	bool paused = json_is_true(jget(j, "State.Paused"));
+
+	json_decref(j);
 	return paused;
 }
 
@@ -2137,16 +2144,10 @@ END_TEST
 /* The container's init pid as the engine reports it (0: not running). */
 static long engine_pid(const char *id)
 {
-	char path[160], *body;
-	json_t *j;
-	long pid;
+	json_t *j = engine_inspect(id);
+	long pid = json_is_true(jget(j, "State.Running")) ? (long)json_integer_value(jget(j, "State.Pid")) : 0;
 
-	snprintf(path, sizeof(path), "/containers/%s/json", id);
-	body = engine_get(path, NULL, NULL);
-	j = json_loads(body, 0, NULL);
-	pid = json_is_true(jget(j, "State.Running")) ? (long)json_integer_value(jget(j, "State.Pid")) : 0;
 	json_decref(j);
-	free(body);
 	return pid;
 }
 
