@@ -23,6 +23,7 @@ static Suite *hostile_suite(void)
 	Suite *s = suite_create("hostile");
 
 	suite_add_tcase(s, hostile_server_tcase());
+	suite_add_tcase(s, hostile_wire_tcase());
 	suite_add_tcase(s, hostile_egress_tcase());
 	suite_add_tcase(s, hostile_exec_tcase());
 	suite_add_tcase(s, hostile_files_tcase());

@@ -21,8 +21,10 @@ extern char hostile_image[96];
 /* A spec {kind: "k", image: hostile_image, labels: {msb-it-run: run_id}} (new ref). */
 json_t *hostile_spec(void);
 
-/* Findings 1, 2, 4, 13: reply memory, per-uid fairness, JSON amplification, frame stalls. */
+/* Findings 1, 2, 13: reply memory, per-uid fairness, frame stalls. */
 TCase *hostile_server_tcase(void);
+/* Finding 4 and the exec reply's size: JSON amplification, each output byte once. */
+TCase *hostile_wire_tcase(void);
 /* Finding 3: a guest's egress flood and the event loop. */
 TCase *hostile_egress_tcase(void);
 /* Findings 5, 7, 14 (working_directory): the exec kill, the guest's identity. */
