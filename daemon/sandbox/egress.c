@@ -893,8 +893,11 @@ static void image_load_done_cb(int error, const char *message, void *arg)
 		return;
 	}
 	if (error < 0) {
-		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: %s", EGRESS_IMAGE_REPO,
-							  image_tag(), message ? message : strerror(-error)));
+		log_warnx("egress: loading %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
+			  message ? message : strerror(-error));
+		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: the engine %s (the daemon's log "
+							  "has why)", EGRESS_IMAGE_REPO, image_tag(),
+							  error == -EIO ? "refused it" : "could not be reached"));
 		return;
 	}
 	eg->image_verifying = true;
@@ -929,9 +932,13 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	if (r->error || (r->status != 200 && r->status != 404)) {
-		image_settle(eg, IMAGE_FAILED, xasprintf("inspecting %s:%s failed: %s", EGRESS_IMAGE_REPO,
-							  image_tag(), r->message ? r->message :
-							  r->error ? strerror(-r->error) : "engine refused"));
+		log_warnx("egress: inspecting %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
+			  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+		image_settle(eg, IMAGE_FAILED, r->error ?
+			     xasprintf("inspecting %s:%s failed: the engine could not be reached", EGRESS_IMAGE_REPO,
+				       image_tag()) :
+			     xasprintf("inspecting %s:%s failed: the engine answered HTTP %ld", EGRESS_IMAGE_REPO,
+				       image_tag(), r->status));
 		return;
 	}
 	if (r->status == 200 && id && strcmp(id, eg->want_id) == 0) {
@@ -954,7 +961,9 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 	ret = docker_image_load(eg_engine(eg), tar, len, eg->d->config->pull_timeout_ms, NULL, image_load_done_cb,
 				eg, &eg->image_req);
 	if (ret < 0)
-		image_settle(eg, IMAGE_FAILED, xasprintf("cannot load the proxy image: %s", strerror(-ret)));
+		image_settle(eg, IMAGE_FAILED, xasprintf("cannot load the proxy image: %s",
+							  ret == -ENOTCONN ? "the engine is not reachable"
+									   : "the request could not be made"));
 }
 
 /* Starts a check of the image unless one is under way or it is ready. */
@@ -1059,9 +1068,12 @@ static void networks_listed_cb(const struct docker_reply *r, void *arg)
 		if (ok) {
 			eop_enter(op, EOP_NET_CREATE);
 		} else {
-			msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-				      "could not list the engine's networks to pick a subnet: %s",
-				      r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			log_warnx("egress for %s: listing the networks: %s", op->name,
+				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			msb_error_set(&op->err, r->error ? MSB_ERR_ENGINE_UNAVAILABLE : MSB_ERR_ENGINE_ERROR,
+				      r->error ? NULL : json_pack("{s:i}", "engine_status", (int)r->status),
+				      "could not list the engine's networks to pick a subnet (%s)",
+				      r->error ? "the engine could not be reached" : "the engine refused");
 			eop_fail(op);
 		}
 	}
@@ -1244,11 +1256,21 @@ static void eop_fail_engine(struct egress_op *op, const struct docker_reply *r, 
 {
 	const char *m = r->message ? r->message : r->error ? strerror(-r->error) : "engine refused";
 
+	/* The engine's text is for the log; the wire gets the code and a reason. */
+	if (r->error != -ECANCELED)
+		log_warnx("egress for %s: %s: %s", op->name, what, m);
 	if (r->error == -ECANCELED)
 		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+	else if (r->error == -ETIMEDOUT)
+		msb_error_set(&op->err, MSB_ERR_ENGINE_TIMEOUT, NULL, "egress for %s: %s: the engine did not answer "
+			      "in time", op->name, what);
+	else if (r->error)
+		msb_error_set(&op->err, MSB_ERR_ENGINE_UNAVAILABLE, NULL, "egress for %s: %s: the engine could "
+			      "not be reached", op->name, what);
 	else
-		msb_error_set(&op->err, r->error == -ETIMEDOUT ? MSB_ERR_ENGINE_TIMEOUT : MSB_ERR_ENGINE_ERROR,
-			      NULL, "egress for %s: %s: %s", op->name, what, m);
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "egress for %s: %s: %s (HTTP %ld)", op->name, what,
+			      r->status < 300 ? "the engine's reply was unusable" : "the engine refused", r->status);
 	eop_fail(op);
 }
 
@@ -1534,10 +1556,12 @@ static void eop_net_created(struct egress_op *op, const struct docker_reply *r)
 	if (r->error == 0 && r->status != 201)
 		subnet_pool_release(op->eg->pool, &op->block);
 	if (r->error == 0 && strstr(m, "gateway")) {
-		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-			      "could not create network %s: %s — gateway_mode isolated needs Docker Engine "
+		log_warnx("egress for %s: creating network %s: %s", op->name, op->net, m);
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "could not create network %s: the engine refused its gateway option — "
+			      "gateway_mode isolated needs Docker Engine "
 			      "28.0.0 or later; set egress.gateway_mode auto, or use egress closed or an "
-			      "empty allowlist", op->net, m);
+			      "empty allowlist", op->net);
 		eop_fail(op);
 		return;
 	}
@@ -1709,10 +1733,15 @@ static void eop_docker_cb(const struct docker_reply *r, void *arg)
 		break;
 	case EOP_PROXY_CONNECT:
 		if (!ok2xx) {
-			msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-				      "could not give the egress proxy %s its outbound leg on network '%s': %s",
+			log_warnx("egress for %s: connecting %s to %s: %s", op->name, op->proxy,
+				  op->eg->d->config->egress_outbound_network,
+				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			msb_error_set(&op->err, r->error ? MSB_ERR_ENGINE_UNAVAILABLE : MSB_ERR_ENGINE_ERROR,
+				      r->error ? NULL : json_pack("{s:i}", "engine_status", (int)r->status),
+				      "could not give the egress proxy %s its outbound leg on network '%s' (%s); "
+				      "check that network exists (egress.outbound_network)",
 				      op->proxy, op->eg->d->config->egress_outbound_network,
-				      r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+				      r->error ? "the engine could not be reached" : "the engine refused");
 			eop_fail(op);
 			break;
 		}
