@@ -44,6 +44,27 @@ char *jsonfast_dump(const json_t *v, size_t extra, size_t *ret_len);
  * NUL-terminated. */
 json_t *jsonfast_loadb(const char *buf, size_t len, size_t flags, json_error_t *error);
 
+/* What jsonfast_scan found, as far as it read. */
+struct jsonfast_shape {
+	size_t values;    /* JSON values, object keys included */
+	size_t depth;     /* deepest container nesting (a scalar alone: 0) */
+	size_t position;  /* where the scan stopped: len, or the byte past a limit */
+};
+
+/* A linear pre-scan of a JSON text, made before anything is allocated for
+ * it: counts its values (each string, number, literal and container, and
+ * each object key) and its deepest nesting, outside string literals, with
+ * memchr over strings. Returns 0 and *ret (all of the text read), or
+ * -E2BIG as soon as more than max_values values or more than max_depth
+ * nested containers are seen (*ret then says how far it read). Text
+ * jansson would refuse is counted as best it can (it never fails for
+ * that): for text json_loadb accepts, values and depth are exactly those
+ * of the value it returns (values: json_loadb with JSON_REJECT_DUPLICATES;
+ * without, a duplicate key counts each time it is written). No allocation;
+ * ret may not be NULL. */
+int jsonfast_scan(const char *buf, size_t len, size_t max_values, size_t max_depth,
+		  struct jsonfast_shape *ret);
+
 /* TEST ONLY (fuzzing, unit tests): replaces JSONFAST_LOAD_MIN_BYTES and
  * JSONFAST_SPLICE_MIN_BYTES process-wide, so the fast path is reached with
  * small inputs. Not thread-safe; never called by the daemon or clients. */

@@ -5,6 +5,7 @@
 #include "errors.h"
 #include "jsonfast.h"
 #include "jsonrpc.h"
+#include "msb-limits.h"
 #include "xmalloc.h"
 
 bool jsonrpc_id_is_valid(const json_t *id)
@@ -69,6 +70,29 @@ static int validate_envelope(json_t *root, struct jsonrpc_request *req, json_t *
 	return 0;
 }
 
+/* Refuses, before jansson allocates anything, a frame with more values or
+ * deeper nesting than a request ever needs: parsing one costs tens of bytes
+ * a value (a flat array of zeros, two bytes a value, costs ~40 times its
+ * size in jansson), and its time. Returns 0, or MSB_ERR_PARSE with
+ * *reterr_reply set. */
+static int refuse_shape(const char *buf, size_t len, json_t **reterr_reply)
+{
+	struct jsonfast_shape shape;
+	bool deep;
+
+	if (jsonfast_scan(buf, len, MSB_JSON_MAX_VALUES, MSB_JSON_MAX_DEPTH, &shape) == 0)
+		return 0;
+	deep = shape.depth > MSB_JSON_MAX_DEPTH;
+	return fail(reterr_reply, MSB_ERR_PARSE, NULL,
+		    json_pack("{s:s, s:I, s:I}", "detail",
+			      deep ? "arrays and objects nested too deep" : "too many JSON values",
+			      "position", (json_int_t)shape.position, "limit",
+			      (json_int_t)(deep ? MSB_JSON_MAX_DEPTH : MSB_JSON_MAX_VALUES)),
+		    deep ? "the frame nests arrays and objects more than %d deep; a request never needs that"
+			 : "the frame holds more than %d JSON values (object keys included); split the call",
+		    deep ? MSB_JSON_MAX_DEPTH : MSB_JSON_MAX_VALUES);
+}
+
 int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *ret,
 			  json_t **reterr_reply)
 {
@@ -76,6 +100,9 @@ int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *r
 	json_error_t jerr;
 	int r;
 
+	r = refuse_shape(buf, len, reterr_reply);
+	if (r < 0)
+		return r;
 	/* JSON_DECODE_ANY: a scalar frame is valid JSON, so it is an invalid
 	 * request (-32600), not a parse error (-32700). */
 	req.root = jsonfast_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);

@@ -18,6 +18,17 @@
 /* The smallest frame limit a configuration may set. */
 #define MSB_FRAME_MIN_BYTES          (4 * MSB_KIB)
 
+/* One request frame, counted by a linear pre-scan before it is parsed
+ * (jsonfast_scan; not config): JSON values, object keys included, and
+ * nesting of arrays and objects. The largest request the protocol defines
+ * (files.write of 256 files: about 1,300 values; sandbox.exec with 4096
+ * arguments and 256 env entries: about 4,620) is far inside both. A frame
+ * over one is refused ParseError (-32700, data.limit) before jansson
+ * allocates anything for it, so parsing a frame costs at most a few times
+ * its bytes plus MSB_JSON_MAX_VALUES small allocations. */
+#define MSB_JSON_MAX_VALUES          65536
+#define MSB_JSON_MAX_DEPTH           64
+
 /* Daemon side, all overridable in the configuration: */
 #define MSB_MAX_CONNECTIONS          256          /* limits.max_connections */
 #define MSB_MAX_INFLIGHT             32           /* limits.max_inflight, per connection */
