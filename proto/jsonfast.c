@@ -375,12 +375,13 @@ static inline enum scan_class scan_class_of(unsigned char c)
 }
 
 static size_t find_close(const char *buf, size_t from, size_t len);
+static bool colon_follows(const char *buf, size_t off, size_t len);
 
-int jsonfast_scan(const char *buf, size_t len, size_t max_values, size_t max_depth,
+int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim,
 		  struct jsonfast_shape *ret)
 {
 	const unsigned char *p = (const unsigned char *)buf;
-	size_t values = 0, depth = 0, deepest = 0, i = 0;
+	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start;
 	int r = 0;
 
 	while (i < len) {
@@ -393,10 +394,14 @@ int jsonfast_scan(const char *buf, size_t len, size_t max_values, size_t max_dep
 			break;
 		case SCAN_QUOTE:
 			values++;
+			start = i;
 			i = find_close(buf, i + 1, len);
 			/* An unclosed string: nothing more to count. */
 			if (i < len)
 				i++;
+			/* A key is structure; a value's literal is not. */
+			if (!colon_follows(buf, i, len))
+				strings += i - start;
 			break;
 		case SCAN_OPEN:
 			values++;
@@ -413,12 +418,13 @@ int jsonfast_scan(const char *buf, size_t len, size_t max_values, size_t max_dep
 			i++;
 			break;
 		}
-		if (values > max_values || deepest > max_depth) {
+		if (values > lim->values || deepest > lim->depth || i - strings > lim->structure_bytes) {
 			r = -E2BIG;
 			break;
 		}
 	}
-	*ret = (struct jsonfast_shape){ .values = values, .depth = deepest, .position = i };
+	*ret = (struct jsonfast_shape){ .values = values, .depth = deepest,
+					.structure_bytes = i - strings, .position = i };
 	return r;
 }
 

@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "errors.h"
@@ -70,27 +71,45 @@ static int validate_envelope(json_t *root, struct jsonrpc_request *req, json_t *
 	return 0;
 }
 
-/* Refuses, before jansson allocates anything, a frame with more values or
- * deeper nesting than a request ever needs: parsing one costs tens of bytes
- * a value (a flat array of zeros, two bytes a value, costs ~40 times its
- * size in jansson), and its time. Returns 0, or MSB_ERR_PARSE with
- * *reterr_reply set. */
+/* Refuses, before jansson allocates anything, a frame with more values,
+ * deeper nesting or more structure than a request ever needs: jansson
+ * spends tens of bytes on a value (a flat array of zeros, two bytes a
+ * value, costs ~20 times its size) and tens of ns on a structure byte.
+ * Returns 0, or MSB_ERR_PARSE with *reterr_reply set. */
 static int refuse_shape(const char *buf, size_t len, json_t **reterr_reply)
 {
+	static const struct jsonfast_limits lim = {
+		.values = MSB_JSON_MAX_VALUES,
+		.depth = MSB_JSON_MAX_DEPTH,
+		.structure_bytes = MSB_JSON_MAX_STRUCTURE_BYTES,
+	};
 	struct jsonfast_shape shape;
-	bool deep;
+	const char *detail;
+	char msg[192];
+	size_t limit;
 
-	if (jsonfast_scan(buf, len, MSB_JSON_MAX_VALUES, MSB_JSON_MAX_DEPTH, &shape) == 0)
+	if (jsonfast_scan(buf, len, &lim, &shape) == 0)
 		return 0;
-	deep = shape.depth > MSB_JSON_MAX_DEPTH;
+	if (shape.depth > lim.depth) {
+		limit = lim.depth;
+		detail = "arrays and objects nested too deep";
+		snprintf(msg, sizeof(msg), "nests arrays and objects more than %zu deep; a request never needs that",
+			 limit);
+	} else if (shape.values > lim.values) {
+		limit = lim.values;
+		detail = "too many JSON values";
+		snprintf(msg, sizeof(msg), "holds more than %zu JSON values (object keys included); split the call",
+			 limit);
+	} else {
+		limit = lim.structure_bytes;
+		detail = "too many bytes outside string values";
+		snprintf(msg, sizeof(msg), "holds more than %zu bytes outside its string values (keys, numbers, "
+			 "punctuation, whitespace); send compact JSON and split the call", limit);
+	}
 	return fail(reterr_reply, MSB_ERR_PARSE, NULL,
-		    json_pack("{s:s, s:I, s:I}", "detail",
-			      deep ? "arrays and objects nested too deep" : "too many JSON values",
-			      "position", (json_int_t)shape.position, "limit",
-			      (json_int_t)(deep ? MSB_JSON_MAX_DEPTH : MSB_JSON_MAX_VALUES)),
-		    deep ? "the frame nests arrays and objects more than %d deep; a request never needs that"
-			 : "the frame holds more than %d JSON values (object keys included); split the call",
-		    deep ? MSB_JSON_MAX_DEPTH : MSB_JSON_MAX_VALUES);
+		    json_pack("{s:s, s:I, s:I}", "detail", detail, "position", (json_int_t)shape.position,
+			      "limit", (json_int_t)limit),
+		    "the frame %s", msg);
 }
 
 int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *ret,

@@ -16,7 +16,8 @@
  *   - jsonfast_scan reads the text to its end; for a value jansson accepts
  *     (no JSON_DISABLE_EOF_CHECK) it counts exactly its values (keys
  *     included; at least that many without JSON_REJECT_DUPLICATES) and
- *     its depth, and its limits refuse exactly one below those counts;
+ *     its depth; its limits (values, depth, structure bytes) refuse
+ *     exactly one below what it counts, and admit at the count;
  *   - the raw text as a string value and as an object key (built with the
  *     *_nocheck calls, so not necessarily UTF-8) dumps the same by both: the
  *     same failure on a bad value, jansson's partial text on a bad key.
@@ -114,26 +115,42 @@ static void count_value(const json_t *v, size_t level, size_t *values, size_t *d
 	}
 }
 
+static int scan(const char *text, size_t len, size_t values, size_t depth, size_t structure,
+		struct jsonfast_shape *ret)
+{
+	struct jsonfast_limits lim = { .values = values, .depth = depth, .structure_bytes = structure };
+
+	return jsonfast_scan(text, len, &lim, ret);
+}
+
 static void check_scan(const char *text, size_t len, size_t flags, const json_t *v)
 {
 	struct jsonfast_shape shape;
-	size_t values = 0, depth = 0;
+	size_t values = 0, depth = 0, structure;
 
-	require(jsonfast_scan(text, len, SIZE_MAX, SIZE_MAX, &shape) == 0, "jsonfast_scan refused");
+	require(scan(text, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape) == 0, "jsonfast_scan refused");
 	require(shape.position == len, "jsonfast_scan stopped short");
+	require(shape.structure_bytes <= len, "more structure bytes than bytes");
+	structure = shape.structure_bytes;
+	require(scan(text, len, shape.values, shape.depth, structure, &shape) == 0,
+		"the limits refuse at the counts");
+	if (shape.values > 0)
+		require(scan(text, len, shape.values - 1, SIZE_MAX, SIZE_MAX, &shape) == -E2BIG,
+			"the value limit does not refuse below the count");
+	if (structure > 0)
+		require(scan(text, len, SIZE_MAX, SIZE_MAX, structure - 1, &shape) == -E2BIG,
+			"the structure limit does not refuse below the count");
 	if (!v || (flags & JSON_DISABLE_EOF_CHECK))
 		return;
+	scan(text, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape);
 	count_value(v, 0, &values, &depth);
 	require(shape.depth == depth, "jsonfast_scan's depth differs");
 	if (flags & JSON_REJECT_DUPLICATES)
 		require(shape.values == values, "jsonfast_scan's count differs");
 	else
 		require(shape.values >= values, "jsonfast_scan counts fewer values");
-	require(jsonfast_scan(text, len, shape.values, depth, &shape) == 0, "the limits refuse at the count");
-	require(jsonfast_scan(text, len, shape.values - 1, depth, &shape) == -E2BIG,
-		"the value limit does not refuse below the count");
 	if (depth > 0)
-		require(jsonfast_scan(text, len, SIZE_MAX, depth - 1, &shape) == -E2BIG,
+		require(scan(text, len, SIZE_MAX, depth - 1, SIZE_MAX, &shape) == -E2BIG,
 			"the depth limit does not refuse below the depth");
 }
 

@@ -485,30 +485,43 @@ static void count_value(const json_t *v, size_t level, size_t *values, size_t *d
 	}
 }
 
+/* jsonfast_scan with these limits. */
+static int scan(const char *buf, size_t len, size_t values, size_t depth, size_t structure,
+		struct jsonfast_shape *ret)
+{
+	struct jsonfast_limits lim = { .values = values, .depth = depth, .structure_bytes = structure };
+
+	return jsonfast_scan(buf, len, &lim, ret);
+}
+
 /* jsonfast_scan of text jansson accepts counts what jansson built, and its
  * limits refuse exactly past those counts. */
 static bool assert_scan_counts(const char *buf, size_t len, bool must_load)
 {
 	json_auto_t *v = json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
 	struct jsonfast_shape shape;
-	size_t values = 0, depth = 0;
+	size_t values = 0, depth = 0, structure;
 
 	if (!v && !must_load)
 		return false;  /* e.g. a random key holding NUL, which jansson refuses */
 	ck_assert_msg(v != NULL, "test text refused: %.*s", (int)len, buf);
 	count_value(v, 0, &values, &depth);
-	ck_assert_int_eq(jsonfast_scan(buf, len, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_int_eq(scan(buf, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
 	ck_assert_msg(shape.values == values && shape.depth == depth,
 		      "scan says %zu values, depth %zu; jansson %zu, %zu: %.*s", shape.values,
 		      shape.depth, values, depth, (int)(len > 200 ? 200 : len), buf);
 	ck_assert_uint_eq(shape.position, len);
-	ck_assert_int_eq(jsonfast_scan(buf, len, values, depth, &shape), 0);
+	structure = shape.structure_bytes;
+	ck_assert_uint_le(structure, len);
+	ck_assert_int_eq(scan(buf, len, values, depth, structure, &shape), 0);
 	if (values > 0)
-		ck_assert_int_eq(jsonfast_scan(buf, len, values - 1, depth, &shape), -E2BIG);
+		ck_assert_int_eq(scan(buf, len, values - 1, depth, SIZE_MAX, &shape), -E2BIG);
 	if (depth > 0) {
-		ck_assert_int_eq(jsonfast_scan(buf, len, values, depth - 1, &shape), -E2BIG);
+		ck_assert_int_eq(scan(buf, len, values, depth - 1, SIZE_MAX, &shape), -E2BIG);
 		ck_assert_uint_eq(shape.depth, depth);
 	}
+	if (structure > 0)
+		ck_assert_int_eq(scan(buf, len, SIZE_MAX, SIZE_MAX, structure - 1, &shape), -E2BIG);
 	return true;
 }
 
@@ -553,11 +566,11 @@ START_TEST(test_scan_bad_text)
 	struct jsonfast_shape shape;
 
 	for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
-		ck_assert_int_eq(jsonfast_scan(rows[i], strlen(rows[i]), SIZE_MAX, SIZE_MAX, &shape), 0);
+		ck_assert_int_eq(scan(rows[i], strlen(rows[i]), SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
 		ck_assert_uint_eq(shape.position, strlen(rows[i]));
 	}
 	/* Only len bytes are read: the quote after them is not. */
-	ck_assert_int_eq(jsonfast_scan("[\"ab\"]", 3, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_int_eq(scan("[\"ab\"]", 3, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
 	ck_assert_uint_eq(shape.values, 2);
 	ck_assert_uint_eq(shape.position, 3);
 }
@@ -577,16 +590,45 @@ START_TEST(test_scan_stops_at_limit)
 		buf[len++] = ',';
 	}
 	buf[len - 1] = ']';
-	ck_assert_int_eq(jsonfast_scan(buf, len, 1000, 64, &shape), -E2BIG);
+	ck_assert_int_eq(scan(buf, len, 1000, 64, SIZE_MAX, &shape), -E2BIG);
 	ck_assert_uint_eq(shape.values, 1001);
 	ck_assert_uint_eq(shape.position, 1 + 999 * 2 + 1);
-	ck_assert_int_eq(jsonfast_scan(buf, len, n + 1, 64, &shape), 0);
+	ck_assert_int_eq(scan(buf, len, n + 1, 64, SIZE_MAX, &shape), 0);
 	ck_assert_uint_eq(shape.values, n + 1);
 	/* Nesting: refused at the first bracket too deep. */
 	memset(buf, '[', 100);
-	ck_assert_int_eq(jsonfast_scan(buf, 100, SIZE_MAX, 64, &shape), -E2BIG);
+	ck_assert_int_eq(scan(buf, 100, SIZE_MAX, 64, SIZE_MAX, &shape), -E2BIG);
 	ck_assert_uint_eq(shape.depth, 65);
 	ck_assert_uint_eq(shape.position, 65);
+}
+END_TEST
+
+/* Structure bytes: string values are not counted (quotes included), keys
+ * and everything else are. */
+START_TEST(test_scan_structure)
+{
+	static const char text[] = "{\"key\" : \"value\", \"n\":[12, \"x\"]}";
+	struct jsonfast_shape shape;
+
+	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_uint_eq(shape.structure_bytes, strlen(text) - strlen("\"value\"") - strlen("\"x\""));
+	/* Refused at the byte past the limit: here the 'n' key's quote. */
+	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, 11, &shape), -E2BIG);
+	ck_assert_uint_eq(shape.position, 21);
+	/* A long string value costs nothing; long whitespace does. */
+	{
+		size_t n = 1 << 20;
+		_cleanup_free_ char *buf = malloc(n + 8);
+
+		buf[0] = '"';
+		memset(buf + 1, 'a', n);
+		buf[n + 1] = '"';
+		ck_assert_int_eq(scan(buf, n + 2, SIZE_MAX, SIZE_MAX, 0, &shape), 0);
+		memset(buf, ' ', n);
+		buf[n] = '0';
+		ck_assert_int_eq(scan(buf, n + 1, SIZE_MAX, SIZE_MAX, 4096, &shape), -E2BIG);
+		ck_assert_uint_eq(shape.position, 4097);
+	}
 }
 END_TEST
 
@@ -617,6 +659,7 @@ static Suite *jsonfast_suite(void)
 	tcase_add_test(tc, test_scan_random);
 	tcase_add_test(tc, test_scan_bad_text);
 	tcase_add_test(tc, test_scan_stops_at_limit);
+	tcase_add_test(tc, test_scan_structure);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -576,10 +576,12 @@ enum shape {
 	SHAPE_STRINGS,  /* ["","",...] */
 	SHAPE_KEYS,     /* {"k0":0,"k1":0,...}: 2n + 1 values */
 	SHAPE_NESTED,   /* [[[...0...]]]: n containers + the zero */
+	SHAPE_SPACES,   /* 0 and n spaces: structure bytes */
 	_SHAPE_MAX,
 };
 
-static const char *const shape_names[] = { "flat zeros", "small strings", "object keys", "nested arrays" };
+static const char *const shape_names[] = { "flat zeros", "small strings", "object keys", "nested arrays",
+					     "whitespace" };
 
 static void frame_build(struct text *t, enum shape shape, size_t n)
 {
@@ -609,6 +611,11 @@ static void frame_build(struct text *t, enum shape shape, size_t n)
 		for (size_t i = 0; i < n; i++)
 			text_puts(t, "]");
 		break;
+	case SHAPE_SPACES:
+		text_puts(t, "0");
+		for (size_t i = 0; i < n; i++)
+			text_puts(t, " ");
+		break;
 	default:
 		ck_abort();
 	}
@@ -636,10 +643,18 @@ START_TEST(test_shape_refused)
 		n_at = (MSB_JSON_MAX_VALUES - ENVELOPE_VALUES - 1) / 2;
 		limit = MSB_JSON_MAX_VALUES;
 		break;
-	default:
+	case SHAPE_NESTED:
 		/* The root and params are two levels. */
 		n_at = MSB_JSON_MAX_DEPTH - 2;
 		limit = MSB_JSON_MAX_DEPTH;
+		break;
+	default:
+		/* All is structure but the two string values "2.0" and
+		 * "daemon.status" (20 bytes with their quotes). */
+		frame_build(&at, shape, 0);
+		n_at = MSB_JSON_MAX_STRUCTURE_BYTES - (at.len - 20);
+		at.len = 0;
+		limit = MSB_JSON_MAX_STRUCTURE_BYTES;
 		break;
 	}
 	frame_build(&at, shape, n_at);
@@ -669,7 +684,7 @@ START_TEST(test_shape_refused)
 	ck_assert(json_is_integer(json_object_get(data, "position")));
 	ck_assert(json_is_string(json_object_get(data, "detail")));
 	ck_assert_msg(strstr(json_string_value(json_object_get(json_object_get(reply, "error"), "message")),
-			     shape == SHAPE_NESTED ? "64" : "65536"),
+			     shape == SHAPE_NESTED ? "64" : shape == SHAPE_SPACES ? "2097152" : "65536"),
 		      "%s: the message does not name the limit", shape_names[shape]);
 	json_decref(reply);
 	free(at.p);
