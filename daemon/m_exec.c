@@ -93,6 +93,7 @@ const struct rpc_param m_exec_spec[] = {
 	P("env", RPC_PARAM_OBJECT, false, env, NULL),
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
 	P("stream", RPC_PARAM_BOOL, false, stream, NULL),
+	P("text", RPC_PARAM_BOOL, false, text, NULL),
 	{ NULL },
 };
 
@@ -104,6 +105,7 @@ struct exec_req {
 	struct timespec started;
 	long timeout_ms;
 	size_t max_output;
+	bool text;            /* text: true — the reply's _text views too */
 	int failure;          /* set while the killer runs: the error to answer with */
 };
 
@@ -249,18 +251,31 @@ static void exec_kill_then_fail(struct exec_req *x, int failure)
 	}
 }
 
+/* The result (new reference). Each output byte is on the wire once, in
+ * base64 (4/3 of it), unless the caller asked text: true: then also in the
+ * text views (up to 6 bytes a byte: \u00XX for a control byte). */
+static json_t *exec_result(const struct exec_req *x, const struct execrun_result *r)
+{
+	json_int_t ms = (json_int_t)since_ms(&x->started);
+
+	if (!x->text)
+		return json_pack("{s:i, s:o, s:o, s:I}", "exit_code", r->exit_code,
+				 "stdout_b64", msb_base64_json(r->out, r->out_len),
+				 "stderr_b64", msb_base64_json(r->err, r->err_len), "duration_ms", ms);
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
+			 "stdout_b64", msb_base64_json(r->out, r->out_len),
+			 "stderr_b64", msb_base64_json(r->err, r->err_len),
+			 "stdout_text", m_exec_text_view(r->out, r->out_len),
+			 "stderr_text", m_exec_text_view(r->err, r->err_len), "duration_ms", ms);
+}
+
 static void exec_done_cb(const struct execrun_result *r, void *arg)
 {
 	struct exec_req *x = arg;
 
 	switch (r->error) {
 	case 0:
-		rpc_call_reply(x->call, json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
-						  "stdout_b64", msb_base64_json(r->out, r->out_len),
-						  "stderr_b64", msb_base64_json(r->err, r->err_len),
-						  "stdout_text", m_exec_text_view(r->out, r->out_len),
-						  "stderr_text", m_exec_text_view(r->err, r->err_len),
-						  "duration_ms", (json_int_t)since_ms(&x->started)));
+		rpc_call_reply(x->call, exec_result(x, r));
 		break;
 	case -ETIMEDOUT:
 	case -EFBIG:
@@ -372,6 +387,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	if (x->timeout_ms < 1)
 		x->timeout_ms = 1;
 	x->max_output = d->config->exec_max_output_bytes;
+	x->text = p->text;
 	if (p->max_output_bytes) {
 		json_int_t m = json_integer_value(p->max_output_bytes);
 

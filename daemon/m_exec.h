@@ -20,6 +20,7 @@ struct m_exec_params {
 	json_t *env;                /* object or NULL */
 	json_t *max_output_bytes;   /* integer or NULL */
 	bool stream;                /* exec.output notifications as output arrives */
+	bool text;                  /* the reply also carries stdout_text/stderr_text */
 };
 
 /* Sent with stream: true, one per chunk of output. */
