@@ -107,6 +107,13 @@ struct exec_req {
 	size_t max_output;
 	bool text;            /* text: true — the reply's _text views too */
 	int failure;          /* set while the killer runs: the error to answer with */
+	/* stream: true — output not yet notified, per stream (stdout, stderr),
+	 * and the timer that sends it (exec_stream_flush). */
+	struct exec_pending {
+		uint8_t *data;    /* EXEC_STREAM_FLUSH_BYTES, once output came */
+		size_t len;
+	} pending[2];
+	struct event *flush_ev;
 };
 
 static long since_ms(const struct timespec *t)
@@ -179,18 +186,69 @@ json_t *m_exec_text_view(const uint8_t *b, size_t n)
 
 /* ---- the run ------------------------------------------------------------- */
 
-/* stream: true — each chunk as it arrives, bounded by max_output in all. */
+/* stream: true — output goes out as exec.output notifications, each byte
+ * once, in base64. Chunks are merged per stream for up to
+ * EXEC_STREAM_FLUSH_MS or EXEC_STREAM_FLUSH_BYTES, so a guest writing a
+ * byte at a time costs one notification envelope (~100 bytes and the id) a
+ * period, not one a byte. */
+static void exec_stream_flush(struct exec_req *x)
+{
+	static const char *const names[] = { "stdout", "stderr" };
+
+	if (x->flush_ev)
+		evtimer_del(x->flush_ev);
+	for (int i = 0; i < 2; i++) {
+		struct exec_pending *p = &x->pending[i];
+
+		if (p->len == 0)
+			continue;
+		rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
+				json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call), "stream", names[i],
+					  "data_b64", msb_base64_json(p->data, p->len)));
+		p->len = 0;
+	}
+}
+
+static void exec_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_stream_flush(arg);
+}
+
 static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg)
 {
 	struct exec_req *x = arg;
+	struct exec_pending *p = &x->pending[stream == 1 ? 0 : 1];
+	struct timeval tv = { 0, EXEC_STREAM_FLUSH_MS * 1000 };
 
-	rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
-			json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call),
-				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", msb_base64_json(data, len)));
+	while (len > 0) {
+		size_t k = EXEC_STREAM_FLUSH_BYTES - p->len;
+
+		if (k > len)
+			k = len;
+		if (!p->data)
+			p->data = xmalloc(EXEC_STREAM_FLUSH_BYTES);
+		memcpy(p->data + p->len, data, k);
+		p->len += k;
+		data += k;
+		len -= k;
+		if (p->len == EXEC_STREAM_FLUSH_BYTES)
+			exec_stream_flush(x);
+	}
+	if (!x->pending[0].len && !x->pending[1].len)
+		return;
+	/* Without its timer (out of memory), each chunk goes out at once. */
+	if (!x->flush_ev || (!evtimer_pending(x->flush_ev, NULL) && evtimer_add(x->flush_ev, &tv) < 0))
+		exec_stream_flush(x);
 }
 
 static void exec_req_free(struct exec_req *x)
 {
+	if (x->flush_ev)
+		event_free(x->flush_ev);
+	free(x->pending[0].data);
+	free(x->pending[1].data);
 	free(x);
 }
 
@@ -272,6 +330,9 @@ static json_t *exec_result(const struct exec_req *x, const struct execrun_result
 static void exec_done_cb(const struct execrun_result *r, void *arg)
 {
 	struct exec_req *x = arg;
+
+	/* What was streamed comes before the reply (or the error). */
+	exec_stream_flush(x);
 
 	switch (r->error) {
 	case 0:
@@ -388,6 +449,8 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		x->timeout_ms = 1;
 	x->max_output = d->config->exec_max_output_bytes;
 	x->text = p->text;
+	if (p->stream)
+		x->flush_ev = evtimer_new(d->base, exec_flush_cb, x);
 	if (p->max_output_bytes) {
 		json_int_t m = json_integer_value(p->max_output_bytes);
 
@@ -395,7 +458,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 			for (i = 0; i < n_env; i++)
 				free(env[i]);
 			paths_resolved_release(&res);
-			free(x);
+			exec_req_free(x);
 			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
 					json_pack("{s:s, s:I}", "field", "max_output_bytes", "limit",
 						  (json_int_t)d->config->exec_max_output_bytes),
@@ -426,7 +489,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		free(env[i]);
 	paths_resolved_release(&res);
 	if (r < 0) {
-		free(x);
+		exec_req_free(x);
 		if (r == -E2BIG)
 			return fail_field(call, "command", "the command (with env and working directory) is over "
 					  "4096 arguments or 256 KiB");

@@ -58,6 +58,9 @@ static int validate_envelope(json_t *root, struct jsonrpc_request *req, json_t *
 	if (id && !jsonrpc_id_is_valid(id))
 		return fail(out, MSB_ERR_INVALID_REQUEST, NULL, NULL,
 			    "\"id\" must be a string, an integer or null");
+	if (json_string_length(id) > MSB_ID_MAX_BYTES)
+		return fail(out, MSB_ERR_INVALID_REQUEST, NULL, json_pack("{s:I}", "limit", (json_int_t)MSB_ID_MAX_BYTES),
+			    "\"id\" is longer than %zu bytes", (size_t)MSB_ID_MAX_BYTES);
 	if (!json_is_string(version) || strcmp(json_string_value(version), "2.0"))
 		return fail(out, MSB_ERR_INVALID_REQUEST, id, NULL, "\"jsonrpc\" must be \"2.0\"");
 	if (!json_is_string(method))

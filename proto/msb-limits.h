@@ -34,6 +34,11 @@
 #define MSB_JSON_MAX_DEPTH           64
 #define MSB_JSON_MAX_STRUCTURE_BYTES (2 * MSB_MIB)
 
+/* A request's string id, in bytes (not config): the daemon echoes it in
+ * the reply and in every notification of the call (exec.output), so it is
+ * kept short. Longer → InvalidRequest (-32600, id null, data.limit). */
+#define MSB_ID_MAX_BYTES             256
+
 /* Daemon side, all overridable in the configuration: */
 #define MSB_MAX_CONNECTIONS          256          /* limits.max_connections */
 #define MSB_MAX_INFLIGHT             32           /* limits.max_inflight, per connection */

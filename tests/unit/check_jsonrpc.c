@@ -83,6 +83,10 @@ struct reject_row {
 #define MEMBER_ROW(name, lit, id, member) \
 	{ name, B(lit), MSB_ERR_INVALID_REQUEST, id, "InvalidRequest", member, false, member }
 
+/* A string of 256 bytes: MSB_ID_MAX_BYTES. */
+#define S16 "abcdefghijklmnop"
+#define S256 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16
+
 static const struct reject_row reject_rows[] = {
 	PARSE_ROW("not JSON", "hello"),
 	PARSE_ROW("empty", ""),
@@ -130,6 +134,8 @@ static const struct reject_row reject_rows[] = {
 	INVALID_ROW("id array", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":[1]}", "null", "id"),
 	INVALID_ROW("id empty array", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":[]}", "null", "id"),
 	INVALID_ROW("id bad, method missing", "{\"jsonrpc\":\"2.0\",\"id\":{}}", "null", "id"),
+	INVALID_ROW("id over 256 bytes", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":\"x" S256 "\"}", "null",
+		    "256"),
 
 	MEMBER_ROW("unknown member", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":9,\"foo\":1}", "9", "foo"),
 	MEMBER_ROW("unknown member first",
@@ -199,6 +205,7 @@ static const struct accept_row accept_rows[] = {
 	{ "integer id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":42}", "42", "m", NULL },
 	{ "negative id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":-7}", "-7", "m", NULL },
 	{ "zero id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":0}", "0", "m", NULL },
+	{ "id of 256 bytes", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":\"" S256 "\"}", "\"" S256 "\"", "m", NULL },
 	{ "large id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":9007199254740993}", "9007199254740993", "m", NULL },
 	{ "null id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":null}", "null", "m", NULL },
 	{ "notification", "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.status\"}", NULL, "daemon.status", NULL },
