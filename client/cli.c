@@ -1870,6 +1870,10 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 		/* Output as it comes, not only at the end. */
 		json_object_set_new(params, "stream", json_true());
 		msb_set_notify(conn, exec_notify_cb, NULL);
+	} else {
+		/* --json prints the result with its text views, which the
+		 * daemon adds only when asked. */
+		json_object_set_new(params, "text", json_true());
 	}
 	r = msb_call(conn, cmd->method, params, &result);
 	if (r < 0)
