@@ -75,6 +75,7 @@ struct egress {
 	uint64_t seen;               /* decisions read, each once */
 	uint64_t coalesced;          /* of the published, those in events of count > 1 */
 	uint64_t events;             /* events published */
+	uint64_t pauses;             /* follow streams paused at EGRESS_BYTES_PER_TURN */
 	char *cursor_dir;
 	bool closing;                /* egress_shutdown: start nothing new */
 };
@@ -124,6 +125,12 @@ struct follower {
 	struct reap_time held_cur;
 	unsigned long held_cur_n;
 	struct event *flush_ev;      /* the window's end */
+	/* the work of one loop turn: EGRESS_BYTES_PER_TURN of the log, then the
+	 * stream pauses until the next turn (turn_ev, a zero timer: it runs after
+	 * the loop has polled, so clients are served in between) */
+	size_t turn_bytes;
+	bool paused;
+	struct event *turn_ev;
 	/* the daemon's log: at most EGRESS_LOG_PER_SECOND decision lines a second */
 	time_t log_second;
 	unsigned log_count;
@@ -240,6 +247,7 @@ static void status_add_coalescing(const struct egress *eg, json_t *o)
 	json_object_set_new(o, "decisions_held", json_integer((json_int_t)decisions_held(eg)));
 	json_object_set_new(o, "decisions_coalesced", json_integer((json_int_t)eg->coalesced));
 	json_object_set_new(o, "events_published", json_integer((json_int_t)eg->events));
+	json_object_set_new(o, "stream_pauses", json_integer((json_int_t)eg->pauses));
 }
 
 json_t *egress_status_json(const struct egress *eg)
@@ -452,12 +460,12 @@ static void publish_held_cb(const struct egress_held *h, void *arg)
 	publish(arg, &h->dec, h->count, h->first_ts, h->last_ts);
 }
 
-/* Publishes what f holds; the cursor then moves past it. With no server
- * (the daemon's last teardown) it stays held: the cursor stays before it
- * and a later daemon publishes it. */
+/* Publishes what f holds; the cursor then moves past it. In the daemon's
+ * last teardown (closing, the server gone) it stays held: the cursor stays
+ * before it and a later daemon publishes it. */
 static void follower_flush(struct follower *f)
 {
-	if (f->co.held_total == 0 || (f->key_known && !f->eg->d->server))
+	if (f->co.held_total == 0 || (f->eg->closing && !f->eg->d->server))
 		return;
 	egress_coalesce_flush(&f->co, publish_held_cb, f);
 	f->cur = f->held_cur;
@@ -565,12 +573,38 @@ static void follower_bytes(struct follower *f, const char *p, size_t n)
 	}
 }
 
-/* Inside the transfer: demultiplexes the 8-byte-headed frames. */
+static const struct timeval zero_tv = { 0, 0 };
+
+/* A new loop turn: the budget is whole again, and a paused stream goes on. */
+static void follower_turn_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct follower *f = arg;
+
+	(void)fd, (void)what;
+	f->turn_bytes = 0;
+	if (f->paused) {
+		f->paused = false;
+		if (f->req)
+			engine_req_resume(f->req);   /* may hand the kept chunk now */
+	}
+}
+
+/* Inside the transfer: demultiplexes the 8-byte-headed frames. A chunk is
+ * taken whole or not at all: once this turn's budget is spent it is left
+ * with libcurl until the next turn. */
 static int follower_data_cb(const void *data, size_t len, void *arg)
 {
 	struct follower *f = arg;
 	const unsigned char *p = data;
 
+	if (f->turn_bytes >= EGRESS_BYTES_PER_TURN) {
+		f->paused = true;
+		f->eg->pauses++;
+		return ENGINE_DATA_PAUSE;
+	}
+	f->turn_bytes += len;
+	if (!evtimer_pending(f->turn_ev, NULL))
+		evtimer_add(f->turn_ev, &zero_tv);
 	while (len > 0) {
 		if (f->frame_left == 0) {
 			size_t take = sizeof(f->hdr) - f->hdr_have;
@@ -607,6 +641,7 @@ static int follower_data_cb(const void *data, size_t len, void *arg)
 
 static void follower_reset_stream(struct follower *f)
 {
+	f->paused = false;
 	f->hdr_have = f->frame_left = 0;
 	f->line_len = 0;
 	f->line_overflow = false;
@@ -805,6 +840,7 @@ static struct follower *follower_new(struct egress *eg, const char *id, const ch
 	f->retry_ev = evtimer_new(eg->d->base, follower_retry_cb, f);
 	f->ready_ev = event_new(eg->d->base, -1, 0, follower_ready_cb, f);
 	f->flush_ev = evtimer_new(eg->d->base, follower_flush_cb, f);
+	f->turn_ev = evtimer_new(eg->d->base, follower_turn_cb, f);
 	if (!f->retry_ev || !f->ready_ev)
 		fatalx("%s: cannot create an event", __func__);
 	cursor_load(f);
@@ -832,6 +868,7 @@ static void follower_free(struct follower *f)
 	event_free(f->retry_ev);
 	event_free(f->ready_ev);
 	event_free(f->flush_ev);
+	event_free(f->turn_ev);
 	if (f->key_known)
 		msb_key_release(&f->key);
 	free(f->kind);

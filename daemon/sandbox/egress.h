@@ -61,6 +61,10 @@
 /* Decision lines one proxy may put in the daemon's log each second (a guest
  * can make decisions as fast as it can connect); the rest are counted. */
 #define EGRESS_LOG_PER_SECOND      50
+/* Bytes of one proxy's log handled in one turn of the loop (plus at most
+ * the chunk that crossed it, a libcurl buffer: 16 KiB); past it the stream
+ * pauses until the next turn, after the loop has served what else is ready. */
+#define EGRESS_BYTES_PER_TURN      (64u * 1024)
 /* A drain gives up on a proxy log that sends nothing for this long. */
 #define EGRESS_DRAIN_IDLE_MS       10000
 
@@ -136,7 +140,9 @@ void egress_teardown(struct egress *eg, const char *name);
 /* Decisions published since start. */
 uint64_t egress_decisions_published(const struct egress *eg);
 /* daemon.status's "egress": {"configured", "image": {"ref", "state", "id",
- * "error"}, "proxies_followed", "decisions_published"}. New reference. */
+ * "error"}, "proxies_followed", "decisions_published", "decisions_seen",
+ * "decisions_held", "decisions_coalesced", "events_published",
+ * "stream_pauses"}. New reference. */
 json_t *egress_status_json(const struct egress *eg);
 
 #endif
