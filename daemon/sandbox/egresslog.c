@@ -113,6 +113,16 @@ bool egresslog_is_ready(const char *line, size_t len)
 
 /* ---- coalescing ------------------------------------------------------------------ */
 
+const char *egress_coalesce_result_to_string(enum egress_coalesce_result r)
+{
+	static const char *const names[_EGRESS_COALESCE_RESULT_MAX] = {
+		[EGRESS_COALESCE_PUBLISH] = "publish",
+		[EGRESS_COALESCE_HELD] = "held",
+	};
+
+	return (unsigned)r < _EGRESS_COALESCE_RESULT_MAX ? names[r] : "unknown";
+}
+
 static void held_add(struct egress_held *h, const struct egress_decision *dec, const char *ts)
 {
 	if (h->count++ == 0) {

@@ -98,7 +98,10 @@ struct egress_coalesce {
 enum egress_coalesce_result {
 	EGRESS_COALESCE_PUBLISH,   /* publish it now, alone (nothing is held) */
 	EGRESS_COALESCE_HELD,      /* held until the window's end */
+	_EGRESS_COALESCE_RESULT_MAX
 };
+/* "publish", "held" ("unknown" for anything else). */
+const char *egress_coalesce_result_to_string(enum egress_coalesce_result r);
 
 /* A decision at now_ms with its timestamp ts (cut to EGRESSLOG_TS_MAX - 1).
  * The caller must have flushed first when egress_coalesce_due(). */

@@ -716,6 +716,9 @@ START_TEST(test_coalesce_quiet_proxy)
 		ck_assert_int_eq(egress_coalesce_add(&c, &d, "t", t), EGRESS_COALESCE_PUBLISH);
 	ck_assert_uint_eq(c.held_total, 0);
 	ck_assert_int_eq(egress_coalesce_deadline(&c), -1);
+	ck_assert_str_eq(egress_coalesce_result_to_string(EGRESS_COALESCE_PUBLISH), "publish");
+	ck_assert_str_eq(egress_coalesce_result_to_string(EGRESS_COALESCE_HELD), "held");
+	ck_assert_str_eq(egress_coalesce_result_to_string(_EGRESS_COALESCE_RESULT_MAX), "unknown");
 }
 END_TEST
 

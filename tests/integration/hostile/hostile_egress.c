@@ -340,8 +340,13 @@ START_TEST(egress_flood_keeps_loop_responsive)
 
 	sub_close(&sub_a);
 	sub_close(&sub_b);
-	rep = call(a.sock, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL, NULL);
-	json_decref(rep);
+	{
+		int code = -1;
+
+		rep = call(a.sock, "sandbox.dispose", json_pack("{s:o}", "key", key), &code, NULL);
+		ck_assert_msg(code == 0 && (!rep || json_is_null(rep)), "the dispose failed (%d)", code);
+		json_decref(rep);
+	}
 	ck_assert_int_eq(msbd_stop(&b), 0);
 	ck_assert_int_eq(msbd_stop(&a), 0);
 }
