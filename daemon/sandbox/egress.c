@@ -841,7 +841,7 @@ static struct follower *follower_new(struct egress *eg, const char *id, const ch
 	f->ready_ev = event_new(eg->d->base, -1, 0, follower_ready_cb, f);
 	f->flush_ev = evtimer_new(eg->d->base, follower_flush_cb, f);
 	f->turn_ev = evtimer_new(eg->d->base, follower_turn_cb, f);
-	if (!f->retry_ev || !f->ready_ev)
+	if (!f->retry_ev || !f->ready_ev || !f->flush_ev || !f->turn_ev)
 		fatalx("%s: cannot create an event", __func__);
 	cursor_load(f);
 	if (f->cur.s > 0)
