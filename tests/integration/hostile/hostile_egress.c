@@ -34,7 +34,7 @@
 #define EGRESS_FLOOD_EXEC_S 150            /* the guest's own deadline for the flood */
 #define ENGINE_WAIT_MS 15000
 #define PROXY_READY_MS 120000
-#define STATUS_GUARD_MS 2000               /* hang guard for one daemon.status */
+#define STATUS_GUARD_MS 3000               /* hang guard for one daemon.status (ASan, a loaded CI host) */
 #define STATUS_GAP_MS 100
 /* Answers to collect while the flood is seen rising, per daemon. */
 #define STATUS_WHILE_RISING 5
