@@ -1963,10 +1963,12 @@ static void print_event_what(const json_t *ev)
 }
 
 /* One event as one line: "TIME DECISION HOST:PORT sandbox=NAME scope=S
- * thread=T agent=A [call=C] kind=K". */
+ * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME]" (count and
+ * first when it stands for more than one decision). */
 static void print_event(const json_t *ev)
 {
 	const json_t *key = json_object_get(ev, "key");
+	json_int_t count;
 
 	put_value(get_str(ev, "time"));
 	putchar(' ');
@@ -1979,6 +1981,10 @@ static void print_event(const json_t *ev)
 			continue;
 		printf(" %s=", f->label);
 		put_value(v);
+	}
+	if (get_int(ev, "count", &count) && count > 1) {
+		printf(" count=%" JSON_INTEGER_FORMAT " first=", count);
+		put_value(get_str(ev, "first_time"));
 	}
 	putchar('\n');
 }

@@ -1088,7 +1088,7 @@ static int exec_stream_data_cb(struct engine_req *req, long status, const void *
 	r = s->data(data, len, s->arg);
 	if (r < 0)
 		s->error = r;
-	return r < 0 ? r : 0;
+	return r < 0 || r == ENGINE_DATA_PAUSE ? r : 0;
 }
 
 static void exec_stream_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,

@@ -1781,6 +1781,17 @@ static const struct cli_row cli_rows[] = {
 	  { "events" }, NULL,
 	  ONE(EVENT(EV_DENY) PULL_NOTE("other") EVENT(EV_ALLOW) SUBSCRIBED EVENT(EV_LIVE)),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, EV_DENY_LINE EV_ALLOW_LINE, "", false },
+	{ "events: a coalesced event says its count and its first decision's time",
+	  { "events" }, NULL,
+	  ONE(EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":1,\"time\":\"T9\",\"count\":2980,"
+		    "\"first_time\":\"T1\"}")
+	      EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":1,\"time\":\"T10\",\"count\":1}")
+	      SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0,
+	  "T9 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k count=2980 first=T1\n"
+	  "T10 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k\n", "", false },
 	{ "events with none kept prints nothing", { "events" }, NULL, ONE(SUBSCRIBED),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, "", "", false },
 	{ "events --scope --json: each event's params, compact, one per line",

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "egress.h"
+#include "egresslog.h"
 #include "engine.h"
 #include "fake_engine.h"
 #include "log.h"
@@ -100,6 +101,8 @@ static size_t mux(char *out, const char *text)
 }
 
 static int drained;
+static const char *drain_body;   /* NULL: drain_with_log's own */
+static size_t drain_body_len;
 static int drain_error;
 
 static void drain_cb(int error, void *arg)
@@ -113,12 +116,13 @@ static void drain_cb(int error, void *arg)
 static uint64_t drain_with_log(const char *log)
 {
 	static char body[4096];
-	size_t n = mux(body, log);
+	size_t n = drain_body ? 0 : mux(body, log);
 	/* static: the fake serves from it after this returns (borrowed for the run) */
 	static struct fake_reply script[5];
 	const struct fake_reply fill[] = {
 		PING, VERSION, PROXY_INSPECT, PROXY_STOP,
-		{ .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = body, .body_len = n },
+		{ .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = drain_body ? drain_body : body,
+		  .body_len = drain_body ? drain_body_len : n },
 	};
 	uint64_t published;
 
@@ -159,6 +163,9 @@ START_TEST(drain_publishes_once_across_restarts)
 			   T2 "not a decision\n";
 	_cleanup_free_ char *cursor = xasprintf("%s/egress/%s", state_dir, PROXY_ID);
 	char buf[128] = "";
+	long long s;
+	long ns;
+	unsigned long n;
 	FILE *fp;
 
 	ck_assert_uint_eq(drain_with_log(log1), 2);
@@ -166,7 +173,12 @@ START_TEST(drain_publishes_once_across_restarts)
 	ck_assert_ptr_nonnull(fp);
 	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), fp));
 	fclose(fp);
-	ck_assert_str_eq(buf, "1795960800 100000000 2\n");
+	/* one fixed-width record, written in place */
+	ck_assert_uint_eq(strlen(buf), 20 + 1 + 9 + 1 + 20 + 1);
+	ck_assert_int_eq(sscanf(buf, "%lld %ld %lu", &s, &ns, &n), 3);
+	ck_assert_int_eq(s, 1795960800);
+	ck_assert_int_eq(ns, 100000000);
+	ck_assert_uint_eq(n, 2);
 	/* A new daemon, the same log plus two: only those two. */
 	ck_assert_uint_eq(drain_with_log(log2), 2);
 	/* And once more: nothing. */
@@ -174,6 +186,42 @@ START_TEST(drain_publishes_once_across_restarts)
 	/* The proxy removed: the cursor goes with it. */
 	egress_proxy_removed(d.egress, PROXY_ID);
 	ck_assert_int_eq(access(cursor, F_OK), -1);
+}
+END_TEST
+
+/* A flood in the log: FLOOD_LINES decisions, one frame each (as the engine
+ * sends them). The drain reads them EGRESS_BYTES_PER_TURN a turn (the
+ * stream pauses in between), publishes every one exactly once — the first
+ * EGRESS_EVENTS_PER_WINDOW alone, the rest coalesced — and moves the cursor
+ * past the last; a drain again publishes nothing. */
+#define FLOOD_LINES 6000
+START_TEST(drain_of_a_flood_is_coalesced_and_paced)
+{
+	const char *line = T1 "DENY denied.test:1\n";
+	size_t one = strlen(line) + 8, len = 0;
+	_cleanup_free_ char *body = xmalloc(one * FLOOD_LINES + 64);
+	json_t *st;
+
+	ck_assert_uint_gt(one * FLOOD_LINES, 4 * EGRESS_BYTES_PER_TURN);
+	for (size_t i = 0; i < FLOOD_LINES; i++)
+		len += mux(body + len, line);
+	drain_body = body;
+	drain_body_len = len;
+	ck_assert_uint_eq(drain_with_log(NULL), FLOOD_LINES);
+	st = egress_status_json(d.egress);
+	ck_assert_int_eq(json_integer_value(json_object_get(st, "decisions_seen")), FLOOD_LINES);
+	ck_assert_int_eq(json_integer_value(json_object_get(st, "decisions_held")), 0);
+	ck_assert_int_gt(json_integer_value(json_object_get(st, "decisions_coalesced")), 0);
+	ck_assert_int_le(json_integer_value(json_object_get(st, "decisions_coalesced")),
+			 FLOOD_LINES - EGRESS_EVENTS_PER_WINDOW);
+	/* paced: the stream paused at least once per EGRESS_BYTES_PER_TURN read */
+	ck_assert_int_ge(json_integer_value(json_object_get(st, "stream_pauses")),
+			 (json_int_t)(len / (EGRESS_BYTES_PER_TURN + 16 * 1024)));
+	json_decref(st);
+	/* A new daemon: nothing again. */
+	ck_assert_uint_eq(drain_with_log(NULL), 0);
+	drain_body = NULL;
+	egress_proxy_removed(d.egress, PROXY_ID);
 }
 END_TEST
 
@@ -532,6 +580,7 @@ static Suite *egress_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, drain_publishes_once_across_restarts);
 	tcase_add_test(tc, drain_of_an_absent_proxy_publishes_nothing);
+	tcase_add_test(tc, drain_of_a_flood_is_coalesced_and_paced);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("topology");
 	tcase_add_checked_fixture(tc, setup, teardown);

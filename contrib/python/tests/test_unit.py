@@ -557,6 +557,10 @@ class ConnectionBehaviour(ScriptedServer):
             for decision in ("DENY", "UNREACHABLE"):
                 _send(w, {"jsonrpc": "2.0", "method": "events.event",
                           "params": dict(event, decision=decision)})
+            # a coalesced one: 2980 identical decisions from first_time to time
+            _send(w, {"jsonrpc": "2.0", "method": "events.event",
+                      "params": dict(event, decision="DENY", count=2980,
+                                     first_time="2025-12-31T23:59:59.5Z")})
             await w.drain()
 
         await self.serve(script)
@@ -566,9 +570,12 @@ class ConnectionBehaviour(ScriptedServer):
             with self.assertRaises(msb.ConnectionLost):
                 async for event in stream:
                     got.append(event)
-            self.assertEqual([e.decision for e in got], ["ALLOW", "DENY", "UNREACHABLE"])
+            self.assertEqual([e.decision for e in got], ["ALLOW", "DENY", "UNREACHABLE", "DENY"])
             self.assertEqual(got[0].key, msb.SandboxKey("s", "t", "a"))
             self.assertEqual((got[0].port, got[0].host), (443, "h"))
+            self.assertEqual((got[0].count, got[0].first_time), (1, got[0].time))
+            self.assertEqual((got[3].count, got[3].first_time, got[3].time),
+                             (2980, "2025-12-31T23:59:59.5Z", "2026-01-01T00:00:00.000000001Z"))
             self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": "s"})
             await stream.aclose()
 
