@@ -30,6 +30,9 @@ struct server_stats {
 	uint64_t requests_errors;       /* replies that were errors */
 	unsigned requests_in_flight;
 	size_t buffered_bytes;          /* held from clients, counted against the budget */
+	uint64_t connections_idle_closed; /* closed after limits.idle_timeout_ms idle */
+	uint64_t connections_evicted;   /* closed while idle to admit another at a limit */
+	uint64_t connections_refused_uid; /* over limits.max_connections_per_uid */
 };
 
 typedef void server_drained_fn(void *arg);
@@ -73,6 +76,10 @@ size_t server_publish(struct server *srv, uint32_t type, uid_t owner, const char
 		      const json_t *params);
 
 const struct server_stats *server_get_stats(const struct server *srv);
+/* Fairness for daemon.status (new reference): {uids, idle_closed, evicted,
+ * refused_uid, by_uid: the max_uids uids with most connections, each
+ * {uid, connections, in_flight, buffered_bytes, over_share}}. */
+json_t *server_fair_status(const struct server *srv, size_t max_uids);
 /* The path served (bound or activated), or NULL if unknown. */
 const char *server_get_path(const struct server *srv);
 bool server_is_activated(const struct server *srv);
