@@ -106,6 +106,8 @@ class Connection:
         self._grace: asyncio.TimerHandle | None = None
         #: The error object of a connection-ending error (1301, 1302, 1304), if one came.
         self._fatal: Mapping[str, Any] | None = None
+        self._eof_between_frames = False
+        self._closed_idle = False
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -141,6 +143,13 @@ class Connection:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def closed_idle(self) -> bool:
+        """The daemon closed the connection while it was idle (its ``limits.idle_timeout_ms``):
+        no call in flight, nothing said, no partial frame, no event subscription. A new
+        connection then loses nothing, so the client opens one for the next call."""
+        return self._closed_idle
 
     async def close(self) -> None:
         """Closes the connection; calls still waiting get :class:`ConnectionLost`."""
@@ -229,6 +238,7 @@ class Connection:
                     reason = f"read failed: {exc.strerror or exc}"
                     break
                 if not chunk:
+                    self._eof_between_frames = not buf
                     break
                 buf += chunk
                 while True:
@@ -340,6 +350,9 @@ class Connection:
         if first:
             self._closed = True
             self._close_reason = reason
+            self._closed_idle = (self._eof_between_frames and self._fatal is None
+                                 and self._write_error is None and self._event_sink is None
+                                 and not any(not p.future.done() for p in self._pending.values()))
             if self._grace is not None:
                 self._grace.cancel()
             current = asyncio.current_task()
