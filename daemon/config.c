@@ -409,12 +409,6 @@ size_t config_uid_buffer_bytes(const struct msbd_config *cfg)
 /* The per-uid limits against the daemon-wide ones. */
 static int config_check_fairness(const struct msbd_config *cfg, char **reterr_message)
 {
-	if (cfg->admin_reserved_connections >= cfg->max_connections) {
-		*reterr_message = xasprintf("limits.admin_reserved_connections (%ld) must be below "
-					    "limits.max_connections (%ld), or no user could connect",
-					    cfg->admin_reserved_connections, cfg->max_connections);
-		return -EINVAL;
-	}
 	if (cfg->idle_timeout_ms > 0 && cfg->idle_timeout_ms < MSB_IDLE_TIMEOUT_MIN_MS) {
 		*reterr_message = xasprintf("limits.idle_timeout_ms (%ld) must be 0 (never) or at least %d",
 					    cfg->idle_timeout_ms, MSB_IDLE_TIMEOUT_MIN_MS);

@@ -30,7 +30,8 @@ struct msbd_config {
 	long write_timeout_ms;      /* limits.write_timeout_ms */
 	/* Fairness between users (uids); admins are exempt from the per-uid caps. */
 	long max_connections_per_uid;   /* limits.max_connections_per_uid */
-	long admin_reserved_connections; /* limits.admin_reserved_connections: of max_connections */
+	long admin_reserved_connections; /* limits.admin_reserved_connections: of max_connections,
+					  * at most max_connections - 1 (one stays open to all) */
 	long max_inflight_per_uid;      /* limits.max_inflight_per_uid: over all its connections */
 	long idle_timeout_ms;           /* limits.idle_timeout_ms: 0 = never close idle connections */
 	long idle_evict_ms;             /* limits.idle_evict_ms: 0 = never evict, refuse */

@@ -405,7 +405,10 @@ static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *
 {
 	const struct msbd_config *cfg = srv->d->config;
 	long per_uid = cfg->max_connections_per_uid;
-	long total = peer->admin ? cfg->max_connections : cfg->max_connections - cfg->admin_reserved_connections;
+	/* At most max_connections - 1 reserved: one connection stays open to everyone. */
+	long reserve = cfg->admin_reserved_connections < cfg->max_connections ?
+		cfg->admin_reserved_connections : cfg->max_connections - 1;
+	long total = peer->admin ? cfg->max_connections : cfg->max_connections - reserve;
 	struct conn *victim;
 
 	if (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid) {
@@ -419,7 +422,7 @@ static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *
 	if (srv->stats.connections_current >= (unsigned)total) {
 		victim = server_evictable(srv, false, 0);
 		if (!victim) {
-			server_fair_reject(srv, fd, peer, "daemon", peer->admin || cfg->admin_reserved_connections == 0 ?
+			server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
 					   "limits.max_connections" :
 					   "limits.max_connections less limits.admin_reserved_connections",
 					   total);
