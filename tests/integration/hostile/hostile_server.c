@@ -442,6 +442,103 @@ START_TEST(fair_idle_timeout)
 }
 END_TEST
 
+/* Child, as A with limits.max_inflight_per_uid=1: an exec in flight on one
+ * connection; once the parent saw it (byte on go), a daemon.status on a
+ * second connection waits for it: dispatched only after the exec ended,
+ * it counts A's calls in flight as 1 (itself), not 2. */
+static int fair_inflight_child(const char *sock, int ready_fd, int go_fd)
+{
+	static const char status_req[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\"}\n";
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL, *a;
+	char scope[64], c;
+	int c1, c2, rc = 0;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-inflight", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	c1 = raw_connect(sock);
+	c2 = raw_connect(sock);
+	if (c1 < 0 || c2 < 0)
+		return 3;
+	{
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "3",
+					"timeout_seconds", 30);
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		if (!text || !fair_send(c1, text, strlen(text)) || !fair_send(c1, "\n", 1))
+			return 4;
+		free(text);
+	}
+	json_decref(r);
+	if (write(ready_fd, "E", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 5;
+	if (!fair_send(c2, status_req, sizeof(status_req) - 1))
+		return 6;
+	r = raw_recv(c1, 30000);
+	if (!r || !json_object_get(r, "result"))
+		rc = 7;
+	json_decref(r);
+	r = raw_recv(c2, FAIR_WAIT_MS);
+	a = r ? fair_by_uid(json_object_get(r, "result"), FAIR_UID_A) : NULL;
+	if (!rc && (!a || jint(a, "in_flight") != 1))
+		rc = 8;
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 9;
+	msb_conn_free(mc);
+	close(c1), close(c2);
+	return rc;
+}
+
+/* A uid at limits.max_inflight_per_uid waits (no error) on every connection
+ * of its own; others, root included, are answered meanwhile. */
+START_TEST(fair_inflight_per_uid)
+{
+	struct msbd_proc d = { 0 };
+	int ready[2], go[2];
+	long end;
+	pid_t pid;
+	char c;
+
+	fair_start(&d, (const char *const[]){ "limits.max_inflight_per_uid=1", NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_inflight_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	/* Root is answered while A's exec is in flight (A at its cap). */
+	for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		json_t *st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+		json_t *a = fair_by_uid(st, FAIR_UID_A);
+		bool seen = a && jint(a, "in_flight") == 1;
+
+		json_decref(st);
+		if (seen)
+			break;
+		ck_assert_msg(fair_now_ms() < end, "A's exec was never seen in flight");
+		fair_sleep_ms(50);
+	}
+	ck_assert_int_eq(write(go[1], "G", 1), 1);
+	ck_assert_int_eq(fair_wait_child(pid), 0);
+	close(ready[0]), close(go[1]);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- finding 13 in miniature: fair_frame_share ---- */
 
 #define FAIR_FRAME_CONNS     6
@@ -626,6 +723,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_uid_caps);
 	tcase_add_test(tc, fair_idle_eviction);
 	tcase_add_test(tc, fair_idle_timeout);
+	tcase_add_test(tc, fair_inflight_per_uid);
 	tcase_add_test(tc, fair_frame_share);
 	return tc;
 }
