@@ -235,7 +235,7 @@ static bool conn_fair_frame_deadline(struct conn *c)
 	int64_t left;
 	struct timeval tv;
 
-	if (!c->share || !c->share->over)
+	if (!c->share || !c->share->over || c->partial_seq == 0)
 		return false;
 	left = c->srv->d->config->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
 	fair_timeval(left, &tv);

@@ -8,7 +8,20 @@
  * frame, a frame that does not arrive whole in time) get an error reply with
  * id null and close the connection; anything else gets a reply and the
  * connection stays. Ownership: server_new → server_free; connections are
- * owned by the server and freed at the loop boundary. */
+ * owned by the server and freed at the loop boundary.
+ *
+ * Fairness between uids (SO_PEERCRED; administrators exempt from the caps):
+ * a uid has at most limits.max_connections_per_uid connections and
+ * limits.max_inflight_per_uid calls in flight over them (past it its
+ * connections are not read, no error); non-administrators are refused at
+ * limits.max_connections less limits.admin_reserved_connections. At a
+ * connection limit, a connection idle for limits.idle_evict_ms is closed
+ * to make room (the caller's own longest-idle at the uid limit, any
+ * non-administrator's at the daemon's) before the new one is refused. A
+ * connection idle for limits.idle_timeout_ms (no call, no output, no
+ * partial frame, no subscription) is closed. A uid holding its share of the
+ * buffer budget (limits.uid_buffer_bytes) is read only on its oldest
+ * partial frame, and its frames' deadlines run from their first byte. */
 #ifndef MSB_SERVER_H
 #define MSB_SERVER_H
 
