@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "errors.h"
 #include "frame.h"
 #include "jsonfast.h"
 #include "jsonrpc.h"
@@ -38,8 +39,9 @@ struct msb_conn {
 	void *notify_arg;       /* borrowed */
 	bool in_notify;         /* the hook is running: calls on conn are refused */
 	char *path;             /* owned: the socket, to reconnect after an idle close */
-	bool told_why;          /* the daemon sent an error for no request (it hangs up
-				 * after it): an EOF then is no idle close */
+	bool told_why;          /* the daemon sent an error for no request, or
+				 * ShuttingDown (it hangs up after it): an EOF
+				 * then is no idle close */
 };
 
 static const char *const error_strings[] = {
@@ -285,7 +287,9 @@ static int take_reply(struct msb_conn *conn, const char *line, size_t len, json_
 	if (!null_error && !(json_is_integer(resp.id) && json_integer_value(resp.id) == id)) {
 		r = MSB_E_PROTO;
 	} else if (resp.error) {
-		conn->told_why |= null_error;
+		/* An error for no request, or ShuttingDown: the daemon hangs up next. */
+		conn->told_why |= null_error ||
+			json_integer_value(json_object_get(resp.error, "code")) == MSB_ERR_SHUTTING_DOWN;
 		conn->last_error = json_incref(resp.error);
 		r = MSB_E_REMOTE;
 	} else {

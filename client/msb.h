@@ -19,8 +19,9 @@
  * it sends and connects again to the same path, transparently: no call is
  * lost or sent twice, since none was in flight. Should that new connect
  * fail, msb_call() returns MSB_E_CONNECT and the connection is unusable.
- * A connection the daemon closed during a call is not replaced (the call
- * fails, as above): a call is never sent twice.
+ * A connection the daemon closed during a call, or after it said why (an
+ * error with id null, or ShuttingDown), is not replaced (the call fails, as
+ * above): a call is never sent twice.
  *
  * Small allocations abort on out-of-memory (as everywhere in maf-sandbox);
  * MSB_E_NOMEM reports a JSON value that could not be built or encoded.

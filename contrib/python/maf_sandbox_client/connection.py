@@ -50,6 +50,8 @@ EVENTS_EVENT = "events.event"
 #: After a failed write, how long the reader gets to deliver what the daemon said before it
 #: closed (e.g. FrameTooLarge) before the connection is dropped.
 WRITE_FAILURE_GRACE_SECONDS = 5.0
+#: ShuttingDown: the daemon is stopping, so the close that follows is not an idle close.
+SHUTTING_DOWN_CODE = 1303
 #: Bytes asked of one recv().
 READ_CHUNK_BYTES = 256 * 1024
 
@@ -108,6 +110,8 @@ class Connection:
         self._fatal: Mapping[str, Any] | None = None
         self._eof_between_frames = False
         self._closed_idle = False
+        #: The daemon answered ShuttingDown (1303): its close that follows is no idle close.
+        self._saw_shutdown = False
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -277,6 +281,9 @@ class Connection:
             self._finish(reason)
 
     async def _dispatch(self, msg: dict[str, Any]) -> None:
+        error = msg.get("error")
+        if isinstance(error, Mapping) and error.get("code") == SHUTTING_DOWN_CODE:
+            self._saw_shutdown = True
         if "id" not in msg:
             method = msg.get("method")
             params = msg.get("params")
@@ -351,6 +358,7 @@ class Connection:
             self._closed = True
             self._close_reason = reason
             self._closed_idle = (self._eof_between_frames and self._fatal is None
+                                 and not self._saw_shutdown
                                  and self._write_error is None and self._event_sink is None
                                  and not any(not p.future.done() for p in self._pending.values()))
             if self._grace is not None:
