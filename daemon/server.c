@@ -197,15 +197,16 @@ static struct conn *server_share_oldest(const struct server *srv, const struct u
 
 /* Re-evaluates whether the uid holds its share of the buffer budget. While
  * it does only its oldest partial frame is read, so it holds at most its
- * share plus one frame, and the rest of the budget stays for other uids. */
-static void server_share_update(struct server *srv, struct uid_share *s)
+ * share plus one frame, and the rest of the budget stays for other uids.
+ * Returns whether anything changed. */
+static bool server_share_update(struct server *srv, struct uid_share *s)
 {
 	size_t limit = config_uid_buffer_bytes(srv->d->config);
 	bool over = s->buffered >= limit;
 	struct conn *reader = over ? server_share_oldest(srv, s) : NULL, *c;
 
 	if (over == s->over && reader == s->reader)
-		return;
+		return false;
 	if (over && !s->over)
 		log_info("uid %u holds %zu buffered bytes (limits.uid_buffer_bytes %zu): reading only "
 			 "its oldest partial frame", (unsigned)s->uid, s->buffered, limit);
@@ -214,7 +215,10 @@ static void server_share_update(struct server *srv, struct uid_share *s)
 	TAILQ_FOREACH(c, &srv->conns, entry)
 		if (c->share == s && !c->dead)
 			conn_update_read(c);
+	return true;
 }
+
+static void server_update_budget(struct server *srv);
 
 /* Moves the connection's buffered bytes from was to now in its uid's share. */
 static void conn_fair_account(struct conn *c, size_t was, size_t now)
@@ -224,7 +228,9 @@ static void conn_fair_account(struct conn *c, size_t was, size_t now)
 	c->share->buffered = c->share->buffered - was + now;
 	if (c->share->reader == c && c->dead)
 		c->share->reader = NULL;
-	server_share_update(c->srv, c->share);
+	/* The daemon-wide reader is chosen among those the shares let read. */
+	if (server_share_update(c->srv, c->share))
+		server_update_budget(c->srv);
 }
 
 /* A frame of a uid over its share is the cause of its wait: its deadline
@@ -455,6 +461,7 @@ static void server_fair_config_changed(struct server *srv)
 		}
 	LIST_FOREACH(s, &srv->shares, entry)
 		server_share_update(srv, s);
+	server_update_budget(srv);
 }
 
 /* Order of daemon.status's by_uid: most connections, then most bytes, then uid. */
