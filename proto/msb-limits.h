@@ -46,6 +46,14 @@
 #define MSB_FRAME_TIMEOUT_MS         30000        /* limits.frame_timeout_ms: one frame, first byte to LF */
 #define MSB_WRITE_TIMEOUT_MS         60000        /* limits.write_timeout_ms: replies queued, none read */
 #define MSB_DRAIN_TIMEOUT_MS         10000        /* shutdown.drain_ms */
+/* Fairness between users (uids); admins are exempt from the per-uid caps: */
+#define MSB_MAX_CONNECTIONS_PER_UID  64           /* limits.max_connections_per_uid */
+#define MSB_ADMIN_RESERVED_CONNECTIONS 8          /* limits.admin_reserved_connections */
+#define MSB_MAX_INFLIGHT_PER_UID     128          /* limits.max_inflight_per_uid */
+#define MSB_IDLE_TIMEOUT_MS          600000       /* limits.idle_timeout_ms: nothing under way */
+/* The shortest idle timeout a configuration may set (other than 0, never). */
+#define MSB_IDLE_TIMEOUT_MIN_MS      1000
+#define MSB_IDLE_EVICT_MS            30000        /* limits.idle_evict_ms: idle this long, evictable */
 /* After the drain deadline cancels what is left, replies get this long to be written. */
 #define MSB_FINAL_FLUSH_MS           2000
 /* At the drain deadline, file calls cut short unpause their guests: the

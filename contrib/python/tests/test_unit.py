@@ -489,6 +489,34 @@ class ConnectionBehaviour(ScriptedServer):
             with self.assertRaises(msb.ConnectionLost):
                 await client.call("b")
 
+    async def test_an_idle_close_is_replaced_on_the_next_call(self) -> None:
+        # The daemon closes a connection idle for limits.idle_timeout_ms: the next call opens
+        # a new one (without auto_reconnect) and is sent once, on it.
+        seen: list[list[str]] = []
+        closed = asyncio.Event()
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            mine: list[str] = []
+            seen.append(mine)
+            req = await _read_request(r)
+            mine.append(req["method"])
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": len(seen)})
+            await w.drain()
+            if len(seen) == 1:
+                closed.set()
+                return  # idle: nothing in flight, the server closes
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            self.assertEqual(await client.call("a"), 1)
+            await closed.wait()
+            async with asyncio.timeout(5):
+                while client.connected:
+                    await asyncio.sleep(0.01)
+            self.assertEqual(await client.call("b"), 2)
+        self.assertEqual(seen, [["a"], ["b"]])
+
     async def test_a_reply_over_the_reply_limit_ends_the_connection(self) -> None:
         async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             req = await _read_request(r)
