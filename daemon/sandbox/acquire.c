@@ -611,6 +611,43 @@ static bool labels_match_key(const struct msb_key *key, const char *kind, const 
 	}
 }
 
+/* The owner label as a uid: decimal, no sign, no excess. */
+static bool owner_label_parse(const char *s, uid_t *ret_uid)
+{
+	unsigned long long v = 0;
+
+	if (!s || !*s || strlen(s) > 10)
+		return false;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (v >= (uid_t)-1)
+		return false;
+	*ret_uid = (uid_t)v;
+	return true;
+}
+
+/* In root's key space (the seed's names), whose container may root or an
+ * administrator be served? The seed's (no owner label), root's, the
+ * caller's own, or a current administrator's: root's space is shared by
+ * those. Not a user's: one made before keys were per owner, or by a member
+ * since removed from sandbox.admin_group, who still reaches it by id. */
+static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *peer, const char *owner,
+				uid_t *ret_owner)
+{
+	uid_t o;
+
+	if (!owner)
+		return true;
+	if (!owner_label_parse(owner, &o))
+		return false;
+	*ret_owner = o;
+	/* the user database only for a container another uid made (rare) */
+	return o == 0 || o == peer->uid || msbd_lookup_admin(d, o, (gid_t)-1);
+}
+
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  struct msb_error *reterr)
@@ -626,7 +663,25 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 		return -EEXIST;
 	}
 	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
-	if ((!owner || strcmp(owner, uid)) && !msbd_peer_is_admin(d, peer)) {
+	if (msbd_peer_is_admin(d, peer)) {
+		uid_t o = (uid_t)-1;
+
+		if (!root_space_owner_ok(d, peer, owner, &o)) {
+			/* root and administrators may see every owner: the uid is told */
+			if (o != (uid_t)-1)
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:I}", "owner", (json_int_t)o),
+					      "the container under this key's name (%s) was made by uid %u before keys "
+					      "were per owner (or by a former member of sandbox.admin_group); it is not "
+					      "root's to serve. Dispose of it (maf-sandbox dispose --sandbox ID; "
+					      "maf-sandbox list shows it) or reap it", name, (unsigned)o);
+			else
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
+					      "the container under this key's name (%s) has an unreadable owner label; "
+					      "it is not root's to serve. Dispose of it (maf-sandbox dispose --sandbox "
+					      "ID) or reap it", name);
+			return -EEXIST;
+		}
+	} else if (!owner || strcmp(owner, uid)) {
 		msb_error_set(reterr, MSB_ERR_PERMISSION_DENIED, NULL,
 			      "this sandbox key is not available to the caller");
 		return -EPERM;

@@ -316,6 +316,75 @@ START_TEST(test_reap_unlisted)
 }
 END_TEST
 
+/* ---- root's key space: whose container root and administrators are served ------ */
+
+/* A container under the seed's name for the key, running, owned by owner
+ * (NULL: no label, as the seed makes them). */
+static const struct root_space_row {
+	const char *what;
+	uid_t uid;
+	const char *admin_group;   /* sandbox.admin_group, or NULL */
+	const char *owner;         /* the container's owner label */
+	bool served;
+} root_space_rows[] = {
+	{ "root, a user's from before per-owner keys", 0, NULL, "1000", false },
+	{ "an administrator, a user's", 4242, NULL, "1000", false },
+	{ "root, a former administrator's (left sandbox.admin_group)", 0, NULL, "1", false },
+	{ "root, an unreadable owner", 0, NULL, "1000x", false },
+	{ "root, the seed's (no owner)", 0, NULL, NULL, true },
+	{ "an administrator, root's", 4242, NULL, "0", true },
+	{ "an administrator, its own", 4242, NULL, "4242", true },
+	{ "root, a current administrator's (uid 1 in group daemon)", 0, "daemon", "1", true },
+};
+
+START_TEST(test_root_space_serves_only_roots)
+{
+	const struct root_space_row *row = &root_space_rows[_i];
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char seed[NAMES_CONTAINER_MAX], path[128], body[1024], owner[64] = "";
+	struct fake_reply script[3] = { PING, VERSION };
+	const json_t *e;
+
+	if (row->admin_group)
+		d.config->admin_group = xstrdup(row->admin_group);
+	names_container(&key, "k", "", seed);
+	if (row->owner)
+		snprintf(owner, sizeof(owner), ",\"maf-sandbox.owner\":\"%s\"", row->owner);
+	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
+	snprintf(body, sizeof(body),
+		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"x\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\"%s,"
+		 "\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, owner);
+	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
+	serve(script, ELEMENTSOF(script));
+	call_as(row->uid, true, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	ck_assert_str_eq(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
+	if (row->served) {
+		const json_t *res = json_object_get(answer, "result");
+
+		ck_assert_msg(res, "%s: not served: %s", row->what, json_dumps(answer, JSON_COMPACT));
+		ck_assert_str_eq(json_string_value(json_object_get(res, "sandbox")), ID("c"));
+		return;
+	}
+	ck_assert_msg(!json_object_get(answer, "result"), "%s: served: %s", row->what,
+		      json_dumps(answer, JSON_COMPACT));
+	e = error_of();
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1106);
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "dispose"), "%s",
+		      json_string_value(json_object_get(e, "message")));
+	if (strcmp(row->owner, "1000x") == 0) {
+		ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "owner"));
+	} else {
+		ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(e, "data"), "owner")),
+				 strtol(row->owner, NULL, 10));
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "message")), row->owner));
+	}
+}
+END_TEST
+
 static Suite *wire_errors_suite(void)
 {
 	Suite *s = suite_create("wire_errors");
@@ -330,6 +399,7 @@ static Suite *wire_errors_suite(void)
 	tc = tcase_create("key_spaces");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_acquire_names_its_callers_key_space, 0, ELEMENTSOF(space_rows));
+	tcase_add_loop_test(tc, test_root_space_serves_only_roots, 0, ELEMENTSOF(root_space_rows));
 	suite_add_tcase(s, tc);
 	return s;
 }
