@@ -904,6 +904,22 @@ static void acq_egress_cb(const struct msb_error *err, const struct egress_info 
 		acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
 }
 
+/* Whose the sandbox's network and proxy are: an existing workload's owner
+ * (its label, from the last inspect or the registry), so root and the
+ * administrators sharing root's key space share its topology too; else
+ * (a workload to create, or one without an owner label) the caller's. */
+static uid_t acq_topology_owner(const struct acquire_op *op)
+{
+	const struct sandbox *sb = op->id ? registry_find_id(op->d->registry, op->id) : NULL;
+	const json_t *labels = op->last_inspect ? json_object_get(json_object_get(op->last_inspect, "Config"), "Labels")
+						: sb ? sb->labels : NULL;
+	uid_t o;
+
+	if (op->id && owner_label_parse(json_string_value(json_object_get(labels, LABEL_OWNER)), &o))
+		return o;
+	return op->owner;
+}
+
 /* An allowlisted spec: its network and proxy must exist and run before the
  * workload is created or started (fresh: no workload exists yet). A warm
  * proxy the daemon follows costs nothing. */
@@ -923,8 +939,8 @@ static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare)
 	}
 	op->state = ACQ_EGRESS;
 	op->egress_fresh = fresh;
-	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, op->owner, fresh, acq_egress_cb, op,
-			  &op->eop);
+	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, fresh ? op->owner : acq_topology_owner(op),
+			  fresh, acq_egress_cb, op, &op->eop);
 	if (r < 0) {
 		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED, NULL,
 			      "this daemon has no egress proxy configured (egress.proxy_binary)");
