@@ -316,6 +316,24 @@ START_TEST(test_reap_unlisted)
 }
 END_TEST
 
+/* A reap that cannot start is the engine's failure, never a params error
+ * with strerror text (here: the engine never reached, -ENOTCONN). Other
+ * start failures (a request libcurl cannot set up) take the same errmap
+ * path; nothing on the wire can provoke them. */
+START_TEST(test_reap_cannot_start)
+{
+	const json_t *e;
+	_cleanup_free_ char *wire = NULL;
+
+	call_as(0, true, "sandbox.reap", "{\"older_than_seconds\":60}");
+	e = error_of();
+	wire = json_dumps(answer, JSON_COMPACT);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1000);
+	ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "field"));
+	ck_assert_msg(!strstr(wire, "older_than_seconds") && !strstr(wire, "not connected"), "%s", wire);
+}
+END_TEST
+
 /* ---- root's key space: whose container root and administrators are served ------ */
 
 /* A container under the seed's name for the key, running, owned by owner
@@ -395,6 +413,7 @@ static Suite *wire_errors_suite(void)
 	tcase_add_test(tc, test_dispose_refused);
 	tcase_add_test(tc, test_dispose_instance_refused);
 	tcase_add_test(tc, test_reap_unlisted);
+	tcase_add_test(tc, test_reap_cannot_start);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("key_spaces");
 	tcase_add_checked_fixture(tc, setup, teardown);
