@@ -793,10 +793,10 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 /* A failed pull, as the wire gets it: the code and a stable reason naming
  * the image and the fix, never the engine's text (its message names
  * registries, resolvers, addresses of the host: the log has it). */
+/* By the error alone (docker.h's pull contract); status only fills
+ * engine_status for a refusal. */
 static void acq_pull_error(const char *ref, int error, long status, struct msb_error *reterr)
 {
-	if (error == -EIO && status == 0)
-		error = -ECONNRESET;   /* no response line: the transfer broke */
 	switch (error) {
 	case -ECANCELED:
 		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
@@ -823,8 +823,13 @@ static void acq_pull_error(const char *ref, int error, long status, struct msb_e
 		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
 			      "image could not be pulled: %s (the engine's progress stream was unusable)", ref);
 		return;
+	case -ECONNABORTED:
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
+			      "image could not be pulled: %s (the pull was cut short: the engine's connection broke "
+			      "after it answered; try again)", ref);
+		return;
 	default:
-		/* The engine itself could not be reached, or the transfer broke. */
+		/* The engine could not be reached, or dropped the connection unanswered. */
 		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, json_pack("{s:s}", "image", ref),
 			      "the Docker engine could not be reached while pulling image %s", ref);
 		return;

@@ -162,18 +162,31 @@ static const struct pull_row {
 	int code;
 	const char *reason;   /* a substring of the stable message */
 	int engine_status;    /* data.engine_status; 0: absent */
+	const char *transport_text;   /* libc's or libcurl's text: in the log, not on the wire */
 } pull_rows[] = {
 	{ "a 404", { .method = "POST", .path = API "/images/create", .status = 404, .body = SECRET_BODY },
-	  1001, "image not found: " IMAGE " (pull it or check the name)", 404 },
+	  1001, "image not found: " IMAGE " (pull it or check the name)", 404, NULL },
 	{ "a 500 (the registry unreachable)",
 	  { .method = "POST", .path = API "/images/create", .status = 500, .body = SECRET_BODY },
-	  1001, "image could not be pulled: " IMAGE, 500 },
+	  1001, "image could not be pulled: " IMAGE, 500, NULL },
 	{ "an in-band error", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
 	  .body = "{\"status\":\"Pulling\"}\n{\"errorDetail\":{\"message\":\"" SECRET "\"},\"error\":\"" SECRET "\"}\n" },
-	  1001, "image could not be pulled: " IMAGE, 200 },
+	  1001, "image could not be pulled: " IMAGE, 200, NULL },
 	/* repeat: libcurl retries once on a fresh connection when a reused one dies */
 	{ "the connection dropped", { .method = "POST", .path = API "/images/create", .raw = "", .repeat = true },
-	  1000, "could not be reached while pulling image " IMAGE, 0 },
+	  1000, "could not be reached while pulling image " IMAGE, 0, "Empty reply from server" },
+	/* the engine answered 200, then the stream broke: not an engine never reached */
+	{ "the stream cut after its 200", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
+	  .chunked = true, .chunk_size = 16, .close_after_bytes = 150,
+	  .body = "{\"status\":\"Pulling fs layer\",\"id\":\"a1\"}\n{\"status\":\"Downloading\",\"id\":\"a1\"}\n"
+		  "{\"status\":\"Download complete\",\"id\":\"a1\"}\n{\"status\":\"Pull complete\",\"id\":\"a1\"}\n" },
+	  1001, "image could not be pulled: " IMAGE " (the pull was cut short", 0, "transfer closed" },
+};
+
+/* Text libc or libcurl gives for a broken transfer: never on the wire. */
+static const char *const transport_texts[] = {
+	"Connection reset", "reset by peer", "Empty reply", "transfer closed", "Recv failure",
+	"Connection refused", "connection abort", "Server returned nothing",
 };
 
 START_TEST(test_pull_failure)
@@ -191,11 +204,24 @@ START_TEST(test_pull_failure)
 	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), row->reason), "%s: %s", row->what,
 		      json_string_value(json_object_get(e, "message")));
 	ck_assert_str_eq(json_string_value(json_object_get(data, "image")), IMAGE);
-	ck_assert_int_eq(json_integer_value(json_object_get(data, "engine_status")), row->engine_status);
-	if (row->pull.raw)
-		loop_log_capture_stop();   /* nothing came back: no engine text at all */
+	if (row->engine_status)
+		ck_assert_int_eq(json_integer_value(json_object_get(data, "engine_status")), row->engine_status);
 	else
+		ck_assert_msg(!json_object_get(data, "engine_status"), "%s: %s", row->what, json_dumps(e, JSON_COMPACT));
+	if (row->transport_text) {
+		/* nothing the engine said came back: libc's and libcurl's text instead */
+		_cleanup_free_ char *wire = json_dumps(answer, JSON_COMPACT);
+
+		ck_assert_msg(strstr(loop_logged(), row->transport_text), "%s: not logged: %s", row->what,
+			      loop_logged());
+		loop_log_capture_stop();
+		for (size_t i = 0; i < ELEMENTSOF(transport_texts); i++)
+			ck_assert_msg(!strstr(wire, transport_texts[i]), "%s: transport text on the wire: %s", row->what,
+				      wire);
+	} else {
 		assert_engine_text_logged_only();
+	}
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -250,6 +276,7 @@ START_TEST(test_acquire_names_its_callers_key_space)
 		ck_assert_str_eq(inspected_name(), seed);
 	else
 		ck_assert_str_ne(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -276,6 +303,7 @@ START_TEST(test_dispose_refused)
 	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(res, "detail")), "HTTP 500"));
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -296,6 +324,7 @@ START_TEST(test_dispose_instance_refused)
 	res = json_object_get(answer, "result");
 	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -313,6 +342,7 @@ START_TEST(test_reap_unlisted)
 	ck_assert_str_eq(json_string_value(json_object_get(failure, "code")), "unlisted");
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(failure, "detail")), "HTTP 500"));
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
