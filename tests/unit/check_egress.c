@@ -510,6 +510,20 @@ static const struct engine_text_row {
 		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE,
 		  .body = "{\"errorDetail\":{\"message\":\"" SECRET "\"},\"error\":\"" SECRET "\"}\n" },
 	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "refused it" },
+	/* docker_image_load's other failures, each its own stable reason */
+	{ "the proxy image's load: a malformed reply", "inhibit", {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
+		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE, .body = SECRET " not JSON\n" },
+	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "the engine's reply was unusable" },
+	{ "the proxy image's load: cut after its 200", "inhibit", {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
+		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE, .chunked = true, .chunk_size = 16,
+		  .close_after_bytes = 150,
+		  .body = "{\"stream\":\"Loading layer 1/3\"}\n{\"stream\":\"Loading layer 2/3\"}\n"
+			  "{\"stream\":\"Loading layer 3/3\"}\n{\"stream\":\"Loaded image\"}\n" },
+	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "connection broke during the load" },
 };
 
 START_TEST(engine_text_stays_in_the_log)
