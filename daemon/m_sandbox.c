@@ -12,6 +12,7 @@
 #include "egress.h"
 #include "docker.h"
 #include "engine.h"
+#include "errmap.h"
 #include "log.h"
 #include "m_sandbox.h"
 #include "msb-limits.h"
@@ -817,10 +818,16 @@ struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
 	clock_gettime(CLOCK_REALTIME, &now);
 	r = reap_start(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
 		       m_reap_done_cb, call);
-	if (r == -ENOTCONN)
-		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-	if (r < 0)
-		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
-				"reap cannot start: %s", strerror(-r));
+	if (r < 0) {
+		/* The params were checked above: any failure here is the engine
+		 * request's (-ENOTCONN: unreachable), a code and a stable reason. */
+		struct msb_error err = { 0 };
+		struct rpc_result *res;
+
+		errmap_engine(r, NULL, "listing the containers to reap", &err);
+		res = rpc_fail_error(call, &err);
+		msb_error_clear(&err);
+		return res;
+	}
 	return rpc_pending(call);
 }

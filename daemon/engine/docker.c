@@ -608,8 +608,17 @@ static int pull_result(struct docker_pull *p, int error, const struct engine_rep
 {
 	if (p->error < 0)
 		return p->error;
-	if (error < 0)
-		return pull_fail(p, error, transport_message(error, reply));
+	if (error < 0) {
+		char *why = transport_message(error, reply);
+
+		/* -EIO is the engine's refusal only (docker.h): libcurl's
+		 * catch-all and a cut after the response line are told apart. */
+		if ((error == -ECONNRESET || error == -EIO) && reply && reply->status > 0)
+			error = -ECONNABORTED;
+		else if (error == -EIO)
+			error = -ECONNRESET;
+		return pull_fail(p, error, why);
+	}
 	if (reply->status != 200)
 		return pull_fail(p, -EIO, error_body_message(&p->fb, reply->status));
 	/* The last line may come without its LF. */

@@ -187,12 +187,22 @@ int docker_exec_inspect(struct engine *e, const char *exec_id, docker_cb *cb, vo
  * "repo[:tag][@digest]" is split as docker does (the tag is after the last
  * ':' that follows the last '/'; a digest goes whole into fromImage; no tag
  * means "latest"). The 200 body is JSON lines: each object goes to progress
- * (borrowed); an object with "error" or "errorDetail" ends the pull with
- * done(-EIO, 200, its message). A non-200 status ends it with done(-EIO,
- * status, Docker's message). A transport failure: done(-errno, 0, why).
- * idle_timeout_ms bounds the wait for each line. done fires exactly once:
- * 0, 200 and NULL on success. The message is the engine's own text: for
- * the log, never for the wire. progress runs inside the transfer, under
+ * (borrowed). done fires exactly once, and its error alone says what
+ * happened (status is whatever response line was read, 0 if none):
+ *   0            success (status 200, message NULL);
+ *   -EIO         the engine refused: a non-200 status (status, Docker's
+ *                message), or an in-band "error"/"errorDetail" line after
+ *                the 200 (200, its message); only this;
+ *   -EPROTO, -EMSGSIZE  the progress stream was unusable (a malformed or
+ *                overlong line);
+ *   -ECONNABORTED  the transfer broke after the engine answered (a stream
+ *                cut short; status is what was read, e.g. 200);
+ *   -ETIMEDOUT   idle_timeout_ms or timeout_ms passed; -ECANCELED cancelled;
+ *   any other -errno  no answer: the engine could not be reached, or the
+ *                connection broke before a response line (status 0).
+ * idle_timeout_ms bounds the wait for each line. The message is the
+ * engine's (or libc's, libcurl's) own text: for the log, never for the
+ * wire. progress runs inside the transfer, under
  * http.h's on_data rules (no cancel, no free; a request it starts is
  * refused with -EBUSY). */
 typedef void docker_progress_cb(const json_t *line, void *arg);
@@ -205,8 +215,8 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 /* Load: POST /images/load?quiet=1, the `docker save` archive tar[0..len)
  * as the body (copied). The reply is JSON lines (every error is in-band,
  * after a 200): each line goes to progress; one with "error" or
- * "errorDetail" ends it with done(-EIO, message). Same rules as
- * docker_image_pull. len over DOCKER_MAX_ARCHIVE_PUT → -EINVAL. */
+ * "errorDetail" ends it with done(-EIO, message). Same rules and errors
+ * as docker_image_pull. len over DOCKER_MAX_ARCHIVE_PUT → -EINVAL. */
 int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
 		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
 		      struct engine_req **ret_req);

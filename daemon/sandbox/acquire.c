@@ -611,6 +611,43 @@ static bool labels_match_key(const struct msb_key *key, const char *kind, const 
 	}
 }
 
+/* The owner label as a uid: decimal, no sign, no excess. */
+static bool owner_label_parse(const char *s, uid_t *ret_uid)
+{
+	unsigned long long v = 0;
+
+	if (!s || !*s || strlen(s) > 10)
+		return false;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (v >= (uid_t)-1)
+		return false;
+	*ret_uid = (uid_t)v;
+	return true;
+}
+
+/* In root's key space (the seed's names), whose container may root or an
+ * administrator be served? The seed's (no owner label), root's, the
+ * caller's own, or a current administrator's: root's space is shared by
+ * those. Not a user's: one made before keys were per owner, or by a member
+ * since removed from sandbox.admin_group, who still reaches it by id. */
+static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *peer, const char *owner,
+				uid_t *ret_owner)
+{
+	uid_t o;
+
+	if (!owner)
+		return true;
+	if (!owner_label_parse(owner, &o))
+		return false;
+	*ret_owner = o;
+	/* the user database only for a container another uid made (rare) */
+	return o == 0 || o == peer->uid || msbd_lookup_admin(d, o, (gid_t)-1);
+}
+
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  struct msb_error *reterr)
@@ -626,7 +663,25 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 		return -EEXIST;
 	}
 	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
-	if ((!owner || strcmp(owner, uid)) && !msbd_peer_is_admin(d, peer)) {
+	if (msbd_peer_is_admin(d, peer)) {
+		uid_t o = (uid_t)-1;
+
+		if (!root_space_owner_ok(d, peer, owner, &o)) {
+			/* root and administrators may see every owner: the uid is told */
+			if (o != (uid_t)-1)
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:I}", "owner", (json_int_t)o),
+					      "the container under this key's name (%s) was made by uid %u before keys "
+					      "were per owner (or by a former member of sandbox.admin_group); it is not "
+					      "root's to serve. Dispose of it (maf-sandbox dispose --sandbox ID; "
+					      "maf-sandbox list shows it) or reap it", name, (unsigned)o);
+			else
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
+					      "the container under this key's name (%s) has an unreadable owner label; "
+					      "it is not root's to serve. Dispose of it (maf-sandbox dispose --sandbox "
+					      "ID) or reap it", name);
+			return -EEXIST;
+		}
+	} else if (!owner || strcmp(owner, uid)) {
 		msb_error_set(reterr, MSB_ERR_PERMISSION_DENIED, NULL,
 			      "this sandbox key is not available to the caller");
 		return -EPERM;
@@ -738,10 +793,10 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 /* A failed pull, as the wire gets it: the code and a stable reason naming
  * the image and the fix, never the engine's text (its message names
  * registries, resolvers, addresses of the host: the log has it). */
+/* By the error alone (docker.h's pull contract); status only fills
+ * engine_status for a refusal. */
 static void acq_pull_error(const char *ref, int error, long status, struct msb_error *reterr)
 {
-	if (error == -EIO && status == 0)
-		error = -ECONNRESET;   /* no response line: the transfer broke */
 	switch (error) {
 	case -ECANCELED:
 		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
@@ -768,8 +823,13 @@ static void acq_pull_error(const char *ref, int error, long status, struct msb_e
 		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
 			      "image could not be pulled: %s (the engine's progress stream was unusable)", ref);
 		return;
+	case -ECONNABORTED:
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
+			      "image could not be pulled: %s (the pull was cut short: the engine's connection broke "
+			      "after it answered; try again)", ref);
+		return;
 	default:
-		/* The engine itself could not be reached, or the transfer broke. */
+		/* The engine could not be reached, or dropped the connection unanswered. */
 		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, json_pack("{s:s}", "image", ref),
 			      "the Docker engine could not be reached while pulling image %s", ref);
 		return;
@@ -849,6 +909,22 @@ static void acq_egress_cb(const struct msb_error *err, const struct egress_info 
 		acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
 }
 
+/* Whose the sandbox's network and proxy are: an existing workload's owner
+ * (its label, from the last inspect or the registry), so root and the
+ * administrators sharing root's key space share its topology too; else
+ * (a workload to create, or one without an owner label) the caller's. */
+static uid_t acq_topology_owner(const struct acquire_op *op)
+{
+	const struct sandbox *sb = op->id ? registry_find_id(op->d->registry, op->id) : NULL;
+	const json_t *labels = op->last_inspect ? json_object_get(json_object_get(op->last_inspect, "Config"), "Labels")
+						: sb ? sb->labels : NULL;
+	uid_t o;
+
+	if (op->id && owner_label_parse(json_string_value(json_object_get(labels, LABEL_OWNER)), &o))
+		return o;
+	return op->owner;
+}
+
 /* An allowlisted spec: its network and proxy must exist and run before the
  * workload is created or started (fresh: no workload exists yet). A warm
  * proxy the daemon follows costs nothing. */
@@ -868,8 +944,8 @@ static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare)
 	}
 	op->state = ACQ_EGRESS;
 	op->egress_fresh = fresh;
-	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, op->owner, fresh, acq_egress_cb, op,
-			  &op->eop);
+	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, fresh ? op->owner : acq_topology_owner(op),
+			  fresh, acq_egress_cb, op, &op->eop);
 	if (r < 0) {
 		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED, NULL,
 			      "this daemon has no egress proxy configured (egress.proxy_binary)");

@@ -104,7 +104,11 @@ bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 /* May the container with these labels be served as name for key/spec to
  * peer? 0, or -EEXIST (not this key's, or another storage base:
  * SandboxConflict) / -EPERM (another owner's: PermissionDenied) with
- * *reterr filled. */
+ * *reterr filled. Root and administrators (root's key space) are served a
+ * container whose owner label is absent (the seed's), 0, their own uid or a
+ * current administrator's (msbd_lookup_admin: may block, asked only then);
+ * any other owner's (a user's from before per-owner keys, a former
+ * administrator's) is -EEXIST SandboxConflict with data.owner. */
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  struct msb_error *reterr);

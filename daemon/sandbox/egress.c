@@ -1050,6 +1050,24 @@ static void image_settle(struct egress *eg, enum image_state s, char *error)
 	}
 }
 
+/* A failed load's stable reason, by docker_image_load's error alone. */
+static const char *image_load_reason(int error)
+{
+	switch (error) {
+	case -EIO:
+		return "the engine refused it";
+	case -ETIMEDOUT:
+		return "the engine did not finish within sandbox.pull_timeout_ms";
+	case -EPROTO:
+	case -EMSGSIZE:
+		return "the engine's reply was unusable";
+	case -ECONNABORTED:
+		return "the engine's connection broke during the load";
+	default:
+		return "the engine could not be reached";
+	}
+}
+
 static void image_load_done_cb(int error, const char *message, void *arg)
 {
 	struct egress *eg = arg;
@@ -1063,9 +1081,9 @@ static void image_load_done_cb(int error, const char *message, void *arg)
 	if (error < 0) {
 		log_warnx("egress: loading %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
 			  message ? message : strerror(-error));
-		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: the engine %s (the daemon's log "
+		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: %s (the daemon's log "
 							  "has why)", EGRESS_IMAGE_REPO, image_tag(),
-							  error == -EIO ? "refused it" : "could not be reached"));
+							  image_load_reason(error)));
 		return;
 	}
 	eg->image_verifying = true;

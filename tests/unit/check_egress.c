@@ -3,7 +3,9 @@
  * second daemon with the same cursor publishes only what is new (equal
  * timestamps included); a network that fails its verification is removed
  * and the acquire refused with why; a subnet someone else holds is
- * skipped; an absent proxy image is imported and then checked. */
+ * skipped; an absent proxy image is imported and then checked; an
+ * administrator's acquire of root's allowlisted sandbox uses root's
+ * topology (the workload's owner), not one of its own. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +17,8 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "acquire.h"
+#include "bridgecheck.h"
 #include "cleanup.h"
 #include "config.h"
 #include "daemon.h"
@@ -22,10 +26,14 @@
 #include "egresslog.h"
 #include "engine.h"
 #include "fake_engine.h"
+#include "jsonrpc.h"
 #include "log.h"
 #include "msb-build.h"
 #include "loop.h"
+#include "names.h"
 #include "proxyimage.h"
+#include "registry.h"
+#include "rpc.h"
 #include "sandbox.h"
 #include "xmalloc.h"
 
@@ -550,6 +558,20 @@ static const struct engine_text_row {
 		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE,
 		  .body = "{\"errorDetail\":{\"message\":\"" SECRET "\"},\"error\":\"" SECRET "\"}\n" },
 	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "refused it" },
+	/* docker_image_load's other failures, each its own stable reason */
+	{ "the proxy image's load: a malformed reply", "inhibit", {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
+		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE, .body = SECRET " not JSON\n" },
+	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "the engine's reply was unusable" },
+	{ "the proxy image's load: cut after its 200", "inhibit", {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" },
+		{ .method = "POST", .path = API "/images/load", .headers = JSON_TYPE, .chunked = true, .chunk_size = 16,
+		  .close_after_bytes = 150,
+		  .body = "{\"stream\":\"Loading layer 1/3\"}\n{\"stream\":\"Loading layer 2/3\"}\n"
+			  "{\"stream\":\"Loading layer 3/3\"}\n{\"stream\":\"Loaded image\"}\n" },
+	  }, MSB_ERR_EGRESS_NOT_ENFORCED, "connection broke during the load" },
 };
 
 START_TEST(engine_text_stays_in_the_log)
@@ -572,6 +594,121 @@ START_TEST(engine_text_stays_in_the_log)
 }
 END_TEST
 
+/* ---- root's key space shares one topology ----------------------------------- */
+
+static int acquired;
+static json_t *acquire_answer;
+
+static void acquire_done_cb(struct rpc_call *call, json_t *reply, void *arg)
+{
+	(void)call, (void)arg;
+	json_decref(acquire_answer);
+	acquire_answer = reply;
+	acquired++;
+}
+
+#define SHARED_ACQUIRE \
+	"{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}," \
+	"\"spec\":{\"kind\":\"k\",\"image\":\"x:1\",\"requires\":[],\"egress\":\"allowlist\"," \
+	"\"egress_allow\":[\"a.test\"]}}"
+
+/* Root's allowlisted sandbox runs; its proxy is not followed (down, or a
+ * restarted daemon). An administrator (uid 4242, root's key space)
+ * acquires it: the topology is the workload's, owned by root, so the
+ * network root made is usable (row 0: it is not refused for its owner
+ * label), and one made anew is labelled root's (row 1), not the caller's. */
+START_TEST(admin_shares_roots_allowlisted_sandbox)
+{
+	const bool net_exists = _i == 0;
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	const char *frame = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.acquire\",\"params\":"
+			    SHARED_ACQUIRE "}";
+	_cleanup_free_ char *egress_id = NULL;
+	char name[NAMES_CONTAINER_MAX], bridge[IFNAMSIZ], cpath[192], npath[192], cbody[1024], nbody[512];
+	struct rpc_peer peer = { .pid = 1, .uid = 4242, .gid = 4242, .admin = true };
+	static const struct rpc_call_ops ops = { .done = acquire_done_cb };
+	struct jsonrpc_request req;
+	struct msb_spec spec;
+	json_auto_t *params = NULL;
+	json_t *perr = NULL;
+	const json_t *e;
+	const char *field;
+	char *msg = NULL;
+	const struct fake_request *create;
+
+	params = json_loads(SHARED_ACQUIRE, 0, NULL);
+	ck_assert_ptr_nonnull(params);
+	ck_assert_int_eq(msb_spec_decode(json_object_get(params, "spec"), &spec, &field, &msg), 0);
+	egress_id = names_egress_id(&spec, true);
+	msb_spec_release(&spec);
+	names_container_ns(&key, "k", egress_id, NAMES_SEED_UID, name);
+	bridgecheck_name(name, bridge);
+	snprintf(cpath, sizeof(cpath), API "/containers/%s/json", name);
+	snprintf(cbody, sizeof(cbody),
+		 "{\"Id\":\"" PROXY_ID "b\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"x:1\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\",\"maf-sandbox.owner\":\"0\","
+		 "\"maf-sandbox.egress\":\"allowlist\",\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", name);
+	snprintf(npath, sizeof(npath), API "/networks/%s-net", name);
+	snprintf(nbody, sizeof(nbody),
+		 "{\"Id\":\"n1\",\"Driver\":\"bridge\",\"Internal\":true,\"Labels\":{\"maf-sandbox.owner\":\"0\"},"
+		 "\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/28\"}]},"
+		 "\"Options\":{\"com.docker.network.bridge.name\":\"%s\"}}", bridge);
+	{
+		struct fake_reply script[] = {
+			PING, VERSION,
+			{ .method = "GET", .path = cpath, .headers = JSON_TYPE, .body = cbody },
+			{ .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = image_current() },
+			net_exists ? (struct fake_reply){ .method = "GET", .path = npath, .headers = JSON_TYPE, .body = nbody }
+				   : (struct fake_reply){ .method = "GET", .path = npath, .status = 404,
+							  .body = "{\"message\":\"no\"}" },
+			{ .method = "GET", .path = API "/networks", .headers = JSON_TYPE, .body = "[]" },
+			{ .method = "POST", .path = API "/networks/create", .status = 201, .headers = JSON_TYPE,
+			  .body = "{\"Id\":\"n1\"}" },
+			{ .method = "GET", .path = API "/networks/n1", .headers = JSON_TYPE, .body = nbody },
+			{ .method = "DELETE", .path = API "/networks/n1", .status = 204 },
+		};
+
+		d.registry = registry_new();
+		d.acquires = acquire_table_new();
+		d.egress = egress_new(&d);
+		loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script), RUN_MAX_MS);
+		ck_assert_int_eq(jsonrpc_request_parse(frame, strlen(frame), &req, &perr), 0);
+		acquired = 0;
+		(void)rpc_dispatch(msbd_methods, msbd_n_methods, &req, &peer, &d, &ops, NULL);
+		jsonrpc_request_release(&req);
+		loop_run_until(base, &acquired, 1, RUN_MAX_MS);
+		ck_assert_int_eq(acquired, 1);
+		fake_engine_stop();   /* script is on this stack (the records stay) */
+	}
+	/* The host has no such bridge, so the network fails its check; what
+	 * matters is why: never the owner label. */
+	e = json_object_get(acquire_answer, "error");
+	if (e)
+		ck_assert_msg(!strstr(json_string_value(json_object_get(e, "message")), "owner label"), "%s",
+			      json_string_value(json_object_get(e, "message")));
+	ck_assert_ptr_nonnull(find_request("GET", npath, 0));
+	create = find_request("POST", API "/networks/create", 0);
+	if (net_exists) {
+		ck_assert_ptr_null(create);
+	} else {
+		json_auto_t *body = NULL;
+
+		ck_assert_ptr_nonnull(create);
+		body = json_loads(create->body, 0, NULL);
+		ck_assert_str_eq(json_string_value(json_object_get(json_object_get(body, "Labels"), "maf-sandbox.owner")),
+				 "0");
+	}
+	json_decref(acquire_answer);
+	acquire_answer = NULL;
+	d.egress = egress_free(d.egress);
+	engine = engine_free(engine);
+	loop_run_until(base, NULL, 0, 20);
+	d.acquires = acquire_table_free(d.acquires);
+	d.registry = registry_free(d.registry);
+}
+END_TEST
+
 static Suite *egress_suite(void)
 {
 	Suite *s = suite_create("egress");
@@ -590,6 +727,7 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, absent_image_is_loaded_and_checked);
 	tcase_add_test(tc, full_pool_is_read_again);
 	tcase_add_loop_test(tc, engine_text_stays_in_the_log, 0, ELEMENTSOF(engine_text_rows));
+	tcase_add_loop_test(tc, admin_shares_roots_allowlisted_sandbox, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -162,18 +162,31 @@ static const struct pull_row {
 	int code;
 	const char *reason;   /* a substring of the stable message */
 	int engine_status;    /* data.engine_status; 0: absent */
+	const char *transport_text;   /* libc's or libcurl's text: in the log, not on the wire */
 } pull_rows[] = {
 	{ "a 404", { .method = "POST", .path = API "/images/create", .status = 404, .body = SECRET_BODY },
-	  1001, "image not found: " IMAGE " (pull it or check the name)", 404 },
+	  1001, "image not found: " IMAGE " (pull it or check the name)", 404, NULL },
 	{ "a 500 (the registry unreachable)",
 	  { .method = "POST", .path = API "/images/create", .status = 500, .body = SECRET_BODY },
-	  1001, "image could not be pulled: " IMAGE, 500 },
+	  1001, "image could not be pulled: " IMAGE, 500, NULL },
 	{ "an in-band error", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
 	  .body = "{\"status\":\"Pulling\"}\n{\"errorDetail\":{\"message\":\"" SECRET "\"},\"error\":\"" SECRET "\"}\n" },
-	  1001, "image could not be pulled: " IMAGE, 200 },
+	  1001, "image could not be pulled: " IMAGE, 200, NULL },
 	/* repeat: libcurl retries once on a fresh connection when a reused one dies */
 	{ "the connection dropped", { .method = "POST", .path = API "/images/create", .raw = "", .repeat = true },
-	  1000, "could not be reached while pulling image " IMAGE, 0 },
+	  1000, "could not be reached while pulling image " IMAGE, 0, "Empty reply from server" },
+	/* the engine answered 200, then the stream broke: not an engine never reached */
+	{ "the stream cut after its 200", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
+	  .chunked = true, .chunk_size = 16, .close_after_bytes = 150,
+	  .body = "{\"status\":\"Pulling fs layer\",\"id\":\"a1\"}\n{\"status\":\"Downloading\",\"id\":\"a1\"}\n"
+		  "{\"status\":\"Download complete\",\"id\":\"a1\"}\n{\"status\":\"Pull complete\",\"id\":\"a1\"}\n" },
+	  1001, "image could not be pulled: " IMAGE " (the pull was cut short", 0, "transfer closed" },
+};
+
+/* Text libc or libcurl gives for a broken transfer: never on the wire. */
+static const char *const transport_texts[] = {
+	"Connection reset", "reset by peer", "Empty reply", "transfer closed", "Recv failure",
+	"Connection refused", "connection abort", "Server returned nothing",
 };
 
 START_TEST(test_pull_failure)
@@ -191,11 +204,24 @@ START_TEST(test_pull_failure)
 	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), row->reason), "%s: %s", row->what,
 		      json_string_value(json_object_get(e, "message")));
 	ck_assert_str_eq(json_string_value(json_object_get(data, "image")), IMAGE);
-	ck_assert_int_eq(json_integer_value(json_object_get(data, "engine_status")), row->engine_status);
-	if (row->pull.raw)
-		loop_log_capture_stop();   /* nothing came back: no engine text at all */
+	if (row->engine_status)
+		ck_assert_int_eq(json_integer_value(json_object_get(data, "engine_status")), row->engine_status);
 	else
+		ck_assert_msg(!json_object_get(data, "engine_status"), "%s: %s", row->what, json_dumps(e, JSON_COMPACT));
+	if (row->transport_text) {
+		/* nothing the engine said came back: libc's and libcurl's text instead */
+		_cleanup_free_ char *wire = json_dumps(answer, JSON_COMPACT);
+
+		ck_assert_msg(strstr(loop_logged(), row->transport_text), "%s: not logged: %s", row->what,
+			      loop_logged());
+		loop_log_capture_stop();
+		for (size_t i = 0; i < ELEMENTSOF(transport_texts); i++)
+			ck_assert_msg(!strstr(wire, transport_texts[i]), "%s: transport text on the wire: %s", row->what,
+				      wire);
+	} else {
 		assert_engine_text_logged_only();
+	}
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -250,6 +276,7 @@ START_TEST(test_acquire_names_its_callers_key_space)
 		ck_assert_str_eq(inspected_name(), seed);
 	else
 		ck_assert_str_ne(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -276,6 +303,7 @@ START_TEST(test_dispose_refused)
 	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(res, "detail")), "HTTP 500"));
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -296,6 +324,7 @@ START_TEST(test_dispose_instance_refused)
 	res = json_object_get(answer, "result");
 	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
 }
 END_TEST
 
@@ -313,6 +342,94 @@ START_TEST(test_reap_unlisted)
 	ck_assert_str_eq(json_string_value(json_object_get(failure, "code")), "unlisted");
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(failure, "detail")), "HTTP 500"));
 	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+/* A reap that cannot start is the engine's failure, never a params error
+ * with strerror text (here: the engine never reached, -ENOTCONN). Other
+ * start failures (a request libcurl cannot set up) take the same errmap
+ * path; nothing on the wire can provoke them. */
+START_TEST(test_reap_cannot_start)
+{
+	const json_t *e;
+	_cleanup_free_ char *wire = NULL;
+
+	call_as(0, true, "sandbox.reap", "{\"older_than_seconds\":60}");
+	e = error_of();
+	wire = json_dumps(answer, JSON_COMPACT);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1000);
+	ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "field"));
+	ck_assert_msg(!strstr(wire, "older_than_seconds") && !strstr(wire, "not connected"), "%s", wire);
+}
+END_TEST
+
+/* ---- root's key space: whose container root and administrators are served ------ */
+
+/* A container under the seed's name for the key, running, owned by owner
+ * (NULL: no label, as the seed makes them). */
+static const struct root_space_row {
+	const char *what;
+	uid_t uid;
+	const char *admin_group;   /* sandbox.admin_group, or NULL */
+	const char *owner;         /* the container's owner label */
+	bool served;
+} root_space_rows[] = {
+	{ "root, a user's from before per-owner keys", 0, NULL, "1000", false },
+	{ "an administrator, a user's", 4242, NULL, "1000", false },
+	{ "root, a former administrator's (left sandbox.admin_group)", 0, NULL, "1", false },
+	{ "root, an unreadable owner", 0, NULL, "1000x", false },
+	{ "root, the seed's (no owner)", 0, NULL, NULL, true },
+	{ "an administrator, root's", 4242, NULL, "0", true },
+	{ "an administrator, its own", 4242, NULL, "4242", true },
+	{ "root, a current administrator's (uid 1 in group daemon)", 0, "daemon", "1", true },
+};
+
+START_TEST(test_root_space_serves_only_roots)
+{
+	const struct root_space_row *row = &root_space_rows[_i];
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char seed[NAMES_CONTAINER_MAX], path[128], body[1024], owner[64] = "";
+	struct fake_reply script[3] = { PING, VERSION };
+	const json_t *e;
+
+	if (row->admin_group)
+		d.config->admin_group = xstrdup(row->admin_group);
+	names_container(&key, "k", "", seed);
+	if (row->owner)
+		snprintf(owner, sizeof(owner), ",\"maf-sandbox.owner\":\"%s\"", row->owner);
+	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
+	snprintf(body, sizeof(body),
+		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"x\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\"%s,"
+		 "\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, owner);
+	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
+	serve(script, ELEMENTSOF(script));
+	call_as(row->uid, true, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	ck_assert_str_eq(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
+	if (row->served) {
+		const json_t *res = json_object_get(answer, "result");
+
+		ck_assert_msg(res, "%s: not served: %s", row->what, json_dumps(answer, JSON_COMPACT));
+		ck_assert_str_eq(json_string_value(json_object_get(res, "sandbox")), ID("c"));
+		return;
+	}
+	ck_assert_msg(!json_object_get(answer, "result"), "%s: served: %s", row->what,
+		      json_dumps(answer, JSON_COMPACT));
+	e = error_of();
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1106);
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "dispose"), "%s",
+		      json_string_value(json_object_get(e, "message")));
+	if (strcmp(row->owner, "1000x") == 0) {
+		ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "owner"));
+	} else {
+		ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(e, "data"), "owner")),
+				 strtol(row->owner, NULL, 10));
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "message")), row->owner));
+	}
 }
 END_TEST
 
@@ -326,10 +443,12 @@ static Suite *wire_errors_suite(void)
 	tcase_add_test(tc, test_dispose_refused);
 	tcase_add_test(tc, test_dispose_instance_refused);
 	tcase_add_test(tc, test_reap_unlisted);
+	tcase_add_test(tc, test_reap_cannot_start);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("key_spaces");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_acquire_names_its_callers_key_space, 0, ELEMENTSOF(space_rows));
+	tcase_add_loop_test(tc, test_root_space_serves_only_roots, 0, ELEMENTSOF(root_space_rows));
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -7,6 +7,11 @@
  *     sandbox, neither answer says anything of the other, and one's
  *     disposal leaves the other's running. Root, acting for the seed, gets a
  *     third (the seed's name).
+ *     A user's container under root's names (made while she was a member
+ *     of sandbox.admin_group, as before per-owner keys) is not root's to
+ *     serve once she has left: root's acquire is refused SandboxConflict
+ *     naming her uid, she still reaches it, and once root disposes of it by
+ *     id root's next acquire makes root's own.
  * 12. Engine text on the wire: acquiring an image that cannot be pulled
  *     (a registry on 127.0.0.1:1, where nothing listens: the engine's pull
  *     fails at once and touches no network but loopback) answers with the
@@ -213,6 +218,70 @@ START_TEST(keys_are_per_owner)
 }
 END_TEST
 
+START_TEST(root_space_refuses_a_former_members)
+{
+	struct msbd_proc d = { 0 };
+	char scope[64];
+	struct user_answer a, a_own;
+	struct msb_conn *c = NULL;
+	json_t *root, *r;
+	const char *msg;
+	char *st;
+
+	snprintf(scope, sizeof(scope), "keys-left-%s", hostile_run_id);
+	/* A member of sandbox.admin_group (her gid is nogroup): root's key space. */
+	start_daemon(&d, (const char *[]){ "--set", "socket.group=nogroup", "--set", "sandbox.admin_group=nogroup",
+					   NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	a = run_as_user(USER_A_UID, d.sock, scope, false);
+	ck_assert(a.created);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+
+	/* She has left the group (the daemon has none now). */
+	memset(&d, 0, sizeof(d));
+	start_daemon(&d, (const char *[]){ "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	ck_assert_int_eq(msb_connect(d.sock, &c), MSB_OK);
+	ck_assert_int_eq(msb_call(c, "sandbox.acquire",
+				  json_pack("{s:o, s:o}", "key", key_of(scope), "spec", hostile_spec()), NULL),
+			 MSB_E_REMOTE);
+	ck_assert_int_eq(msb_last_error_code(c), 1106);
+	ck_assert_str_eq(msb_last_error_type(c), "SandboxConflict");
+	ck_assert_int_eq(json_integer_value(json_object_get(msb_last_error_data(c), "owner")), USER_A_UID);
+	msg = msb_last_error_message(c);
+	ck_assert_msg(strstr(msg, a.name) && strstr(msg, "65534") && strstr(msg, "ispose"), "message: %s", msg);
+	st = engine_state(a.id);
+	ck_assert_str_eq(st, "running");               /* refused, not touched */
+	free(st);
+
+	/* She acquires in her own key space now, and still has the old one. */
+	a_own = run_as_user(USER_A_UID, d.sock, scope, false);
+	ck_assert(a_own.created);
+	ck_assert_str_ne(a_own.id, a.id);
+	ck_assert_int_eq(a_own.listed, 2);
+
+	/* Root disposes of it by id; its next acquire makes root's own. */
+	ck_assert_int_eq(msb_call(c, "sandbox.dispose",
+				  json_pack("{s:o, s:s}", "key", key_of(scope), "sandbox", a.id), &r), MSB_OK);
+	ck_assert(json_is_null(r));
+	json_decref(r);
+	ck_assert_int_eq(msb_call(c, "sandbox.acquire",
+				  json_pack("{s:o, s:o}", "key", key_of(scope), "spec", hostile_spec()), &root),
+			 MSB_OK);
+	ck_assert(json_is_true(jget(root, "created")));
+	ck_assert_str_eq(jstr(root, "name"), a.name);  /* root's name, root's container */
+	ck_assert_str_ne(jstr(root, "sandbox"), a.id);
+	json_decref(root);
+
+	r = call(d.sock, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", scope, "thread_id", "t"), NULL,
+		 NULL);
+	ck_assert_int_eq(jint(r, "disposed"), 2);
+	json_decref(r);
+	msb_conn_free(c);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* The engine's own message for the pull, by a direct engine call. malloc'd. */
 static char *engine_pull_message(void)
 {
@@ -282,6 +351,7 @@ TCase *hostile_keys_tcase(void)
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, keys_are_per_owner);
+	tcase_add_test(tc, root_space_refuses_a_former_members);
 	tcase_add_test(tc, engine_text_stays_off_the_wire);
 	return tc;
 }
