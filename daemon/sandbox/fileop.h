@@ -155,6 +155,28 @@ bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb);
 /* The refusal of files.list on the archive plane (SandboxCapabilityNotSupported). */
 void fileop_error_no_listing(struct msb_error *reterr);
 
+/* The archive plane's mount rule (files.write, files.remove,
+ * files.reclaim), before any engine request: a write at or beneath /proc,
+ * /sys or /dev (the engine's archive API writes into the image's directory
+ * beneath those mounts, hidden from the guest) → OSError errno EXDEV; a
+ * write over, or a removal of, a mount point of the container (those, and
+ * /dev/shm, /dev/pts, /dev/mqueue, /sys/fs/cgroup, /etc/resolv.conf,
+ * /etc/hostname, /etc/hosts), or a removal of a directory holding one →
+ * OSError errno EBUSY. data.mount names the mount. path: absolute,
+ * normalised; rel as the caller sees it. 0 or -errno with *reterr. */
+int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
+			       struct msb_error *reterr);
+
+/* Descriptors of files.removal_fd_budget the removals in progress hold. */
+size_t fileop_table_fds_in_use(const struct fileop_table *t);
+
+/* Once the registry is known (daemon start): every journal entry of
+ * files.journal_dir no live daemon holds is a temporary a killed daemon
+ * left; each is removed (local plane: unlinked beneath the pinned root,
+ * with the daemon's authority and the guest's resolution rules; archive
+ * plane: rm in the guest), then its entry. */
+void fileop_journal_replay(struct msbd *d);
+
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */
 void fileop_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr);

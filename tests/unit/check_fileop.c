@@ -26,6 +26,7 @@
 #include "errors.h"
 #include "fake_engine.h"
 #include "fileop.h"
+#include "plane_local.h"
 #include "freeze.h"
 #include "log.h"
 #include "loop.h"
@@ -297,14 +298,30 @@ static const struct fake_request *request_with(const char *method)
 	return NULL;
 }
 
+/* Whether name is dir/<a write's temporary> with dir the directory of final. */
+static bool is_temp_beside(const char *name, const char *final)
+{
+	const char *ns = strrchr(name, '/'), *fs = strrchr(final, '/');
+	size_t nd = ns ? (size_t)(ns - name) : 0, fd = fs ? (size_t)(fs - final) : 0;
+
+	return nd == fd && strncmp(name, final, nd) == 0 && plocal_name_is_temp(ns ? ns + 1 : name);
+}
+
 /* A tar read back with libarchive (tar only, no decompression filter: a
  * compressed body fails), one line per entry: "d NAME MODE UID:GID" or
- * "f NAME MODE UID:GID CONTENT", joined with ";". malloc'd. */
+ * "f NAME MODE UID:GID CONTENT", joined with ";". A write's file is sent as
+ * its content under a temporary name in the final directory, then a hard
+ * link entry putting it at the final name: that pair is checked (the link
+ * right after the temporary, naming it, same mode and owner) and listed as
+ * the one "f FINAL ..." line; a temporary left without its link, or any
+ * other link, is listed as "? NAME". malloc'd. */
 static char *tar_list(const void *buf, size_t len)
 {
 	struct archive *a = archive_read_new();
 	struct archive_entry *e;
 	char *out = xstrdup("");
+	char *pending = NULL;      /* the last temporary's name, its line not yet added */
+	char *pending_line = NULL; /* its line after the name: " MODE UID:GID CONTENT" */
 	int r;
 
 	ck_assert_ptr_nonnull(a);
@@ -319,6 +336,31 @@ static char *tar_list(const void *buf, size_t len)
 
 		if (n > 1 && name[n - 1] == '/')
 			name[n - 1] = '\0';
+		if (archive_entry_hardlink(e)) {
+			const char *target = archive_entry_hardlink(e);
+
+			if (pending && strcmp(target, pending) == 0 && is_temp_beside(pending, name)) {
+				line = xasprintf("f %s%s", name, pending_line);
+			} else {
+				line = xasprintf("? %s", name);
+			}
+			free(pending);
+			free(pending_line);
+			pending = pending_line = NULL;
+			joined = xasprintf("%s%s%s", out, *out ? ";" : "", line);
+			free(line);
+			free(out);
+			out = joined;
+			continue;
+		}
+		if (pending) {
+			joined = xasprintf("%s%s? %s", out, *out ? ";" : "", pending);
+			free(out);
+			out = joined;
+			free(pending);
+			free(pending_line);
+			pending = pending_line = NULL;
+		}
 		switch (archive_entry_filetype(e)) {
 		case AE_IFDIR: type = 'd'; break;
 		case AE_IFREG: type = 'f'; break;
@@ -331,6 +373,13 @@ static char *tar_list(const void *buf, size_t len)
 			ck_assert_int_eq(archive_read_data(a, content, size), (la_ssize_t)size);
 			content[size] = '\0';
 		}
+		if (type == 'f' && strrchr(name, '/') && plocal_name_is_temp(strrchr(name, '/') + 1)) {
+			/* The content under its temporary name: the link must follow. */
+			pending = xstrdup(name);
+			pending_line = xasprintf(" %04o %ld:%ld %s", (unsigned)archive_entry_perm(e),
+						 (long)archive_entry_uid(e), (long)archive_entry_gid(e), content);
+			continue;
+		}
 		line = xasprintf("%c %s %04o %ld:%ld%s%s", type, name, (unsigned)archive_entry_perm(e),
 				 (long)archive_entry_uid(e), (long)archive_entry_gid(e), content ? " " : "",
 				 content ? content : "");
@@ -340,6 +389,14 @@ static char *tar_list(const void *buf, size_t len)
 		out = joined;
 	}
 	ck_assert_int_eq(r, ARCHIVE_EOF);
+	if (pending) {
+		char *joined = xasprintf("%s%s? %s", out, *out ? ";" : "", pending);
+
+		free(out);
+		out = joined;
+		free(pending);
+		free(pending_line);
+	}
 	ck_assert_int_eq(archive_filter_code(a, 0), ARCHIVE_FILTER_NONE);
 	ck_assert_int_eq(archive_format(a) & ARCHIVE_FORMAT_BASE_MASK, ARCHIVE_FORMAT_TAR);
 	archive_read_free(a);
@@ -630,11 +687,36 @@ START_TEST(test_write_sequence)
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
 	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-		  "PUT /&noOverwriteDirNonDir=1;unpause;");
+		  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	assert_thawed_before_cb();
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/a.txt 0644 1000:1001 hello");
-	ck_assert_ptr_null(strstr(loop_logged(), "warning"));
+	/* After the thaw, the temporary is removed by rm in the guest, as the
+	 * guest's uid:gid (this fake engine refuses the exec: logged, the
+	 * write stands). */
+	{
+		const struct fake_request *q = NULL;
+		json_auto_t *body = NULL;
+		const json_t *cmd;
+		const char *tmp;
+
+		for (size_t i = 0; i < fake_engine_request_count(); i++)
+			if (strstr(fake_engine_request(i)->path, CPATH "/exec"))
+				q = fake_engine_request(i);
+		ck_assert_ptr_nonnull(q);
+		body = json_loadb((const char *)q->body, q->body_len, 0, NULL);
+		ck_assert_ptr_nonnull(body);
+		cmd = json_object_get(body, "Cmd");
+		ck_assert_uint_eq(json_array_size(cmd), 4);
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 0)), "rm");
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 1)), "-f");
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 2)), "--");
+		tmp = json_string_value(json_array_get(cmd, 3));
+		ck_assert_int_eq(strncmp(tmp, WD "/", strlen(WD) + 1), 0);
+		ck_assert(plocal_name_is_temp(tmp + strlen(WD) + 1));
+		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "1000:1001");
+	}
+	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
 }
 END_TEST
 
@@ -649,24 +731,24 @@ static const struct {
 	const char *tar;
 } mkdir_rows[] = {
 	{ NULL, "sub/deep/a.txt", { "/maf-sandbox", WD }, WD "/sub",
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/sub;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/sub;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work/sub 0755 1000:1001;d maf-sandbox/work/sub/deep 0755 1000:1001;"
 	  "f maf-sandbox/work/sub/deep/a.txt 0644 1000:1001 x" },
 	/* the working directory itself missing: it is made, guest-owned */
 	{ NULL, "a.txt", { "/maf-sandbox" }, WD,
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work 0755 1000:1001;f maf-sandbox/work/a.txt 0644 1000:1001 x" },
 	/* above it missing too: docker makes those (root), no entry */
 	{ NULL, "a.txt", { NULL }, "/maf-sandbox",
-	  "pause;HEAD /maf-sandbox;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work 0755 1000:1001;f maf-sandbox/work/a.txt 0644 1000:1001 x" },
 	/* working_directory "/" (behaviour-docker §2.3) */
 	{ "/", "tmp/run-1/note", { NULL }, "/tmp",
-	  "pause;HEAD /tmp;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /tmp;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d tmp 0755 1000:1001;d tmp/run-1 0755 1000:1001;f tmp/run-1/note 0644 1000:1001 x" },
 	/* a relative working directory beneath the base */
 	{ "proj", "a.txt", { "/maf-sandbox", WD }, WD "/proj",
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/proj;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/proj;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work/proj 0755 1000:1001;f maf-sandbox/work/proj/a.txt 0644 1000:1001 x" },
 };
 
@@ -709,7 +791,7 @@ START_TEST(test_write_empty)
 	op_add(op, PATHS_OP_WRITE, "empty", NULL);
 	fileop_set_owner(op, 0, 0);
 	op_run(op);
-	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/empty;PUT /&noOverwriteDirNonDir=1;unpause;");
+	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/empty;PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/empty 0644 0:0 ");
 }
@@ -736,7 +818,7 @@ START_TEST(test_walk_cache_shared)
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
 	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;HEAD " WD "/d/a.txt;HEAD " WD "/d/b.txt;"
-		  "PUT /&noOverwriteDirNonDir=1;unpause;");
+		  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/d/a.txt 0644 1000:1001 A;f maf-sandbox/work/d/b.txt 0644 1000:1001 B");
 }
@@ -760,7 +842,7 @@ START_TEST(test_walk_cache_absent)
 	op_add(op, PATHS_OP_WRITE, "d/b.txt", "B");
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
-	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;PUT /&noOverwriteDirNonDir=1;unpause;");
+	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "d maf-sandbox/work/d 0755 1000:1001;f maf-sandbox/work/d/a.txt 0644 1000:1001 A;"
 			      "f maf-sandbox/work/d/b.txt 0644 1000:1001 B");
@@ -1283,7 +1365,7 @@ START_TEST(test_put_fails)
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
 	op_run(op);
 	assert_failed(put_fail_rows[_i].code, "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-			  "PUT /&noOverwriteDirNonDir=1;unpause;");
+			  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	assert_thawed_before_cb();
 }
 END_TEST
@@ -1486,7 +1568,7 @@ START_TEST(test_abandon)
 	loop_run_until(base, NULL, 0, 500);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-			 "PUT /&noOverwriteDirNonDir=1;unpause;");
+			 "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);
 }
 END_TEST

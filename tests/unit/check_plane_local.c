@@ -487,7 +487,7 @@ static int do_write(const char *wd, const char *path, const struct plocal_cred *
 {
 	struct paths_plan *p = plan_of(PATHS_OP_WRITE, wd, path);
 	int fds = fd_count();
-	int r = plocal_write(root, p, c, data, len, e);
+	int r = plocal_write(root, p, c, NULL, data, len, e);
 
 	creds_are_daemons();
 	fds_same(fds);
