@@ -90,7 +90,7 @@ static void daemon_up(struct msbd_proc *d, const char *plane, const char *extra)
 	ck_abort_msg("the daemon never read the engine's sandboxes");
 }
 
-static char *acquire(const struct msbd_proc *d, const char *scope, const char **ret_plane)
+static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
 {
 	json_t *key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "agent");
 	int code = 0;
@@ -101,9 +101,9 @@ static char *acquire(const struct msbd_proc *d, const char *scope, const char **
 	ck_assert_msg(r, "acquire failed: %d %s", code, type ? type : "");
 	free(type);
 	id = strdup(jstr(r, "sandbox"));
-	if (ret_plane)
-		*ret_plane = strcmp(jstr(r, "file_plane") ? jstr(r, "file_plane") : "", "local") == 0 ? "local"
-														     : "archive";
+	ck_assert_msg(jstr(r, "file_plane") && strcmp(jstr(r, "file_plane"), want_plane) == 0,
+		      "the sandbox is served by the %s file plane; the test needs %s",
+		      jstr(r, "file_plane") ? jstr(r, "file_plane") : "(none)", want_plane);
 	json_decref(r);
 	return id;
 }
@@ -162,7 +162,7 @@ static void mounts_on(const char *plane)
 
 	snprintf(scope, sizeof(scope), "hf-mounts-%s", plane);
 	daemon_up(&d, plane, NULL);
-	id = acquire(&d, scope, NULL);
+	id = acquire(&d, scope, plane);
 	/* Over a bind-mounted file, and a removal of one: refused, mounts kept. */
 	call_refused(&d, "files.write",
 		     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path",
@@ -250,7 +250,7 @@ static void kill_on(const char *plane)
 
 	snprintf(scope, sizeof(scope), "hf-kill-%s", plane);
 	daemon_up(&d1, plane, NULL);
-	id = acquire(&d1, scope, NULL);
+	id = acquire(&d1, scope, plane);
 	r = call(d1.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", id, "path", "big.bin",
 						   "content_text", OLD_CONTENT), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
@@ -328,7 +328,7 @@ START_TEST(reclaims_share_the_fd_budget)
 
 	snprintf(budget_set, sizeof(budget_set), "files.removal_fd_budget=%d", FD_BUDGET);
 	daemon_up(&d, "local", budget_set);
-	id = acquire(&d, "hf-fds", NULL);
+	id = acquire(&d, "hf-fds", "local");
 	out = guest_out(id, "cd /maf-sandbox/work && p=$(for i in $(seq " "48" "); do printf d/; done) && "
 			    "for t in $(seq 24); do mkdir -p t$t/$p && touch t$t/$p/f; done && echo made");
 	ck_assert_msg(strstr(out, "made"), "the trees were not made: %s", out);
