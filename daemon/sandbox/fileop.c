@@ -419,6 +419,12 @@ static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
 		return;
+	if (op->state == FOP_CLEAN && op->clean) {
+		/* The write landed; only the rm of its temporary is cut short
+		 * (its journal entry stays for the next start). */
+		execrun_cancel(op->clean);
+		return;
+	}
 	op->timed_out = true;
 	msb_error_set(&op->err, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)op->p.timeout_ms),
 		      "the file call did not finish within %ld ms", op->p.timeout_ms);
@@ -463,6 +469,10 @@ void fileop_table_cancel_all(struct fileop_table *t)
 		next = TAILQ_NEXT(op, entry);
 		if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
 			continue;
+		if (op->state == FOP_CLEAN && op->clean) {
+			execrun_cancel(op->clean);     /* the write landed: its outcome stands */
+			continue;
+		}
 		op->timed_out = true;
 		if (!op->err.code)
 			msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
@@ -1449,6 +1459,13 @@ static void fop_local_run(struct fileop *op)
 		break;
 	case FILEOP_REMOVE:
 	case FILEOP_RECLAIM:
+		/* The container's known mount points, and directories holding one:
+		 * refused before anything is removed (a removal that meets any
+		 * other mount is refused where it meets it). */
+		r = fileop_archive_mount_check(op->p.kind, op->items[0].plan->target.path,
+					       op->items[0].plan->target.rel, &e);
+		if (r < 0)
+			break;
 		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,
 				    op->p.kind == FILEOP_RECLAIM || op->p.recursive, &op->rm, &e);
 		if (r == 0 && op->rm) {

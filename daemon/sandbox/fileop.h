@@ -163,7 +163,9 @@ void fileop_error_no_listing(struct msb_error *reterr);
  * /dev/shm, /dev/pts, /dev/mqueue, /sys/fs/cgroup, /etc/resolv.conf,
  * /etc/hostname, /etc/hosts), or a removal of a directory holding one →
  * OSError errno EBUSY. data.mount names the mount. path: absolute,
- * normalised; rel as the caller sees it. 0 or -errno with *reterr. */
+ * normalised; rel as the caller sees it. 0 or -errno with *reterr. The
+ * local plane applies it to removals too (the kernel's own answer covers
+ * its writes and any other mount a removal meets). */
 int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
 			       struct msb_error *reterr);
 
