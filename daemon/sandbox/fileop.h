@@ -12,7 +12,23 @@
  *      │                      a gone container)
  *      │                 → ACT (WRITE/PREPARE: one PUT of one tar at "/";
  *      │                      READ: one GET per item, streamed and capped)
- *      └─ refused ─→ DONE       → THAW (always, whatever happened) → DONE
+ *      └─ refused ─→ DONE       → THAW (always, whatever happened)
+ *                                  → CLEAN (WRITE: rm -f of its temporaries in
+ *                                     the guest, as the guest) → DONE
+ *
+ * A WRITE's tar holds each file's content under a temporary name in its
+ * final directory, then a hard link entry putting it at the final name (the
+ * engine removes what was there first): a tar cut short leaves at most the
+ * temporary, never a short file. Each temporary is journalled in
+ * files.journal_dir before the PUT and forgotten once removed; the next
+ * start of a daemon removes what a killed one left (fileop_journal_replay).
+ * Writes over, and removals of, the container's mount points, and archive
+ * writes beneath /proc, /sys and /dev, are refused before any engine
+ * request (fileop_archive_mount_check).
+ *
+ * Local removals (REMOVE, RECLAIM) hold descriptors across slices: each
+ * takes its share of files.removal_fd_budget before it opens anything, and
+ * waits its turn (FIFO, within its deadline) when the budget is spent.
  *
  * A deadline covers the whole operation, the wait for the freeze included:
  * on expiry the request in flight is cancelled, the freeze released (or
