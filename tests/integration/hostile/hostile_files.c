@@ -14,6 +14,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #define WAIT_MS           30000
 #define RECLAIMS          24
 #define TREE_DEPTH        48
+#define TREE_FILES        1100                  /* at the bottom: a removal spans slices (1024 entries) */
 #define FD_BUDGET         16                    /* four removals at once */
 #define OLD_CONTENT       "old content, whole\n"
 
@@ -42,12 +44,16 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* The test's shared freeze lock and journal: a private dir under the run's
+ * directory (main removes it whatever failed). */
 static void dirs_once(void)
 {
+	struct msbd_proc holder = { 0 };
+
 	if (test_dir[0])
 		return;
-	snprintf(test_dir, sizeof(test_dir), "/tmp/msb-hfiles-%d", (int)getpid());
-	ck_assert(mkdir(test_dir, 0700) == 0 || errno == EEXIST);
+	msbd_prepare(&holder);
+	snprintf(test_dir, sizeof(test_dir), "%s", holder.dir);
 	snprintf(journal_dir, sizeof(journal_dir), "%s/journal", test_dir);
 	snprintf(lock_set, sizeof(lock_set), "freeze.lock_file=%s/freeze.lock", test_dir);
 	snprintf(journal_set, sizeof(journal_set), "files.journal_dir=%s", journal_dir);
@@ -255,8 +261,11 @@ static void kill_on(const char *plane)
 						   "content_text", OLD_CONTENT), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
 	json_decref(r);
-	cpid = container_pid(id);
-	ck_assert_int_gt(cpid, 0);
+	for (int i = 0; i < 50 && (cpid = container_pid(id)) <= 0; i++)
+		usleep(100000);
+	if (cpid <= 0)
+		free(sh_out("docker inspect %s >&2", id));
+	ck_assert_msg(cpid > 0, "no pid for the sandbox's init");
 	b64 = big_b64('n');
 	req = json_pack("{s:s, s:i, s:s, s:{s:s, s:s, s:s}}", "jsonrpc", "2.0", "id", 1, "method", "files.write",
 			"params", "sandbox", id, "path", "big.bin", "content_b64", b64);
@@ -329,8 +338,11 @@ START_TEST(reclaims_share_the_fd_budget)
 	snprintf(budget_set, sizeof(budget_set), "files.removal_fd_budget=%d", FD_BUDGET);
 	daemon_up(&d, "local", budget_set);
 	id = acquire(&d, "hf-fds", "local");
-	out = guest_out(id, "cd /maf-sandbox/work && p=$(for i in $(seq " "48" "); do printf d/; done) && "
-			    "for t in $(seq 24); do mkdir -p t$t/$p && touch t$t/$p/f; done && echo made");
+	/* Each tree: a chain TREE_DEPTH deep, TREE_FILES files at its bottom, so
+	 * its removal yields to the loop deep inside it, and they interleave. */
+	out = guest_out(id, "cd /maf-sandbox/work && p=$(for i in $(seq 48); do printf d/; done) && "
+			    "for t in $(seq 24); do mkdir -p t$t/$p && (cd t$t/$p && seq 1100 | xargs touch); done && "
+			    "echo made");
 	ck_assert_msg(strstr(out, "made"), "the trees were not made: %s", out);
 	free(out);
 	ck_assert(fd_census_take(d.pid, d.sock, &base));
@@ -342,16 +354,23 @@ START_TEST(reclaims_share_the_fd_budget)
 		snprintf(dir, sizeof(dir), "t%d", t);
 		raw_request_send(fd, t, "files.reclaim", json_pack("{s:s, s:s}", "sandbox", id, "directory", dir));
 	}
-	while (replies < RECLAIMS) {
-		json_t *r = raw_recv(fd, WAIT_MS);
+	for (long t0 = now_ms(); replies < RECLAIMS;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		json_t *r;
 
-		ck_assert_msg(r, "a reclaim never answered");
+		/* The daemon's descriptors, sampled while the removals run. */
+		if (fd_census_take(d.pid, d.sock, &now) && now.files - base.files > peak)
+			peak = now.files - base.files;
+		if (poll(&pfd, 1, 2) <= 0) {
+			ck_assert_msg(now_ms() - t0 < WAIT_MS, "a reclaim never answered");
+			continue;
+		}
+		r = raw_recv(fd, WAIT_MS);
+		ck_assert_msg(r, "the daemon closed the connection");
 		ck_assert_msg(json_is_null(json_object_get(r, "result")) && json_object_get(r, "result"),
 			      "a reclaim failed: %s", json_dumps(r, JSON_COMPACT));
 		json_decref(r);
 		replies++;
-		if (fd_census_take(d.pid, d.sock, &now) && now.files - base.files > peak)
-			peak = now.files - base.files;
 	}
 	close(fd);
 	ck_assert_msg(peak <= FD_BUDGET, "the daemon held %d descriptors over its idle count (budget %d)", peak,
