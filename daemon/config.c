@@ -76,6 +76,8 @@ static const struct config_key config_keys[] = {
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
 	K("files.plane", CONFIG_STRING, files_plane, 0, 0, true, "auto, local (openat2 beneath the container's root, no freeze) or archive (the engine's archive API under a freeze)"),
 	K("files.list_max_entries", CONFIG_LONG, files_list_max_entries, 1, 10000000, false, "entries one files.list returns at most (more is refused, never truncated)"),
+	K("files.removal_fd_budget", CONFIG_LONG, files_removal_fd_budget, 0, 1048576, false, "descriptors the removals in progress share (0: a quarter of RLIMIT_NOFILE); a removal past it waits its turn"),
+	K("files.journal_dir", CONFIG_STRING, files_journal_dir, 0, 0, true, "directory journalling the temporaries of writes in progress, so a restarted daemon removes what a killed one left"),
 	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
 	K("exec.on_timeout", CONFIG_STRING, exec_on_timeout, 0, 0, false, "kill: kill what the command started, keep the sandbox; dispose: remove the sandbox"),
 	K("egress.proxy_binary", CONFIG_STRING, egress_proxy_binary, 0, 0, true, "the static egress proxy the proxy image is built from (empty: no allowlist)"),
@@ -111,6 +113,7 @@ struct msbd_config *config_new_defaults(void)
 
 	cfg->socket_path = default_runtime_path(MSB_DEFAULT_SOCKET, "maf-sandbox.sock");
 	cfg->freeze_lock_file = default_runtime_path(MSB_DEFAULT_FREEZE_LOCK_FILE, MSB_FREEZE_LOCK_USER_NAME);
+	cfg->files_journal_dir = default_runtime_path(MSB_DEFAULT_FILES_JOURNAL_DIR, MSB_FILES_JOURNAL_USER_NAME);
 	cfg->socket_mode = MSB_SOCKET_MODE;
 	cfg->engine_timeout_ms = MSB_ENGINE_TIMEOUT_MS;
 	cfg->engine_reconnect_min_ms = MSB_ENGINE_RECONNECT_MIN_MS;
@@ -168,6 +171,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->egress_gateway_mode);
 	free(cfg->egress_state_dir);
 	free(cfg->freeze_lock_file);
+	free(cfg->files_journal_dir);
 	free(cfg->file);
 	free(cfg);
 	return NULL;

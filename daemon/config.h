@@ -50,6 +50,8 @@ struct msbd_config {
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
 	char *files_plane;            /* files.plane: "auto", "local" or "archive" */
 	long files_list_max_entries;  /* files.list_max_entries: children one files.list returns */
+	long files_removal_fd_budget; /* files.removal_fd_budget: descriptors all removals share (0: a quarter of RLIMIT_NOFILE) */
+	char *files_journal_dir;      /* files.journal_dir: temporaries of writes in progress */
 	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
 	char *exec_on_timeout;        /* exec.on_timeout as given: "kill" or "dispose" */
 	char *egress_proxy_binary;  /* egress.proxy_binary: NULL = no allowlist */
@@ -95,6 +97,9 @@ struct msbd_cmdline {
  * host must name the same file for their freezes to keep apart. */
 #define MSB_DEFAULT_FREEZE_LOCK_FILE "/run/maf-sandbox/freeze.lock"
 #define MSB_FREEZE_LOCK_USER_NAME    "maf-sandbox-freeze.lock"
+/* files.journal_dir when root; otherwise $XDG_RUNTIME_DIR/MSB_FILES_JOURNAL_USER_NAME. */
+#define MSB_DEFAULT_FILES_JOURNAL_DIR "/run/maf-sandbox/files-journal"
+#define MSB_FILES_JOURNAL_USER_NAME   "maf-sandbox-files-journal"
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096

@@ -33,6 +33,7 @@ struct msbd {
 	struct fileop_table *fileops;       /* file operations in flight */
 	struct egress *egress;              /* allowlist: proxy image, networks, proxies, decisions */
 	bool registry_synced;               /* a listing has been read since the last resync */
+	bool journal_replayed;              /* files.journal_dir was replayed (once, at the first listing) */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */
 	long resync_backoff_ms;

@@ -226,6 +226,10 @@ static void registry_listed_cb(const struct docker_reply *r, void *arg)
 	d->registry_synced = true;
 	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
 	thaw_orphans(d);
+	if (!d->journal_replayed) {
+		d->journal_replayed = true;
+		fileop_journal_replay(d);
+	}
 }
 
 static void registry_list(struct msbd *d)
