@@ -158,18 +158,23 @@ static void add_proc(struct tree *t, const struct execkill_proc *p, const char *
 	ck_assert_int_eq(symlink(ns, link), 0);
 }
 
-/* The box in the container's namespace, plus a host process (7, in the
- * host's) that started after X: never the container's. */
-static void tree_new(struct tree *t)
+static void tree_empty(struct tree *t)
 {
-	static const struct execkill_proc host = { 7, 1, 'R', 1200 };
-
 	snprintf(t->dir, sizeof(t->dir), "/tmp/check-execkill-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(t->dir));
 	t->proc = xasprintf("%s/proc", t->dir);
 	t->cg = xasprintf("%s/cgroup", t->dir);
 	mkdirs(t->proc);
 	mkdirs(t->cg);
+}
+
+/* The box in the container's namespace, plus a host process (7, in the
+ * host's) that started after X: never the container's. */
+static void tree_new(struct tree *t)
+{
+	static const struct execkill_proc host = { 7, 1, 'R', 1200 };
+
+	tree_empty(t);
 	for (size_t i = 0; i < ELEMENTSOF(box); i++)
 		add_proc(t, &box[i], "pid:[4026532000]");
 	add_proc(t, &host, "pid:[4026531836]");
@@ -293,6 +298,36 @@ START_TEST(test_run_nothing)
 }
 END_TEST
 
+/* A process that will not go (here: a pid no process can have, so every
+ * kill fails): the rounds are bounded, -EAGAIN. */
+START_TEST(test_run_bounded)
+{
+	struct tree t;
+	struct execkill_target x = { 100, 0, 1000 };
+	struct execkill_proc ghost = { 0, 100, 'R', 2000 };
+	_cleanup_free_ char *cgf = NULL;
+	size_t killed = 1;
+	FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+	long max = 0;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%ld", &max), 1);
+	fclose(f);
+	ck_assert_int_lt(max, INT_MAX - 10);
+	ghost.pid = (pid_t)(max + 5);
+	/* Only the init and the ghost: no fake pid a real process could hold
+	 * is ever selected (execkill_run signals real pids). */
+	tree_empty(&t);
+	add_proc(&t, &box[0], "pid:[4026532000]");
+	add_proc(&t, &ghost, "pid:[4026532000]");
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/gone\n");   /* by the pid namespace */
+	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), -EAGAIN);
+	ck_assert_uint_eq(killed, 0);
+	tree_free(&t);
+}
+END_TEST
+
 START_TEST(test_now_ticks)
 {
 	unsigned long long a = execkill_now_ticks(), b;
@@ -334,6 +369,7 @@ static Suite *execkill_suite(void)
 	tcase_add_test(tc, test_scan_pidns);
 	tcase_add_test(tc, test_scan_init_gone);
 	tcase_add_test(tc, test_run_nothing);
+	tcase_add_test(tc, test_run_bounded);
 	suite_add_tcase(s, tc);
 	return s;
 }
