@@ -250,6 +250,13 @@ static void user_image_remove(void)
 	free(sh_out("timeout 60 docker rmi -f %s >/dev/null 2>&1", user_image));
 }
 
+/* The tcase's teardown, in the runner's own process: the image goes even
+ * when the test failed before removing it. */
+static void user_image_teardown(void)
+{
+	free(sh_out("timeout 60 docker rmi -f msb-it-hostile-user:%s >/dev/null 2>&1", hostile_run_id));
+}
+
 static void drift_on(const char *plane)
 {
 	struct msbd_proc p = { 0 };
@@ -332,6 +339,7 @@ TCase *hostile_exec_tcase(void)
 	TCase *tc = tcase_create("exec");
 
 	tcase_set_timeout(tc, 300);
+	tcase_add_unchecked_fixture(tc, NULL, user_image_teardown);
 	tcase_add_test(tc, test_exec_kill_escapes_archive);
 	tcase_add_test(tc, test_exec_kill_escapes_local);
 	tcase_add_test(tc, test_identity_drift);
