@@ -3,8 +3,9 @@
  *
  *  5. The exec kill could be escaped: a child that drops the mark (env -i,
  *     or a new MSB_EXEC_ID) outlived the deadline, and one holding stdout
- *     held the TimeoutError back. Here, on both file planes: three execs
- *     with a 2 s deadline leave such children; each answers TimeoutError
+ *     held the TimeoutError back. Here, on both file planes: four execs
+ *     with a 2 s deadline leave such children (one forks in a loop up to
+ *     the sandbox's pids limit); each answers TimeoutError
  *     (the client's wait is only a hang guard), and afterwards none of
  *     those processes is in the container (the engine's top, polled until
  *     gone, then asserted), while a concurrent exec still within its
@@ -46,7 +47,10 @@
 #define USER_UID "1000"
 
 /* Markers of the processes the escaping execs leave behind. */
-static const char *const escapee_markers[] = { "while :; do :; done", "sleep 1005", "sleep 1007" };
+static const char *const escapee_markers[] = { "while :; do :; done", "sleep 1005", "sleep 1007", "sleep 1010" };
+/* The escape test's sandboxes run at most this many processes (the fork
+ * loop fills it). */
+#define ESCAPE_PIDS_LIMIT "sandbox.pids_limit=128"
 #define SURVIVOR_MARKER "sleep 1006"
 
 static long now_ms(void)
@@ -58,13 +62,13 @@ static long now_ms(void)
 }
 
 /* A daemon on p serving plane, its registry synchronised. */
-static void daemon_up(struct msbd_proc *p, const char *plane)
+static void daemon_up(struct msbd_proc *p, const char *plane, const char *const *args)
 {
 	json_t *r = NULL;
 
 	/* The harness passes $MSB_FILE_PLANE on to every daemon it starts. */
 	setenv("MSB_FILE_PLANE", plane, 1);
-	msbd_start(p, NULL);
+	msbd_start(p, args);
 	json_decref(wait_engine_state(p->sock, "reachable", ENGINE_WAIT_MS));
 	for (int i = 0; i < 200 && !r; i++) {
 		r = call(p->sock, "sandbox.list", NULL, NULL, NULL);
@@ -166,6 +170,8 @@ static void escape_on(const char *plane)
 		"export MSB_EXEC_ID=x; exec sleep 1005",
 		/* daemonized: a new session, the middle process gone (double fork) */
 		"env -i setsid sh -c 'sleep 1007 & exit 0'; exit 0",
+		/* a loop forking faster than one scan, up to the pids limit */
+		"env -i sh -c 'while :; do sleep 1010 & done' &",
 	};
 	struct msbd_proc p = { 0 };
 	char sb[80];
@@ -173,7 +179,9 @@ static void escape_on(const char *plane)
 	long deadline;
 	int fd;
 
-	daemon_up(&p, plane);
+	static const char *const args[] = { "--set", ESCAPE_PIDS_LIMIT, NULL };
+
+	daemon_up(&p, plane, args);
 	acquire(&p, "escape", plane, hostile_spec(), sb);
 	/* The concurrent exec, still within its deadline when the others end. */
 	fd = raw_connect(p.sock);
@@ -265,7 +273,7 @@ static void drift_on(const char *plane)
 	int code = 0;
 	_cleanup_free_ char *before = NULL, *passwd = NULL, *after = NULL, *owner = NULL;
 
-	daemon_up(&p, plane);
+	daemon_up(&p, plane, NULL);
 	json_object_set_new(spec, "image", json_string(user_image));
 	acquire(&p, "drift", plane, spec, sb);
 	before = exec_out(&p, sb, "id -u");
@@ -304,7 +312,7 @@ START_TEST(test_exec_wd_pseudo)
 	struct msbd_proc p = { 0 };
 	char sb[80];
 
-	daemon_up(&p, "archive");
+	daemon_up(&p, "archive", NULL);
 	acquire(&p, "wd", "archive", hostile_spec(), sb);
 	for (size_t i = 0; i < sizeof(wds) / sizeof(wds[0]); i++) {
 		_cleanup_free_ char *type = NULL;
