@@ -55,6 +55,12 @@ static const struct config_key config_keys[] = {
 	K("limits.buffer_budget_bytes", CONFIG_SIZE, buffer_budget_bytes, MSB_FRAME_MIN_BYTES, 1LL << 40, false, "bytes buffered from all clients"),
 	K("limits.frame_timeout_ms", CONFIG_LONG, frame_timeout_ms, 100, 3600000, false, "time for one frame to arrive whole"),
 	K("limits.write_timeout_ms", CONFIG_LONG, write_timeout_ms, 100, 3600000, false, "time a client may leave its replies unread"),
+	K("limits.max_connections_per_uid", CONFIG_LONG, max_connections_per_uid, 1, 65536, false, "client connections of one uid at once (admins exempt)"),
+	K("limits.admin_reserved_connections", CONFIG_LONG, admin_reserved_connections, 0, 65535, false, "of limits.max_connections, kept for admins"),
+	K("limits.max_inflight_per_uid", CONFIG_LONG, max_inflight_per_uid, 1, 1048576, false, "requests in flight of one uid over all its connections (admins exempt)"),
+	K("limits.idle_timeout_ms", CONFIG_LONG, idle_timeout_ms, 0, 86400000, false, "close a connection with nothing under way after this long (0: never)"),
+	K("limits.idle_evict_ms", CONFIG_LONG, idle_evict_ms, 0, 86400000, false, "at a connection limit, close the longest-idle connection idle this long instead of refusing (0: refuse)"),
+	K("limits.uid_buffer_bytes", CONFIG_SIZE, uid_buffer_bytes, 0, 1LL << 40, false, "bytes buffered from one uid's connections (0: half the buffer budget, at least one frame)"),
 	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
 	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
 	K("sandbox.pids_limit", CONFIG_LONG, pids_limit, 1, 4194304, false, "processes one sandbox may run"),
@@ -116,6 +122,11 @@ struct msbd_config *config_new_defaults(void)
 	cfg->frame_timeout_ms = MSB_FRAME_TIMEOUT_MS;
 	cfg->write_timeout_ms = MSB_WRITE_TIMEOUT_MS;
 	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
+	cfg->max_connections_per_uid = MSB_MAX_CONNECTIONS_PER_UID;
+	cfg->admin_reserved_connections = MSB_ADMIN_RESERVED_CONNECTIONS;
+	cfg->max_inflight_per_uid = MSB_MAX_INFLIGHT_PER_UID;
+	cfg->idle_timeout_ms = MSB_IDLE_TIMEOUT_MS;
+	cfg->idle_evict_ms = MSB_IDLE_EVICT_MS;
 	cfg->pids_limit = MSB_PIDS_LIMIT;
 	cfg->init = true;
 	cfg->cap_drop_all = true;
@@ -386,6 +397,33 @@ static int config_check_egress(const struct msbd_config *cfg, char **reterr_mess
 	return 0;
 }
 
+size_t config_uid_buffer_bytes(const struct msbd_config *cfg)
+{
+	size_t half = cfg->buffer_budget_bytes / 2;
+
+	if (cfg->uid_buffer_bytes)
+		return cfg->uid_buffer_bytes;
+	return half > cfg->max_frame_bytes ? half : cfg->max_frame_bytes;
+}
+
+/* The per-uid limits against the daemon-wide ones. */
+static int config_check_fairness(const struct msbd_config *cfg, char **reterr_message)
+{
+	if (cfg->idle_timeout_ms > 0 && cfg->idle_timeout_ms < MSB_IDLE_TIMEOUT_MIN_MS) {
+		*reterr_message = xasprintf("limits.idle_timeout_ms (%ld) must be 0 (never) or at least %d",
+					    cfg->idle_timeout_ms, MSB_IDLE_TIMEOUT_MIN_MS);
+		return -EINVAL;
+	}
+	if (cfg->uid_buffer_bytes &&
+	    (cfg->uid_buffer_bytes < cfg->max_frame_bytes || cfg->uid_buffer_bytes > cfg->buffer_budget_bytes)) {
+		*reterr_message = xasprintf("limits.uid_buffer_bytes (%zu) must be 0 (auto) or from "
+					    "limits.max_frame_bytes (%zu) to limits.buffer_budget_bytes (%zu)",
+					    cfg->uid_buffer_bytes, cfg->max_frame_bytes, cfg->buffer_budget_bytes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_validate(const struct msbd_config *cfg, char **reterr_message)
 {
 	if (!cfg->socket_path || cfg->socket_path[0] != '/') {
@@ -434,6 +472,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 					    cfg->buffer_budget_bytes, cfg->max_frame_bytes);
 		return -EINVAL;
 	}
+	if (config_check_fairness(cfg, reterr_message) < 0)
+		return -EINVAL;
 	if (cfg->engine_reconnect_min_ms > cfg->engine_reconnect_max_ms) {
 		*reterr_message = xasprintf("engine.reconnect_min_ms (%ld) is above "
 					    "engine.reconnect_max_ms (%ld)",

@@ -155,14 +155,28 @@ static json_t *status_engine(const struct engine *e)
 	return j;
 }
 
+/* daemon.status's connections.by_uid lists at most this many uids. */
+#define MSB_STATUS_TOP_UIDS 8
+
+/* Adds the fairness counters and the top uids to status's "connections". */
+static json_t *status_add_fairness(json_t *status, const struct server *srv)
+{
+	json_t *fair = server_fair_status(srv, MSB_STATUS_TOP_UIDS);
+
+	if (status && fair)
+		json_object_update(json_object_get(status, "connections"), fair);
+	json_decref(fair);
+	return status;
+}
+
 static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *params)
 {
 	const struct msbd *d = rpc_call_ctx(call);
 	const struct server_stats *s = server_get_stats(d->server);
 
 	(void)params;
-	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o, "
-					 "s:s, s:s*}",
+	return rpc_reply(call, status_add_fairness(json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, "
+					 "s:{s:I, s:I, s:I}, s:o, s:s, s:s*}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
 		"engine", status_engine(d->engine),
@@ -174,7 +188,7 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"errors", (json_int_t)s->requests_errors,
 		"egress", egress_status_json(d->egress),
 		"file_plane", d->plane_local ? "local" : "archive",
-		"file_plane_reason", d->plane_reason));
+		"file_plane_reason", d->plane_reason), d->server));
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)

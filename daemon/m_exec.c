@@ -104,6 +104,7 @@ const struct rpc_param m_exec_spec[] = {
 	P("env", RPC_PARAM_OBJECT, false, env, NULL),
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
 	P("stream", RPC_PARAM_BOOL, false, stream, NULL),
+	P("text", RPC_PARAM_BOOL, false, text, NULL),
 	{ NULL },
 };
 
@@ -115,6 +116,14 @@ struct exec_req {
 	struct timespec started;
 	long timeout_ms;
 	size_t max_output;
+	bool text;            /* text: true — the reply's _text views too */
+	/* stream: true — output not yet notified, per stream (stdout, stderr),
+	 * and the timer that sends it (exec_stream_flush). */
+	struct exec_pending {
+		uint8_t *data;    /* EXEC_STREAM_FLUSH_BYTES, once output came */
+		size_t len;
+	} pending[2];
+	struct event *flush_ev;
 	int failure;          /* the error answered with, before the kill */
 	/* What to run, kept while the guest's identity is resolved. */
 	json_t *command;      /* the command param (a new reference) */
@@ -199,18 +208,69 @@ json_t *m_exec_text_view(const uint8_t *b, size_t n)
 
 /* ---- the run ------------------------------------------------------------- */
 
-/* stream: true — each chunk as it arrives, bounded by max_output in all. */
+/* stream: true — output goes out as exec.output notifications, each byte
+ * once, in base64. Chunks are merged per stream for up to
+ * EXEC_STREAM_FLUSH_MS or EXEC_STREAM_FLUSH_BYTES, so a guest writing a
+ * byte at a time costs one notification envelope (~100 bytes and the id) a
+ * period, not one a byte. */
+static void exec_stream_flush(struct exec_req *x)
+{
+	static const char *const names[] = { "stdout", "stderr" };
+
+	if (x->flush_ev)
+		evtimer_del(x->flush_ev);
+	for (int i = 0; i < 2; i++) {
+		struct exec_pending *p = &x->pending[i];
+
+		if (p->len == 0)
+			continue;
+		rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
+				json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call), "stream", names[i],
+					  "data_b64", msb_base64_json(p->data, p->len)));
+		p->len = 0;
+	}
+}
+
+static void exec_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_stream_flush(arg);
+}
+
 static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg)
 {
 	struct exec_req *x = arg;
+	struct exec_pending *p = &x->pending[stream == 1 ? 0 : 1];
+	struct timeval tv = { 0, EXEC_STREAM_FLUSH_MS * 1000 };
 
-	rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
-			json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call),
-				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", msb_base64_json(data, len)));
+	while (len > 0) {
+		size_t k = EXEC_STREAM_FLUSH_BYTES - p->len;
+
+		if (k > len)
+			k = len;
+		if (!p->data)
+			p->data = xmalloc(EXEC_STREAM_FLUSH_BYTES);
+		memcpy(p->data + p->len, data, k);
+		p->len += k;
+		data += k;
+		len -= k;
+		if (p->len == EXEC_STREAM_FLUSH_BYTES)
+			exec_stream_flush(x);
+	}
+	if (!x->pending[0].len && !x->pending[1].len)
+		return;
+	/* Without its timer (out of memory), each chunk goes out at once. */
+	if (!x->flush_ev || (!evtimer_pending(x->flush_ev, NULL) && evtimer_add(x->flush_ev, &tv) < 0))
+		exec_stream_flush(x);
 }
 
 static void exec_req_free(struct exec_req *x)
 {
+	if (x->flush_ev)
+		event_free(x->flush_ev);
+	free(x->pending[0].data);
+	free(x->pending[1].data);
 	json_decref(x->command);
 	for (size_t i = 0; x->env && x->env[i]; i++)
 		free(x->env[i]);
@@ -365,18 +425,34 @@ static void exec_kill_then_fail(struct exec_req *x, int failure)
 	exec_mark_kill(x);
 }
 
+/* The result (new reference). Each output byte is on the wire once, in
+ * base64 (4/3 of it), unless the caller asked text: true: then also in the
+ * text views (up to 6 bytes a byte: \u00XX for a control byte). */
+static json_t *exec_result(const struct exec_req *x, const struct execrun_result *r)
+{
+	json_int_t ms = (json_int_t)since_ms(&x->started);
+
+	if (!x->text)
+		return json_pack("{s:i, s:o, s:o, s:I}", "exit_code", r->exit_code,
+				 "stdout_b64", msb_base64_json(r->out, r->out_len),
+				 "stderr_b64", msb_base64_json(r->err, r->err_len), "duration_ms", ms);
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
+			 "stdout_b64", msb_base64_json(r->out, r->out_len),
+			 "stderr_b64", msb_base64_json(r->err, r->err_len),
+			 "stdout_text", m_exec_text_view(r->out, r->out_len),
+			 "stderr_text", m_exec_text_view(r->err, r->err_len), "duration_ms", ms);
+}
+
 static void exec_done_cb(const struct execrun_result *r, void *arg)
 {
 	struct exec_req *x = arg;
 
+	/* What was streamed comes before the reply (or the error). */
+	exec_stream_flush(x);
+
 	switch (r->error) {
 	case 0:
-		rpc_call_reply(x->call, json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
-						  "stdout_b64", msb_base64_json(r->out, r->out_len),
-						  "stderr_b64", msb_base64_json(r->err, r->err_len),
-						  "stdout_text", m_exec_text_view(r->out, r->out_len),
-						  "stderr_text", m_exec_text_view(r->err, r->err_len),
-						  "duration_ms", (json_int_t)since_ms(&x->started)));
+		rpc_call_reply(x->call, exec_result(x, r));
 		break;
 	case -ETIMEDOUT:
 	case -EFBIG:
@@ -577,6 +653,9 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	if (x->timeout_ms < 1)
 		x->timeout_ms = 1;
 	x->max_output = d->config->exec_max_output_bytes;
+	x->text = p->text;
+	if (p->stream)
+		x->flush_ev = evtimer_new(d->base, exec_flush_cb, x);
 	env[n_env] = xasprintf(EXEC_MARK_NAME "=%s", x->token);
 	x->env = TAKE_PTR(env);
 	x->command = json_incref(p->command);

@@ -114,7 +114,9 @@ int docker_archive_stat(struct engine *e, const char *id, const char *path, dock
 			void *arg, struct engine_req **ret_req);
 
 /* One chunk of a 200 reply's tar (borrowed). Return 0 to go on, or a
- * negative errno to abort: done then gets that error. Runs inside the
+ * negative errno to abort: done then gets that error. A logs or exec stream
+ * may also return ENGINE_DATA_PAUSE (http.h): the chunk is handed again
+ * after engine_req_resume() on its request. Runs inside the
  * transfer, under http.h's on_data rules (no cancel, no free; a request it
  * starts is refused with -EBUSY). Never called for any other status. */
 typedef int docker_data_cb(const void *data, size_t len, void *arg);
@@ -186,15 +188,18 @@ int docker_exec_inspect(struct engine *e, const char *exec_id, docker_cb *cb, vo
  * ':' that follows the last '/'; a digest goes whole into fromImage; no tag
  * means "latest"). The 200 body is JSON lines: each object goes to progress
  * (borrowed); an object with "error" or "errorDetail" ends the pull with
- * done(-EIO, its message). A non-200 status ends it with done(-EIO,
- * Docker's message). idle_timeout_ms bounds the wait for each line. done
- * fires exactly once: 0 and NULL on success. progress runs inside the
- * transfer, under http.h's on_data rules (no cancel, no free; a request it
- * starts is refused with -EBUSY). */
+ * done(-EIO, 200, its message). A non-200 status ends it with done(-EIO,
+ * status, Docker's message). A transport failure: done(-errno, 0, why).
+ * idle_timeout_ms bounds the wait for each line. done fires exactly once:
+ * 0, 200 and NULL on success. The message is the engine's own text: for
+ * the log, never for the wire. progress runs inside the transfer, under
+ * http.h's on_data rules (no cancel, no free; a request it starts is
+ * refused with -EBUSY). */
 typedef void docker_progress_cb(const json_t *line, void *arg);
 typedef void docker_pull_done_cb(int error, const char *message, void *arg);
+typedef void docker_image_pull_cb(int error, long status, const char *message, void *arg);
 int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long idle_timeout_ms,
-		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      docker_progress_cb *progress, docker_image_pull_cb *done, void *arg,
 		      struct engine_req **ret_req);
 
 /* Load: POST /images/load?quiet=1, the `docker save` archive tar[0..len)

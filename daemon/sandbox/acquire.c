@@ -311,6 +311,11 @@ static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r,
  * is not this key's (a foreign look-alike, a hash collision) is refused. */
 /* ---- preparing: identity and work dir ----------------------------------- */
 
+uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer)
+{
+	return msbd_peer_is_admin(d, peer) ? NAMES_SEED_UID : peer->uid;
+}
+
 bool acquire_spec_needs_prepare(const struct msb_spec *spec)
 {
 	return (spec->requires & ACQ_NEEDS_WORKDIR) != 0;
@@ -342,6 +347,27 @@ static const struct acq_probe {
 
 static void acq_probe_next(struct acquire_op *op);
 
+/* Why a probe could not run, in words of ours (the wire gets these; the
+ * engine's text and strerror go to the log). */
+static const char *acq_probe_why(int error)
+{
+	switch (error) {
+	case -ENOENT:
+		return "the sandbox is gone";
+	case -ESRCH:
+		return "the sandbox is not running";
+	case -EIO:
+		return "the Docker engine refused to run it";
+	case -ETIME:
+	case -ETIMEDOUT:
+		return "it did not finish in time";
+	case -EFBIG:
+		return "it wrote too much";
+	default:
+		return "the Docker engine could not be reached";
+	}
+}
+
 static void acq_probe_cb(const struct execrun_result *r, void *arg)
 {
 	struct acquire_op *op = arg;
@@ -371,7 +397,7 @@ static void acq_probe_cb(const struct execrun_result *r, void *arg)
 			op->probes_failed |= MSB_BIT(MSB_CAP_EXEC);
 		if (!op->probe_failure)
 			op->probe_failure = r->error ? xasprintf("the %s probe could not run (%s)", p->name,
-								 strerror(-r->error))
+								 acq_probe_why(r->error))
 						     : xasprintf("the %s probe exited %d", p->name, r->exit_code);
 	}
 	acq_probe_next(op);
@@ -702,18 +728,57 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 	}
 }
 
-static void acq_pull_done_cb(int error, const char *message, void *arg)
+/* A failed pull, as the wire gets it: the code and a stable reason naming
+ * the image and the fix, never the engine's text (its message names
+ * registries, resolvers, addresses of the host: the log has it). */
+static void acq_pull_error(const char *ref, int error, long status, struct msb_error *reterr)
+{
+	if (error == -EIO && status == 0)
+		error = -ECONNRESET;   /* no response line: the transfer broke */
+	switch (error) {
+	case -ECANCELED:
+		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		return;
+	case -ETIMEDOUT:
+		msb_error_set(reterr, MSB_ERR_ENGINE_TIMEOUT, json_pack("{s:s}", "image", ref),
+			      "pulling image %s did not finish within sandbox.pull_timeout_ms (pull it into the "
+			      "engine beforehand, or raise the timeout)", ref);
+		return;
+	case -EIO:
+		/* The engine answered: it, or the registry behind it, refused. */
+		if (status == 404)
+			msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+				      json_pack("{s:s, s:i}", "image", ref, "engine_status", (int)status),
+				      "image not found: %s (pull it or check the name)", ref);
+		else
+			msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+				      json_pack("{s:s, s:i}", "image", ref, "engine_status", (int)status),
+				      "image could not be pulled: %s (the engine or its registry refused it; pull "
+				      "it or check the name; the daemon's log has the engine's reason)", ref);
+		return;
+	case -EPROTO:
+	case -EMSGSIZE:
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
+			      "image could not be pulled: %s (the engine's progress stream was unusable)", ref);
+		return;
+	default:
+		/* The engine itself could not be reached, or the transfer broke. */
+		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, json_pack("{s:s}", "image", ref),
+			      "the Docker engine could not be reached while pulling image %s", ref);
+		return;
+	}
+}
+
+static void acq_pull_done_cb(int error, long status, const char *message, void *arg)
 {
 	struct acquire_op *op = arg;
+	const char *ref = msb_spec_image_ref(&op->spec);
 
 	op->req = NULL;
 	if (error < 0) {
-		log_warnx("sandbox %s: could not pull image %s: %s", op->name,
-			  msb_spec_image_ref(&op->spec), message ? message : strerror(-error));
-		msb_error_set(&op->err, error == -ECANCELED ? MSB_ERR_SHUTTING_DOWN : MSB_ERR_ENGINE_ERROR,
-			      json_pack("{s:s}", "image", msb_spec_image_ref(&op->spec)),
-			      "could not pull image %s: %s", msb_spec_image_ref(&op->spec),
-			      message ? message : strerror(-error));
+		log_warnx("sandbox %s: could not pull image %s (HTTP %ld): %s", op->name, ref, status,
+			  message ? message : strerror(-error));
+		acq_pull_error(ref, error, status, &op->err);
 		acq_fail(op);
 		return;
 	}

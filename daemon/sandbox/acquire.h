@@ -92,6 +92,12 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
  * identity. Same contract as acquire_start. */
 struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
 				      json_t *key_json, json_t *spec_json, uid_t owner);
+/* The key space peer's acquires are named in (names_container_ns):
+ * NAMES_SEED_UID for root and the members of sandbox.admin_group (acting
+ * for root: the seed's own names, so its containers are adopted); every
+ * other caller's own uid, so no user's key ever names another's container. */
+uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer);
+
 /* Does an acquire with this spec prepare anything (work dir, identity)? */
 bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 

@@ -342,7 +342,9 @@ static json_t *workload_config(const struct sc_run *s, size_t i, char *ret_name)
 		goto out;
 	}
 	egress_id = names_egress_id(&spec, false);
-	names_container(&key, spec.kind, egress_id, ret_name);
+	/* The key space the daemon names this caller's acquires in (root's is the
+	 * seed's; a member of sandbox.admin_group would be in root's too). */
+	names_container_ns(&key, spec.kind, egress_id, getuid(), ret_name);
 	labels = names_workload_labels(&key, &spec, getuid());
 	raw_key = json_pack("[s, s, s, s, s]", key.scope, key.thread_id, key.agent_dir, key.call_id, spec.kind);
 	raw = json_dumps(raw_key, JSON_COMPACT);

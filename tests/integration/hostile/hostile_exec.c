@@ -121,8 +121,9 @@ static json_t *exec_sh(struct msbd_proc *p, const char *sb, const char *cmd, dou
 		       char **ret_type)
 {
 	return call(p->sock, "sandbox.exec",
-		    json_pack("{s:s, s:s, s:f}", "sandbox", sb, "command", cmd, "timeout_seconds", timeout_s), ret_code,
-		    ret_type);
+		    json_pack("{s:s, s:s, s:f, s:b}", "sandbox", sb, "command", cmd, "timeout_seconds", timeout_s,
+			      "text", 1),
+		    ret_code, ret_type);
 }
 
 /* stdout of a shell command that must succeed (malloc'd). */
@@ -329,8 +330,8 @@ START_TEST(test_exec_wd_pseudo)
 	{
 		int code = 0;
 		json_t *r = call(p.sock, "sandbox.exec",
-				 json_pack("{s:s, s:s, s:s, s:i}", "sandbox", sb, "command", "pwd", "working_directory",
-					   "/tmp", "timeout_seconds", 10),
+				 json_pack("{s:s, s:s, s:s, s:i, s:b}", "sandbox", sb, "command", "pwd",
+					   "working_directory", "/tmp", "timeout_seconds", 10, "text", 1),
 				 &code, NULL);
 
 		ck_assert_msg(r && jint(r, "exit_code") == 0, "pwd in /tmp: %d", code);
