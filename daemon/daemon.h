@@ -42,6 +42,10 @@ struct msbd {
 	 * local, or archive and why. fileop.h decides per sandbox. */
 	bool plane_local;
 	const char *plane_reason;          /* static; NULL when local */
+	/* A timed-out exec's processes are found and killed from the host
+	 * (execkill.h): the engine is on a local unix socket, the daemon is
+	 * root and has pidfds. Else by the mark only (m_exec.c). */
+	bool exec_host_kill;
 };
 
 /* A failed registry listing is retried after a backoff between these. */

@@ -3,10 +3,12 @@
 #include <getopt.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -476,6 +478,28 @@ static int choose_plane(struct msbd *d, const struct engine_endpoint *ep)
 	return 0;
 }
 
+/* The exec kill from the host (execkill.h, m_exec.c): the engine's
+ * processes are this host's, the daemon is root, pidfds exist. */
+static void choose_exec_kill(struct msbd *d, const struct engine_endpoint *ep)
+{
+	int fd;
+
+	d->exec_host_kill = false;
+	if (ep->kind != ENGINE_ENDPOINT_UNIX || geteuid() != 0) {
+		log_info("exec kill: by the mark only (%s)", ep->kind != ENGINE_ENDPOINT_UNIX
+			 ? "the engine is not on a local unix socket" : "the daemon does not run as root");
+		return;
+	}
+	fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (fd < 0) {
+		log_info("exec kill: by the mark only (no pidfd_open)");
+		return;
+	}
+	close(fd);
+	d->exec_host_kill = true;
+	log_info("exec kill: from the host (the container's cgroup), the mark as fallback");
+}
+
 static int start(struct msbd_main *m)
 {
 	struct engine_endpoint *ep = NULL;
@@ -497,6 +521,7 @@ static int start(struct msbd_main *m)
 	log_info("Docker endpoint %s (from %s)", ep->host, ep->source);
 	if (choose_plane(&m->d, ep) < 0)
 		return -EINVAL;
+	choose_exec_kill(&m->d, ep);
 	m->d.engine = engine_new(m->d.base, ep, &eo, engine_state_changed_cb, m);
 	if (!m->d.engine) {
 		log_warnx("cannot set up the engine client");

@@ -231,7 +231,7 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      op->probe_failure ? op->probe_failure : "a command probe failed");
 		return;
 	}
-	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest_known || !sb->guest_resolved)) {
+	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest.known || !sb->guest.resolved)) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[ss]}", "missing", "files_out", "host_tools"),
 			      "the image's user could not be resolved, which files_out, host_tools need. "
@@ -531,7 +531,6 @@ static void acq_workdir(struct acquire_op *op)
 static void acq_identity_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
 {
 	struct acquire_op *op = arg;
-	struct sandbox *sb;
 
 	op->guest = NULL;
 	if (err) {
@@ -539,15 +538,9 @@ static void acq_identity_cb(const struct msb_error *err, const struct guest_iden
 		acq_fail(op);
 		return;
 	}
+	/* Fixed in the registry entry by guest.c (the first resolution wins). */
 	op->ident = *id;
 	op->ident_known = true;
-	sb = registry_find_id(op->d->registry, op->id);
-	if (sb) {
-		sb->guest_known = true;
-		sb->guest_resolved = id->resolved;
-		sb->guest_uid = id->uid;
-		sb->guest_gid = id->gid;
-	}
 	acq_workdir(op);
 }
 
@@ -569,8 +562,8 @@ static void acq_prepare(struct acquire_op *op)
 		acq_prepared(op);
 		return;
 	}
-	if (sb && sb->guest_known) {
-		op->ident = (struct guest_identity){ sb->guest_resolved, sb->guest_uid, sb->guest_gid };
+	if (sb && sb->guest.known) {
+		op->ident = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
 		op->ident_known = true;
 		acq_workdir(op);
 		return;
