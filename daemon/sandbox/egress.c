@@ -584,8 +584,11 @@ static void follower_turn_cb(evutil_socket_t fd, short what, void *arg)
 	f->turn_bytes = 0;
 	if (f->paused) {
 		f->paused = false;
+		/* may hand the kept chunk now, and if that ends the stream (a
+		 * bad frame: -EPROTO) follower_done_cb runs inside: f may be
+		 * gone after this, and nothing here touches it again */
 		if (f->req)
-			engine_req_resume(f->req);   /* may hand the kept chunk now */
+			engine_req_resume(f->req);
 	}
 }
 
