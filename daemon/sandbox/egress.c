@@ -992,8 +992,13 @@ void egress_proxy_removed(struct egress *eg, const char *proxy_id)
 	if (f && f->n_drains > 0)
 		return;   /* a drain still reads it; it is forgotten when its stream ends */
 	if (f) {
-		cursor_remove(eg, f->id);
+		char id[sizeof(f->id)];
+
+		/* the follower first: cancelling its stream publishes what it
+		 * holds and saves its cursor; the cursor goes after that */
+		snprintf(id, sizeof(id), "%s", f->id);
 		follower_free(f);
+		cursor_remove(eg, id);
 	} else if (names_id_is_full(proxy_id)) {
 		cursor_remove(eg, proxy_id);
 	}

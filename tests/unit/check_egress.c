@@ -233,6 +233,60 @@ START_TEST(drain_of_a_flood_is_coalesced_and_paced)
 }
 END_TEST
 
+/* A proxy followed live holds decisions (more than a window takes one by
+ * one) when it is removed behind our back: its held decisions are
+ * published as its stream is cancelled, and its cursor goes and stays
+ * gone (it was written again by that cancel, never to be swept). */
+START_TEST(removed_while_holding_leaves_no_cursor)
+{
+	static char body[8192];
+	static struct fake_reply script[4];
+	const int lines = EGRESS_EVENTS_PER_WINDOW + 10;
+	const struct fake_reply fill[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/json", .headers = JSON_TYPE, .repeat = true,
+		  .body = "[{\"Id\":\"" PROXY_ID "\",\"Names\":[\"/" NAME "-proxy\"],\"State\":\"running\","
+			  "\"Labels\":{" PROXY_LABELS "}}]" },
+		{ .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = body, .stall = true },
+	};
+	_cleanup_free_ char *cursor = xasprintf("%s/egress/%s", state_dir, PROXY_ID);
+	size_t len = 0;
+	json_int_t held = 0;
+	json_t *st;
+
+	for (int i = 0; i < lines; i++)
+		len += mux(body + len, T1 "DENY b.test:443\n");
+	ck_assert_uint_lt(len, sizeof(body));
+	memcpy(script, fill, sizeof(fill));
+	script[3].body_len = len;
+	d.egress = egress_new(&d);
+	loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script), RUN_MAX_MS);
+	egress_resync(d.egress);
+	/* hang guard: 150 × 20 ms */
+	for (int i = 0; i < 150 && held == 0; i++) {
+		loop_run_until(base, NULL, 0, 20);
+		st = egress_status_json(d.egress);
+		held = json_integer_value(json_object_get(st, "decisions_held"));
+		json_decref(st);
+	}
+	/* (the reply stalls one byte short: its last line is not whole) */
+	ck_assert_int_gt(held, 0);
+	ck_assert_uint_eq(egress_decisions_published(d.egress), EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_int_eq(access(cursor, F_OK), 0);
+	egress_proxy_removed(d.egress, PROXY_ID);
+	ck_assert_uint_eq(egress_decisions_published(d.egress), EGRESS_EVENTS_PER_WINDOW + (uint64_t)held);
+	ck_assert_msg(access(cursor, F_OK) == -1 && errno == ENOENT, "the removed proxy's cursor %s is there",
+		      cursor);
+	/* nothing writes it later either */
+	loop_run_until(base, NULL, 0, 50);
+	ck_assert_int_eq(access(cursor, F_OK), -1);
+	st = egress_status_json(d.egress);
+	ck_assert_int_eq(json_integer_value(json_object_get(st, "decisions_held")), 0);
+	json_decref(st);
+	fake_engine_stop();
+}
+END_TEST
+
 START_TEST(drain_of_an_absent_proxy_publishes_nothing)
 {
 	struct fake_reply script[] = {
@@ -718,6 +772,7 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, drain_publishes_once_across_restarts);
 	tcase_add_test(tc, drain_of_an_absent_proxy_publishes_nothing);
 	tcase_add_test(tc, drain_of_a_flood_is_coalesced_and_paced);
+	tcase_add_test(tc, removed_while_holding_leaves_no_cursor);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("topology");
 	tcase_add_checked_fixture(tc, setup, teardown);
