@@ -148,7 +148,7 @@ uint64_t egress_decisions_published(const struct egress *eg);
 /* daemon.status's "egress": {"configured", "image": {"ref", "state", "id",
  * "error"}, "proxies_followed", "decisions_published", "decisions_seen",
  * "decisions_held", "decisions_coalesced", "events_published",
- * "stream_pauses"}. New reference. */
+ * "stream_pauses", "decisions_not_logged"}. New reference. */
 json_t *egress_status_json(const struct egress *eg);
 
 #endif
