@@ -312,6 +312,7 @@ struct pause_once {
 	struct event *resume_ev;
 	int offered, resumed, redelivery_ret;
 	long resume_ms;
+	int action;                 /* at resume_ms: 0 resume, 1 cancel, 2 free the http object */
 };
 
 static int pause_once_data_cb(struct engine_req *req, long status, const void *data, size_t len, void *arg)
@@ -333,6 +334,14 @@ static void pause_once_resume_cb(evutil_socket_t fd, short what, void *arg)
 	struct pause_once *p = arg;
 
 	(void)fd, (void)what;
+	if (p->action == 1) {
+		engine_req_cancel(p->req);
+		return;
+	}
+	if (p->action == 2) {
+		http = engine_http_free(http);
+		return;
+	}
 	p->resumed++;
 	engine_req_resume(p->req);
 }
@@ -407,6 +416,59 @@ START_TEST(test_stream_idle_after_resume)
 	ck_assert_int_eq(p.r.calls, 1);
 	ck_assert_int_eq(p.r.error, -ETIMEDOUT);
 	ck_assert_str_eq(p.r.data, script[0].body);
+	result_release(&p.r);
+}
+END_TEST
+
+/* The whole reply, last chunk included, read while paused on its first
+ * chunk: the resume hands the rest and the request ends, once. */
+START_TEST(test_stream_pause_at_end)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
+	};
+	struct pause_once p = { .resume_ms = 50 };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, 0);
+	ck_assert_str_eq(p.r.data, script[0].body);
+	result_release(&p.r);
+}
+END_TEST
+
+/* The engine closes the connection mid-reply while the stream is paused:
+ * the resume hands what came and the request ends with the reset, once. */
+START_TEST(test_stream_close_while_paused)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .close_after_bytes = 120 },
+	};
+	struct pause_once p = { .resume_ms = 50 };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -ECONNRESET);
+	result_release(&p.r);
+}
+END_TEST
+
+/* A paused request cancelled, or its http object freed: -ECANCELED, once. */
+START_TEST(test_stream_cancel_while_paused)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .stall = true },
+	};
+	struct pause_once p = { .resume_ms = 20, .action = 1 + _i };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.offered, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -ECANCELED);
 	result_release(&p.r);
 }
 END_TEST
@@ -986,6 +1048,9 @@ static Suite *engine_req_suite(void)
 	tcase_add_test(tc, test_stream_resume_abort);
 	tcase_add_test(tc, test_stream_pause_longer_than_idle);
 	tcase_add_test(tc, test_stream_idle_after_resume);
+	tcase_add_test(tc, test_stream_pause_at_end);
+	tcase_add_test(tc, test_stream_close_while_paused);
+	tcase_add_loop_test(tc, test_stream_cancel_while_paused, 0, 2);
 	tcase_add_test(tc, test_headers);
 	tcase_add_test(tc, test_headers_final_only);
 	tcase_add_test(tc, test_headers_too_big);
