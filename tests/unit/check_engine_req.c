@@ -362,17 +362,18 @@ static void pause_once_run(const struct fake_reply *script, struct pause_once *p
 
 /* on_data refuses the chunk handed again by the resume (libcurl 7.88 hands
  * it inside curl_easy_pause, which then fails before it re-arms the
- * transfer): the request ends with on_data's value, done fires once. The
- * reply stalls, so only the resume can end it. */
+ * transfer): the request ends with on_data's value, done fires once.
+ * Either the reply stalls (only the resume can end it) or it is whole. */
 START_TEST(test_stream_resume_abort)
 {
 	static const struct fake_reply script[] = {
 		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
 		  .stall = true },
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
 	};
 	struct pause_once p = { .redelivery_ret = -EPIPE, .resume_ms = 20 };
 
-	pause_once_run(script, &p, 0);
+	pause_once_run(&script[_i], &p, 0);
 	ck_assert_int_eq(p.resumed, 1);
 	ck_assert_int_eq(p.r.calls, 1);
 	ck_assert_int_eq(p.r.error, -EPIPE);
@@ -1045,7 +1046,7 @@ static Suite *engine_req_suite(void)
 	tcase_add_test(tc, test_stream_on_data);
 	tcase_add_test(tc, test_stream_abort);
 	tcase_add_test(tc, test_stream_pause);
-	tcase_add_test(tc, test_stream_resume_abort);
+	tcase_add_loop_test(tc, test_stream_resume_abort, 0, 2);
 	tcase_add_test(tc, test_stream_pause_longer_than_idle);
 	tcase_add_test(tc, test_stream_idle_after_resume);
 	tcase_add_test(tc, test_stream_pause_at_end);
