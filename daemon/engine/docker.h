@@ -115,8 +115,9 @@ int docker_archive_stat(struct engine *e, const char *id, const char *path, dock
 
 /* One chunk of a 200 reply's tar (borrowed). Return 0 to go on, or a
  * negative errno to abort: done then gets that error. A logs or exec stream
- * may also return ENGINE_DATA_PAUSE (http.h): the chunk is handed again
- * after engine_req_resume() on its request. Runs inside the
+ * may also return ENGINE_DATA_PAUSE (http.h): its bytes are handed again,
+ * maybe cut otherwise, after engine_req_resume() on its request (which may
+ * fire done before it returns). Runs inside the
  * transfer, under http.h's on_data rules (no cancel, no free; a request it
  * starts is refused with -EBUSY). Never called for any other status. */
 typedef int docker_data_cb(const void *data, size_t len, void *arg);

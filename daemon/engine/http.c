@@ -66,6 +66,7 @@ struct engine_req {
 	struct engine_header *req_hdrs;
 	size_t req_nhdrs, req_hdrs_cap, req_hdr_bytes;
 	int req_abort;              /* set by our libcurl callbacks; 0 = none */
+	bool req_paused;            /* on_data paused it: the idle deadline waits too */
 	char req_errbuf[CURL_ERROR_SIZE];
 	struct engine_req *req_prev, *req_next;
 };
@@ -240,12 +241,13 @@ static void req_free(struct engine_req *req)
 	free(req);
 }
 
-/* Restarts the idle deadline: called for every byte received. */
+/* Restarts the idle deadline: called for every byte received, and on
+ * resume. A paused stream has none: we, not the engine, hold it back. */
 static void req_touch(struct engine_req *req)
 {
 	struct timeval tv;
 
-	if (!req->req_idle)
+	if (!req->req_idle || req->req_paused)
 		return;
 	tv = ms_to_tv(req->req_idle_ms);
 	if (evtimer_add(req->req_idle, &tv) < 0)
@@ -367,8 +369,13 @@ static size_t req_write_cb(char *data, size_t size, size_t nmemb, void *userdata
 		req->req_abort = r;
 		return 0;
 	}
-	if (r == ENGINE_DATA_PAUSE)
+	if (r == ENGINE_DATA_PAUSE) {
+		/* the idle deadline stops until engine_req_resume() */
+		req->req_paused = true;
+		if (req->req_idle)
+			evtimer_del(req->req_idle);
 		return CURL_WRITEFUNC_PAUSE;
+	}
 	return n;
 }
 
@@ -778,13 +785,22 @@ void engine_req_resume(struct engine_req *req)
 	/* Resuming from on_data (inside libcurl) is a caller bug. */
 	assert(!http->in_curl);
 	http_enter(http);
+	/* the idle deadline runs again from now (on_data may pause it again) */
+	req->req_paused = false;
+	req_touch(req);
 	http->in_curl = true;
 	/* May hand the kept chunk to on_data now; the rest comes from the loop. */
 	code = curl_easy_pause(req->req_easy, CURLPAUSE_CONT);
 	http->in_curl = false;
-	if (code != CURLE_OK)
-		log_warnx("%s: req %llu: %s, ignoring", __func__, (unsigned long long)req->req_id,
-			  curl_easy_strerror(code));
+	if (code != CURLE_OK) {
+		/* on_data refused the kept chunk (its abort: libcurl 7.88 then
+		 * returns CURLE_WRITE_ERROR before it arms the transfer again), or
+		 * libcurl failed: nothing would ever drive this transfer on, so it
+		 * ends here and its done callback fires now. */
+		log_debug("engine", "req %llu %s %s: resume: %s", (unsigned long long)req->req_id,
+			  req->req_method, req->req_path, curl_easy_strerror(code));
+		req_complete(req, req->req_abort < 0 ? req->req_abort : curlcode_to_errno(code));
+	}
 	http_check_done(http);
 	http_leave(http);
 }

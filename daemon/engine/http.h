@@ -47,8 +47,11 @@ struct engine_reply {
 /* Streamed bodies: called for each chunk of the response body once the
  * status is known. Return 0 to go on, ENGINE_DATA_PAUSE to leave the chunk
  * untaken (libcurl keeps it and reads nothing more of this reply until
- * engine_req_resume(), which hands it again), or a negative errno to abort
- * the request (the done callback then gets that value). */
+ * engine_req_resume(); the idle deadline stops meanwhile), or a negative
+ * errno to abort the request (the done callback then gets that value).
+ * After a resume the bytes come again from the first one left untaken, but
+ * not cut as before: the kept chunk and what libcurl had already decoded
+ * after it, in pieces of at most 16 KiB (CURL_MAX_WRITE_SIZE). */
 #define ENGINE_DATA_PAUSE 1
 typedef int engine_data_cb(struct engine_req *req, long status, const void *data, size_t len,
 			   void *arg);
@@ -85,9 +88,11 @@ int engine_req_start(struct engine_http *http, const struct engine_call *call, e
 void engine_req_cancel(struct engine_req *req);
 
 /* A streamed request paused by its on_data (ENGINE_DATA_PAUSE) goes on: the
- * chunk it left is handed to on_data again, maybe before this returns (and
- * if that ends the transfer, its done callback too). From the loop only,
- * never from on_data. No-op unless it is running. */
+ * bytes it left are handed to on_data again, maybe before this returns, and
+ * its idle deadline runs again from now. If that ends the transfer (on_data
+ * aborts, or the reply was whole), its done callback fires before this
+ * returns too: the caller must not touch req (nor what done frees) after
+ * it. From the loop only, never from on_data. No-op unless it is running. */
 void engine_req_resume(struct engine_req *req);
 
 /* A response header's value (case-insensitive name), or NULL. Valid while

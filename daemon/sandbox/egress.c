@@ -76,6 +76,7 @@ struct egress {
 	uint64_t coalesced;          /* of the published, those in events of count > 1 */
 	uint64_t events;             /* events published */
 	uint64_t pauses;             /* follow streams paused at EGRESS_BYTES_PER_TURN */
+	uint64_t not_logged;         /* decisions over EGRESS_LOG_PER_SECOND: counted, not logged */
 	char *cursor_dir;
 	bool closing;                /* egress_shutdown: start nothing new */
 };
@@ -135,6 +136,7 @@ struct follower {
 	time_t log_second;
 	unsigned log_count;
 	unsigned long log_suppressed;
+	unsigned long log_suppressed_allow;   /* of those, ALLOW */
 	/* draining */
 	bool draining;
 	struct drain_waiter *drains;
@@ -248,6 +250,7 @@ static void status_add_coalescing(const struct egress *eg, json_t *o)
 	json_object_set_new(o, "decisions_coalesced", json_integer((json_int_t)eg->coalesced));
 	json_object_set_new(o, "events_published", json_integer((json_int_t)eg->events));
 	json_object_set_new(o, "stream_pauses", json_integer((json_int_t)eg->pauses));
+	json_object_set_new(o, "decisions_not_logged", json_integer((json_int_t)eg->not_logged));
 }
 
 json_t *egress_status_json(const struct egress *eg)
@@ -401,25 +404,39 @@ static void cursor_remove(struct egress *eg, const char *id)
 
 /* ---- publishing ----------------------------------------------------------- */
 
+/* Says how many decisions of f's last second were not logged, if any. */
+static void log_suppressed_say(struct follower *f)
+{
+	if (f->log_suppressed)
+		log_info("egress: %lu more decisions of sandbox %s (%lu of them ALLOW) were not logged (over %d a "
+			 "second); their events were published", f->log_suppressed, f->workload,
+			 f->log_suppressed_allow, EGRESS_LOG_PER_SECOND);
+	f->log_suppressed = 0;
+	f->log_suppressed_allow = 0;
+}
+
 /* The daemon's log: at most EGRESS_LOG_PER_SECOND decision lines a second
- * per proxy (ALLOW always), the rest counted and said once a second. */
+ * per proxy, whatever their verdict (a guest can make ALLOW decisions as
+ * fast as DENY ones, and each line is a blocking write on the loop), the
+ * rest counted (eg->not_logged) and said once a second. */
 static void log_decision(struct follower *f, const struct egress_decision *dec)
 {
 	time_t now = time(NULL);
 
 	if (now != f->log_second) {
-		if (f->log_suppressed)
-			log_info("egress: %lu more decisions of sandbox %s were not logged (over %d a second); "
-				 "their events were published", f->log_suppressed, f->workload, EGRESS_LOG_PER_SECOND);
+		log_suppressed_say(f);
 		f->log_second = now;
 		f->log_count = 0;
-		f->log_suppressed = 0;
 	}
-	if (f->log_count++ < EGRESS_LOG_PER_SECOND || dec->verdict == EGRESS_ALLOW)
+	if (f->log_count < EGRESS_LOG_PER_SECOND) {
+		f->log_count++;
 		log_info("egress: %s %s:%u (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
 			 dec->port, f->workload);
-	else
-		f->log_suppressed++;
+		return;
+	}
+	f->log_suppressed++;
+	f->log_suppressed_allow += dec->verdict == EGRESS_ALLOW;
+	f->eg->not_logged++;
 }
 
 /* One event for count decisions (first_ts: the first one's time when
@@ -584,8 +601,11 @@ static void follower_turn_cb(evutil_socket_t fd, short what, void *arg)
 	f->turn_bytes = 0;
 	if (f->paused) {
 		f->paused = false;
+		/* may hand the kept chunk now, and if that ends the stream (a
+		 * bad frame: -EPROTO) follower_done_cb runs inside: f may be
+		 * gone after this, and nothing here touches it again */
 		if (f->req)
-			engine_req_resume(f->req);   /* may hand the kept chunk now */
+			engine_req_resume(f->req);
 	}
 }
 
@@ -855,6 +875,7 @@ static void follower_free(struct follower *f)
 	if (!f)
 		return;
 	TAILQ_REMOVE(&f->eg->followers, f, entry);
+	log_suppressed_say(f);
 	if (f->req) {
 		struct engine_req *req = f->req;
 
@@ -989,8 +1010,13 @@ void egress_proxy_removed(struct egress *eg, const char *proxy_id)
 	if (f && f->n_drains > 0)
 		return;   /* a drain still reads it; it is forgotten when its stream ends */
 	if (f) {
-		cursor_remove(eg, f->id);
+		char id[sizeof(f->id)];
+
+		/* the follower first: cancelling its stream publishes what it
+		 * holds and saves its cursor; the cursor goes after that */
+		snprintf(id, sizeof(id), "%s", f->id);
 		follower_free(f);
+		cursor_remove(eg, id);
 	} else if (names_id_is_full(proxy_id)) {
 		cursor_remove(eg, proxy_id);
 	}

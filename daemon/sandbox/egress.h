@@ -29,9 +29,10 @@
  * EGRESS_BYTES_PER_TURN a loop turn (then the stream pauses until the
  * next turn). Every decision is published once, coalesced per proxy
  * (egresslog.h: at most EGRESS_EVENTS_PER_WINDOW one by one a window, the
- * rest as counted events at its end): a cursor per proxy (the timestamp of
- * the last published decision and how many shared it; one fixed-width
- * record written in place), kept in egress.state_dir, skips what was
+ * rest as counted events at its end, or earlier when the log stream ends):
+ * a cursor per proxy (the timestamp of the last published decision and how
+ * many shared it; one fixed-width record written in place), kept in
+ * egress.state_dir, skips what was
  * already published, also by an earlier daemon; it moves past a held
  * decision only once that is published. Draining (before a proxy is
  * removed) stops the proxy, then reads what is left and publishes what is
@@ -148,7 +149,7 @@ uint64_t egress_decisions_published(const struct egress *eg);
 /* daemon.status's "egress": {"configured", "image": {"ref", "state", "id",
  * "error"}, "proxies_followed", "decisions_published", "decisions_seen",
  * "decisions_held", "decisions_coalesced", "events_published",
- * "stream_pauses"}. New reference. */
+ * "stream_pauses", "decisions_not_logged"}. New reference. */
 json_t *egress_status_json(const struct egress *eg);
 
 #endif

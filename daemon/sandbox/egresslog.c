@@ -162,9 +162,12 @@ enum egress_coalesce_result egress_coalesce_add(struct egress_coalesce *c, const
 		return EGRESS_COALESCE_HELD;
 	}
 	{
-		struct egress_held *o = &c->overflow[(unsigned)dec->verdict < _EGRESS_VERDICT_MAX ? dec->verdict : 0];
+		unsigned v = (unsigned)dec->verdict < _EGRESS_VERDICT_MAX ? (unsigned)dec->verdict : 0;
+		struct egress_held *o = &c->overflow[v];
 		struct egress_decision any = { .verdict = dec->verdict, .port = 0 };
 
+		if (o->count == 0 && c->n_overflow < _EGRESS_VERDICT_MAX)
+			c->overflow_order[c->n_overflow++] = (unsigned char)v;
 		snprintf(any.host, sizeof(any.host), "%s", EGRESSLOG_OVERFLOW_HOST);
 		held_add(o, &any, ts);
 	}
@@ -187,12 +190,12 @@ uint64_t egress_coalesce_flush(struct egress_coalesce *c, egress_coalesce_fn *fn
 
 	for (size_t i = 0; i < c->n_held; i++)
 		fn(&c->held[i], arg);
-	for (size_t v = 0; v < _EGRESS_VERDICT_MAX; v++)
-		if (c->overflow[v].count)
-			fn(&c->overflow[v], arg);
+	for (size_t i = 0; i < c->n_overflow; i++)
+		fn(&c->overflow[c->overflow_order[i]], arg);
 	memset(c->held, 0, c->n_held * sizeof(c->held[0]));
 	memset(c->overflow, 0, sizeof(c->overflow));
 	c->n_held = 0;
+	c->n_overflow = 0;
 	c->held_total = 0;
 	return n;
 }

@@ -68,8 +68,10 @@ bool egresslog_is_ready(const char *line, size_t len);
  * entries in the order first seen; a decision with a new key once they are
  * taken adds to its verdict's overflow entry (host "*", port 0). When the
  * window ends the held entries are published, one event each: at most
- * EVENTS_PER_WINDOW + COALESCE_KEYS + the verdicts' count events a window,
- * whatever the guest does, and every decision is in exactly one event.
+ * EVENTS_PER_WINDOW + COALESCE_KEYS + the verdicts' count events a window
+ * (plus COALESCE_KEYS + the verdicts' count per flush the caller makes
+ * before the window's end), whatever the guest does, and every decision is
+ * in exactly one event, the events in the order of their first decisions.
  *
  * Pure: the caller gives the time (a monotonic clock in ms) and publishes. */
 #define EGRESS_COALESCE_WINDOW_MS 1000
@@ -93,6 +95,9 @@ struct egress_coalesce {
 	size_t n_held;
 	struct egress_held overflow[_EGRESS_VERDICT_MAX];
 	uint64_t held_total;              /* decisions held now */
+	/* the overflow entries in use, in the order first seen (verdicts) */
+	unsigned char overflow_order[_EGRESS_VERDICT_MAX];
+	size_t n_overflow;
 };
 
 enum egress_coalesce_result {
@@ -112,8 +117,11 @@ bool egress_coalesce_due(const struct egress_coalesce *c, int64_t now_ms);
 /* When the held entries are due (ms, the same clock), or -1 when none is held. */
 int64_t egress_coalesce_deadline(const struct egress_coalesce *c);
 /* Hands each held entry to fn (held entries in the order first seen, then
- * the overflow entries by verdict), forgets them, and returns how many
- * decisions they carried. The window goes on. */
+ * the overflow entries in the order first seen: every entry in the order
+ * of its first decision), forgets them, and returns how many decisions
+ * they carried. The window goes on: a flush before its end (the caller's
+ * stream ended) lets up to COALESCE_KEYS + the verdicts' count more
+ * entries be held in it. */
 typedef void egress_coalesce_fn(const struct egress_held *h, void *arg);
 uint64_t egress_coalesce_flush(struct egress_coalesce *c, egress_coalesce_fn *fn, void *arg);
 

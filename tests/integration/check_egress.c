@@ -387,7 +387,8 @@ static char *sb_exec(const char *sock, const char *id, json_t *argv, int *ret_ex
 	char *out;
 
 	rpc(sock, "sandbox.exec",
-	    json_pack("{s:s, s:o, s:i}", "sandbox", id, "command", argv, "timeout_seconds", EXEC_TIMEOUT_S), &rep);
+	    json_pack("{s:s, s:o, s:i, s:b}", "sandbox", id, "command", argv, "timeout_seconds", EXEC_TIMEOUT_S,
+		      "text", 1), &rep);
 	ck_assert_msg(rep.result, "sandbox.exec failed: %d %s %s", rep.code, rep.type, rep.message);
 	out = strdup(jstr(rep.result, "stdout_text") ? jstr(rep.result, "stdout_text") : "");
 	if (ret_exit)

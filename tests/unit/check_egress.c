@@ -8,10 +8,12 @@
  * topology (the workload's owner), not one of its own. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -230,6 +232,123 @@ START_TEST(drain_of_a_flood_is_coalesced_and_paced)
 	ck_assert_uint_eq(drain_with_log(NULL), 0);
 	drain_body = NULL;
 	egress_proxy_removed(d.egress, PROXY_ID);
+}
+END_TEST
+
+/* A proxy followed live holds decisions (more than a window takes one by
+ * one) when it is removed behind our back: its held decisions are
+ * published as its stream is cancelled, and its cursor goes and stays
+ * gone (it was written again by that cancel, never to be swept). */
+START_TEST(removed_while_holding_leaves_no_cursor)
+{
+	static char body[8192];
+	static struct fake_reply script[4];
+	const int lines = EGRESS_EVENTS_PER_WINDOW + 10;
+	const struct fake_reply fill[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/json", .headers = JSON_TYPE, .repeat = true,
+		  .body = "[{\"Id\":\"" PROXY_ID "\",\"Names\":[\"/" NAME "-proxy\"],\"State\":\"running\","
+			  "\"Labels\":{" PROXY_LABELS "}}]" },
+		{ .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = body, .stall = true },
+	};
+	_cleanup_free_ char *cursor = xasprintf("%s/egress/%s", state_dir, PROXY_ID);
+	size_t len = 0;
+	json_int_t held = 0;
+	json_t *st;
+
+	for (int i = 0; i < lines; i++)
+		len += mux(body + len, T1 "DENY b.test:443\n");
+	ck_assert_uint_lt(len, sizeof(body));
+	memcpy(script, fill, sizeof(fill));
+	script[3].body_len = len;
+	d.egress = egress_new(&d);
+	loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script), RUN_MAX_MS);
+	egress_resync(d.egress);
+	/* hang guard: 150 × 20 ms */
+	for (int i = 0; i < 150 && held == 0; i++) {
+		loop_run_until(base, NULL, 0, 20);
+		st = egress_status_json(d.egress);
+		held = json_integer_value(json_object_get(st, "decisions_held"));
+		json_decref(st);
+	}
+	/* (the reply stalls one byte short: its last line is not whole) */
+	ck_assert_int_gt(held, 0);
+	ck_assert_uint_eq(egress_decisions_published(d.egress), EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_int_eq(access(cursor, F_OK), 0);
+	egress_proxy_removed(d.egress, PROXY_ID);
+	ck_assert_uint_eq(egress_decisions_published(d.egress), EGRESS_EVENTS_PER_WINDOW + (uint64_t)held);
+	ck_assert_msg(access(cursor, F_OK) == -1 && errno == ENOENT, "the removed proxy's cursor %s is there",
+		      cursor);
+	/* nothing writes it later either */
+	loop_run_until(base, NULL, 0, 50);
+	ck_assert_int_eq(access(cursor, F_OK), -1);
+	st = egress_status_json(d.egress);
+	ck_assert_int_eq(json_integer_value(json_object_get(st, "decisions_held")), 0);
+	json_decref(st);
+	fake_engine_stop();
+}
+END_TEST
+
+/* A flood of ALLOW decisions reaches the daemon's log at most
+ * EGRESS_LOG_PER_SECOND lines a second, like any other verdict: the rest
+ * are counted (daemon.status's decisions_not_logged) and said in summary
+ * lines whose counts add up to it. The log is stderr, read back from a file. */
+#define ALLOW_FLOOD_LINES 3000
+START_TEST(allow_flood_is_not_logged_line_by_line)
+{
+	const char *line = T1 "ALLOW a.test:443\n";
+	size_t one = strlen(line) + 8, len = 0;
+	_cleanup_free_ char *body = xmalloc(one * ALLOW_FLOOD_LINES + 64);
+	_cleanup_free_ char *log_path = xasprintf("%s/stderr.log", state_dir);
+	unsigned long allow_lines = 0, said = 0, said_allow = 0, n, a;
+	json_int_t not_logged;
+	char buf[512];
+	int saved, fd;
+	time_t t0, t1;
+	json_t *st;
+	FILE *fp;
+
+	for (size_t i = 0; i < ALLOW_FLOOD_LINES; i++)
+		len += mux(body + len, line);
+	drain_body = body;
+	drain_body_len = len;
+	fflush(stderr);
+	saved = dup(2);
+	fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(dup2(fd, 2), 2);
+	close(fd);
+	t0 = time(NULL);
+	ck_assert_uint_eq(drain_with_log(NULL), ALLOW_FLOOD_LINES);
+	t1 = time(NULL);
+	st = egress_status_json(d.egress);
+	not_logged = json_integer_value(json_object_get(st, "decisions_not_logged"));
+	json_decref(st);
+	egress_proxy_removed(d.egress, PROXY_ID);   /* says what is left to say */
+	fflush(stderr);
+	ck_assert_int_eq(dup2(saved, 2), 2);
+	close(saved);
+	drain_body = NULL;
+	fp = fopen(log_path, "re");
+	ck_assert_ptr_nonnull(fp);
+	while (fgets(buf, sizeof(buf), fp)) {
+		const char *p;
+
+		if (strstr(buf, "egress: ALLOW a.test:443 (sandbox "))
+			allow_lines++;
+		if ((p = strstr(buf, "egress: ")) && sscanf(p, "egress: %lu more decisions of sandbox %*s (%lu of them ALLOW)",
+							      &n, &a) == 2) {
+			said += n;
+			said_allow += a;
+		}
+	}
+	fclose(fp);
+	ck_assert_uint_gt(allow_lines, 0);
+	ck_assert_uint_le(allow_lines, (unsigned long)EGRESS_LOG_PER_SECOND * (unsigned long)(t1 - t0 + 1));
+	ck_assert_int_eq(not_logged, ALLOW_FLOOD_LINES - (json_int_t)allow_lines);
+	ck_assert_uint_eq(said, (unsigned long)not_logged);
+	ck_assert_uint_eq(said_allow, said);
 }
 END_TEST
 
@@ -718,6 +837,8 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, drain_publishes_once_across_restarts);
 	tcase_add_test(tc, drain_of_an_absent_proxy_publishes_nothing);
 	tcase_add_test(tc, drain_of_a_flood_is_coalesced_and_paced);
+	tcase_add_test(tc, removed_while_holding_leaves_no_cursor);
+	tcase_add_test(tc, allow_flood_is_not_logged_line_by_line);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("topology");
 	tcase_add_checked_fixture(tc, setup, teardown);

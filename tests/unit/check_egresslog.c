@@ -706,6 +706,56 @@ START_TEST(test_coalesce_exact_and_bounded)
 }
 END_TEST
 
+/* Events come in the order of their first decisions, the overflow ones
+ * too: past the coalesced keys an UNREACHABLE, then a DENY, then an ALLOW
+ * (the reverse of the verdicts' order) flush in that order. */
+START_TEST(test_coalesce_order)
+{
+	static const enum egress_verdict late[] = { EGRESS_UNREACHABLE, EGRESS_DENY, EGRESS_ALLOW };
+	struct egress_coalesce c = { 0 };
+	struct co_events out = { .n = 0 };
+	char host[32];
+	struct egress_decision d;
+
+	for (unsigned i = 0; i < EGRESS_EVENTS_PER_WINDOW + EGRESS_COALESCE_KEYS; i++) {
+		snprintf(host, sizeof(host), "h%u.test", i);
+		d = co_dec(EGRESS_DENY, host, 443);
+		egress_coalesce_add(&c, &d, "t", 0);
+	}
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < ELEMENTSOF(late); i++) {
+			snprintf(host, sizeof(host), "late%zu.test", i);
+			d = co_dec(late[i], host, 80);
+			ck_assert_int_eq(egress_coalesce_add(&c, &d, "u", 1), EGRESS_COALESCE_HELD);
+		}
+	ck_assert_uint_eq(egress_coalesce_flush(&c, co_collect, &out),
+			  EGRESS_COALESCE_KEYS + 2 * ELEMENTSOF(late));
+	ck_assert_uint_eq(out.n, EGRESS_COALESCE_KEYS + ELEMENTSOF(late));
+	for (size_t i = 0; i < EGRESS_COALESCE_KEYS; i++) {
+		snprintf(host, sizeof(host), "h%zu.test", EGRESS_EVENTS_PER_WINDOW + i);
+		ck_assert_str_eq(out.ev[i].dec.host, host);
+	}
+	for (size_t i = 0; i < ELEMENTSOF(late); i++) {
+		const struct egress_held *o = &out.ev[EGRESS_COALESCE_KEYS + i];
+
+		ck_assert_int_eq(o->dec.verdict, late[i]);
+		ck_assert_str_eq(o->dec.host, EGRESSLOG_OVERFLOW_HOST);
+		ck_assert_uint_eq(o->count, 2);
+	}
+	/* and the order starts afresh after a flush */
+	out.n = 0;
+	for (unsigned i = 0; i <= EGRESS_COALESCE_KEYS; i++) {
+		snprintf(host, sizeof(host), "k%u.test", i);
+		d = co_dec(i < EGRESS_COALESCE_KEYS ? EGRESS_DENY : EGRESS_ALLOW, host, 443);
+		egress_coalesce_add(&c, &d, "v", 2);
+	}
+	egress_coalesce_flush(&c, co_collect, &out);
+	ck_assert_uint_eq(out.n, EGRESS_COALESCE_KEYS + 1);
+	ck_assert_int_eq(out.ev[EGRESS_COALESCE_KEYS].dec.verdict, EGRESS_ALLOW);
+	ck_assert_uint_eq(out.ev[EGRESS_COALESCE_KEYS].count, 1);
+}
+END_TEST
+
 /* Under the bound nothing is held: each decision is published at once, in order. */
 START_TEST(test_coalesce_quiet_proxy)
 {
@@ -756,6 +806,7 @@ static Suite *egresslog_suite(void)
 	tcase_add_test(tc, test_coalesce_one_key);
 	tcase_add_test(tc, test_coalesce_exact_and_bounded);
 	tcase_add_test(tc, test_coalesce_quiet_proxy);
+	tcase_add_test(tc, test_coalesce_order);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("key_recovery");

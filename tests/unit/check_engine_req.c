@@ -304,6 +304,176 @@ START_TEST(test_stream_pause)
 }
 END_TEST
 
+/* A stream paused once on its first chunk, resumed resume_ms later; on
+ * the chunk handed again on_data returns redelivery_ret (0: takes it). */
+struct pause_once {
+	struct result r;
+	struct engine_req *req;
+	struct event *resume_ev;
+	int offered, resumed, redelivery_ret;
+	long resume_ms;
+	int action;                 /* at resume_ms: 0 resume, 1 cancel, 2 free the http object */
+};
+
+static int pause_once_data_cb(struct engine_req *req, long status, const void *data, size_t len, void *arg)
+{
+	struct pause_once *p = arg;
+	struct timeval tv = { p->resume_ms / 1000, (p->resume_ms % 1000) * 1000 };
+
+	if (p->offered++ == 0) {
+		evtimer_add(p->resume_ev, &tv);
+		return ENGINE_DATA_PAUSE;
+	}
+	if (p->offered == 2 && p->redelivery_ret < 0)
+		return p->redelivery_ret;
+	return data_cb(req, status, data, len, &p->r);
+}
+
+static void pause_once_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct pause_once *p = arg;
+
+	(void)fd, (void)what;
+	if (p->action == 1) {
+		engine_req_cancel(p->req);
+		return;
+	}
+	if (p->action == 2) {
+		http = engine_http_free(http);
+		return;
+	}
+	p->resumed++;
+	engine_req_resume(p->req);
+}
+
+static void pause_once_run(const struct fake_reply *script, struct pause_once *p, long idle_timeout_ms)
+{
+	struct engine_call call = { .method = "GET", .path = "/logs", .on_data = pause_once_data_cb,
+				    .data_arg = p, .idle_timeout_ms = idle_timeout_ms };
+
+	p->resume_ev = evtimer_new(base, pause_once_resume_cb, p);
+	ck_assert_ptr_nonnull(p->resume_ev);
+	fake_engine_start(script, 1);
+	ck_assert_int_eq(start(&call, &p->r, &p->req), 0);
+	run_until(&p->r.calls, 1, RUN_MAX_MS);
+	run_for(SETTLE_MS);
+	event_free(p->resume_ev);
+}
+
+/* on_data refuses the chunk handed again by the resume (libcurl 7.88 hands
+ * it inside curl_easy_pause, which then fails before it re-arms the
+ * transfer): the request ends with on_data's value, done fires once.
+ * Either the reply stalls (only the resume can end it) or it is whole. */
+START_TEST(test_stream_resume_abort)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .stall = true },
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
+	};
+	struct pause_once p = { .redelivery_ret = -EPIPE, .resume_ms = 20 };
+
+	pause_once_run(&script[_i], &p, 0);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -EPIPE);
+	ck_assert_int_eq(p.offered, 2);
+	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
+	result_release(&p.r);
+}
+END_TEST
+
+/* A pause longer than the idle deadline does not end the request: the
+ * deadline counts the engine's silence, not ours. The whole reply is sent
+ * at once, so with the deadline stopped nothing can time out. */
+START_TEST(test_stream_pause_longer_than_idle)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
+	};
+	struct pause_once p = { .resume_ms = 900 };
+
+	pause_once_run(script, &p, 300);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, 0);
+	ck_assert_str_eq(p.r.data, script[0].body);
+	result_release(&p.r);
+}
+END_TEST
+
+/* ... and the deadline runs again after the resume: a reply that stalls
+ * once all of it was taken ends with -ETIMEDOUT, the body whole. */
+START_TEST(test_stream_idle_after_resume)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .stall = true },
+	};
+	struct pause_once p = { .resume_ms = 900 };
+
+	pause_once_run(script, &p, 300);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -ETIMEDOUT);
+	ck_assert_str_eq(p.r.data, script[0].body);
+	result_release(&p.r);
+}
+END_TEST
+
+/* The whole reply, last chunk included, read while paused on its first
+ * chunk: the resume hands the rest and the request ends, once. */
+START_TEST(test_stream_pause_at_end)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
+	};
+	struct pause_once p = { .resume_ms = 50 };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, 0);
+	ck_assert_str_eq(p.r.data, script[0].body);
+	result_release(&p.r);
+}
+END_TEST
+
+/* The engine closes the connection mid-reply while the stream is paused:
+ * the resume hands what came and the request ends with the reset, once. */
+START_TEST(test_stream_close_while_paused)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .close_after_bytes = 120 },
+	};
+	struct pause_once p = { .resume_ms = 50 };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.resumed, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -ECONNRESET);
+	result_release(&p.r);
+}
+END_TEST
+
+/* A paused request cancelled, or its http object freed: -ECANCELED, once. */
+START_TEST(test_stream_cancel_while_paused)
+{
+	static const struct fake_reply script[] = {
+		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
+		  .stall = true },
+	};
+	struct pause_once p = { .resume_ms = 20, .action = 1 + _i };
+
+	pause_once_run(script, &p, 0);
+	ck_assert_int_eq(p.offered, 1);
+	ck_assert_int_eq(p.r.calls, 1);
+	ck_assert_int_eq(p.r.error, -ECANCELED);
+	result_release(&p.r);
+}
+END_TEST
+
 START_TEST(test_headers)
 {
 	static const struct fake_reply script[] = {
@@ -876,6 +1046,12 @@ static Suite *engine_req_suite(void)
 	tcase_add_test(tc, test_stream_on_data);
 	tcase_add_test(tc, test_stream_abort);
 	tcase_add_test(tc, test_stream_pause);
+	tcase_add_loop_test(tc, test_stream_resume_abort, 0, 2);
+	tcase_add_test(tc, test_stream_pause_longer_than_idle);
+	tcase_add_test(tc, test_stream_idle_after_resume);
+	tcase_add_test(tc, test_stream_pause_at_end);
+	tcase_add_test(tc, test_stream_close_while_paused);
+	tcase_add_loop_test(tc, test_stream_cancel_while_paused, 0, 2);
 	tcase_add_test(tc, test_headers);
 	tcase_add_test(tc, test_headers_final_only);
 	tcase_add_test(tc, test_headers_too_big);
