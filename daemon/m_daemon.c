@@ -20,6 +20,7 @@
 #include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-build.h"
+#include "replybound.h"
 #include "server.h"
 #include "types.h"
 #include "cleanup.h"
@@ -314,27 +315,29 @@ static struct rpc_result *m_events_subscribe(struct rpc_call *call, const void *
 }
 
 const struct rpc_method msbd_methods[] = {
-	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params) },
-	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params) },
-	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params) },
+	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params), NULL },
+	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params), NULL },
+	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params), NULL },
 	{ MSB_METHOD_SANDBOX_ACQUIRE, m_sandbox_acquire, m_sandbox_acquire_spec,
-	  sizeof(struct m_sandbox_acquire_params) },
+	  sizeof(struct m_sandbox_acquire_params), NULL },
 	{ MSB_METHOD_SANDBOX_DISPOSE, m_sandbox_dispose, m_sandbox_dispose_spec,
-	  sizeof(struct m_sandbox_dispose_params) },
+	  sizeof(struct m_sandbox_dispose_params), NULL },
 	{ MSB_METHOD_SANDBOX_DISPOSE_SCOPE, m_sandbox_dispose_scope, m_sandbox_dispose_scope_spec,
-	  sizeof(struct m_sandbox_scope_params) },
+	  sizeof(struct m_sandbox_scope_params), NULL },
 	{ MSB_METHOD_SANDBOX_LIST, m_sandbox_list, m_sandbox_list_spec,
-	  sizeof(struct m_sandbox_scope_params) },
+	  sizeof(struct m_sandbox_scope_params), NULL },
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
-	  sizeof(struct m_sandbox_reap_params) },
-	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params) },
-	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_LIST, m_files_list, m_files_list_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params) },
+	  sizeof(struct m_sandbox_reap_params), NULL },
+	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params), replybound_exec },
+	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params),
+	  replybound_files_read },
+	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_LIST, m_files_list, m_files_list_spec, sizeof(struct m_files_params),
+	  replybound_files_list },
+	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params), NULL },
 	{ MSB_METHOD_EVENTS_SUBSCRIBE, m_events_subscribe, m_events_subscribe_spec,
-	  sizeof(struct m_events_params) },
+	  sizeof(struct m_events_params), NULL },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);
