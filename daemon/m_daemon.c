@@ -156,13 +156,30 @@ static json_t *status_engine(const struct engine *e)
 	return j;
 }
 
+/* The request and reply budgets, what they hold now (issue 17). */
+static json_t *status_memory(const struct server_stats *s, const struct msbd_config *cfg)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			 "buffered_bytes", (json_int_t)s->buffered_bytes,
+			 "buffer_budget_bytes", (json_int_t)cfg->buffer_budget_bytes,
+			 "reply_reserved_bytes", (json_int_t)s->reply_reserved_bytes,
+			 "reply_queued_bytes", (json_int_t)s->reply_queued_bytes,
+			 "reply_budget_bytes", (json_int_t)cfg->reply_budget_bytes,
+			 "conn_reply_budget_bytes", (json_int_t)cfg->conn_reply_budget_bytes,
+			 "parked_calls", (json_int_t)s->parked_calls,
+			 "replies_over_bound", (json_int_t)s->replies_over_bound,
+			 "malloc_trims", (json_int_t)s->malloc_trims);
+}
+
 static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *params)
 {
 	const struct msbd *d = rpc_call_ctx(call);
 	const struct server_stats *s = server_get_stats(d->server);
 
+	json_t *r;
+
 	(void)params;
-	return rpc_reply(call, json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o, "
+	r = json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o, "
 					 "s:s, s:s*}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
@@ -175,7 +192,10 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"errors", (json_int_t)s->requests_errors,
 		"egress", egress_status_json(d->egress),
 		"file_plane", d->plane_local ? "local" : "archive",
-		"file_plane_reason", d->plane_reason));
+		"file_plane_reason", d->plane_reason);
+	if (r)
+		json_object_set_new(r, "memory", status_memory(s, d->config));
+	return rpc_reply(call, r);
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)
