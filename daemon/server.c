@@ -635,12 +635,13 @@ static size_t server_rb_total(const struct server *srv)
 	return srv->stats.reply_reserved_bytes + srv->stats.reply_queued_bytes;
 }
 
+/* Charged bytes were released, n of them memory freed (written replies,
+ * finished requests): parked calls may go, and a trim is due after a
+ * large free. */
 static void server_rb_freed(struct server *srv, size_t n)
 {
 	struct timeval tv = { SERVER_TRIM_DELAY_MS / 1000, (SERVER_TRIM_DELAY_MS % 1000) * 1000 };
 
-	if (n == 0)
-		return;
 	if (!TAILQ_EMPTY(&srv->rb_parked_q))
 		event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
 	srv->rb_freed += n;
@@ -662,12 +663,15 @@ static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_inf
 	struct server *srv = c->srv;
 
 	(void)buf;
+	if (info->n_added == 0 && info->n_deleted == 0)
+		return;
 	c->rb_queued += info->n_added;
 	srv->stats.reply_queued_bytes += info->n_added;
 	assert(c->rb_queued >= info->n_deleted && srv->stats.reply_queued_bytes >= info->n_deleted);
 	c->rb_queued -= info->n_deleted;
 	srv->stats.reply_queued_bytes -= info->n_deleted;
-	server_rb_freed(srv, info->n_deleted);
+	if (info->n_deleted > 0)
+		server_rb_freed(srv, info->n_deleted);
 }
 
 /* May c start a call charged charge bytes now? queued: c is the parked
@@ -708,6 +712,7 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t le
 	c->rb_is_parked = true;
 	TAILQ_INSERT_TAIL(&srv->rb_parked_q, c, rb_park_entry);
 	srv->stats.parked_calls++;
+	srv->stats.parked_total++;
 	/* Only the order may have held it: let the queue decide. */
 	event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
 	return false;
@@ -789,7 +794,7 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
 			  sent - ch->reply_left);
 	}
 	conn_rb_unreserve(c, ch->reply_left + ch->request);
-	server_rb_freed(c->srv, ch->reply_left + ch->request);
+	server_rb_freed(c->srv, ch->request);
 	if (ch == &c->rb_cur)
 		c->rb_cur_done = true;
 	else

@@ -50,6 +50,7 @@ struct server_stats {
 	size_t reply_reserved_bytes;    /* charged to calls admitted: reply bounds not yet queued, requests */
 	size_t reply_queued_bytes;      /* written to connections' output buffers, not yet sent */
 	unsigned parked_calls;          /* requests parsed and waiting for budget, one per connection at most */
+	uint64_t parked_total;          /* requests that ever waited for budget */
 	uint64_t replies_over_bound;    /* replies larger than their bound (counted at their real size) */
 	uint64_t malloc_trims;          /* times idle memory was handed back (malloc_trim) */
 };
