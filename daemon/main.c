@@ -605,7 +605,8 @@ static void malloc_tune(void)
 {
 	if (mallopt(M_MMAP_THRESHOLD, MSB_MALLOC_MMAP_THRESHOLD) != 1 ||
 	    mallopt(M_TRIM_THRESHOLD, MSB_MALLOC_TRIM_THRESHOLD) != 1)
-		log_warnx("mallopt refused the allocator's thresholds; idle memory may stay with the daemon");
+		/* Not glibc's allocator (a sanitizer's): it keeps its own ways. */
+		log_debug("mem", "mallopt refused the allocator's thresholds; idle memory may stay with the daemon");
 }
 
 int main(int argc, char **argv)
@@ -616,7 +617,6 @@ int main(int argc, char **argv)
 	int r;
 
 	log_init("maf-sandboxd", false);
-	malloc_tune();
 	r = parse_args(argc, argv, &m.cmdline, &check);
 	if (r >= 0) {
 		cmdline_free(&m.cmdline);
@@ -633,6 +633,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_set_debug(m.d.config->debug);
+	malloc_tune();
 	raise_fd_limit();
 	m.d.cmdline = &m.cmdline;
 	clock_gettime(CLOCK_MONOTONIC, &m.d.started);
