@@ -1870,6 +1870,10 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 		/* Output as it comes, not only at the end. */
 		json_object_set_new(params, "stream", json_true());
 		msb_set_notify(conn, exec_notify_cb, NULL);
+	} else {
+		/* --json prints the result with its text views, which the
+		 * daemon adds only when asked. */
+		json_object_set_new(params, "text", json_true());
 	}
 	r = msb_call(conn, cmd->method, params, &result);
 	if (r < 0)
@@ -1959,10 +1963,12 @@ static void print_event_what(const json_t *ev)
 }
 
 /* One event as one line: "TIME DECISION HOST:PORT sandbox=NAME scope=S
- * thread=T agent=A [call=C] kind=K". */
+ * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME]" (count and
+ * first when it stands for more than one decision). */
 static void print_event(const json_t *ev)
 {
 	const json_t *key = json_object_get(ev, "key");
+	json_int_t count;
 
 	put_value(get_str(ev, "time"));
 	putchar(' ');
@@ -1975,6 +1981,10 @@ static void print_event(const json_t *ev)
 			continue;
 		printf(" %s=", f->label);
 		put_value(v);
+	}
+	if (get_int(ev, "count", &count) && count > 1) {
+		printf(" count=%" JSON_INTEGER_FORMAT " first=", count);
+		put_value(get_str(ev, "first_time"));
 	}
 	putchar('\n');
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "errors.h"
 #include "frame.h"
 #include "jsonfast.h"
 #include "jsonrpc.h"
@@ -37,6 +38,10 @@ struct msb_conn {
 	msb_notify_fn *notify;  /* NULL = skip notifications */
 	void *notify_arg;       /* borrowed */
 	bool in_notify;         /* the hook is running: calls on conn are refused */
+	char *path;             /* owned: the socket, to reconnect after an idle close */
+	bool told_why;          /* the daemon sent an error for no request, or
+				 * ShuttingDown (it hangs up after it): an EOF
+				 * then is no idle close */
 };
 
 static const char *const error_strings[] = {
@@ -118,6 +123,7 @@ int msb_connect(const char *path, struct msb_conn **ret_conn)
 		return fd;
 	conn = xcalloc(1, sizeof(*conn));
 	conn->fd = fd;
+	conn->path = xstrdup(path);
 	conn->timeout_ms = MSB_DEFAULT_TIMEOUT_MS;
 	conn->next_id = 1;
 	frame_buf_init(&conn->in, MSB_FRAME_MAX_BYTES);
@@ -143,6 +149,7 @@ struct msb_conn *msb_conn_free(struct msb_conn *conn)
 		return NULL;
 	conn_close(conn);
 	json_decref(conn->last_error);
+	free(conn->path);
 	free(conn);
 	return NULL;
 }
@@ -280,6 +287,9 @@ static int take_reply(struct msb_conn *conn, const char *line, size_t len, json_
 	if (!null_error && !(json_is_integer(resp.id) && json_integer_value(resp.id) == id)) {
 		r = MSB_E_PROTO;
 	} else if (resp.error) {
+		/* An error for no request, or ShuttingDown: the daemon hangs up next. */
+		conn->told_why |= null_error ||
+			json_integer_value(json_object_get(resp.error, "code")) == MSB_ERR_SHUTTING_DOWN;
 		conn->last_error = json_incref(resp.error);
 		r = MSB_E_REMOTE;
 	} else {
@@ -357,6 +367,40 @@ static int encode_request(json_int_t id, const char *method, json_t *params,
 	return MSB_OK;
 }
 
+/* Did the daemon close the connection while no call was in flight (its
+ * idle timeout), with nothing left unread and nothing said? Then no
+ * request of ours can have been lost with it. */
+static bool conn_closed_idle(const struct msb_conn *conn)
+{
+	struct pollfd pfd = { .fd = conn->fd, .events = POLLIN };
+	char c;
+
+	if (conn->told_why || frame_buf_pending(&conn->in) > 0 || poll(&pfd, 1, 0) <= 0)
+		return false;
+	if (pfd.revents & (POLLERR | POLLNVAL))
+		return true;
+	/* Readable: at EOF (0) it closed; a byte waiting is for the caller. */
+	return recv(conn->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Before a call: replaces a connection the daemon closed while idle by a
+ * new one to the same socket (never while a call is in flight: calls are
+ * synchronous, so none is). MSB_OK, or MSB_E_CONNECT (conn then closed). */
+static int conn_revive(struct msb_conn *conn)
+{
+	int fd;
+
+	if (!conn_closed_idle(conn))
+		return MSB_OK;
+	fd = socket_connect(conn->path);
+	conn_close(conn);
+	if (fd < 0)
+		return MSB_E_CONNECT;
+	conn->fd = fd;
+	frame_buf_init(&conn->in, MSB_FRAME_MAX_BYTES);
+	return MSB_OK;
+}
+
 static int call_checked(struct msb_conn *conn, const char *method, json_t *params,
 			json_t **ret_result)
 {
@@ -391,6 +435,11 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 	if (conn->fd < 0) {
 		json_decref(params);
 		return MSB_E_CLOSED;
+	}
+	r = conn_revive(conn);
+	if (r < 0) {
+		json_decref(params);
+		return r;
 	}
 	r = call_checked(conn, method, params, ret_result);
 	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED)

@@ -14,6 +14,15 @@
  * thing left to do is msb_conn_free(). MSB_E_REMOTE, MSB_E_INVAL and
  * MSB_E_NOMEM leave it usable.
  *
+ * The daemon closes a connection left idle (nothing in flight, no event
+ * subscription) for limits.idle_timeout_ms. msb_call() notices that before
+ * it sends and connects again to the same path, transparently: no call is
+ * lost or sent twice, since none was in flight. Should that new connect
+ * fail, msb_call() returns MSB_E_CONNECT and the connection is unusable.
+ * A connection the daemon closed during a call, or after it said why (an
+ * error with id null, or ShuttingDown), is not replaced (the call fails, as
+ * above): a call is never sent twice.
+ *
  * Small allocations abort on out-of-memory (as everywhere in maf-sandbox);
  * MSB_E_NOMEM reports a JSON value that could not be built or encoded.
  *

@@ -58,6 +58,12 @@ static const struct config_key config_keys[] = {
 	K("limits.write_timeout_ms", CONFIG_LONG, write_timeout_ms, 100, 3600000, false, "time a client may leave its replies unread"),
 	K("limits.reply_budget_bytes", CONFIG_SIZE, reply_budget_bytes, 64 * 1024, 1LL << 40, false, "reply bytes charged to calls in flight and queued unread, all clients together"),
 	K("limits.conn_reply_budget_bytes", CONFIG_SIZE, conn_reply_budget_bytes, 64 * 1024, 1LL << 40, false, "reply bytes charged to calls in flight and queued unread, one connection"),
+	K("limits.max_connections_per_uid", CONFIG_LONG, max_connections_per_uid, 1, 65536, false, "client connections of one uid at once (admins exempt)"),
+	K("limits.admin_reserved_connections", CONFIG_LONG, admin_reserved_connections, 0, 65535, false, "of limits.max_connections, kept for admins"),
+	K("limits.max_inflight_per_uid", CONFIG_LONG, max_inflight_per_uid, 1, 1048576, false, "requests in flight of one uid over all its connections (admins exempt)"),
+	K("limits.idle_timeout_ms", CONFIG_LONG, idle_timeout_ms, 0, 86400000, false, "close a connection with nothing under way after this long (0: never)"),
+	K("limits.idle_evict_ms", CONFIG_LONG, idle_evict_ms, 0, 86400000, false, "at a connection limit, close the longest-idle connection idle this long instead of refusing (0: refuse)"),
+	K("limits.uid_buffer_bytes", CONFIG_SIZE, uid_buffer_bytes, 0, 1LL << 40, false, "bytes buffered from one uid's connections (0: half the buffer budget, at least one frame)"),
 	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
 	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
 	K("sandbox.pids_limit", CONFIG_LONG, pids_limit, 1, 4194304, false, "processes one sandbox may run"),
@@ -73,6 +79,8 @@ static const struct config_key config_keys[] = {
 	K("files.timeout_ms", CONFIG_LONG, files_timeout_ms, 100, 3600000, false, "deadline of one file call, freeze included"),
 	K("files.plane", CONFIG_STRING, files_plane, 0, 0, true, "auto, local (openat2 beneath the container's root, no freeze) or archive (the engine's archive API under a freeze)"),
 	K("files.list_max_entries", CONFIG_LONG, files_list_max_entries, 1, 10000000, false, "entries one files.list returns at most (more is refused, never truncated)"),
+	K("files.removal_fd_budget", CONFIG_LONG, files_removal_fd_budget, 0, 1048576, false, "descriptors the removals in progress share (0: a quarter of RLIMIT_NOFILE); a removal past it waits its turn"),
+	K("files.journal_dir", CONFIG_STRING, files_journal_dir, 0, 0, true, "directory journalling the temporaries of writes in progress, so a restarted daemon removes what a killed one left"),
 	K("exec.max_output_bytes", CONFIG_SIZE, exec_max_output_bytes, 1, 64LL * 1024 * 1024, false, "stdout and stderr of one command, together"),
 	K("exec.on_timeout", CONFIG_STRING, exec_on_timeout, 0, 0, false, "kill: kill what the command started, keep the sandbox; dispose: remove the sandbox"),
 	K("egress.proxy_binary", CONFIG_STRING, egress_proxy_binary, 0, 0, true, "the static egress proxy the proxy image is built from (empty: no allowlist)"),
@@ -108,6 +116,7 @@ struct msbd_config *config_new_defaults(void)
 
 	cfg->socket_path = default_runtime_path(MSB_DEFAULT_SOCKET, "maf-sandbox.sock");
 	cfg->freeze_lock_file = default_runtime_path(MSB_DEFAULT_FREEZE_LOCK_FILE, MSB_FREEZE_LOCK_USER_NAME);
+	cfg->files_journal_dir = default_runtime_path(MSB_DEFAULT_FILES_JOURNAL_DIR, MSB_FILES_JOURNAL_USER_NAME);
 	cfg->socket_mode = MSB_SOCKET_MODE;
 	cfg->engine_timeout_ms = MSB_ENGINE_TIMEOUT_MS;
 	cfg->engine_reconnect_min_ms = MSB_ENGINE_RECONNECT_MIN_MS;
@@ -121,6 +130,11 @@ struct msbd_config *config_new_defaults(void)
 	cfg->reply_budget_bytes = MSB_REPLY_BUDGET_BYTES;
 	cfg->conn_reply_budget_bytes = MSB_CONN_REPLY_BUDGET_BYTES;
 	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
+	cfg->max_connections_per_uid = MSB_MAX_CONNECTIONS_PER_UID;
+	cfg->admin_reserved_connections = MSB_ADMIN_RESERVED_CONNECTIONS;
+	cfg->max_inflight_per_uid = MSB_MAX_INFLIGHT_PER_UID;
+	cfg->idle_timeout_ms = MSB_IDLE_TIMEOUT_MS;
+	cfg->idle_evict_ms = MSB_IDLE_EVICT_MS;
 	cfg->pids_limit = MSB_PIDS_LIMIT;
 	cfg->init = true;
 	cfg->cap_drop_all = true;
@@ -162,6 +176,7 @@ struct msbd_config *config_free(struct msbd_config *cfg)
 	free(cfg->egress_gateway_mode);
 	free(cfg->egress_state_dir);
 	free(cfg->freeze_lock_file);
+	free(cfg->files_journal_dir);
 	free(cfg->file);
 	free(cfg);
 	return NULL;
@@ -417,6 +432,33 @@ static int config_check_reply_budgets(const struct msbd_config *cfg, char **rete
 	return 0;
 }
 
+size_t config_uid_buffer_bytes(const struct msbd_config *cfg)
+{
+	size_t half = cfg->buffer_budget_bytes / 2;
+
+	if (cfg->uid_buffer_bytes)
+		return cfg->uid_buffer_bytes;
+	return half > cfg->max_frame_bytes ? half : cfg->max_frame_bytes;
+}
+
+/* The per-uid limits against the daemon-wide ones. */
+static int config_check_fairness(const struct msbd_config *cfg, char **reterr_message)
+{
+	if (cfg->idle_timeout_ms > 0 && cfg->idle_timeout_ms < MSB_IDLE_TIMEOUT_MIN_MS) {
+		*reterr_message = xasprintf("limits.idle_timeout_ms (%ld) must be 0 (never) or at least %d",
+					    cfg->idle_timeout_ms, MSB_IDLE_TIMEOUT_MIN_MS);
+		return -EINVAL;
+	}
+	if (cfg->uid_buffer_bytes &&
+	    (cfg->uid_buffer_bytes < cfg->max_frame_bytes || cfg->uid_buffer_bytes > cfg->buffer_budget_bytes)) {
+		*reterr_message = xasprintf("limits.uid_buffer_bytes (%zu) must be 0 (auto) or from "
+					    "limits.max_frame_bytes (%zu) to limits.buffer_budget_bytes (%zu)",
+					    cfg->uid_buffer_bytes, cfg->max_frame_bytes, cfg->buffer_budget_bytes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_validate(const struct msbd_config *cfg, char **reterr_message)
 {
 	if (!cfg->socket_path || cfg->socket_path[0] != '/') {
@@ -466,6 +508,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 		return -EINVAL;
 	}
 	if (config_check_reply_budgets(cfg, reterr_message) < 0)
+		return -EINVAL;
+	if (config_check_fairness(cfg, reterr_message) < 0)
 		return -EINVAL;
 	if (cfg->engine_reconnect_min_ms > cfg->engine_reconnect_max_ms) {
 		*reterr_message = xasprintf("engine.reconnect_min_ms (%ld) is above "

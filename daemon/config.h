@@ -28,6 +28,14 @@ struct msbd_config {
 	size_t buffer_budget_bytes; /* limits.buffer_budget_bytes */
 	long frame_timeout_ms;      /* limits.frame_timeout_ms */
 	long write_timeout_ms;      /* limits.write_timeout_ms */
+	/* Fairness between users (uids); admins are exempt from the per-uid caps. */
+	long max_connections_per_uid;   /* limits.max_connections_per_uid */
+	long admin_reserved_connections; /* limits.admin_reserved_connections: of max_connections,
+					  * at most max_connections - 1 (one stays open to all) */
+	long max_inflight_per_uid;      /* limits.max_inflight_per_uid: over all its connections */
+	long idle_timeout_ms;           /* limits.idle_timeout_ms: 0 = never close idle connections */
+	long idle_evict_ms;             /* limits.idle_evict_ms: 0 = never evict, refuse */
+	size_t uid_buffer_bytes;        /* limits.uid_buffer_bytes: 0 = auto (config_uid_buffer_bytes) */
 	long drain_ms;              /* shutdown.drain_ms */
 	long pids_limit;            /* sandbox.pids_limit */
 	size_t memory_bytes;        /* sandbox.memory: 0 = no limit */
@@ -42,6 +50,8 @@ struct msbd_config {
 	long files_timeout_ms;        /* files.timeout_ms: one file call, freeze included */
 	char *files_plane;            /* files.plane: "auto", "local" or "archive" */
 	long files_list_max_entries;  /* files.list_max_entries: children one files.list returns */
+	long files_removal_fd_budget; /* files.removal_fd_budget: descriptors all removals share (0: a quarter of RLIMIT_NOFILE) */
+	char *files_journal_dir;      /* files.journal_dir: temporaries of writes in progress */
 	size_t exec_max_output_bytes; /* exec.max_output_bytes: stdout + stderr of one command */
 	char *exec_on_timeout;        /* exec.on_timeout as given: "kill" or "dispose" */
 	char *egress_proxy_binary;  /* egress.proxy_binary: NULL = no allowlist */
@@ -89,9 +99,16 @@ struct msbd_cmdline {
  * host must name the same file for their freezes to keep apart. */
 #define MSB_DEFAULT_FREEZE_LOCK_FILE "/run/maf-sandbox/freeze.lock"
 #define MSB_FREEZE_LOCK_USER_NAME    "maf-sandbox-freeze.lock"
+/* files.journal_dir when root; otherwise $XDG_RUNTIME_DIR/MSB_FILES_JOURNAL_USER_NAME. */
+#define MSB_DEFAULT_FILES_JOURNAL_DIR "/run/maf-sandbox/files-journal"
+#define MSB_FILES_JOURNAL_USER_NAME   "maf-sandbox-files-journal"
 /* Files larger than this are not configuration files. */
 #define MSB_CONFIG_FILE_MAX_BYTES    (64 * 1024)
 #define MSB_CONFIG_LINE_MAX          4096
+
+/* The per-uid share of the buffer budget limits.uid_buffer_bytes gives
+ * (0: half the budget, at least one frame). */
+size_t config_uid_buffer_bytes(const struct msbd_config *cfg);
 
 /* Builds a configuration: defaults, then the file (the cmdline's, or
  * MSB_DEFAULT_CONFIG_FILE if it exists), then the cmdline's sets, then

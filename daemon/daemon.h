@@ -33,6 +33,7 @@ struct msbd {
 	struct fileop_table *fileops;       /* file operations in flight */
 	struct egress *egress;              /* allowlist: proxy image, networks, proxies, decisions */
 	bool registry_synced;               /* a listing has been read since the last resync */
+	bool journal_replayed;              /* files.journal_dir was replayed (once, at the first listing) */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */
 	long resync_backoff_ms;
@@ -41,6 +42,10 @@ struct msbd {
 	 * local, or archive and why. fileop.h decides per sandbox. */
 	bool plane_local;
 	const char *plane_reason;          /* static; NULL when local */
+	/* A timed-out exec's processes are found and killed from the host
+	 * (execkill.h): the engine is on a local unix socket, the daemon is
+	 * root and has pidfds. Else by the mark only (m_exec.c). */
+	bool exec_host_kill;
 };
 
 /* A failed registry listing is retried after a backoff between these. */

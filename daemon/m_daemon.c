@@ -172,6 +172,20 @@ static json_t *status_memory(const struct server_stats *s, const struct msbd_con
 			 "malloc_trims", (json_int_t)s->malloc_trims);
 }
 
+/* daemon.status's connections.by_uid lists at most this many uids. */
+#define MSB_STATUS_TOP_UIDS 8
+
+/* Adds the fairness counters and the top uids to status's "connections". */
+static json_t *status_add_fairness(json_t *status, const struct server *srv)
+{
+	json_t *fair = server_fair_status(srv, MSB_STATUS_TOP_UIDS);
+
+	if (status && fair)
+		json_object_update(json_object_get(status, "connections"), fair);
+	json_decref(fair);
+	return status;
+}
+
 static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *params)
 {
 	const struct msbd *d = rpc_call_ctx(call);
@@ -196,7 +210,7 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"file_plane_reason", d->plane_reason);
 	if (r)
 		json_object_set_new(r, "memory", status_memory(s, d->config));
-	return rpc_reply(call, r);
+	return rpc_reply(call, status_add_fairness(r, d->server));
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)

@@ -1,7 +1,15 @@
 /* m_exec.c — sandbox.exec (PROTOCOL.md): one command in the guest, as the
- * image's user, over execrun.h. Every process it starts carries a mark in
- * its environment (MSB_EXEC_ID); on a deadline or an output overflow the
- * daemon kills every guest process with that mark, and the sandbox stays. */
+ * sandbox's fixed identity (numeric uid:gid, guest.h; resolved first when
+ * the daemon serves the sandbox for the first time), over execrun.h.
+ *
+ * On a deadline or an output overflow the call is answered at once, and
+ * then what the command started is killed: from the host when the daemon
+ * can (d->exec_host_kill: the container's inspect gives its init, the
+ * exec's inspect its process, execkill.h selects and kills), else, and
+ * whenever that cannot finish, every guest process carrying the call's
+ * mark in its environment (MSB_EXEC_ID) is killed from inside. The
+ * sandbox stays (exec.on_timeout = dispose removes it instead). The
+ * exec_req outlives its call until the kill is over. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,12 +22,15 @@
 #include "daemon.h"
 #include "docker.h"
 #include "errmap.h"
+#include "execkill.h"
 #include "execrun.h"
 #include "fileop.h"
+#include "guest.h"
 #include "log.h"
 #include "m_exec.h"
 #include "m_files.h"
 #include "paths.h"
+#include "plane_local.h"
 #include "registry.h"
 #include "xmalloc.h"
 
@@ -93,18 +104,38 @@ const struct rpc_param m_exec_spec[] = {
 	P("env", RPC_PARAM_OBJECT, false, env, NULL),
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
 	P("stream", RPC_PARAM_BOOL, false, stream, NULL),
+	P("text", RPC_PARAM_BOOL, false, text, NULL),
 	{ NULL },
 };
 
 struct exec_req {
 	struct msbd *d;
-	struct rpc_call *call;
+	struct rpc_call *call;   /* NULL once answered (the kill may go on) */
 	char id[REGISTRY_ID_LEN + 1];
 	char token[EXEC_TOKEN_HEX + 1];
 	struct timespec started;
 	long timeout_ms;
 	size_t max_output;
-	int failure;          /* set while the killer runs: the error to answer with */
+	bool text;            /* text: true — the reply's _text views too */
+	/* stream: true — output not yet notified, per stream (stdout, stderr),
+	 * and the timer that sends it (exec_stream_flush). */
+	struct exec_pending {
+		uint8_t *data;    /* EXEC_STREAM_FLUSH_BYTES, once output came */
+		size_t len;
+	} pending[2];
+	struct event *flush_ev;
+	int failure;          /* the error answered with, before the kill */
+	/* What to run, kept while the guest's identity is resolved. */
+	json_t *command;      /* the command param (a new reference) */
+	char **env;           /* "NAME=VALUE", the mark last; NULL-terminated; owned */
+	char *working_dir;
+	bool stream;
+	/* The kill from the host (execkill.h). */
+	unsigned long long since;   /* the run's start, clock ticks since boot */
+	char *exec_id;              /* the engine's, once known */
+	pid_t init;                 /* the container's init */
+	pid_t root;                 /* the exec's process; 0: unknown */
+	struct engine_req *req;     /* an inspect in flight */
 };
 
 static long since_ms(const struct timespec *t)
@@ -177,33 +208,91 @@ json_t *m_exec_text_view(const uint8_t *b, size_t n)
 
 /* ---- the run ------------------------------------------------------------- */
 
-/* stream: true — each chunk as it arrives, bounded by max_output in all. */
+/* stream: true — output goes out as exec.output notifications, each byte
+ * once, in base64. Chunks are merged per stream for up to
+ * EXEC_STREAM_FLUSH_MS or EXEC_STREAM_FLUSH_BYTES, so a guest writing a
+ * byte at a time costs one notification envelope (~100 bytes and the id) a
+ * period, not one a byte. */
+static void exec_stream_flush(struct exec_req *x)
+{
+	static const char *const names[] = { "stdout", "stderr" };
+
+	if (x->flush_ev)
+		evtimer_del(x->flush_ev);
+	for (int i = 0; i < 2; i++) {
+		struct exec_pending *p = &x->pending[i];
+
+		if (p->len == 0)
+			continue;
+		rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
+				json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call), "stream", names[i],
+					  "data_b64", msb_base64_json(p->data, p->len)));
+		p->len = 0;
+	}
+}
+
+static void exec_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	exec_stream_flush(arg);
+}
+
 static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg)
 {
 	struct exec_req *x = arg;
+	struct exec_pending *p = &x->pending[stream == 1 ? 0 : 1];
+	struct timeval tv = { 0, EXEC_STREAM_FLUSH_MS * 1000 };
 
-	rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
-			json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call),
-				  "stream", stream == 1 ? "stdout" : "stderr", "data_b64", msb_base64_json(data, len)));
+	while (len > 0) {
+		size_t k = EXEC_STREAM_FLUSH_BYTES - p->len;
+
+		if (k > len)
+			k = len;
+		if (!p->data)
+			p->data = xmalloc(EXEC_STREAM_FLUSH_BYTES);
+		memcpy(p->data + p->len, data, k);
+		p->len += k;
+		data += k;
+		len -= k;
+		if (p->len == EXEC_STREAM_FLUSH_BYTES)
+			exec_stream_flush(x);
+	}
+	if (!x->pending[0].len && !x->pending[1].len)
+		return;
+	/* Without its timer (out of memory), each chunk goes out at once. */
+	if (!x->flush_ev || (!evtimer_pending(x->flush_ev, NULL) && evtimer_add(x->flush_ev, &tv) < 0))
+		exec_stream_flush(x);
 }
 
 static void exec_req_free(struct exec_req *x)
 {
+	if (x->flush_ev)
+		event_free(x->flush_ev);
+	free(x->pending[0].data);
+	free(x->pending[1].data);
+	json_decref(x->command);
+	for (size_t i = 0; x->env && x->env[i]; i++)
+		free(x->env[i]);
+	free(x->env);
+	free(x->working_dir);
+	free(x->exec_id);
 	free(x);
 }
 
+/* Answers the deadline or the overflow (x->failure); the kill follows. */
 static void exec_fail_final(struct exec_req *x)
 {
 	if (x->failure == -ETIMEDOUT)
 		rpc_call_fail(x->call, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)x->timeout_ms),
-			      "the command did not finish within %ld ms; what it started was killed",
+			      "the command did not finish within %ld ms; what it started is killed",
 			      x->timeout_ms);
 	else
 		rpc_call_fail(x->call, MSB_ERR_EXEC_OUTPUT_LIMIT,
 			      json_pack("{s:I}", "limit", (json_int_t)x->max_output),
-			      "the command wrote more than %zu bytes (stdout and stderr together); it was killed",
+			      "the command wrote more than %zu bytes (stdout and stderr together); it is killed",
 			      x->max_output);
-	exec_req_free(x);
+	x->call = NULL;
 }
 
 static void exec_killed_cb(const struct execrun_result *r, void *arg)
@@ -213,7 +302,7 @@ static void exec_killed_cb(const struct execrun_result *r, void *arg)
 	if (r->error || r->exit_code != 0)
 		log_warnx("exec in %.12s: could not verify the command's processes are gone (%s, exit %d)",
 			  x->id, r->error ? strerror(-r->error) : "ran", r->error ? -1 : r->exit_code);
-	exec_fail_final(x);
+	exec_req_free(x);
 }
 
 static void exec_disposed_cb(const struct docker_reply *r, void *arg)
@@ -227,43 +316,147 @@ static void exec_disposed_cb(const struct docker_reply *r, void *arg)
 		log_info("sandbox %.12s removed after its command %s (exec.on_timeout=dispose)", x->id,
 			 x->failure == -ETIMEDOUT ? "timed out" : "overflowed");
 	exec_fail_final(x);
+	exec_req_free(x);
 }
 
-/* Kills every guest process carrying x's mark (or, with exec.on_timeout =
- * dispose, removes the whole sandbox as the seed does), then answers. */
-static void exec_kill_then_fail(struct exec_req *x, int failure)
+/* The fallback: every guest process carrying x's mark, killed from inside. */
+static void exec_mark_kill(struct exec_req *x)
 {
 	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
 	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .timeout_ms = EXEC_KILL_TIMEOUT_MS,
 				     .max_output = 4096 };
 
-	x->failure = failure;
-	if (strcmp(x->d->config->exec_on_timeout, "dispose") == 0) {
-		if (docker_container_remove(x->d->engine, x->id, true, exec_disposed_cb, x, NULL) < 0)
-			exec_fail_final(x);
-		return;
-	}
 	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
 		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
-		exec_fail_final(x);
+		exec_req_free(x);
 	}
+}
+
+/* ---- the kill from the host (execkill.h) --------------------------------- */
+
+/* Init and (when known) the exec's process found: scan and kill. The
+ * exec's own tree is found by its mark too when its process is unknown. */
+static void exec_host_kill_run(struct exec_req *x)
+{
+	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since };
+	size_t killed = 0;
+	int r = execkill_run("/proc", "/sys/fs/cgroup", &t, &killed);
+
+	if (r < 0)
+		log_warnx("exec in %.12s: the kill from the host %s (%zu killed); killing by the mark", x->id,
+			  r == -EAGAIN ? "ran out of rounds" : strerror(-r), killed);
+	else
+		log_debug("op", "exec in %.12s: %zu processes killed from the host", x->id, killed);
+	if (r < 0 || x->root <= 0) {
+		exec_mark_kill(x);
+		return;
+	}
+	exec_req_free(x);
+}
+
+static void exec_host_root_cb(const struct docker_reply *r, void *arg)
+{
+	struct exec_req *x = arg;
+	const json_t *pid = json_object_get(r->body, "Pid");   /* borrows */
+
+	x->req = NULL;
+	if (r->error == -ECANCELED) {
+		exec_req_free(x);   /* the engine goes away: the daemon stops */
+		return;
+	}
+	if (r->error == 0 && r->status == 200 && json_is_integer(pid) && json_integer_value(pid) > 0 &&
+	    json_integer_value(pid) <= INT32_MAX)
+		x->root = (pid_t)json_integer_value(pid);
+	exec_host_kill_run(x);
+}
+
+static void exec_host_init_cb(const struct docker_reply *r, void *arg)
+{
+	struct exec_req *x = arg;
+	const json_t *pid = json_object_get(json_object_get(r->body, "State"), "Pid");   /* borrows */
+	struct plocal_pin pin = PLOCAL_PIN_INIT;
+	int e;
+
+	x->req = NULL;
+	if (r->error == -ECANCELED) {
+		exec_req_free(x);
+		return;
+	}
+	if (r->error || r->status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 0 ||
+	    json_integer_value(pid) > INT32_MAX) {
+		log_warnx("exec in %.12s: no init to scan from; killing by the mark", x->id);
+		exec_mark_kill(x);
+		return;
+	}
+	/* The pid is this container's init (its cgroup names the container),
+	 * seen from this daemon's pid namespace. */
+	e = plocal_pin_open((pid_t)json_integer_value(pid), x->id, &pin);
+	plocal_pin_close(&pin);
+	if (e < 0) {
+		log_warnx("exec in %.12s: its init cannot be seen from here (%s); killing by the mark", x->id,
+			  strerror(-e));
+		exec_mark_kill(x);
+		return;
+	}
+	x->init = (pid_t)json_integer_value(pid);
+	if (!x->exec_id || docker_exec_inspect(x->d->engine, x->exec_id, exec_host_root_cb, x, &x->req) < 0)
+		exec_host_kill_run(x);
+}
+
+/* Answers at once (nothing the guest holds open delays it), then kills
+ * what the command started. With exec.on_timeout = dispose the whole
+ * sandbox is removed first, as the seed does, and the answer follows the
+ * removal (a next acquire makes a new one: the engine's removal does not
+ * wait on the guest). x is freed when that is over. */
+static void exec_kill_then_fail(struct exec_req *x, int failure)
+{
+	x->failure = failure;
+	if (strcmp(x->d->config->exec_on_timeout, "dispose") == 0) {
+		if (docker_container_remove(x->d->engine, x->id, true, exec_disposed_cb, x, NULL) < 0) {
+			exec_fail_final(x);
+			exec_req_free(x);
+		}
+		return;
+	}
+	exec_fail_final(x);
+	if (x->d->exec_host_kill &&
+	    docker_container_inspect(x->d->engine, x->id, exec_host_init_cb, x, &x->req) == 0)
+		return;
+	exec_mark_kill(x);
+}
+
+/* The result (new reference). Each output byte is on the wire once, in
+ * base64 (4/3 of it), unless the caller asked text: true: then also in the
+ * text views (up to 6 bytes a byte: \u00XX for a control byte). */
+static json_t *exec_result(const struct exec_req *x, const struct execrun_result *r)
+{
+	json_int_t ms = (json_int_t)since_ms(&x->started);
+
+	if (!x->text)
+		return json_pack("{s:i, s:o, s:o, s:I}", "exit_code", r->exit_code,
+				 "stdout_b64", msb_base64_json(r->out, r->out_len),
+				 "stderr_b64", msb_base64_json(r->err, r->err_len), "duration_ms", ms);
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
+			 "stdout_b64", msb_base64_json(r->out, r->out_len),
+			 "stderr_b64", msb_base64_json(r->err, r->err_len),
+			 "stdout_text", m_exec_text_view(r->out, r->out_len),
+			 "stderr_text", m_exec_text_view(r->err, r->err_len), "duration_ms", ms);
 }
 
 static void exec_done_cb(const struct execrun_result *r, void *arg)
 {
 	struct exec_req *x = arg;
 
+	/* What was streamed comes before the reply (or the error). */
+	exec_stream_flush(x);
+
 	switch (r->error) {
 	case 0:
-		rpc_call_reply(x->call, json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", r->exit_code,
-						  "stdout_b64", msb_base64_json(r->out, r->out_len),
-						  "stderr_b64", msb_base64_json(r->err, r->err_len),
-						  "stdout_text", m_exec_text_view(r->out, r->out_len),
-						  "stderr_text", m_exec_text_view(r->err, r->err_len),
-						  "duration_ms", (json_int_t)since_ms(&x->started)));
+		rpc_call_reply(x->call, exec_result(x, r));
 		break;
 	case -ETIMEDOUT:
 	case -EFBIG:
+		x->exec_id = r->exec_id ? xstrdup(r->exec_id) : NULL;
 		exec_kill_then_fail(x, r->error);
 		return;
 	default: {
@@ -305,6 +498,91 @@ static void token_new(char out[EXEC_TOKEN_HEX + 1])
 		snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+/* The refusal of a run execrun_start would not take. */
+static void exec_start_error(int r, struct msb_error *e)
+{
+	if (r == -E2BIG)
+		msb_error_set(e, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "command"),
+			      "the command (with env and working directory) is over 4096 arguments or 256 KiB");
+	else if (r == -EINVAL)
+		msb_error_set(e, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "command"),
+			      "the command is not valid");
+	else
+		msb_error_set(e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+}
+
+/* Starts the run, as the sandbox's fixed identity: User "uid:gid" (none
+ * when it is unresolvable: then the engine runs the image's Config.User). */
+static int exec_begin(struct exec_req *x)
+{
+	const struct sandbox *sb = registry_find_id(x->d->registry, x->id);
+	char user[IDENTITY_USER_STRING_MAX];
+	_cleanup_free_ const char **argv = NULL;
+	struct execrun_spec spec;
+	size_t i;
+	json_t *v;
+
+	if (json_is_string(x->command)) {
+		argv = xcalloc(4, sizeof(*argv));
+		argv[0] = "sh";
+		argv[1] = "-c";
+		argv[2] = json_string_value(x->command);
+	} else {
+		argv = xcalloc(json_array_size(x->command) + 1, sizeof(*argv));
+		json_array_foreach(x->command, i, v)
+			argv[i] = json_string_value(v);
+	}
+	spec = (struct execrun_spec){
+		.argv = argv, .working_dir = x->working_dir, .env = (const char *const *)x->env,
+		.user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
+		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
+		.on_output = x->stream ? exec_output_cb : NULL, .output_arg = x,
+	};
+	clock_gettime(CLOCK_MONOTONIC, &x->started);
+	x->since = execkill_now_ticks();
+	return execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_done_cb, x, NULL);
+}
+
+/* The sandbox's identity, fixed now (its first call since this daemon
+ * serves it): run. */
+static void exec_guest_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
+{
+	struct exec_req *x = arg;
+	struct msb_error e = { 0 };
+	int r;
+
+	(void)id;   /* fixed in the registry entry: exec_begin reads it there */
+	if (err) {
+		rpc_call_fail_error(x->call, err);
+		exec_req_free(x);
+		return;
+	}
+	r = exec_begin(x);
+	if (r < 0) {
+		exec_start_error(r, &e);
+		rpc_call_fail_error(x->call, &e);
+		msb_error_clear(&e);
+		exec_req_free(x);
+	}
+}
+
+/* A working directory under a pseudo filesystem (PATHS_PSEUDO_FS_ROOTS):
+ * the runtime would start the command in the kernel's view of a process
+ * (/proc/self/cwd, /proc/self/fd/N: its own descriptors), not in the
+ * container's files. NULL when fine. */
+static struct rpc_result *check_wd_pseudo(struct rpc_call *call, const char *path)
+{
+	const char *root = paths_pseudo_fs_root(path);
+
+	if (!root)
+		return NULL;
+	return rpc_fail(call, MSB_ERR_CONFINEMENT, json_pack("{s:s, s:s, s:s}", "field", "working_directory",
+							      "path", path, "filesystem", root),
+			"the working directory %.*s is under %s, a pseudo filesystem, not the container's "
+			"files; choose a directory of the container's own filesystem",
+			msb_echo_len(path), path, root);
+}
+
 struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 {
 	const struct m_exec_params *p = params;
@@ -313,12 +591,9 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	/* A refusal here finishes the call and frees p: p is read only after. */
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	const json_t *wd;
-	_cleanup_free_ const char **argv = NULL;
 	_cleanup_free_ char **env = NULL;
-	_cleanup_free_ char *mark = NULL;
 	struct paths_resolved res = { 0 };
 	enum paths_reason reason;
-	struct execrun_spec spec = { 0 };
 	size_t n_env = 0, env_bytes = 0, i;
 	struct exec_req *x;
 	const char *key;
@@ -338,9 +613,16 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		msb_error_clear(&e);
 		return fail;
 	}
+	fail = check_wd_pseudo(call, res.path);
+	if (fail) {
+		paths_resolved_release(&res);
+		return fail;
+	}
 	if (p->env) {
-		if (json_object_size(p->env) > EXEC_MAX_ENV)
+		if (json_object_size(p->env) > EXEC_MAX_ENV) {
+			paths_resolved_release(&res);
 			return fail_field(call, "env", "too many variables");
+		}
 		env = xcalloc(json_object_size(p->env) + 2, sizeof(*env));
 		json_object_foreach(p->env, key, v) {
 			if (!env_name_ok(key) || !json_is_string(v)) {
@@ -367,19 +649,24 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	x->call = call;
 	snprintf(x->id, sizeof(x->id), "%s", sb->id);
 	token_new(x->token);
-	clock_gettime(CLOCK_MONOTONIC, &x->started);
 	x->timeout_ms = (long)(json_number_value(p->timeout_seconds) * 1000);
 	if (x->timeout_ms < 1)
 		x->timeout_ms = 1;
 	x->max_output = d->config->exec_max_output_bytes;
+	x->text = p->text;
+	if (p->stream)
+		x->flush_ev = evtimer_new(d->base, exec_flush_cb, x);
+	env[n_env] = xasprintf(EXEC_MARK_NAME "=%s", x->token);
+	x->env = TAKE_PTR(env);
+	x->command = json_incref(p->command);
+	x->working_dir = xstrdup(res.path);
+	x->stream = p->stream;
+	paths_resolved_release(&res);
 	if (p->max_output_bytes) {
 		json_int_t m = json_integer_value(p->max_output_bytes);
 
 		if ((uint64_t)m > d->config->exec_max_output_bytes) {
-			for (i = 0; i < n_env; i++)
-				free(env[i]);
-			paths_resolved_release(&res);
-			free(x);
+			exec_req_free(x);
 			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
 					json_pack("{s:s, s:I}", "field", "max_output_bytes", "limit",
 						  (json_int_t)d->config->exec_max_output_bytes),
@@ -388,35 +675,19 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		}
 		x->max_output = (size_t)m;
 	}
-	mark = xasprintf(EXEC_MARK_NAME "=%s", x->token);
-	env[n_env] = mark;
-	if (json_is_string(p->command)) {
-		argv = xcalloc(4, sizeof(*argv));
-		argv[0] = "sh";
-		argv[1] = "-c";
-		argv[2] = json_string_value(p->command);
-	} else {
-		argv = xcalloc(json_array_size(p->command) + 1, sizeof(*argv));
-		json_array_foreach(p->command, i, v)
-			argv[i] = json_string_value(v);
-	}
-	spec = (struct execrun_spec){
-		.argv = argv, .working_dir = res.path, .env = (const char *const *)env,
-		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
-		.on_output = p->stream ? exec_output_cb : NULL, .output_arg = x,
-	};
-	r = execrun_start(d->base, d->engine, d->freezes, x->id, &spec, exec_done_cb, x, NULL);
-	for (i = 0; i < n_env; i++)
-		free(env[i]);
-	paths_resolved_release(&res);
+	/* The identity is fixed when the daemon first serves the sandbox. */
+	r = sb->guest.known ? exec_begin(x) : guest_identity_start(d, x->id, NULL, exec_guest_cb, x, NULL);
 	if (r < 0) {
-		free(x);
-		if (r == -E2BIG)
-			return fail_field(call, "command", "the command (with env and working directory) is over "
-					  "4096 arguments or 256 KiB");
-		if (r == -EINVAL)
-			return fail_field(call, "command", "the command is not valid");
-		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		struct msb_error e = { 0 };
+
+		if (sb->guest.known)
+			exec_start_error(r, &e);
+		else
+			msb_error_set(&e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
+		exec_req_free(x);
+		fail = rpc_fail_error(call, &e);
+		msb_error_clear(&e);
+		return fail;
 	}
 	return rpc_pending(call);
 }

@@ -20,10 +20,14 @@ struct m_exec_params {
 	json_t *env;                /* object or NULL */
 	json_t *max_output_bytes;   /* integer or NULL */
 	bool stream;                /* exec.output notifications as output arrives */
+	bool text;                  /* the reply also carries stdout_text/stderr_text */
 };
 
-/* Sent with stream: true, one per chunk of output. */
+/* Sent with stream: true: output merged per stream for up to this long or
+ * this many bytes, then one notification a stream. */
 #define EXEC_OUTPUT_NOTIFICATION "exec.output"
+#define EXEC_STREAM_FLUSH_MS     20
+#define EXEC_STREAM_FLUSH_BYTES  (64 * 1024)
 
 extern const struct rpc_param m_exec_spec[];
 struct rpc_result *m_exec(struct rpc_call *call, const void *params);

@@ -250,20 +250,14 @@ static void files_op_start(struct files_req *fr, uid_t uid, gid_t gid)
 static void files_guest_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
 {
 	struct files_req *fr = arg;
-	struct sandbox *sb;
 
 	if (err) {
 		files_reply_error(fr, err);
 		files_req_free(fr);
 		return;
 	}
-	sb = registry_find_id(fr->d->registry, fr->id);
-	if (sb) {
-		sb->guest_known = true;
-		sb->guest_resolved = id->resolved;
-		sb->guest_uid = id->resolved ? id->uid : 0;
-		sb->guest_gid = id->resolved ? id->gid : 0;
-	}
+	/* id is the sandbox's fixed identity (guest.c stored it, or kept the
+	 * one stored first). */
 	if (!id->resolved)
 		log_warnx("sandbox %.12s: the guest's user is unresolved; what is written is owned by root",
 			  fr->id);
@@ -274,7 +268,7 @@ static void files_guest_cb(const struct msb_error *err, const struct guest_ident
  * them, and the local plane acts with them for every method. */
 static bool files_needs_guest(const struct files_req *fr, const struct sandbox *sb)
 {
-	if (sb->guest_known)
+	if (sb->guest.known)
 		return false;
 	if (fr->kind == FILEOP_WRITE)
 		return true;
@@ -288,7 +282,7 @@ static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *
 	int r;
 
 	if (!files_needs_guest(fr, sb)) {
-		files_op_start(fr, sb->guest_known ? sb->guest_uid : 0, sb->guest_known ? sb->guest_gid : 0);
+		files_op_start(fr, sb->guest.uid, sb->guest.gid);   /* 0:0 when not known or unresolved */
 		return res;
 	}
 	r = guest_identity_start(fr->d, fr->id, NULL, files_guest_cb, fr, NULL);

@@ -12,6 +12,7 @@
 #include "egress.h"
 #include "docker.h"
 #include "engine.h"
+#include "errmap.h"
 #include "log.h"
 #include "m_sandbox.h"
 #include "msb-limits.h"
@@ -177,7 +178,7 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 				"the spec has neither image nor image_id");
 	if (engine_get_state(d->engine) != ENGINE_REACHABLE)
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-	names_container(key, spec->kind, egress_id, name);
+	names_container_ns(key, spec->kind, egress_id, acquire_key_space(d, rpc_call_peer(call)), name);
 	sb = registry_find_name(d->registry, name);
 	if (d->registry_synced && docker_events_is_connected(d->events) && sb && sb->state == SANDBOX_RUNNING &&
 	    !acquire_in_flight(d->acquires, name) &&
@@ -392,8 +393,10 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 	} else if (r->error) {
 		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", ref);
 	} else {
-		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld): %s", ref,
-				  r->status, r->message ? r->message : "");
+		/* The engine's text is for the log; the detail goes on the wire. */
+		log_warnx("disposal: the engine refused to remove %.12s (HTTP %ld): %s", ref, r->status,
+			  r->message ? r->message : "");
+		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld)", ref, r->status);
 	}
 	op->next++;
 	sweep_remove_next(op);
@@ -628,8 +631,11 @@ static const char *instance_failure(const struct instance_op *op, const struct d
 		return *ret_detail = "could not reach the engine", "unreachable";
 	if (!op->removing && r->status != 200 && r->status != 404)
 		return *ret_detail = "could not inspect the sandbox", "unlisted";
-	if (op->removing && r->status != 204 && r->status != 404)
-		return *ret_detail = r->message ? r->message : "the engine refused", "refused";
+	if (op->removing && r->status != 204 && r->status != 404) {
+		log_warnx("disposal of %.12s: the engine answered HTTP %ld: %s", op->id, r->status,
+			  r->message ? r->message : "");
+		return *ret_detail = "the engine refused to remove it", "refused";
+	}
 	return NULL;
 }
 
@@ -812,10 +818,16 @@ struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
 	clock_gettime(CLOCK_REALTIME, &now);
 	r = reap_start(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
 		       m_reap_done_cb, call);
-	if (r == -ENOTCONN)
-		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-	if (r < 0)
-		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
-				"reap cannot start: %s", strerror(-r));
+	if (r < 0) {
+		/* The params were checked above: any failure here is the engine
+		 * request's (-ENOTCONN: unreachable), a code and a stable reason. */
+		struct msb_error err = { 0 };
+		struct rpc_result *res;
+
+		errmap_engine(r, NULL, "listing the containers to reap", &err);
+		res = rpc_fail_error(call, &err);
+		msb_error_clear(&err);
+		return res;
+	}
 	return rpc_pending(call);
 }

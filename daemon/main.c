@@ -4,10 +4,12 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -227,6 +229,10 @@ static void registry_listed_cb(const struct docker_reply *r, void *arg)
 	d->registry_synced = true;
 	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
 	thaw_orphans(d);
+	if (!d->journal_replayed) {
+		d->journal_replayed = true;
+		fileop_journal_replay(d);
+	}
 }
 
 static void registry_list(struct msbd *d)
@@ -473,6 +479,28 @@ static int choose_plane(struct msbd *d, const struct engine_endpoint *ep)
 	return 0;
 }
 
+/* The exec kill from the host (execkill.h, m_exec.c): the engine's
+ * processes are this host's, the daemon is root, pidfds exist. */
+static void choose_exec_kill(struct msbd *d, const struct engine_endpoint *ep)
+{
+	int fd;
+
+	d->exec_host_kill = false;
+	if (ep->kind != ENGINE_ENDPOINT_UNIX || geteuid() != 0) {
+		log_info("exec kill: by the mark only (%s)", ep->kind != ENGINE_ENDPOINT_UNIX
+			 ? "the engine is not on a local unix socket" : "the daemon does not run as root");
+		return;
+	}
+	fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (fd < 0) {
+		log_info("exec kill: by the mark only (no pidfd_open)");
+		return;
+	}
+	close(fd);
+	d->exec_host_kill = true;
+	log_info("exec kill: from the host (the container's cgroup), the mark as fallback");
+}
+
 static int start(struct msbd_main *m)
 {
 	struct engine_endpoint *ep = NULL;
@@ -494,6 +522,7 @@ static int start(struct msbd_main *m)
 	log_info("Docker endpoint %s (from %s)", ep->host, ep->source);
 	if (choose_plane(&m->d, ep) < 0)
 		return -EINVAL;
+	choose_exec_kill(&m->d, ep);
 	m->d.engine = engine_new(m->d.base, ep, &eo, engine_state_changed_cb, m);
 	if (!m->d.engine) {
 		log_warnx("cannot set up the engine client");

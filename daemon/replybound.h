@@ -35,7 +35,7 @@ struct msbd_config;
 
 /* sandbox.exec's `text` param when the call does not give it: whether the
  * reply carries stdout_text/stderr_text besides the base64. */
-#define REPLYBOUND_EXEC_TEXT_DEFAULT true
+#define REPLYBOUND_EXEC_TEXT_DEFAULT false
 
 /* The reply's id echoed: its bytes as the daemon writes them. */
 size_t replybound_id(const json_t *id);

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -51,6 +52,10 @@ struct conn {
 	bool dead;                  /* torn down; freed by free_ev */
 	uint32_t sub_types;         /* events subscribed to (server_event_type), 0: none */
 	char *sub_scope;            /* only this scope's, or NULL */
+	struct uid_share *share;    /* its uid's share (a reference until freed) */
+	struct event *idle_ev;      /* closes it after limits.idle_timeout_ms idle */
+	struct timespec idle_since; /* when it last became idle (0: not idle) */
+	struct timespec frame_first; /* when its current partial frame began */
 	TAILQ_ENTRY(conn) entry;
 	/* The reply budgets (issue 17): what is charged to this connection. */
 	size_t rb_reserved;         /* Σ reply_left + request of its charges */
@@ -67,6 +72,20 @@ struct conn {
 	size_t rb_parked_charge;
 	size_t rb_parked_len;       /* its frame's bytes, counted in buffered_bytes */
 	TAILQ_ENTRY(conn) rb_park_entry;
+};
+
+/* One uid's share of the daemon (fairness): its connections, its calls in
+ * flight and the bytes buffered from it. Kept while a connection of it
+ * exists, freed or dead. */
+struct uid_share {
+	uid_t uid;
+	unsigned refs;              /* connections pointing here, dead ones included */
+	unsigned conns;             /* live connections */
+	unsigned inflight;          /* calls in flight over all its connections */
+	size_t buffered;            /* bytes held from it, counted against its share */
+	bool over;                  /* holds limits.uid_buffer_bytes or more */
+	struct conn *reader;        /* while over: its one connection still read */
+	LIST_ENTRY(uid_share) entry;
 };
 
 /* One published event, kept for subscribers that ask for a replay. */
@@ -100,6 +119,7 @@ struct server {
 	uint64_t next_conn_id;
 	struct server_stats stats;
 	TAILQ_HEAD(, conn) conns;
+	LIST_HEAD(, uid_share) shares;
 	/* The reply budgets: connections with a parked request, oldest first. */
 	TAILQ_HEAD(, conn) rb_parked_q;
 	struct event *rb_unpark_ev;
@@ -119,6 +139,411 @@ static void conn_rb_close(struct conn *c);
 static void conn_rb_refuse_parked(struct conn *c);
 static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge);
 static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len);
+
+/* ---- fairness between uids -------------------------------------------- */
+
+static void conn_update_read(struct conn *c);
+static bool conn_may_take(const struct conn *c);
+
+static int64_t fair_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t fair_ms_of(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000;
+}
+
+static void fair_timeval(int64_t ms, struct timeval *ret)
+{
+	if (ms < 0)
+		ms = 0;
+	ret->tv_sec = (time_t)(ms / 1000);
+	ret->tv_usec = (suseconds_t)((ms % 1000) * 1000);
+}
+
+/* The uid's share, made on its first connection; the caller holds a reference. */
+static struct uid_share *server_share_get(struct server *srv, uid_t uid)
+{
+	struct uid_share *s;
+
+	LIST_FOREACH(s, &srv->shares, entry)
+		if (s->uid == uid)
+			break;
+	if (!s) {
+		s = xcalloc(1, sizeof(*s));
+		s->uid = uid;
+		LIST_INSERT_HEAD(&srv->shares, s, entry);
+	}
+	s->refs++;
+	return s;
+}
+
+static void server_share_put(struct uid_share *s)
+{
+	if (!s)
+		return;
+	assert(s->refs > 0);
+	if (--s->refs > 0)
+		return;
+	LIST_REMOVE(s, entry);
+	free(s);
+}
+
+static unsigned server_share_conns(struct server *srv, uid_t uid)
+{
+	struct uid_share *s;
+
+	LIST_FOREACH(s, &srv->shares, entry)
+		if (s->uid == uid)
+			return s->conns;
+	return 0;
+}
+
+/* Under limits.max_inflight_per_uid (admins: always): may take a frame. */
+static bool conn_fair_may_take(const struct conn *c)
+{
+	return c->peer.admin || !c->share ||
+	       c->share->inflight < (unsigned)c->srv->d->config->max_inflight_per_uid;
+}
+
+/* Within its uid's buffer share, or the one connection of the uid still
+ * read: may read more bytes. */
+static bool conn_fair_may_read(const struct conn *c)
+{
+	return !c->share || !c->share->over || c->share->reader == c;
+}
+
+/* The uid's connection whose partial frame is oldest, among those that
+ * may take frames. */
+static struct conn *server_share_oldest(const struct server *srv, const struct uid_share *s)
+{
+	struct conn *c, *best = NULL;
+
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (c->share == s && !c->dead && c->partial_seq && conn_may_take(c) &&
+		    (!best || c->partial_seq < best->partial_seq))
+			best = c;
+	return best;
+}
+
+/* Re-evaluates whether the uid holds its share of the buffer budget. While
+ * it does only its oldest partial frame is read, so it holds at most its
+ * share plus one frame, and the rest of the budget stays for other uids.
+ * Returns whether anything changed. */
+static bool server_share_update(struct server *srv, struct uid_share *s)
+{
+	size_t limit = config_uid_buffer_bytes(srv->d->config);
+	bool over = s->buffered >= limit;
+	struct conn *reader = over ? server_share_oldest(srv, s) : NULL, *c;
+
+	if (over == s->over && reader == s->reader)
+		return false;
+	if (over && !s->over)
+		log_info("uid %u holds %zu buffered bytes (limits.uid_buffer_bytes %zu): reading only "
+			 "its oldest partial frame", (unsigned)s->uid, s->buffered, limit);
+	s->over = over;
+	s->reader = reader;
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (c->share == s && !c->dead)
+			conn_update_read(c);
+	return true;
+}
+
+static void server_update_budget(struct server *srv);
+
+/* Moves the connection's buffered bytes from was to now in its uid's share. */
+static void conn_fair_account(struct conn *c, size_t was, size_t now)
+{
+	if (!c->share)
+		return;
+	c->share->buffered = c->share->buffered - was + now;
+	if (c->share->reader == c && c->dead)
+		c->share->reader = NULL;
+	/* The daemon-wide reader is chosen among those the shares let read. */
+	if (server_share_update(c->srv, c->share))
+		server_update_budget(c->srv);
+}
+
+/* A frame of a uid over its share is the cause of its wait: its deadline
+ * runs from its first byte whatever holds it back, never renewed. Returns
+ * true when it set the deadline so. */
+static bool conn_fair_frame_deadline(struct conn *c)
+{
+	int64_t left;
+	struct timeval tv;
+
+	if (!c->share || !c->share->over || c->partial_seq == 0)
+		return false;
+	left = c->srv->d->config->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
+	fair_timeval(left, &tv);
+	evtimer_add(c->frame_ev, &tv);
+	return true;
+}
+
+static void conn_fair_call_start(struct conn *c)
+{
+	if (c->share)
+		c->share->inflight++;
+}
+
+/* Takes the calls of the connection off its uid's count; when the uid was
+ * at limits.max_inflight_per_uid, its other connections take held frames. */
+static void conn_fair_calls_end(struct conn *c, unsigned n)
+{
+	struct uid_share *s = c->share;
+	unsigned cap = (unsigned)c->srv->d->config->max_inflight_per_uid;
+	struct conn *o;
+
+	if (!s || n == 0)
+		return;
+	assert(s->inflight >= n);
+	s->inflight -= n;
+	if (s->inflight + n < cap || s->inflight >= cap)
+		return;
+	TAILQ_FOREACH(o, &c->srv->conns, entry)
+		if (o->share == s && o != c && !o->dead)
+			event_active(o->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* Nothing under way: no call, no output, no partial frame, no subscription. */
+static bool conn_is_idle(const struct conn *c)
+{
+	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 &&
+	       c->sub_types == 0 && frame_buf_pending(&c->in) == 0 &&
+	       evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+}
+
+/* The idle timer runs while the connection is idle, from when it became so. */
+static void conn_update_idle(struct conn *c)
+{
+	long ms = c->srv->d->config->idle_timeout_ms;
+	struct timeval tv;
+
+	if (c->dead || !c->idle_ev)
+		return;
+	if (!conn_is_idle(c)) {
+		evtimer_del(c->idle_ev);
+		c->idle_since = (struct timespec){ 0 };
+		return;
+	}
+	if (c->idle_since.tv_sec == 0 && c->idle_since.tv_nsec == 0)
+		clock_gettime(CLOCK_MONOTONIC, &c->idle_since);
+	if (ms == 0) {
+		evtimer_del(c->idle_ev);
+		return;
+	}
+	if (evtimer_pending(c->idle_ev, NULL))
+		return;
+	fair_timeval(ms - (fair_now_ms() - fair_ms_of(&c->idle_since)), &tv);
+	evtimer_add(c->idle_ev, &tv);
+}
+
+/* How long the connection has been idle, in ms; -1 when it is not. */
+static int64_t conn_idle_ms(const struct conn *c)
+{
+	if (c->dead || (c->idle_since.tv_sec == 0 && c->idle_since.tv_nsec == 0) || !conn_is_idle(c))
+		return -1;
+	return fair_now_ms() - fair_ms_of(&c->idle_since);
+}
+
+static void conn_close(struct conn *c, const char *reason);
+
+static void conn_idle_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd, (void)what;
+	if (!conn_is_idle(c)) {
+		conn_update_idle(c);
+		return;
+	}
+	log_info("connection %llu (uid %u pid %d): idle for %ld ms (limits.idle_timeout_ms), closing",
+		 (unsigned long long)c->id, (unsigned)c->peer.uid, (int)c->peer.pid,
+		 c->srv->d->config->idle_timeout_ms);
+	c->srv->stats.connections_idle_closed++;
+	conn_close(c, "idle timeout");
+}
+
+/* The connection is being torn down: off its uid's counts (its buffered
+ * bytes leave the share through conn_account). */
+static void conn_fair_closing(struct conn *c)
+{
+	if (c->idle_ev)
+		evtimer_del(c->idle_ev);
+	if (!c->share)
+		return;
+	assert(c->share->conns > 0);
+	c->share->conns--;
+	if (c->share->reader == c)
+		c->share->reader = NULL;
+	conn_fair_calls_end(c, c->inflight);
+}
+
+/* The longest-idle connection, idle at least limits.idle_evict_ms, of uid
+ * (or of any non-admin when !of_uid); NULL if none. */
+static struct conn *server_evictable(const struct server *srv, bool of_uid, uid_t uid)
+{
+	long min = srv->d->config->idle_evict_ms;
+	int64_t best_ms = -1;
+	struct conn *c, *best = NULL;
+
+	if (min == 0)
+		return NULL;
+	TAILQ_FOREACH(c, &srv->conns, entry) {
+		int64_t idle = conn_idle_ms(c);
+
+		if (idle < min || (of_uid ? c->peer.uid != uid : c->peer.admin))
+			continue;
+		if (idle > best_ms)
+			best = c, best_ms = idle;
+	}
+	return best;
+}
+
+static void server_evict(struct server *srv, struct conn *victim, const char *why)
+{
+	log_info("connection %llu (uid %u pid %d): idle %lld ms, closed to make room (%s)",
+		 (unsigned long long)victim->id, (unsigned)victim->peer.uid, (int)victim->peer.pid,
+		 (long long)conn_idle_ms(victim), why);
+	srv->stats.connections_evicted++;
+	conn_close(victim, "evicted while idle");
+}
+
+/* Refuses a new connection over a connection limit: TooManyConnections
+ * with {limit, scope}, the message naming the key. */
+static void server_fair_reject(struct server *srv, int fd, const struct rpc_peer *peer,
+			       const char *scope, const char *key, long limit)
+{
+	_cleanup_free_ char *msg = xasprintf("too many connections%s (%s: %ld): close idle "
+					     "connections or raise the limit",
+					     strcmp(scope, "uid") == 0 ? " of this uid" : "", key, limit);
+	json_t *data = json_pack("{s:I, s:s}", "limit", (json_int_t)limit, "scope", scope);
+	json_t *reply = jsonrpc_reply_error(NULL, msb_error_object(MSB_ERR_TOO_MANY_CONNECTIONS, msg, data));
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+
+	log_warnx("connection from uid %u pid %d refused: %s = %ld reached", (unsigned)peer->uid,
+		  (int)peer->pid, key, limit);
+	srv->stats.connections_rejected++;
+	if (strcmp(scope, "uid") == 0)
+		srv->stats.connections_refused_uid++;
+	buf = frame_encode(reply, &len);
+	json_decref(reply);
+	if (buf && send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("conn", "cannot tell a refused client why: %s", strerror(errno));
+	close(fd);
+}
+
+/* Admits a new connection of peer under the per-uid and daemon-wide
+ * limits, evicting an idle connection to make room where one qualifies.
+ * Returns 0, or -EUSERS after refusing (fd closed). */
+static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *peer)
+{
+	const struct msbd_config *cfg = srv->d->config;
+	long per_uid = cfg->max_connections_per_uid;
+	/* At most max_connections - 1 reserved: one connection stays open to everyone. */
+	long reserve = cfg->admin_reserved_connections < cfg->max_connections ?
+		cfg->admin_reserved_connections : cfg->max_connections - 1;
+	long total = peer->admin ? cfg->max_connections : cfg->max_connections - reserve;
+	struct conn *victim;
+
+	if (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid) {
+		victim = server_evictable(srv, true, peer->uid);
+		if (!victim) {
+			server_fair_reject(srv, fd, peer, "uid", "limits.max_connections_per_uid", per_uid);
+			return -EUSERS;
+		}
+		server_evict(srv, victim, "limits.max_connections_per_uid");
+	}
+	if (srv->stats.connections_current >= (unsigned)total) {
+		victim = server_evictable(srv, false, 0);
+		if (!victim) {
+			server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
+					   "limits.max_connections" :
+					   "limits.max_connections less limits.admin_reserved_connections",
+					   total);
+			return -EUSERS;
+		}
+		server_evict(srv, victim, "limits.max_connections");
+	}
+	return 0;
+}
+
+/* Sets up the connection's fairness state once it is accepted. */
+static int conn_fair_init(struct conn *c)
+{
+	c->share = server_share_get(c->srv, c->peer.uid);
+	c->share->conns++;
+	c->idle_ev = evtimer_new(c->srv->d->base, conn_idle_timeout_cb, c);
+	return c->idle_ev ? 0 : -ENOMEM;
+}
+
+/* After a SIGHUP: idle timers and uid shares follow the new limits. */
+static void server_fair_config_changed(struct server *srv)
+{
+	struct uid_share *s;
+	struct conn *c;
+
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead && c->idle_ev) {
+			evtimer_del(c->idle_ev);
+			conn_update_idle(c);
+		}
+	LIST_FOREACH(s, &srv->shares, entry)
+		server_share_update(srv, s);
+	server_update_budget(srv);
+}
+
+/* Order of daemon.status's by_uid: most connections, then most bytes, then uid. */
+static bool fair_share_before(const struct uid_share *a, const struct uid_share *b)
+{
+	if (a->conns != b->conns)
+		return a->conns > b->conns;
+	if (a->buffered != b->buffered)
+		return a->buffered > b->buffered;
+	return a->uid < b->uid;
+}
+
+json_t *server_fair_status(const struct server *srv, size_t max_uids)
+{
+	json_t *by_uid = json_array();
+	const struct uid_share *s, *best;
+	const struct uid_share *prev = NULL;
+	size_t n_uids = 0;
+
+	LIST_FOREACH(s, &srv->shares, entry)
+		if (s->conns > 0)
+			n_uids++;
+	/* The top max_uids by connections, then buffered bytes (selection: n is small). */
+	for (size_t i = 0; i < max_uids; i++) {
+		best = NULL;
+		LIST_FOREACH(s, &srv->shares, entry) {
+			if (s->conns == 0 || (prev && !fair_share_before(prev, s)))
+				continue;
+			if (!best || fair_share_before(s, best))
+				best = s;
+		}
+		if (!best)
+			break;
+		json_array_append_new(by_uid, json_pack("{s:I, s:I, s:I, s:I, s:b}",
+			"uid", (json_int_t)best->uid, "connections", (json_int_t)best->conns,
+			"in_flight", (json_int_t)best->inflight, "buffered_bytes", (json_int_t)best->buffered,
+			"over_share", best->over));
+		prev = best;
+	}
+	return json_pack("{s:I, s:I, s:I, s:I, s:o}",
+		"uids", (json_int_t)n_uids,
+		"idle_closed", (json_int_t)srv->stats.connections_idle_closed,
+		"evicted", (json_int_t)srv->stats.connections_evicted,
+		"refused_uid", (json_int_t)srv->stats.connections_refused_uid,
+		"by_uid", by_uid);
+}
 
 /* ---- sending ---------------------------------------------------------- */
 
@@ -195,7 +620,7 @@ static bool conn_may_take(const struct conn *c)
 	const struct msbd_config *cfg = c->srv->d->config;
 
 	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
-	       c->inflight < (unsigned)cfg->max_inflight &&
+	       c->inflight < (unsigned)cfg->max_inflight && conn_fair_may_take(c) &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
 }
 
@@ -211,7 +636,8 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && (!c->srv->budget_spent || c->srv->budget_reader == c);
+	return conn_may_take(c) && conn_fair_may_read(c) &&
+	       (!c->srv->budget_spent || c->srv->budget_reader == c);
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
@@ -239,7 +665,7 @@ static struct conn *server_oldest_partial(const struct server *srv)
 	struct conn *c, *best = NULL;
 
 	TAILQ_FOREACH(c, &srv->conns, entry)
-		if (!c->dead && c->partial_seq && conn_may_take(c) &&
+		if (!c->dead && c->partial_seq && conn_may_take(c) && conn_fair_may_read(c) &&
 		    (!best || c->partial_seq < best->partial_seq))
 			best = c;
 	return best;
@@ -273,11 +699,12 @@ static void server_update_budget(struct server *srv)
 
 static void conn_account(struct conn *c)
 {
-	size_t now = c->dead ? 0 : frame_buf_pending(&c->in) + c->rb_parked_len;
+	size_t now = c->dead ? 0 : frame_buf_pending(&c->in) + c->rb_parked_len, was = c->accounted;
 
 	c->srv->stats.buffered_bytes = c->srv->stats.buffered_bytes - c->accounted + now;
 	c->accounted = now;
 	server_update_budget(c->srv);
+	conn_fair_account(c, was, now);
 }
 
 /* The frame deadline runs only while the daemon waits on the client: part
@@ -292,6 +719,9 @@ static void conn_update_frame_timer(struct conn *c, unsigned taken)
 	struct timeval tv;
 	long ms = c->srv->d->config->frame_timeout_ms;
 
+	if (!c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in) && conn_may_take(c) &&
+	    conn_fair_frame_deadline(c))
+		return;
 	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c) ||
 	    !conn_may_read(c)) {
 		evtimer_del(c->frame_ev);
@@ -309,8 +739,10 @@ static void conn_update_partial(struct conn *c, unsigned taken)
 {
 	if (c->dead || !frame_buf_in_frame(&c->in))
 		c->partial_seq = 0;
-	else if (taken > 0 || c->partial_seq == 0)
+	else if (taken > 0 || c->partial_seq == 0) {
 		c->partial_seq = ++c->srv->next_partial_seq;
+		clock_gettime(CLOCK_MONOTONIC, &c->frame_first);
+	}
 }
 
 /* ---- calls ------------------------------------------------------------ */
@@ -333,6 +765,7 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 	assert(c->inflight > 0 && srv->stats.requests_in_flight > 0);
 	c->inflight--;
 	srv->stats.requests_in_flight--;
+	conn_fair_calls_end(c, 1);
 	c->rb_last_sent = 0;
 	if (reply)
 		conn_send(c, reply);
@@ -388,6 +821,7 @@ static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t ch
 	c->rb_cur_done = false;
 	c->inflight++;
 	srv->stats.requests_in_flight++;
+	conn_fair_call_start(c);
 	call = rpc_dispatch(msbd_methods, msbd_n_methods, req, &c->peer, srv->d, &conn_call_ops, c);
 	c->rb_dispatching = false;
 	if (call && c->dead) {
@@ -435,6 +869,7 @@ static void conn_process(struct conn *c)
 	if (c->eof && !c->dead && c->inflight == 0 && !c->rb_is_parked &&
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_close(c, "client closed the connection");
+	conn_update_idle(c);
 }
 
 /* Appends bytes to the frame buffer; an oversize frame ends the connection.
@@ -559,7 +994,7 @@ static void conn_resume_cb(evutil_socket_t fd, short what, void *arg)
 
 static void conn_free_events(struct conn *c)
 {
-	struct event **evs[] = { &c->frame_ev, &c->closed_ev, &c->resume_ev, &c->free_ev };
+	struct event **evs[] = { &c->frame_ev, &c->closed_ev, &c->resume_ev, &c->free_ev, &c->idle_ev };
 
 	for (size_t i = 0; i < ELEMENTSOF(evs); i++)
 		if (*evs[i]) {
@@ -575,6 +1010,7 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	TAILQ_REMOVE(&c->srv->conns, c, entry);
 	conn_free_events(c);
+	server_share_put(c->share);
 	free(c->calls);
 	free(c->rb_charges);
 	free(c->sub_scope);
@@ -591,6 +1027,7 @@ static void conn_close(struct conn *c, const char *reason)
 		return;
 	log_debug("conn", "connection %llu (uid %u pid %d) closed: %s", (unsigned long long)c->id,
 		  (unsigned)c->peer.uid, (int)c->peer.pid, reason);
+	conn_fair_closing(c);
 	c->dead = true;
 	if (srv->budget_reader == c)
 		srv->budget_reader = NULL;
@@ -945,6 +1382,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 {
 	struct server *srv = arg;
 	struct event_base *base = srv->d->base;
+	struct rpc_peer peer;
 	struct conn *c;
 
 	(void)l, (void)sa, (void)salen;
@@ -952,17 +1390,14 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 		server_reject(srv, fd, MSB_ERR_SHUTTING_DOWN);
 		return;
 	}
-	if (srv->stats.connections_current >= (unsigned)srv->d->config->max_connections) {
-		log_warnx("connection refused: %u connections open (limit %ld)",
-			  srv->stats.connections_current, srv->d->config->max_connections);
-		server_reject(srv, fd, MSB_ERR_TOO_MANY_CONNECTIONS);
+	server_peer(fd, &peer);
+	peer.admin = peer.uid != (uid_t)-1 && msbd_lookup_admin(srv->d, peer.uid, peer.gid);
+	if (server_fair_admit(srv, fd, &peer) < 0)
 		return;
-	}
 	c = xcalloc(1, sizeof(*c));
 	c->srv = srv;
 	c->id = ++srv->next_conn_id;
-	server_peer(fd, &c->peer);
-	c->peer.admin = c->peer.uid != (uid_t)-1 && msbd_lookup_admin(srv->d, c->peer.uid, c->peer.gid);
+	c->peer = peer;
 	frame_buf_init(&c->in, srv->d->config->max_frame_bytes);
 	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->frame_ev = evtimer_new(base, conn_frame_timeout_cb, c);
@@ -970,13 +1405,16 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 	c->free_ev = event_new(base, -1, 0, conn_free_cb, c);
 	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
 		c->closed_ev = event_new(base, fd, EV_CLOSED, conn_peer_closed_cb, c);
-	if (!c->bev || !c->frame_ev || !c->resume_ev || !c->free_ev) {
+	if (!c->bev || !c->frame_ev || !c->resume_ev || !c->free_ev || conn_fair_init(c) < 0) {
 		log_warnx("%s: cannot set up a connection, closing it", __func__);
 		if (c->bev)
 			bufferevent_free(c->bev);
 		else
 			close(fd);
 		conn_free_events(c);
+		if (c->share)
+			c->share->conns--;
+		server_share_put(c->share);
 		free(c);
 		return;
 	}
@@ -989,6 +1427,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 	srv->stats.connections_current++;
 	log_debug("conn", "connection %llu from uid %u gid %u pid %d", (unsigned long long)c->id,
 		  (unsigned)c->peer.uid, (unsigned)c->peer.gid, (int)c->peer.pid);
+	conn_update_idle(c);
 }
 
 static void server_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
@@ -1029,6 +1468,7 @@ struct server *server_new(struct msbd *d)
 
 	srv->d = d;
 	TAILQ_INIT(&srv->conns);
+	LIST_INIT(&srv->shares);
 	srv->accept_retry_ev = evtimer_new(d->base, server_accept_retry_cb, srv);
 	srv->drained_ev = event_new(d->base, -1, 0, server_drained_cb, srv);
 	TAILQ_INIT(&srv->rb_parked_q);
@@ -1242,6 +1682,7 @@ void server_config_changed(struct server *srv)
 		conn_set_timeouts(c);
 	}
 	server_update_budget(srv);
+	server_fair_config_changed(srv);
 	TAILQ_FOREACH(c, &srv->conns, entry)
 		conn_update_read(c);
 	event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);

@@ -13,7 +13,20 @@
  * frame, a frame that does not arrive whole in time) get an error reply with
  * id null and close the connection; anything else gets a reply and the
  * connection stays. Ownership: server_new → server_free; connections are
- * owned by the server and freed at the loop boundary. */
+ * owned by the server and freed at the loop boundary.
+ *
+ * Fairness between uids (SO_PEERCRED; administrators exempt from the caps):
+ * a uid has at most limits.max_connections_per_uid connections and
+ * limits.max_inflight_per_uid calls in flight over them (past it its
+ * connections are not read, no error); non-administrators are refused at
+ * limits.max_connections less limits.admin_reserved_connections. At a
+ * connection limit, a connection idle for limits.idle_evict_ms is closed
+ * to make room (the caller's own longest-idle at the uid limit, any
+ * non-administrator's at the daemon's) before the new one is refused. A
+ * connection idle for limits.idle_timeout_ms (no call, no output, no
+ * partial frame, no subscription) is closed. A uid holding its share of the
+ * buffer budget (limits.uid_buffer_bytes) is read only on its oldest
+ * partial frame, and its frames' deadlines run from their first byte. */
 #ifndef MSB_SERVER_H
 #define MSB_SERVER_H
 
@@ -46,6 +59,9 @@ struct server_stats {
 	uint64_t requests_errors;       /* replies that were errors */
 	unsigned requests_in_flight;
 	size_t buffered_bytes;          /* held from clients, counted against the budget */
+	uint64_t connections_idle_closed; /* closed after limits.idle_timeout_ms idle */
+	uint64_t connections_evicted;   /* closed while idle to admit another at a limit */
+	uint64_t connections_refused_uid; /* over limits.max_connections_per_uid */
 	/* The reply budgets (limits.reply_budget_bytes): */
 	size_t reply_reserved_bytes;    /* charged to calls admitted: reply bounds not yet queued, requests */
 	size_t reply_queued_bytes;      /* written to connections' output buffers, not yet sent */
@@ -96,6 +112,10 @@ size_t server_publish(struct server *srv, uint32_t type, uid_t owner, const char
 		      const json_t *params);
 
 const struct server_stats *server_get_stats(const struct server *srv);
+/* Fairness for daemon.status (new reference): {uids, idle_closed, evicted,
+ * refused_uid, by_uid: the max_uids uids with most connections, each
+ * {uid, connections, in_flight, buffered_bytes, over_share}}. */
+json_t *server_fair_status(const struct server *srv, size_t max_uids);
 /* The path served (bound or activated), or NULL if unknown. */
 const char *server_get_path(const struct server *srv);
 bool server_is_activated(const struct server *srv);

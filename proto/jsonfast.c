@@ -351,6 +351,83 @@ char *jsonfast_dump(const json_t *v, size_t extra, size_t *ret_len)
 	return NULL;
 }
 
+/* ---- scan ----------------------------------------------------------------- */
+
+enum scan_class {
+	SCAN_OTHER = 0,  /* whitespace, ',' ':' and bytes jansson refuses here */
+	SCAN_WORD,       /* a byte of a number or a literal */
+	SCAN_QUOTE,
+	SCAN_OPEN,
+	SCAN_CLOSE,
+};
+
+static inline enum scan_class scan_class_of(unsigned char c)
+{
+	if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '-' ||
+	    c == '+' || c == '.')
+		return SCAN_WORD;
+	switch (c) {
+	case '"': return SCAN_QUOTE;
+	case '[': case '{': return SCAN_OPEN;
+	case ']': case '}': return SCAN_CLOSE;
+	default: return SCAN_OTHER;
+	}
+}
+
+static size_t find_close(const char *buf, size_t from, size_t len);
+static bool colon_follows(const char *buf, size_t off, size_t len);
+
+int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim,
+		  struct jsonfast_shape *ret)
+{
+	const unsigned char *p = (const unsigned char *)buf;
+	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start;
+	int r = 0;
+
+	while (i < len) {
+		switch (scan_class_of(p[i])) {
+		case SCAN_WORD:
+			/* One number or literal: a run of word bytes. */
+			values++;
+			while (++i < len && scan_class_of(p[i]) == SCAN_WORD)
+				;
+			break;
+		case SCAN_QUOTE:
+			values++;
+			start = i;
+			i = find_close(buf, i + 1, len);
+			/* An unclosed string: nothing more to count. */
+			if (i < len)
+				i++;
+			/* A key is structure; a value's literal is not. */
+			if (!colon_follows(buf, i, len))
+				strings += i - start;
+			break;
+		case SCAN_OPEN:
+			values++;
+			if (++depth > deepest)
+				deepest = depth;
+			i++;
+			break;
+		case SCAN_CLOSE:
+			if (depth > 0)
+				depth--;
+			i++;
+			break;
+		default:
+			i++;
+			break;
+		}
+		if (values > lim->values || deepest > lim->depth || i - strings > lim->structure_bytes) {
+			r = -E2BIG;
+			break;
+		}
+	}
+	*ret = (struct jsonfast_shape){ .values = values, .depth = deepest,
+					.structure_bytes = i - strings, .position = i };
+	return r;
+}
+
 /* ---- load ----------------------------------------------------------------- */
 
 /* One long string value cut out of the text: the literal (quotes included)

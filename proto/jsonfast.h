@@ -23,8 +23,11 @@
  * pass only pays for itself on big frames. */
 #define JSONFAST_LOAD_MIN_BYTES (64 * 1024)
 /* A string value literal at least this long (quotes excluded) is decoded by
- * jsonfast itself and spliced into jansson's result. */
-#define JSONFAST_SPLICE_MIN_BYTES 4096
+ * jsonfast itself and spliced into jansson's result: jansson lexes a
+ * string at tens of ns a byte, jsonfast at memchr's speed, and a
+ * placeholder is under 48 bytes. Low, so that a frame of many mid-sized
+ * strings costs no more loop time than one long string. */
+#define JSONFAST_SPLICE_MIN_BYTES 64
 /* Containers nested deeper than this are dumped by json_dumps itself (which
  * also detects reference cycles). */
 #define JSONFAST_DUMP_MAX_DEPTH 2048
@@ -43,6 +46,38 @@ char *jsonfast_dump(const json_t *v, size_t extra, size_t *ret_len);
  * position (error may be NULL). buf is borrowed and need not be
  * NUL-terminated. */
 json_t *jsonfast_loadb(const char *buf, size_t len, size_t flags, json_error_t *error);
+
+/* What jsonfast_scan refuses past (SIZE_MAX: no limit). */
+struct jsonfast_limits {
+	size_t values;           /* JSON values, object keys included */
+	size_t depth;            /* nesting of arrays and objects */
+	size_t structure_bytes;  /* bytes outside string values (below) */
+};
+
+/* What jsonfast_scan found, as far as it read. */
+struct jsonfast_shape {
+	size_t values;           /* JSON values, object keys included */
+	size_t depth;            /* deepest container nesting (a scalar alone: 0) */
+	size_t structure_bytes;  /* bytes not inside a string value's literal */
+	size_t position;         /* where the scan stopped: len, or the byte past a limit */
+};
+
+/* A linear pre-scan of a JSON text, made before anything is allocated for
+ * it: counts its values (each string, number, literal and container, and
+ * each object key), its deepest nesting, and its structure bytes: every
+ * byte but those of string values' literals (quotes included), so
+ * punctuation, whitespace, numbers, literals and object keys (a string
+ * followed by ':'), all of which jansson lexes byte by byte, where long
+ * string values are jsonfast's memchr. Strings are skipped with memchr.
+ * Returns 0 and *ret (all of the text read), or -E2BIG as soon as a count
+ * passes its limit (*ret then says how far it read and what it counted so
+ * far, the count over its limit included). Text jansson would refuse is
+ * counted as best it can (never an error for that): for text json_loadb
+ * accepts, values and depth are exactly those of the value it returns
+ * (values: with JSON_REJECT_DUPLICATES; without, a duplicate key counts
+ * each time it is written). No allocation; lim and ret may not be NULL. */
+int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim,
+		  struct jsonfast_shape *ret);
 
 /* TEST ONLY (fuzzing, unit tests): replaces JSONFAST_LOAD_MIN_BYTES and
  * JSONFAST_SPLICE_MIN_BYTES process-wide, so the fast path is reached with

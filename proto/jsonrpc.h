@@ -8,7 +8,11 @@
  *  - members allowed: jsonrpc ("2.0", required), method (string, required),
  *    id (string, integer or null; absent = notification), params (object,
  *    optional); any other member → -32600 naming it;
- *  - an error detected before the id is validated is reported with id null.
+ *  - an error detected before the id is validated is reported with id null;
+ *  - before it is parsed, a frame is counted (jsonfast_scan): more than
+ *    MSB_JSON_MAX_VALUES values or nesting deeper than MSB_JSON_MAX_DEPTH
+ *    → -32700 with data.limit, id null, and jansson allocates nothing for
+ *    it. Replies (jsonrpc_response_parse, the client side) are not counted.
  */
 #ifndef MSB_JSONRPC_H
 #define MSB_JSONRPC_H

@@ -18,6 +18,27 @@
 /* The smallest frame limit a configuration may set. */
 #define MSB_FRAME_MIN_BYTES          (4 * MSB_KIB)
 
+/* One request frame, counted by a linear pre-scan before it is parsed
+ * (jsonfast_scan; not config): JSON values, object keys included; nesting
+ * of arrays and objects; structure bytes, all but those of string values
+ * (punctuation, whitespace, numbers, literals, object keys: what jansson
+ * lexes byte by byte). The largest requests the protocol defines are far
+ * inside all three: files.write of 256 files, about 1,300 values;
+ * sandbox.exec with 4096 arguments and 256 env entries, about 4,620 values
+ * and under 100 KiB of structure; an acquire with 64 labels of 4 KiB keys,
+ * 260 KiB. A frame over one is refused ParseError (-32700, data.limit)
+ * before jansson allocates anything for it, so parsing an admitted frame
+ * costs about its own size again (its strings' copies) plus a few MiB
+ * (MSB_JSON_MAX_VALUES small allocations, keys lexed by jansson). */
+#define MSB_JSON_MAX_VALUES          65536
+#define MSB_JSON_MAX_DEPTH           64
+#define MSB_JSON_MAX_STRUCTURE_BYTES (2 * MSB_MIB)
+
+/* A request's string id, in bytes (not config): the daemon echoes it in
+ * the reply and in every notification of the call (exec.output), so it is
+ * kept short. Longer → InvalidRequest (-32600, id null, data.limit). */
+#define MSB_ID_MAX_BYTES             256
+
 /* Daemon side, all overridable in the configuration: */
 #define MSB_MAX_CONNECTIONS          256          /* limits.max_connections */
 #define MSB_MAX_INFLIGHT             32           /* limits.max_inflight, per connection */
@@ -31,6 +52,14 @@
 #define MSB_FRAME_TIMEOUT_MS         30000        /* limits.frame_timeout_ms: one frame, first byte to LF */
 #define MSB_WRITE_TIMEOUT_MS         60000        /* limits.write_timeout_ms: replies queued, none read */
 #define MSB_DRAIN_TIMEOUT_MS         10000        /* shutdown.drain_ms */
+/* Fairness between users (uids); admins are exempt from the per-uid caps: */
+#define MSB_MAX_CONNECTIONS_PER_UID  64           /* limits.max_connections_per_uid */
+#define MSB_ADMIN_RESERVED_CONNECTIONS 8          /* limits.admin_reserved_connections */
+#define MSB_MAX_INFLIGHT_PER_UID     128          /* limits.max_inflight_per_uid */
+#define MSB_IDLE_TIMEOUT_MS          600000       /* limits.idle_timeout_ms: nothing under way */
+/* The shortest idle timeout a configuration may set (other than 0, never). */
+#define MSB_IDLE_TIMEOUT_MIN_MS      1000
+#define MSB_IDLE_EVICT_MS            30000        /* limits.idle_evict_ms: idle this long, evictable */
 /* After the drain deadline cancels what is left, replies get this long to be written. */
 #define MSB_FINAL_FLUSH_MS           2000
 /* At the drain deadline, file calls cut short unpause their guests: the

@@ -516,8 +516,10 @@ int docker_archive_put(struct engine *e, const char *id, const char *dir, const 
 
 struct docker_pull {
 	docker_progress_cb *progress;
-	docker_pull_done_cb *done;
+	docker_pull_done_cb *done;          /* a load's */
+	docker_image_pull_cb *pull_done;    /* a pull's */
 	void *arg;
+	long status;           /* the reply's HTTP status (0: none) */
 	struct frame_buf fb;   /* progress lines; a failed reply's body */
 	int error;             /* the failure that ended the pull (0: none yet) */
 	char *message;         /* its text */
@@ -606,8 +608,17 @@ static int pull_result(struct docker_pull *p, int error, const struct engine_rep
 {
 	if (p->error < 0)
 		return p->error;
-	if (error < 0)
-		return pull_fail(p, error, transport_message(error, reply));
+	if (error < 0) {
+		char *why = transport_message(error, reply);
+
+		/* -EIO is the engine's refusal only (docker.h): libcurl's
+		 * catch-all and a cut after the response line are told apart. */
+		if ((error == -ECONNRESET || error == -EIO) && reply && reply->status > 0)
+			error = -ECONNABORTED;
+		else if (error == -EIO)
+			error = -ECONNRESET;
+		return pull_fail(p, error, why);
+	}
 	if (reply->status != 200)
 		return pull_fail(p, -EIO, error_body_message(&p->fb, reply->status));
 	/* The last line may come without its LF. */
@@ -621,20 +632,26 @@ static void pull_done_cb(struct engine_req *req, int error, const struct engine_
 	struct docker_pull *p = arg;
 	int r = pull_result(p, error, reply);
 
-	p->done(r, r < 0 ? p->message : NULL, p->arg);
+	p->status = reply ? reply->status : 0;   /* 0: no response line was read */
+	if (p->pull_done)
+		p->pull_done(r, p->status, r < 0 ? p->message : NULL, p->arg);
+	else
+		p->done(r, r < 0 ? p->message : NULL, p->arg);
 	pull_free(p);
 }
 
 /* Starts call (on_data set here) with its JSON-lines reply handed to
  * progress and its end (or first in-band error) to done: a pull or a load. */
 static int lines_start(struct engine *e, struct engine_call *call, docker_progress_cb *progress,
-		       docker_pull_done_cb *done, void *arg, struct engine_req **ret_req)
+		       docker_pull_done_cb *done, docker_image_pull_cb *pull_done, void *arg,
+		       struct engine_req **ret_req)
 {
 	struct docker_pull *p = xcalloc(1, sizeof(*p));
 	int r;
 
 	p->progress = progress;
 	p->done = done;
+	p->pull_done = pull_done;
 	p->arg = arg;
 	frame_buf_init(&p->fb, DOCKER_MAX_STREAM_LINE);
 	call->on_data = pull_data_cb;
@@ -669,7 +686,7 @@ static char *pull_query(const char *ref)
 }
 
 int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long idle_timeout_ms,
-		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      docker_progress_cb *progress, docker_image_pull_cb *done, void *arg,
 		      struct engine_req **ret_req)
 {
 	_cleanup_free_ char *query = NULL, *path = NULL;
@@ -684,7 +701,7 @@ int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long i
 		return -EINVAL;
 	path = xasprintf("/images/create%s", query);
 	call.path = path;
-	return lines_start(e, &call, progress, done, arg, ret_req);
+	return lines_start(e, &call, progress, NULL, done, arg, ret_req);
 }
 
 int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
@@ -698,7 +715,7 @@ int docker_image_load(struct engine *e, const void *tar, size_t len, long timeou
 
 	if (!e || !done || !tar || len == 0 || timeout_ms < 0 || len > DOCKER_MAX_ARCHIVE_PUT)
 		return -EINVAL;
-	return lines_start(e, &call, progress, done, arg, ret_req);
+	return lines_start(e, &call, progress, done, NULL, arg, ret_req);
 }
 
 /* ---- the /events follower ----------------------------------------------------------- */
@@ -1080,7 +1097,7 @@ static int exec_stream_data_cb(struct engine_req *req, long status, const void *
 	r = s->data(data, len, s->arg);
 	if (r < 0)
 		s->error = r;
-	return r < 0 ? r : 0;
+	return r < 0 || r == ENGINE_DATA_PAUSE ? r : 0;
 }
 
 static void exec_stream_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,

@@ -114,7 +114,9 @@ int docker_archive_stat(struct engine *e, const char *id, const char *path, dock
 			void *arg, struct engine_req **ret_req);
 
 /* One chunk of a 200 reply's tar (borrowed). Return 0 to go on, or a
- * negative errno to abort: done then gets that error. Runs inside the
+ * negative errno to abort: done then gets that error. A logs or exec stream
+ * may also return ENGINE_DATA_PAUSE (http.h): the chunk is handed again
+ * after engine_req_resume() on its request. Runs inside the
  * transfer, under http.h's on_data rules (no cancel, no free; a request it
  * starts is refused with -EBUSY). Never called for any other status. */
 typedef int docker_data_cb(const void *data, size_t len, void *arg);
@@ -185,23 +187,36 @@ int docker_exec_inspect(struct engine *e, const char *exec_id, docker_cb *cb, vo
  * "repo[:tag][@digest]" is split as docker does (the tag is after the last
  * ':' that follows the last '/'; a digest goes whole into fromImage; no tag
  * means "latest"). The 200 body is JSON lines: each object goes to progress
- * (borrowed); an object with "error" or "errorDetail" ends the pull with
- * done(-EIO, its message). A non-200 status ends it with done(-EIO,
- * Docker's message). idle_timeout_ms bounds the wait for each line. done
- * fires exactly once: 0 and NULL on success. progress runs inside the
- * transfer, under http.h's on_data rules (no cancel, no free; a request it
- * starts is refused with -EBUSY). */
+ * (borrowed). done fires exactly once, and its error alone says what
+ * happened (status is whatever response line was read, 0 if none):
+ *   0            success (status 200, message NULL);
+ *   -EIO         the engine refused: a non-200 status (status, Docker's
+ *                message), or an in-band "error"/"errorDetail" line after
+ *                the 200 (200, its message); only this;
+ *   -EPROTO, -EMSGSIZE  the progress stream was unusable (a malformed or
+ *                overlong line);
+ *   -ECONNABORTED  the transfer broke after the engine answered (a stream
+ *                cut short; status is what was read, e.g. 200);
+ *   -ETIMEDOUT   idle_timeout_ms or timeout_ms passed; -ECANCELED cancelled;
+ *   any other -errno  no answer: the engine could not be reached, or the
+ *                connection broke before a response line (status 0).
+ * idle_timeout_ms bounds the wait for each line. The message is the
+ * engine's (or libc's, libcurl's) own text: for the log, never for the
+ * wire. progress runs inside the transfer, under
+ * http.h's on_data rules (no cancel, no free; a request it starts is
+ * refused with -EBUSY). */
 typedef void docker_progress_cb(const json_t *line, void *arg);
 typedef void docker_pull_done_cb(int error, const char *message, void *arg);
+typedef void docker_image_pull_cb(int error, long status, const char *message, void *arg);
 int docker_image_pull(struct engine *e, const char *ref, long timeout_ms, long idle_timeout_ms,
-		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
+		      docker_progress_cb *progress, docker_image_pull_cb *done, void *arg,
 		      struct engine_req **ret_req);
 
 /* Load: POST /images/load?quiet=1, the `docker save` archive tar[0..len)
  * as the body (copied). The reply is JSON lines (every error is in-band,
  * after a 200): each line goes to progress; one with "error" or
- * "errorDetail" ends it with done(-EIO, message). Same rules as
- * docker_image_pull. len over DOCKER_MAX_ARCHIVE_PUT → -EINVAL. */
+ * "errorDetail" ends it with done(-EIO, message). Same rules and errors
+ * as docker_image_pull. len over DOCKER_MAX_ARCHIVE_PUT → -EINVAL. */
 int docker_image_load(struct engine *e, const void *tar, size_t len, long timeout_ms,
 		      docker_progress_cb *progress, docker_pull_done_cb *done, void *arg,
 		      struct engine_req **ret_req);

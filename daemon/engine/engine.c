@@ -27,7 +27,7 @@
 #define ENGINE_DEFAULT_RECONNECT_MIN_MS 100
 #define ENGINE_API_VERSION_LEN          16      /* "NNNN.NNNN" and a NUL */
 #define ENGINE_API_PART_MAX             9999    /* a version part above this is garbage */
-#define ENGINE_MESSAGE_MAX              512     /* engine error text kept in last_error */
+#define ENGINE_MESSAGE_MAX              512     /* engine error text kept for the log (last_detail) */
 
 enum engine_probe_step {
 	ENGINE_PROBE_IDLE,
@@ -50,7 +50,8 @@ struct engine {
 	char engine_api[ENGINE_API_VERSION_LEN];   /* from the probe in progress */
 	char api[ENGINE_API_VERSION_LEN];          /* negotiated by it */
 	struct engine_info *info;
-	char *last_error;
+	char *last_error;          /* a stable reason: the step, the status, our endpoint */
+	char *last_detail;         /* the reason with the engine's, libc's and curl's text: the log's */
 	uint64_t call_requests;
 	unsigned busy;
 	bool dead;
@@ -61,7 +62,7 @@ struct engine_call_ctx {
 	struct engine *e;
 	engine_done_cb *cb;
 	void *arg;
-	char *what;                /* "GET /v1.45/containers/json", for last_error */
+	char *what;                /* "GET /v1.45/containers/json" (no query: a caller's image ref), for last_error */
 };
 
 const char *engine_state_to_string(enum engine_state s)
@@ -203,7 +204,7 @@ static struct timeval ms_to_tv(long ms)
 
 static void engine_log_state(const struct engine *e)
 {
-	const char *why = e->last_error ? e->last_error : "unknown error";
+	const char *why = e->last_detail ? e->last_detail : "unknown error";
 
 	switch (e->state) {
 	case ENGINE_CONNECTING:
@@ -238,28 +239,57 @@ static void engine_set_state(struct engine *e, enum engine_state s)
 		e->state_cb(e, old, s, e->state_arg);
 }
 
-static void engine_set_error(struct engine *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+static void engine_clear_error(struct engine *e)
+{
+	free(e->last_error);
+	free(e->last_detail);
+	e->last_error = e->last_detail = NULL;
+}
 
-static void engine_set_error(struct engine *e, const char *fmt, ...)
+/* last_error becomes the stable reason fmt makes (daemon.status shows it);
+ * detail (the engine's message, strerror, curl's text; NULL: none) is
+ * appended for the log only. */
+static void engine_set_error(struct engine *e, const char *detail, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void engine_set_error(struct engine *e, const char *detail, const char *fmt, ...)
 {
 	va_list ap;
 
-	free(e->last_error);
+	engine_clear_error(e);
 	va_start(ap, fmt);
 	e->last_error = xvasprintf(fmt, ap);
 	va_end(ap);
-	log_debug("engine", "%s", e->last_error);
+	e->last_detail = detail ? xasprintf("%s (%s)", e->last_error, detail) : xstrdup(e->last_error);
+	log_debug("engine", "%s", e->last_detail);
 }
 
-/* "GET /_ping: Connection refused (Could not connect to server)". */
+/* "GET /_ping: could not connect to unix:///var/run/docker.sock"; the log
+ * adds "(Connection refused: Could not connect to server)". */
 static void engine_set_transport_error(struct engine *e, const char *what, int error,
 				       const struct engine_reply *reply)
 {
-	const char *detail = reply && reply->error_text ? reply->error_text : "";
+	const char *text = reply && reply->error_text ? reply->error_text : "";
+	_cleanup_free_ char *detail = xasprintf("%s%s%s", strerror(-error), *text ? ": " : "", text);
+	const char *host = e->ep->host;
 
-	engine_set_error(e, "%s: %s%s%s%s", what, strerror(-error), *detail ? " (" : "", detail,
-			 *detail ? ")" : "");
+	switch (error) {
+	case -ETIMEDOUT:
+		engine_set_error(e, detail, "%s: no answer from %s in time", what, host);
+		break;
+	case -ECONNRESET:
+	case -EPIPE:
+		engine_set_error(e, detail, "%s: the connection to %s was cut", what, host);
+		break;
+	case -EPROTO:
+	case -EMSGSIZE:
+	case -EBADMSG:
+		engine_set_error(e, detail, "%s: %s sent an unusable reply", what, host);
+		break;
+	default:
+		engine_set_error(e, detail, "%s: could not connect to %s", what, host);
+		break;
+	}
 }
 
 static void engine_options_normalize(struct engine_options *o)
@@ -317,7 +347,7 @@ static void engine_probe_version(struct engine *e)
 	e->probe_step = ENGINE_PROBE_VERSION;
 	r = engine_req_start(e->http, &call, engine_probe_done_cb, e, &e->probe_req);
 	if (r < 0) {
-		engine_set_error(e, "GET %s: cannot start: %s", path, strerror(-r));
+		engine_set_error(e, strerror(-r), "GET %s: could not start the request", path);
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
 	}
 }
@@ -336,13 +366,18 @@ static void engine_ping_result(struct engine *e, int error, const struct engine_
 	if (reply->status != 200) {
 		_cleanup_free_ char *msg = reply_message(reply);
 
-		engine_set_error(e, "GET /_ping: HTTP %ld: %s", reply->status, msg);
+		engine_set_error(e, msg, "GET /_ping: HTTP %ld", reply->status);
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
 		return;
 	}
 	if (!api_version_parse(v, &major, &minor)) {
-		engine_set_error(e, "GET /_ping: %s Api-Version header%s%.32s%s", v ? "unusable" : "no",
-				 v ? " \"" : "", v ? v : "", v ? "\"" : "");
+		_cleanup_free_ char *seen = v ? xasprintf("\"%.32s\"", v) : NULL;
+
+		if (seen)   /* the engine's bytes: the log's only */
+			for (char *p = seen; *p; p++)
+				if ((unsigned char)*p < ' ' || *p == 0x7f)
+					*p = '?';
+		engine_set_error(e, seen, "GET /_ping: %s Api-Version header", v ? "unusable" : "no");
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
 		return;
 	}
@@ -352,7 +387,7 @@ static void engine_ping_result(struct engine *e, int error, const struct engine_
 	else
 		snprintf(e->api, sizeof(e->api), "%s", e->engine_api);
 	if (engine_api_version_cmp(e->api, MSB_ENGINE_API_MIN) < 0) {
-		engine_set_error(e, "the engine speaks API versions up to %s; this daemon needs %s to %s",
+		engine_set_error(e, NULL, "the engine speaks API versions up to %s; this daemon needs %s to %s",
 				 e->engine_api, MSB_ENGINE_API_MIN, MSB_ENGINE_API_MAX);
 		engine_probe_failed(e, ENGINE_UNSUPPORTED);
 		return;
@@ -374,21 +409,21 @@ static void engine_version_result(struct engine *e, int error, const struct engi
 	}
 	if (reply->status != 200) {
 		msg = reply_message(reply);
-		engine_set_error(e, "%s: HTTP %ld: %s", what, reply->status, msg);
 		/* 400 is the engine refusing our API version (too old or new). */
+		engine_set_error(e, msg, "%s: HTTP %ld%s", what, reply->status,
+				 reply->status == 400 ? " (the engine refuses this API version)" : "");
 		engine_probe_failed(e, reply->status == 400 ? ENGINE_UNSUPPORTED : ENGINE_UNREACHABLE);
 		return;
 	}
 	info = engine_info_parse(reply->body, reply->body_len, e->engine_api, e->api);
 	if (!info) {
-		engine_set_error(e, "%s: the reply is not a version object", what);
+		engine_set_error(e, NULL, "%s: the reply is not a version object", what);
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
 		return;
 	}
 	engine_info_free(e->info);
 	e->info = info;
-	free(e->last_error);
-	e->last_error = NULL;
+	engine_clear_error(e);
 	e->backoff_ms = e->opts.reconnect_min_ms;
 	e->probe_step = ENGINE_PROBE_IDLE;
 	engine_set_state(e, ENGINE_REACHABLE);
@@ -428,7 +463,7 @@ static void engine_probe_start(struct engine *e)
 	e->probe_step = ENGINE_PROBE_PING;
 	r = engine_req_start(e->http, &call, engine_probe_done_cb, e, &e->probe_req);
 	if (r < 0) {
-		engine_set_error(e, "GET /_ping: cannot start: %s", strerror(-r));
+		engine_set_error(e, strerror(-r), "GET /_ping: could not start the request");
 		engine_probe_failed(e, ENGINE_UNREACHABLE);
 	}
 }
@@ -478,6 +513,7 @@ int engine_call_start(struct engine *e, const struct engine_call *call, engine_d
 	_cleanup_free_ char *path = NULL;
 	struct engine_call c;
 	struct engine_call_ctx *ctx;
+	size_t qlen;
 	int r;
 
 	if (!e || !call || !cb || !call->path || call->path[0] != '/')
@@ -490,8 +526,10 @@ int engine_call_start(struct engine *e, const struct engine_call *call, engine_d
 	if (c.timeout_ms == 0 && !c.on_data)
 		c.timeout_ms = e->opts.timeout_ms;
 	ctx = xmalloc(sizeof(*ctx));
+	qlen = strcspn(path, "?");
 	*ctx = (struct engine_call_ctx){ .e = e, .cb = cb, .arg = arg,
-					 .what = xasprintf("%.16s %.200s", c.method ? c.method : "?", path) };
+					 .what = xasprintf("%.16s %.*s", c.method ? c.method : "?",
+							   (int)(qlen < 200 ? qlen : 200), path) };
 	r = engine_req_start(e->http, &c, engine_call_done_cb, ctx, ret_req);
 	if (r < 0) {
 		free(ctx->what);
@@ -548,7 +586,7 @@ static void engine_destroy(struct engine *e)
 		event_free(e->retry_timer);
 	engine_info_free(e->info);
 	engine_endpoint_free(e->ep);
-	free(e->last_error);
+	engine_clear_error(e);
 	free(e);
 }
 

@@ -74,7 +74,10 @@ enum engine_state engine_get_state(const struct engine *e);
  * not ENGINE_REACHABLE it describes the last engine seen. */
 const struct engine_info *engine_get_info(const struct engine *e);
 const struct engine_endpoint *engine_get_endpoint(const struct engine *e);
-/* Why the engine is not reachable (last probe or call failure), or NULL. */
+/* Why the engine is not reachable (last probe or call failure), or NULL: a
+ * stable reason (the step, the HTTP status, "could not connect to" the
+ * endpoint), never the engine's message, strerror or curl's text, which
+ * only the log gets. daemon.status shows it. */
 const char *engine_get_last_error(const struct engine *e);
 /* Every HTTP request made to the engine, probes included. */
 uint64_t engine_requests_made(const struct engine *e);

@@ -348,7 +348,7 @@ static int req_stream(struct engine_req *req, const char *data, size_t n)
 	if (curl_easy_getinfo(req->req_easy, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
 		status = 0;
 	r = req->req_on_data(req, status, data, n, req->req_data_arg);
-	return r < 0 ? r : 0;
+	return r < 0 || r == ENGINE_DATA_PAUSE ? r : 0;
 }
 
 static size_t req_write_cb(char *data, size_t size, size_t nmemb, void *userdata)
@@ -367,6 +367,8 @@ static size_t req_write_cb(char *data, size_t size, size_t nmemb, void *userdata
 		req->req_abort = r;
 		return 0;
 	}
+	if (r == ENGINE_DATA_PAUSE)
+		return CURL_WRITEFUNC_PAUSE;
 	return n;
 }
 
@@ -763,6 +765,28 @@ void engine_req_cancel(struct engine_req *req)
 	/* Cancelling from on_data (inside libcurl) is a caller bug. */
 	assert(!req->req_http->in_curl);
 	req_complete(req, -ECANCELED);
+}
+
+void engine_req_resume(struct engine_req *req)
+{
+	struct engine_http *http;
+	CURLcode code;
+
+	if (!req || req->req_state != ENGINE_REQ_RUNNING)
+		return;
+	http = req->req_http;
+	/* Resuming from on_data (inside libcurl) is a caller bug. */
+	assert(!http->in_curl);
+	http_enter(http);
+	http->in_curl = true;
+	/* May hand the kept chunk to on_data now; the rest comes from the loop. */
+	code = curl_easy_pause(req->req_easy, CURLPAUSE_CONT);
+	http->in_curl = false;
+	if (code != CURLE_OK)
+		log_warnx("%s: req %llu: %s, ignoring", __func__, (unsigned long long)req->req_id,
+			  curl_easy_strerror(code));
+	http_check_done(http);
+	http_leave(http);
 }
 
 const char *engine_reply_header(const struct engine_reply *reply, const char *name)

@@ -45,8 +45,11 @@ struct engine_reply {
 };
 
 /* Streamed bodies: called for each chunk of the response body once the
- * status is known. Return 0 to go on, or a negative errno to abort the
- * request (the done callback then gets that value). */
+ * status is known. Return 0 to go on, ENGINE_DATA_PAUSE to leave the chunk
+ * untaken (libcurl keeps it and reads nothing more of this reply until
+ * engine_req_resume(), which hands it again), or a negative errno to abort
+ * the request (the done callback then gets that value). */
+#define ENGINE_DATA_PAUSE 1
 typedef int engine_data_cb(struct engine_req *req, long status, const void *data, size_t len,
 			   void *arg);
 typedef void engine_done_cb(struct engine_req *req, int error, const struct engine_reply *reply,
@@ -80,6 +83,12 @@ int engine_req_start(struct engine_http *http, const struct engine_call *call, e
 /* The callback fires once, synchronously, with -ECANCELED. No-op if the
  * request has already completed (cannot happen for a pointer still held). */
 void engine_req_cancel(struct engine_req *req);
+
+/* A streamed request paused by its on_data (ENGINE_DATA_PAUSE) goes on: the
+ * chunk it left is handed to on_data again, maybe before this returns (and
+ * if that ends the transfer, its done callback too). From the loop only,
+ * never from on_data. No-op unless it is running. */
+void engine_req_resume(struct engine_req *req);
 
 /* A response header's value (case-insensitive name), or NULL. Valid while
  * the reply is. */

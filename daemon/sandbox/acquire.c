@@ -231,7 +231,7 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      op->probe_failure ? op->probe_failure : "a command probe failed");
 		return;
 	}
-	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest_known || !sb->guest_resolved)) {
+	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest.known || !sb->guest.resolved)) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[ss]}", "missing", "files_out", "host_tools"),
 			      "the image's user could not be resolved, which files_out, host_tools need. "
@@ -311,6 +311,11 @@ static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r,
  * is not this key's (a foreign look-alike, a hash collision) is refused. */
 /* ---- preparing: identity and work dir ----------------------------------- */
 
+uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer)
+{
+	return msbd_peer_is_admin(d, peer) ? NAMES_SEED_UID : peer->uid;
+}
+
 bool acquire_spec_needs_prepare(const struct msb_spec *spec)
 {
 	return (spec->requires & ACQ_NEEDS_WORKDIR) != 0;
@@ -342,6 +347,27 @@ static const struct acq_probe {
 
 static void acq_probe_next(struct acquire_op *op);
 
+/* Why a probe could not run, in words of ours (the wire gets these; the
+ * engine's text and strerror go to the log). */
+static const char *acq_probe_why(int error)
+{
+	switch (error) {
+	case -ENOENT:
+		return "the sandbox is gone";
+	case -ESRCH:
+		return "the sandbox is not running";
+	case -EIO:
+		return "the Docker engine refused to run it";
+	case -ETIME:
+	case -ETIMEDOUT:
+		return "it did not finish in time";
+	case -EFBIG:
+		return "it wrote too much";
+	default:
+		return "the Docker engine could not be reached";
+	}
+}
+
 static void acq_probe_cb(const struct execrun_result *r, void *arg)
 {
 	struct acquire_op *op = arg;
@@ -371,7 +397,7 @@ static void acq_probe_cb(const struct execrun_result *r, void *arg)
 			op->probes_failed |= MSB_BIT(MSB_CAP_EXEC);
 		if (!op->probe_failure)
 			op->probe_failure = r->error ? xasprintf("the %s probe could not run (%s)", p->name,
-								 strerror(-r->error))
+								 acq_probe_why(r->error))
 						     : xasprintf("the %s probe exited %d", p->name, r->exit_code);
 	}
 	acq_probe_next(op);
@@ -505,7 +531,6 @@ static void acq_workdir(struct acquire_op *op)
 static void acq_identity_cb(const struct msb_error *err, const struct guest_identity *id, void *arg)
 {
 	struct acquire_op *op = arg;
-	struct sandbox *sb;
 
 	op->guest = NULL;
 	if (err) {
@@ -513,15 +538,9 @@ static void acq_identity_cb(const struct msb_error *err, const struct guest_iden
 		acq_fail(op);
 		return;
 	}
+	/* Fixed in the registry entry by guest.c (the first resolution wins). */
 	op->ident = *id;
 	op->ident_known = true;
-	sb = registry_find_id(op->d->registry, op->id);
-	if (sb) {
-		sb->guest_known = true;
-		sb->guest_resolved = id->resolved;
-		sb->guest_uid = id->uid;
-		sb->guest_gid = id->gid;
-	}
 	acq_workdir(op);
 }
 
@@ -543,8 +562,8 @@ static void acq_prepare(struct acquire_op *op)
 		acq_prepared(op);
 		return;
 	}
-	if (sb && sb->guest_known) {
-		op->ident = (struct guest_identity){ sb->guest_resolved, sb->guest_uid, sb->guest_gid };
+	if (sb && sb->guest.known) {
+		op->ident = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
 		op->ident_known = true;
 		acq_workdir(op);
 		return;
@@ -585,6 +604,43 @@ static bool labels_match_key(const struct msb_key *key, const char *kind, const 
 	}
 }
 
+/* The owner label as a uid: decimal, no sign, no excess. */
+static bool owner_label_parse(const char *s, uid_t *ret_uid)
+{
+	unsigned long long v = 0;
+
+	if (!s || !*s || strlen(s) > 10)
+		return false;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (v >= (uid_t)-1)
+		return false;
+	*ret_uid = (uid_t)v;
+	return true;
+}
+
+/* In root's key space (the seed's names), whose container may root or an
+ * administrator be served? The seed's (no owner label), root's, the
+ * caller's own, or a current administrator's: root's space is shared by
+ * those. Not a user's: one made before keys were per owner, or by a member
+ * since removed from sandbox.admin_group, who still reaches it by id. */
+static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *peer, const char *owner,
+				uid_t *ret_owner)
+{
+	uid_t o;
+
+	if (!owner)
+		return true;
+	if (!owner_label_parse(owner, &o))
+		return false;
+	*ret_owner = o;
+	/* the user database only for a container another uid made (rare) */
+	return o == 0 || o == peer->uid || msbd_lookup_admin(d, o, (gid_t)-1);
+}
+
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  struct msb_error *reterr)
@@ -600,7 +656,25 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 		return -EEXIST;
 	}
 	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
-	if ((!owner || strcmp(owner, uid)) && !msbd_peer_is_admin(d, peer)) {
+	if (msbd_peer_is_admin(d, peer)) {
+		uid_t o = (uid_t)-1;
+
+		if (!root_space_owner_ok(d, peer, owner, &o)) {
+			/* root and administrators may see every owner: the uid is told */
+			if (o != (uid_t)-1)
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:I}", "owner", (json_int_t)o),
+					      "the container under this key's name (%s) was made by uid %u before keys "
+					      "were per owner (or by a former member of sandbox.admin_group); it is not "
+					      "root's to serve. Dispose of it (maf-sandbox dispose --sandbox ID; "
+					      "maf-sandbox list shows it) or reap it", name, (unsigned)o);
+			else
+				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
+					      "the container under this key's name (%s) has an unreadable owner label; "
+					      "it is not root's to serve. Dispose of it (maf-sandbox dispose --sandbox "
+					      "ID) or reap it", name);
+			return -EEXIST;
+		}
+	} else if (!owner || strcmp(owner, uid)) {
 		msb_error_set(reterr, MSB_ERR_PERMISSION_DENIED, NULL,
 			      "this sandbox key is not available to the caller");
 		return -EPERM;
@@ -709,18 +783,62 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 	}
 }
 
-static void acq_pull_done_cb(int error, const char *message, void *arg)
+/* A failed pull, as the wire gets it: the code and a stable reason naming
+ * the image and the fix, never the engine's text (its message names
+ * registries, resolvers, addresses of the host: the log has it). */
+/* By the error alone (docker.h's pull contract); status only fills
+ * engine_status for a refusal. */
+static void acq_pull_error(const char *ref, int error, long status, struct msb_error *reterr)
+{
+	switch (error) {
+	case -ECANCELED:
+		msb_error_set(reterr, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		return;
+	case -ETIMEDOUT:
+		msb_error_set(reterr, MSB_ERR_ENGINE_TIMEOUT, json_pack("{s:s}", "image", ref),
+			      "pulling image %s did not finish within sandbox.pull_timeout_ms (pull it into the "
+			      "engine beforehand, or raise the timeout)", ref);
+		return;
+	case -EIO:
+		/* The engine answered: it, or the registry behind it, refused. */
+		if (status == 404)
+			msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+				      json_pack("{s:s, s:i}", "image", ref, "engine_status", (int)status),
+				      "image not found: %s (pull it or check the name)", ref);
+		else
+			msb_error_set(reterr, MSB_ERR_ENGINE_ERROR,
+				      json_pack("{s:s, s:i}", "image", ref, "engine_status", (int)status),
+				      "image could not be pulled: %s (the engine or its registry refused it; pull "
+				      "it or check the name; the daemon's log has the engine's reason)", ref);
+		return;
+	case -EPROTO:
+	case -EMSGSIZE:
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
+			      "image could not be pulled: %s (the engine's progress stream was unusable)", ref);
+		return;
+	case -ECONNABORTED:
+		msb_error_set(reterr, MSB_ERR_ENGINE_ERROR, json_pack("{s:s}", "image", ref),
+			      "image could not be pulled: %s (the pull was cut short: the engine's connection broke "
+			      "after it answered; try again)", ref);
+		return;
+	default:
+		/* The engine could not be reached, or dropped the connection unanswered. */
+		msb_error_set(reterr, MSB_ERR_ENGINE_UNAVAILABLE, json_pack("{s:s}", "image", ref),
+			      "the Docker engine could not be reached while pulling image %s", ref);
+		return;
+	}
+}
+
+static void acq_pull_done_cb(int error, long status, const char *message, void *arg)
 {
 	struct acquire_op *op = arg;
+	const char *ref = msb_spec_image_ref(&op->spec);
 
 	op->req = NULL;
 	if (error < 0) {
-		log_warnx("sandbox %s: could not pull image %s: %s", op->name,
-			  msb_spec_image_ref(&op->spec), message ? message : strerror(-error));
-		msb_error_set(&op->err, error == -ECANCELED ? MSB_ERR_SHUTTING_DOWN : MSB_ERR_ENGINE_ERROR,
-			      json_pack("{s:s}", "image", msb_spec_image_ref(&op->spec)),
-			      "could not pull image %s: %s", msb_spec_image_ref(&op->spec),
-			      message ? message : strerror(-error));
+		log_warnx("sandbox %s: could not pull image %s (HTTP %ld): %s", op->name, ref, status,
+			  message ? message : strerror(-error));
+		acq_pull_error(ref, error, status, &op->err);
 		acq_fail(op);
 		return;
 	}
@@ -784,6 +902,22 @@ static void acq_egress_cb(const struct msb_error *err, const struct egress_info 
 		acq_enter(op, op->id ? ACQ_START : ACQ_IMAGE_INSPECT);
 }
 
+/* Whose the sandbox's network and proxy are: an existing workload's owner
+ * (its label, from the last inspect or the registry), so root and the
+ * administrators sharing root's key space share its topology too; else
+ * (a workload to create, or one without an owner label) the caller's. */
+static uid_t acq_topology_owner(const struct acquire_op *op)
+{
+	const struct sandbox *sb = op->id ? registry_find_id(op->d->registry, op->id) : NULL;
+	const json_t *labels = op->last_inspect ? json_object_get(json_object_get(op->last_inspect, "Config"), "Labels")
+						: sb ? sb->labels : NULL;
+	uid_t o;
+
+	if (op->id && owner_label_parse(json_string_value(json_object_get(labels, LABEL_OWNER)), &o))
+		return o;
+	return op->owner;
+}
+
 /* An allowlisted spec: its network and proxy must exist and run before the
  * workload is created or started (fresh: no workload exists yet). A warm
  * proxy the daemon follows costs nothing. */
@@ -803,8 +937,8 @@ static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare)
 	}
 	op->state = ACQ_EGRESS;
 	op->egress_fresh = fresh;
-	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, op->owner, fresh, acq_egress_cb, op,
-			  &op->eop);
+	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, fresh ? op->owner : acq_topology_owner(op),
+			  fresh, acq_egress_cb, op, &op->eop);
 	if (r < 0) {
 		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED, NULL,
 			      "this daemon has no egress proxy configured (egress.proxy_binary)");

@@ -92,13 +92,23 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
  * identity. Same contract as acquire_start. */
 struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
 				      json_t *key_json, json_t *spec_json, uid_t owner);
+/* The key space peer's acquires are named in (names_container_ns):
+ * NAMES_SEED_UID for root and the members of sandbox.admin_group (acting
+ * for root: the seed's own names, so its containers are adopted); every
+ * other caller's own uid, so no user's key ever names another's container. */
+uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer);
+
 /* Does an acquire with this spec prepare anything (work dir, identity)? */
 bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 
 /* May the container with these labels be served as name for key/spec to
  * peer? 0, or -EEXIST (not this key's, or another storage base:
  * SandboxConflict) / -EPERM (another owner's: PermissionDenied) with
- * *reterr filled. */
+ * *reterr filled. Root and administrators (root's key space) are served a
+ * container whose owner label is absent (the seed's), 0, their own uid or a
+ * current administrator's (msbd_lookup_admin: may block, asked only then);
+ * any other owner's (a user's from before per-owner keys, a former
+ * administrator's) is -EEXIST SandboxConflict with data.owner. */
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  struct msb_error *reterr);

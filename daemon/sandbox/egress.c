@@ -71,7 +71,11 @@ struct egress {
 	struct engine_req *list_req, *proxies_req;
 	struct follower_list followers;
 	struct egress_op_list ops;
-	uint64_t published;
+	uint64_t published;          /* decisions published (an event of count n: n) */
+	uint64_t seen;               /* decisions read, each once */
+	uint64_t coalesced;          /* of the published, those in events of count > 1 */
+	uint64_t events;             /* events published */
+	uint64_t pauses;             /* follow streams paused at EGRESS_BYTES_PER_TURN */
 	char *cursor_dir;
 	bool closing;                /* egress_shutdown: start nothing new */
 };
@@ -115,6 +119,18 @@ struct follower {
 	bool cursor_dirty;
 	struct reap_time read;       /* this stream's current timestamp and count */
 	unsigned long read_n;
+	/* held decisions (egresslog.h's coalescing): the cursor moves past them
+	 * only once they are published */
+	struct egress_coalesce co;
+	struct reap_time held_cur;
+	unsigned long held_cur_n;
+	struct event *flush_ev;      /* the window's end */
+	/* the work of one loop turn: EGRESS_BYTES_PER_TURN of the log, then the
+	 * stream pauses until the next turn (turn_ev, a zero timer: it runs after
+	 * the loop has polled, so clients are served in between) */
+	size_t turn_bytes;
+	bool paused;
+	struct event *turn_ev;
 	/* the daemon's log: at most EGRESS_LOG_PER_SECOND decision lines a second */
 	time_t log_second;
 	unsigned log_count;
@@ -213,6 +229,27 @@ uint64_t egress_decisions_published(const struct egress *eg)
 	return eg ? eg->published : 0;
 }
 
+/* Decisions held now, by every follower, until their window ends. */
+static uint64_t decisions_held(const struct egress *eg)
+{
+	const struct follower *f;
+	uint64_t n = 0;
+
+	TAILQ_FOREACH(f, &eg->followers, entry)
+		n += f->co.held_total;
+	return n;
+}
+
+/* The counters of coalescing, added to daemon.status's "egress". */
+static void status_add_coalescing(const struct egress *eg, json_t *o)
+{
+	json_object_set_new(o, "decisions_seen", json_integer((json_int_t)eg->seen));
+	json_object_set_new(o, "decisions_held", json_integer((json_int_t)decisions_held(eg)));
+	json_object_set_new(o, "decisions_coalesced", json_integer((json_int_t)eg->coalesced));
+	json_object_set_new(o, "events_published", json_integer((json_int_t)eg->events));
+	json_object_set_new(o, "stream_pauses", json_integer((json_int_t)eg->pauses));
+}
+
 json_t *egress_status_json(const struct egress *eg)
 {
 	static const char *const states[] = {
@@ -222,16 +259,19 @@ json_t *egress_status_json(const struct egress *eg)
 	const struct follower *f;
 	size_t followed = 0;
 	char ref[96];
+	json_t *o;
 
 	if (!eg || !egress_configured(eg->d))
 		return json_pack("{s:b}", "configured", 0);
 	TAILQ_FOREACH(f, &eg->followers, entry)
 		followed += f->streaming;
 	snprintf(ref, sizeof(ref), "%s:%s", EGRESS_IMAGE_REPO, PACKAGE_VERSION);
-	return json_pack("{s:b, s:{s:s, s:s, s:s?, s:s?}, s:I, s:I}", "configured", 1,
-			 "image", "ref", ref, "state", states[eg->image], "id", eg->image_id,
-			 "error", eg->image_error, "proxies_followed", (json_int_t)followed,
-			 "decisions_published", (json_int_t)eg->published);
+	o = json_pack("{s:b, s:{s:s, s:s, s:s?, s:s?}, s:I, s:I}", "configured", 1,
+		      "image", "ref", ref, "state", states[eg->image], "id", eg->image_id,
+		      "error", eg->image_error, "proxies_followed", (json_int_t)followed,
+		      "decisions_published", (json_int_t)eg->published);
+	status_add_coalescing(eg, o);
+	return o;
 }
 
 static const char *image_tag(void)
@@ -322,25 +362,33 @@ static void cursor_load(struct follower *f)
 	fclose(fp);
 }
 
-/* Written whole, then renamed over the old one: a kill never leaves half a cursor. */
+/* One fixed-width record, written in place by one pwrite() at offset 0: it
+ * always covers the record before it (any earlier, shorter format too), so
+ * a kill never leaves half a cursor, and no file is made or renamed per save
+ * (a create and a rename per chunk of a busy proxy's log cost the loop disk
+ * waits: finding 3 of issue 17). Saved once per chunk of the log stream. */
+#define CURSOR_RECORD_FMT "%020lld %09ld %020lu\n"
+#define CURSOR_RECORD_LEN (20 + 1 + 9 + 1 + 20 + 1)
+
 static void cursor_save(struct follower *f)
 {
-	_cleanup_free_ char *path = cursor_path(f), *tmp = xasprintf("%s.tmp", path);
-	FILE *fp;
+	_cleanup_free_ char *path = NULL;
+	char rec[CURSOR_RECORD_LEN + 1];
+	int fd, n;
 
 	if (!f->cursor_dirty)
 		return;
 	f->cursor_dirty = false;
-	fp = fopen(tmp, "we");
-	if (!fp) {
-		log_warn("egress: cannot write cursor %s", tmp);
+	path = cursor_path(f);
+	n = snprintf(rec, sizeof(rec), CURSOR_RECORD_FMT, (long long)f->cur.s, (long)f->cur.ns, f->cur_n);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		log_warn("egress: cannot write cursor %s", path);
 		return;
 	}
-	fprintf(fp, "%lld %ld %lu\n", (long long)f->cur.s, (long)f->cur.ns, f->cur_n);
-	if (fclose(fp) != 0 || rename(tmp, path) < 0) {
+	if (n != CURSOR_RECORD_LEN || pwrite(fd, rec, CURSOR_RECORD_LEN, 0) != CURSOR_RECORD_LEN)
 		log_warn("egress: cannot write cursor %s", path);
-		unlink(tmp);
-	}
+	close(fd);
 }
 
 static void cursor_remove(struct egress *eg, const char *id)
@@ -353,14 +401,12 @@ static void cursor_remove(struct egress *eg, const char *id)
 
 /* ---- publishing ----------------------------------------------------------- */
 
-static void publish(struct follower *f, const struct egress_decision *dec, const char *ts)
+/* The daemon's log: at most EGRESS_LOG_PER_SECOND decision lines a second
+ * per proxy (ALLOW always), the rest counted and said once a second. */
+static void log_decision(struct follower *f, const struct egress_decision *dec)
 {
-	struct egress *eg = f->eg;
-	json_t *params;
-
 	time_t now = time(NULL);
 
-	eg->published++;
 	if (now != f->log_second) {
 		if (f->log_suppressed)
 			log_info("egress: %lu more decisions of sandbox %s were not logged (over %d a second); "
@@ -374,15 +420,103 @@ static void publish(struct follower *f, const struct egress_decision *dec, const
 			 dec->port, f->workload);
 	else
 		f->log_suppressed++;
+}
+
+/* One event for count decisions (first_ts: the first one's time when
+ * count > 1; ts: the last one's). */
+static void publish(struct follower *f, const struct egress_decision *dec, uint64_t count, const char *first_ts,
+		    const char *ts)
+{
+	struct egress *eg = f->eg;
+	json_t *params;
+
+	eg->published += count;
+	if (count > 1)
+		eg->coalesced += count;
 	if (!f->key_known || !eg->d->server)
 		return;   /* unattributable: logged only (behaviour-docker §4.5) */
-	params = json_pack("{s:s, s:o, s:s?, s:s, s:s, s:s, s:i, s:s}", "type", "egress.decision",
+	eg->events++;
+	params = json_pack("{s:s, s:o, s:s?, s:s, s:s, s:s, s:i, s:s, s:I}", "type", "egress.decision",
 			   "key", msb_key_encode(&f->key), "kind", f->kind, "sandbox", f->workload,
 			   "decision", egress_verdict_to_string(dec->verdict), "host", dec->host,
-			   "port", (int)dec->port, "time", ts);
+			   "port", (int)dec->port, "time", ts, "count", (json_int_t)count);
+	if (count > 1)
+		json_object_set_new(params, "first_time", json_string(first_ts));
 	server_publish(eg->d->server, SERVER_EVENT_EGRESS_DECISION, f->owner, f->key.scope, "events.event",
 		       params);
 	json_decref(params);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void publish_held_cb(const struct egress_held *h, void *arg)
+{
+	publish(arg, &h->dec, h->count, h->first_ts, h->last_ts);
+}
+
+/* Publishes what f holds; the cursor then moves past it. In the daemon's
+ * last teardown (closing, the server gone) it stays held: the cursor stays
+ * before it and a later daemon publishes it. */
+static void follower_flush(struct follower *f)
+{
+	if (f->co.held_total == 0 || (f->eg->closing && !f->eg->d->server))
+		return;
+	egress_coalesce_flush(&f->co, publish_held_cb, f);
+	f->cur = f->held_cur;
+	f->cur_n = f->held_cur_n;
+	f->cursor_dirty = true;
+	evtimer_del(f->flush_ev);
+}
+
+static void follower_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct follower *f = arg;
+
+	(void)fd, (void)what;
+	follower_flush(f);
+	cursor_save(f);
+}
+
+/* Something is held: publish it when its window ends. */
+static void follower_arm_flush(struct follower *f)
+{
+	int64_t left = egress_coalesce_deadline(&f->co) - mono_ms();
+	struct timeval tv;
+
+	if (evtimer_pending(f->flush_ev, NULL))
+		return;
+	if (left < 0)
+		left = 0;
+	tv = (struct timeval){ (time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000 };
+	evtimer_add(f->flush_ev, &tv);
+}
+
+/* A decision read for the first time, at position (t, n) of the log. */
+static void decide(struct follower *f, const struct egress_decision *dec, const char *ts,
+		   const struct reap_time *t, unsigned long n)
+{
+	int64_t now = mono_ms();
+
+	f->eg->seen++;
+	log_decision(f, dec);
+	if (egress_coalesce_due(&f->co, now))
+		follower_flush(f);
+	if (egress_coalesce_add(&f->co, dec, ts, now) == EGRESS_COALESCE_HELD) {
+		f->held_cur = *t;
+		f->held_cur_n = n;
+		follower_arm_flush(f);
+		return;
+	}
+	f->cur = *t;
+	f->cur_n = n;
+	f->cursor_dirty = true;
+	publish(f, dec, 1, ts, ts);
 }
 
 /* One complete log line "TIMESTAMP TEXT". */
@@ -416,10 +550,11 @@ static void follower_line(struct follower *f, const char *line, size_t len)
 	f->read_n++;
 	if (reap_time_cmp(&t, &f->cur) < 0 || (reap_time_cmp(&t, &f->cur) == 0 && f->read_n <= f->cur_n))
 		return;   /* published before */
-	f->cur = t;
-	f->cur_n = f->read_n;
-	f->cursor_dirty = true;
-	publish(f, &dec, ts);
+	if (f->co.held_total > 0 &&
+	    (reap_time_cmp(&t, &f->held_cur) < 0 ||
+	     (reap_time_cmp(&t, &f->held_cur) == 0 && f->read_n <= f->held_cur_n)))
+		return;   /* held already (a stream read again while it holds) */
+	decide(f, &dec, ts, &t, f->read_n);
 }
 
 static void follower_bytes(struct follower *f, const char *p, size_t n)
@@ -438,12 +573,38 @@ static void follower_bytes(struct follower *f, const char *p, size_t n)
 	}
 }
 
-/* Inside the transfer: demultiplexes the 8-byte-headed frames. */
+static const struct timeval zero_tv = { 0, 0 };
+
+/* A new loop turn: the budget is whole again, and a paused stream goes on. */
+static void follower_turn_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct follower *f = arg;
+
+	(void)fd, (void)what;
+	f->turn_bytes = 0;
+	if (f->paused) {
+		f->paused = false;
+		if (f->req)
+			engine_req_resume(f->req);   /* may hand the kept chunk now */
+	}
+}
+
+/* Inside the transfer: demultiplexes the 8-byte-headed frames. A chunk is
+ * taken whole or not at all: once this turn's budget is spent it is left
+ * with libcurl until the next turn. */
 static int follower_data_cb(const void *data, size_t len, void *arg)
 {
 	struct follower *f = arg;
 	const unsigned char *p = data;
 
+	if (f->turn_bytes >= EGRESS_BYTES_PER_TURN) {
+		f->paused = true;
+		f->eg->pauses++;
+		return ENGINE_DATA_PAUSE;
+	}
+	f->turn_bytes += len;
+	if (!evtimer_pending(f->turn_ev, NULL))
+		evtimer_add(f->turn_ev, &zero_tv);
 	while (len > 0) {
 		if (f->frame_left == 0) {
 			size_t take = sizeof(f->hdr) - f->hdr_have;
@@ -480,6 +641,7 @@ static int follower_data_cb(const void *data, size_t len, void *arg)
 
 static void follower_reset_stream(struct follower *f)
 {
+	f->paused = false;
 	f->hdr_have = f->frame_left = 0;
 	f->line_len = 0;
 	f->line_overflow = false;
@@ -507,7 +669,9 @@ static void follower_done_cb(int error, long status, const char *message, void *
 
 	f->req = NULL;
 	f->streaming = false;
-	/* What is left in the line buffer without its LF is not a whole line. */
+	/* What is left in the line buffer without its LF is not a whole line.
+	 * What is held is published now: a drain's waiter (a dispose) sees it. */
+	follower_flush(f);
 	cursor_save(f);
 	if (f->draining) {
 		if (error == -ECANCELED && f->n_drains > 0 && !f->gone && !f->eg->closing) {
@@ -675,7 +839,9 @@ static struct follower *follower_new(struct egress *eg, const char *id, const ch
 			  json_string_value(json_object_get(labels, LABEL_KIND)) : "");
 	f->retry_ev = evtimer_new(eg->d->base, follower_retry_cb, f);
 	f->ready_ev = event_new(eg->d->base, -1, 0, follower_ready_cb, f);
-	if (!f->retry_ev || !f->ready_ev)
+	f->flush_ev = evtimer_new(eg->d->base, follower_flush_cb, f);
+	f->turn_ev = evtimer_new(eg->d->base, follower_turn_cb, f);
+	if (!f->retry_ev || !f->ready_ev || !f->flush_ev || !f->turn_ev)
 		fatalx("%s: cannot create an event", __func__);
 	cursor_load(f);
 	if (f->cur.s > 0)
@@ -701,6 +867,8 @@ static void follower_free(struct follower *f)
 	free(f->drains);
 	event_free(f->retry_ev);
 	event_free(f->ready_ev);
+	event_free(f->flush_ev);
+	event_free(f->turn_ev);
 	if (f->key_known)
 		msb_key_release(&f->key);
 	free(f->kind);
@@ -882,6 +1050,24 @@ static void image_settle(struct egress *eg, enum image_state s, char *error)
 	}
 }
 
+/* A failed load's stable reason, by docker_image_load's error alone. */
+static const char *image_load_reason(int error)
+{
+	switch (error) {
+	case -EIO:
+		return "the engine refused it";
+	case -ETIMEDOUT:
+		return "the engine did not finish within sandbox.pull_timeout_ms";
+	case -EPROTO:
+	case -EMSGSIZE:
+		return "the engine's reply was unusable";
+	case -ECONNABORTED:
+		return "the engine's connection broke during the load";
+	default:
+		return "the engine could not be reached";
+	}
+}
+
 static void image_load_done_cb(int error, const char *message, void *arg)
 {
 	struct egress *eg = arg;
@@ -893,8 +1079,11 @@ static void image_load_done_cb(int error, const char *message, void *arg)
 		return;
 	}
 	if (error < 0) {
-		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: %s", EGRESS_IMAGE_REPO,
-							  image_tag(), message ? message : strerror(-error)));
+		log_warnx("egress: loading %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
+			  message ? message : strerror(-error));
+		image_settle(eg, IMAGE_FAILED, xasprintf("loading %s:%s failed: %s (the daemon's log "
+							  "has why)", EGRESS_IMAGE_REPO, image_tag(),
+							  image_load_reason(error)));
 		return;
 	}
 	eg->image_verifying = true;
@@ -929,9 +1118,13 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	if (r->error || (r->status != 200 && r->status != 404)) {
-		image_settle(eg, IMAGE_FAILED, xasprintf("inspecting %s:%s failed: %s", EGRESS_IMAGE_REPO,
-							  image_tag(), r->message ? r->message :
-							  r->error ? strerror(-r->error) : "engine refused"));
+		log_warnx("egress: inspecting %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
+			  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+		image_settle(eg, IMAGE_FAILED, r->error ?
+			     xasprintf("inspecting %s:%s failed: the engine could not be reached", EGRESS_IMAGE_REPO,
+				       image_tag()) :
+			     xasprintf("inspecting %s:%s failed: the engine answered HTTP %ld", EGRESS_IMAGE_REPO,
+				       image_tag(), r->status));
 		return;
 	}
 	if (r->status == 200 && id && strcmp(id, eg->want_id) == 0) {
@@ -954,7 +1147,9 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 	ret = docker_image_load(eg_engine(eg), tar, len, eg->d->config->pull_timeout_ms, NULL, image_load_done_cb,
 				eg, &eg->image_req);
 	if (ret < 0)
-		image_settle(eg, IMAGE_FAILED, xasprintf("cannot load the proxy image: %s", strerror(-ret)));
+		image_settle(eg, IMAGE_FAILED, xasprintf("cannot load the proxy image: %s",
+							  ret == -ENOTCONN ? "the engine is not reachable"
+									   : "the request could not be made"));
 }
 
 /* Starts a check of the image unless one is under way or it is ready. */
@@ -1059,9 +1254,12 @@ static void networks_listed_cb(const struct docker_reply *r, void *arg)
 		if (ok) {
 			eop_enter(op, EOP_NET_CREATE);
 		} else {
-			msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-				      "could not list the engine's networks to pick a subnet: %s",
-				      r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			log_warnx("egress for %s: listing the networks: %s", op->name,
+				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			msb_error_set(&op->err, r->error ? MSB_ERR_ENGINE_UNAVAILABLE : MSB_ERR_ENGINE_ERROR,
+				      r->error ? NULL : json_pack("{s:i}", "engine_status", (int)r->status),
+				      "could not list the engine's networks to pick a subnet (%s)",
+				      r->error ? "the engine could not be reached" : "the engine refused");
 			eop_fail(op);
 		}
 	}
@@ -1244,11 +1442,21 @@ static void eop_fail_engine(struct egress_op *op, const struct docker_reply *r, 
 {
 	const char *m = r->message ? r->message : r->error ? strerror(-r->error) : "engine refused";
 
+	/* The engine's text is for the log; the wire gets the code and a reason. */
+	if (r->error != -ECANCELED)
+		log_warnx("egress for %s: %s: %s", op->name, what, m);
 	if (r->error == -ECANCELED)
 		msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+	else if (r->error == -ETIMEDOUT)
+		msb_error_set(&op->err, MSB_ERR_ENGINE_TIMEOUT, NULL, "egress for %s: %s: the engine did not answer "
+			      "in time", op->name, what);
+	else if (r->error)
+		msb_error_set(&op->err, MSB_ERR_ENGINE_UNAVAILABLE, NULL, "egress for %s: %s: the engine could "
+			      "not be reached", op->name, what);
 	else
-		msb_error_set(&op->err, r->error == -ETIMEDOUT ? MSB_ERR_ENGINE_TIMEOUT : MSB_ERR_ENGINE_ERROR,
-			      NULL, "egress for %s: %s: %s", op->name, what, m);
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "egress for %s: %s: %s (HTTP %ld)", op->name, what,
+			      r->status < 300 ? "the engine's reply was unusable" : "the engine refused", r->status);
 	eop_fail(op);
 }
 
@@ -1534,10 +1742,12 @@ static void eop_net_created(struct egress_op *op, const struct docker_reply *r)
 	if (r->error == 0 && r->status != 201)
 		subnet_pool_release(op->eg->pool, &op->block);
 	if (r->error == 0 && strstr(m, "gateway")) {
-		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-			      "could not create network %s: %s — gateway_mode isolated needs Docker Engine "
+		log_warnx("egress for %s: creating network %s: %s", op->name, op->net, m);
+		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			      "could not create network %s: the engine refused its gateway option — "
+			      "gateway_mode isolated needs Docker Engine "
 			      "28.0.0 or later; set egress.gateway_mode auto, or use egress closed or an "
-			      "empty allowlist", op->net, m);
+			      "empty allowlist", op->net);
 		eop_fail(op);
 		return;
 	}
@@ -1709,10 +1919,15 @@ static void eop_docker_cb(const struct docker_reply *r, void *arg)
 		break;
 	case EOP_PROXY_CONNECT:
 		if (!ok2xx) {
-			msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
-				      "could not give the egress proxy %s its outbound leg on network '%s': %s",
+			log_warnx("egress for %s: connecting %s to %s: %s", op->name, op->proxy,
+				  op->eg->d->config->egress_outbound_network,
+				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+			msb_error_set(&op->err, r->error ? MSB_ERR_ENGINE_UNAVAILABLE : MSB_ERR_ENGINE_ERROR,
+				      r->error ? NULL : json_pack("{s:i}", "engine_status", (int)r->status),
+				      "could not give the egress proxy %s its outbound leg on network '%s' (%s); "
+				      "check that network exists (egress.outbound_network)",
 				      op->proxy, op->eg->d->config->egress_outbound_network,
-				      r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+				      r->error ? "the engine could not be reached" : "the engine refused");
 			eop_fail(op);
 			break;
 		}

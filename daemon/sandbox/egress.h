@@ -25,11 +25,17 @@
  *   network (a fresh sandbox only: a network with a workload on it stays).
  *
  * Decisions. Each running proxy has a follower: GET logs?follow=1 with
- * timestamps, demultiplexed, split in lines, parsed (egresslog.h). Every
- * decision is published once: a cursor per proxy (the timestamp of the last
- * published decision and how many shared it), kept in egress.state_dir,
- * skips what was already published, also by an earlier daemon. Draining
- * (before a proxy is removed) stops the proxy, then reads what is left. */
+ * timestamps, demultiplexed, split in lines, parsed (egresslog.h), at most
+ * EGRESS_BYTES_PER_TURN a loop turn (then the stream pauses until the
+ * next turn). Every decision is published once, coalesced per proxy
+ * (egresslog.h: at most EGRESS_EVENTS_PER_WINDOW one by one a window, the
+ * rest as counted events at its end): a cursor per proxy (the timestamp of
+ * the last published decision and how many shared it; one fixed-width
+ * record written in place), kept in egress.state_dir, skips what was
+ * already published, also by an earlier daemon; it moves past a held
+ * decision only once that is published. Draining (before a proxy is
+ * removed) stops the proxy, then reads what is left and publishes what is
+ * held. */
 #ifndef MSB_EGRESS_H
 #define MSB_EGRESS_H
 
@@ -61,6 +67,10 @@
 /* Decision lines one proxy may put in the daemon's log each second (a guest
  * can make decisions as fast as it can connect); the rest are counted. */
 #define EGRESS_LOG_PER_SECOND      50
+/* Bytes of one proxy's log handled in one turn of the loop (plus at most
+ * the chunk that crossed it, a libcurl buffer: 16 KiB); past it the stream
+ * pauses until the next turn, after the loop has served what else is ready. */
+#define EGRESS_BYTES_PER_TURN      (64u * 1024)
 /* A drain gives up on a proxy log that sends nothing for this long. */
 #define EGRESS_DRAIN_IDLE_MS       10000
 
@@ -136,7 +146,9 @@ void egress_teardown(struct egress *eg, const char *name);
 /* Decisions published since start. */
 uint64_t egress_decisions_published(const struct egress *eg);
 /* daemon.status's "egress": {"configured", "image": {"ref", "state", "id",
- * "error"}, "proxies_followed", "decisions_published"}. New reference. */
+ * "error"}, "proxies_followed", "decisions_published", "decisions_seen",
+ * "decisions_held", "decisions_coalesced", "events_published",
+ * "stream_pauses"}. New reference. */
 json_t *egress_status_json(const struct egress *eg);
 
 #endif

@@ -111,6 +111,92 @@ bool egresslog_is_ready(const char *line, size_t len)
 	return len >= plen && memcmp(line, EGRESSLOG_READY_PREFIX, plen) == 0;
 }
 
+/* ---- coalescing ------------------------------------------------------------------ */
+
+const char *egress_coalesce_result_to_string(enum egress_coalesce_result r)
+{
+	static const char *const names[_EGRESS_COALESCE_RESULT_MAX] = {
+		[EGRESS_COALESCE_PUBLISH] = "publish",
+		[EGRESS_COALESCE_HELD] = "held",
+	};
+
+	return (unsigned)r < _EGRESS_COALESCE_RESULT_MAX ? names[r] : "unknown";
+}
+
+static void held_add(struct egress_held *h, const struct egress_decision *dec, const char *ts)
+{
+	if (h->count++ == 0) {
+		h->dec = *dec;
+		snprintf(h->first_ts, sizeof(h->first_ts), "%s", ts);
+	}
+	snprintf(h->last_ts, sizeof(h->last_ts), "%s", ts);
+}
+
+static bool same_decision(const struct egress_decision *a, const struct egress_decision *b)
+{
+	return a->verdict == b->verdict && a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+enum egress_coalesce_result egress_coalesce_add(struct egress_coalesce *c, const struct egress_decision *dec,
+					       const char *ts, int64_t now_ms)
+{
+	if (!c->window_open || now_ms >= c->window_end_ms) {
+		if (c->held_total == 0) {
+			c->window_open = true;
+			c->window_end_ms = now_ms + EGRESS_COALESCE_WINDOW_MS;
+			c->window_published = 0;
+		}
+	}
+	if (c->held_total == 0 && c->window_published < EGRESS_EVENTS_PER_WINDOW) {
+		c->window_published++;
+		return EGRESS_COALESCE_PUBLISH;
+	}
+	c->held_total++;
+	for (size_t i = 0; i < c->n_held; i++)
+		if (same_decision(&c->held[i].dec, dec)) {
+			held_add(&c->held[i], dec, ts);
+			return EGRESS_COALESCE_HELD;
+		}
+	if (c->n_held < EGRESS_COALESCE_KEYS) {
+		held_add(&c->held[c->n_held++], dec, ts);
+		return EGRESS_COALESCE_HELD;
+	}
+	{
+		struct egress_held *o = &c->overflow[(unsigned)dec->verdict < _EGRESS_VERDICT_MAX ? dec->verdict : 0];
+		struct egress_decision any = { .verdict = dec->verdict, .port = 0 };
+
+		snprintf(any.host, sizeof(any.host), "%s", EGRESSLOG_OVERFLOW_HOST);
+		held_add(o, &any, ts);
+	}
+	return EGRESS_COALESCE_HELD;
+}
+
+bool egress_coalesce_due(const struct egress_coalesce *c, int64_t now_ms)
+{
+	return c->held_total > 0 && now_ms >= c->window_end_ms;
+}
+
+int64_t egress_coalesce_deadline(const struct egress_coalesce *c)
+{
+	return c->held_total > 0 ? c->window_end_ms : -1;
+}
+
+uint64_t egress_coalesce_flush(struct egress_coalesce *c, egress_coalesce_fn *fn, void *arg)
+{
+	uint64_t n = c->held_total;
+
+	for (size_t i = 0; i < c->n_held; i++)
+		fn(&c->held[i], arg);
+	for (size_t v = 0; v < _EGRESS_VERDICT_MAX; v++)
+		if (c->overflow[v].count)
+			fn(&c->overflow[v], arg);
+	memset(c->held, 0, c->n_held * sizeof(c->held[0]));
+	memset(c->overflow, 0, sizeof(c->overflow));
+	c->n_held = 0;
+	c->held_total = 0;
+	return n;
+}
+
 /* ---- key.v1: encoding ---------------------------------------------------------- */
 
 /* The JSON text, bounded by KEY_JSON_MAX; over marks an overflow. */

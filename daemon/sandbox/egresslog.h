@@ -58,6 +58,65 @@ int egresslog_parse(const char *line, size_t len, struct egress_decision *ret);
 /* True when line[0..len) starts with EGRESSLOG_READY_PREFIX. */
 bool egresslog_is_ready(const char *line, size_t len);
 
+/* ---- coalescing: one proxy's decisions as a bounded number of events ----
+ *
+ * Per proxy, time runs in windows of EGRESS_COALESCE_WINDOW_MS, each opened
+ * by the first decision after the last one ended. The first
+ * EGRESS_EVENTS_PER_WINDOW decisions of a window are published one by one
+ * (count 1). The rest are held: identical (verdict, host, port) add to one
+ * entry (count, first and last timestamps), up to EGRESS_COALESCE_KEYS
+ * entries in the order first seen; a decision with a new key once they are
+ * taken adds to its verdict's overflow entry (host "*", port 0). When the
+ * window ends the held entries are published, one event each: at most
+ * EVENTS_PER_WINDOW + COALESCE_KEYS + the verdicts' count events a window,
+ * whatever the guest does, and every decision is in exactly one event.
+ *
+ * Pure: the caller gives the time (a monotonic clock in ms) and publishes. */
+#define EGRESS_COALESCE_WINDOW_MS 1000
+#define EGRESS_EVENTS_PER_WINDOW  20
+#define EGRESS_COALESCE_KEYS      32
+#define EGRESSLOG_TS_MAX          40
+#define EGRESSLOG_OVERFLOW_HOST   "*"
+
+struct egress_held {
+	struct egress_decision dec;
+	uint64_t count;
+	char first_ts[EGRESSLOG_TS_MAX];
+	char last_ts[EGRESSLOG_TS_MAX];
+};
+
+struct egress_coalesce {
+	bool window_open;
+	int64_t window_end_ms;
+	unsigned window_published;        /* published one by one in this window */
+	struct egress_held held[EGRESS_COALESCE_KEYS];
+	size_t n_held;
+	struct egress_held overflow[_EGRESS_VERDICT_MAX];
+	uint64_t held_total;              /* decisions held now */
+};
+
+enum egress_coalesce_result {
+	EGRESS_COALESCE_PUBLISH,   /* publish it now, alone (nothing is held) */
+	EGRESS_COALESCE_HELD,      /* held until the window's end */
+	_EGRESS_COALESCE_RESULT_MAX
+};
+/* "publish", "held" ("unknown" for anything else). */
+const char *egress_coalesce_result_to_string(enum egress_coalesce_result r);
+
+/* A decision at now_ms with its timestamp ts (cut to EGRESSLOG_TS_MAX - 1).
+ * The caller must have flushed first when egress_coalesce_due(). */
+enum egress_coalesce_result egress_coalesce_add(struct egress_coalesce *c, const struct egress_decision *dec,
+					       const char *ts, int64_t now_ms);
+/* Something is held and its window has ended at now_ms. */
+bool egress_coalesce_due(const struct egress_coalesce *c, int64_t now_ms);
+/* When the held entries are due (ms, the same clock), or -1 when none is held. */
+int64_t egress_coalesce_deadline(const struct egress_coalesce *c);
+/* Hands each held entry to fn (held entries in the order first seen, then
+ * the overflow entries by verdict), forgets them, and returns how many
+ * decisions they carried. The window goes on. */
+typedef void egress_coalesce_fn(const struct egress_held *h, void *arg);
+uint64_t egress_coalesce_flush(struct egress_coalesce *c, egress_coalesce_fn *fn, void *arg);
+
 /* key.v1: URL-safe base64, with padding, of Python's
  * json.dumps([scope, thread_id, agent_dir, call_id], ensure_ascii=True)
  * (", " separators; \" \\ \n \r \t \b \f; other bytes below 0x20 and 0x7f as

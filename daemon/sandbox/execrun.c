@@ -238,6 +238,7 @@ static void execrun_finish(struct execrun *x, int error)
 		.out_len = x->out.len,
 		.err = x->err.data ? x->err.data : empty,
 		.err_len = x->err.len,
+		.exec_id = x->exec_id,
 	};
 
 	execrun_set_state(x, EXECRUN_DONE);

@@ -107,6 +107,10 @@ struct execrun_result {
 	size_t out_len;
 	const uint8_t *err;          /* stderr */
 	size_t err_len;
+	/* The engine's exec id once created (for GET /exec/{eid}/json: the
+	 * process's Pid after a deadline), else NULL. Borrowed for the
+	 * callback. */
+	const char *exec_id;
 };
 
 struct execrun;

@@ -1,5 +1,12 @@
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <sys/queue.h>
@@ -10,6 +17,7 @@
 #include "daemon.h"
 #include "docker.h"
 #include "errmap.h"
+#include "execrun.h"
 #include "fileop.h"
 #include "freeze.h"
 #include "log.h"
@@ -29,6 +37,8 @@ enum fop_state {
 	FOP_THAW,         /* the unpause */
 	FOP_PIN,          /* local plane: inspect for the init's pid */
 	FOP_LOCAL,        /* local plane: between the slices of a removal */
+	FOP_FDWAIT,       /* local plane: a removal waiting for its share of the fd budget */
+	FOP_CLEAN,        /* archive plane: rm of a write's temporaries, after the thaw */
 	FOP_DONE,
 };
 
@@ -69,11 +79,28 @@ struct fileop {
 	struct event *slice_ev;      /* its next slice */
 	TAILQ_ENTRY(fileop) entry;   /* in d->fileops, while started */
 	struct fileop_table *table;
+	/* the removal fd budget (files.removal_fd_budget) */
+	bool fd_held;                /* FOP_RM_FDS of it are this op's */
+	bool fd_waiting;             /* queued in table->fd_waiters */
+	TAILQ_ENTRY(fileop) fd_entry;
+	/* the journal of temporaries: each item's entry lock (archive write) */
+	int *jfds;                   /* n_tmps entries, -1 once ended */
+	char (*tmps)[PLOCAL_TEMP_NAME_MAX + PATHS_MAX_BYTES + 2];  /* the temporaries' guest paths */
+	size_t n_tmps;
+	struct execrun *clean;       /* the rm of the archive write's temporaries */
 };
+
+/* Descriptors one local removal holds: the container's root and the
+ * removal's own (PLOCAL_RM_FDS). */
+#define FOP_RM_FDS (PLOCAL_RM_FDS + 1)
 
 struct fileop_table {
 	TAILQ_HEAD(, fileop) ops;
 	size_t count;
+	size_t fd_in_use;            /* of the removal fd budget */
+	TAILQ_HEAD(, fileop) fd_waiters;   /* FIFO */
+	int journal_fd;              /* files.journal_dir, once opened (-1: not yet, or none) */
+	bool journal_tried;
 };
 
 static const char *const kind_names[_FILEOP_KIND_MAX] = {
@@ -116,6 +143,8 @@ void fileop_error_from_reason(enum paths_reason reason, const char *path, struct
 
 static void fop_finish_cb(evutil_socket_t fd, short what, void *arg);
 static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg);
+static void fop_fd_release(struct fileop *op);
+static void fop_tmps_forget(struct fileop *op, bool removed);
 static void fop_slice_cb(evutil_socket_t fd, short what, void *arg);
 
 struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
@@ -135,6 +164,7 @@ struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
 	op->slice_ev = event_new(d->base, -1, 0, fop_slice_cb, op);
 	op->root = -1;
 	op->own_pin = (struct plocal_pin)PLOCAL_PIN_INIT;
+
 	if (!op->finish_ev || !op->deadline || !op->slice_ev)
 		fatalx("%s: cannot create an event", __func__);
 	return op;
@@ -196,6 +226,8 @@ struct fileop *fileop_free(struct fileop *op)
 		msb_error_clear(&it->err);
 	}
 	free(op->items);
+	fop_fd_release(op);
+	fop_tmps_forget(op, false);
 	plocal_rm_free(op->rm);
 	if (op->root >= 0)
 		close(op->root);
@@ -244,10 +276,24 @@ static void fop_finish_cb(evutil_socket_t fd, short what, void *arg)
 
 static void fop_done(struct fileop *op)
 {
+	fop_fd_release(op);
 	op->state = FOP_DONE;
 	op->req = NULL;
 	event_del(op->deadline);
 	event_active(op->finish_ev, EV_TIMEOUT, 0);
+}
+
+static void fop_clean_start(struct fileop *op);
+
+/* After the thaw: an archive write's temporaries are removed (by rm in
+ * the guest, which needs it thawed), then the op is done. */
+static void fop_after_thaw(struct fileop *op)
+{
+	if (op->n_tmps && !op->timed_out) {
+		fop_clean_start(op);
+		return;
+	}
+	fop_done(op);
 }
 
 static void fop_thawed_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f, void *arg)
@@ -256,7 +302,7 @@ static void fop_thawed_cb(struct freeze_claim *claim, int error, const struct fr
 
 	(void)claim, (void)error, (void)f;
 	/* A failed thaw is the freeze table's warning; the call's outcome stands. */
-	fop_done(op);
+	fop_after_thaw(op);
 }
 
 /* Every path out of a granted freeze comes through here. */
@@ -264,13 +310,13 @@ static void fop_thaw(struct fileop *op)
 {
 	op->req = NULL;
 	if (!op->held) {
-		fop_done(op);
+		fop_after_thaw(op);
 		return;
 	}
 	op->held = false;
 	op->state = FOP_THAW;
 	if (freeze_release_then(op->claim, fop_thawed_cb, op) < 0)
-		fop_done(op);
+		fop_after_thaw(op);
 }
 
 /* The first failure wins; later ones are only logged. */
@@ -326,6 +372,16 @@ static void fop_fail_engine(struct fileop *op, int error, long status, const cha
  * flight is cancelled, and the guest thawed before the callback. */
 static void fop_abort(struct fileop *op)
 {
+	if (op->state == FOP_FDWAIT) {
+		/* Still waiting for its share of the fd budget: nothing began. */
+		fop_done(op);
+		return;
+	}
+	if (op->state == FOP_CLEAN && op->clean) {
+		/* Its callback runs now with -ECANCELED and finishes the op. */
+		execrun_cancel(op->clean);
+		return;
+	}
 	if (op->state == FOP_LOCAL) {
 		/* Between two slices of a removal: it stops here. */
 		event_del(op->slice_ev);
@@ -363,6 +419,12 @@ static void fop_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
 		return;
+	if (op->state == FOP_CLEAN && op->clean) {
+		/* The write landed; only the rm of its temporary is cut short
+		 * (its journal entry stays for the next start). */
+		execrun_cancel(op->clean);
+		return;
+	}
 	op->timed_out = true;
 	msb_error_set(&op->err, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)op->p.timeout_ms),
 		      "the file call did not finish within %ld ms", op->p.timeout_ms);
@@ -376,6 +438,8 @@ struct fileop_table *fileop_table_new(void)
 	struct fileop_table *t = xcalloc(1, sizeof(*t));
 
 	TAILQ_INIT(&t->ops);
+	TAILQ_INIT(&t->fd_waiters);
+	t->journal_fd = -1;
 	return t;
 }
 
@@ -384,6 +448,8 @@ struct fileop_table *fileop_table_free(struct fileop_table *t)
 	if (!t)
 		return NULL;
 	assert(TAILQ_EMPTY(&t->ops));
+	if (t->journal_fd >= 0)
+		close(t->journal_fd);
 	free(t);
 	return NULL;
 }
@@ -403,11 +469,236 @@ void fileop_table_cancel_all(struct fileop_table *t)
 		next = TAILQ_NEXT(op, entry);
 		if (op->state == FOP_THAW || op->state == FOP_DONE || op->timed_out)
 			continue;
+		if (op->state == FOP_CLEAN && op->clean) {
+			execrun_cancel(op->clean);     /* the write landed: its outcome stands */
+			continue;
+		}
 		op->timed_out = true;
 		if (!op->err.code)
 			msb_error_set(&op->err, MSB_ERR_SHUTTING_DOWN, NULL, NULL);
 		fop_abort(op);
 	}
+}
+
+/* ---- the removal fd budget ------------------------------------------------ */
+
+static size_t fop_fd_budget(const struct msbd *d)
+{
+	long b = d->config ? d->config->files_removal_fd_budget : 0;
+	struct rlimit rl;
+
+	if (b <= 0) {
+		if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+			b = 4096;
+		else
+			b = (long)(rl.rlim_cur / 4);
+	}
+	return b < FOP_RM_FDS ? FOP_RM_FDS : (size_t)b;
+}
+
+/* Takes op's share, or queues it (FIFO): true when granted now. */
+static bool fop_fd_take(struct fileop *op)
+{
+	struct fileop_table *t = op->table;
+
+	if (!t || op->fd_held)
+		return true;
+	if (TAILQ_EMPTY(&t->fd_waiters) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(op->d)) {
+		t->fd_in_use += FOP_RM_FDS;
+		op->fd_held = true;
+		return true;
+	}
+	TAILQ_INSERT_TAIL(&t->fd_waiters, op, fd_entry);
+	op->fd_waiting = true;
+	return false;
+}
+
+/* Gives op's share back (or leaves the queue), and wakes the ops first in
+ * line that now fit. */
+static void fop_fd_release(struct fileop *op)
+{
+	struct fileop_table *t = op->table;
+	struct fileop *w;
+
+	if (!t)
+		return;
+	if (op->fd_waiting) {
+		TAILQ_REMOVE(&t->fd_waiters, op, fd_entry);
+		op->fd_waiting = false;
+	}
+	if (!op->fd_held)
+		return;
+	op->fd_held = false;
+	t->fd_in_use -= FOP_RM_FDS;
+	while ((w = TAILQ_FIRST(&t->fd_waiters)) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(w->d)) {
+		TAILQ_REMOVE(&t->fd_waiters, w, fd_entry);
+		w->fd_waiting = false;
+		w->fd_held = true;
+		t->fd_in_use += FOP_RM_FDS;
+		event_active(w->slice_ev, EV_TIMEOUT, 0);
+	}
+}
+
+size_t fileop_table_fds_in_use(const struct fileop_table *t)
+{
+	return t ? t->fd_in_use : 0;
+}
+
+/* ---- the journal of temporaries --------------------------------------------- */
+
+/* files.journal_dir, made (0700) and opened once; -1 when there is none. */
+static int fop_journal_fd(struct fileop_table *t, const struct msbd_config *c)
+{
+	_cleanup_free_ char *parent = NULL;
+	struct stat sb;
+	char *slash;
+	int fd;
+
+	if (!t || t->journal_tried)
+		return t ? t->journal_fd : -1;
+	t->journal_tried = true;
+	if (!c || !c->files_journal_dir || c->files_journal_dir[0] != '/') {
+		log_warnx("files.journal_dir is not set: a daemon killed mid-write leaves its temporary file");
+		return -1;
+	}
+	parent = xstrdup(c->files_journal_dir);
+	slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = '\0';
+		if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+			log_debug("files", "mkdir %s: %s", parent, strerror(errno));
+	}
+	if (mkdir(c->files_journal_dir, 0700) < 0 && errno != EEXIST) {
+		log_warnx("files.journal_dir %s cannot be made: %s", c->files_journal_dir, strerror(errno));
+		return -1;
+	}
+	fd = open(c->files_journal_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) < 0 || sb.st_uid != geteuid() || (sb.st_mode & 022)) {
+		log_warnx("files.journal_dir %s is not a directory of this daemon's user, writable by it alone",
+			  c->files_journal_dir);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	t->journal_fd = fd;
+	return fd;
+}
+
+/* Ends the journal entries of op's archive temporaries: removed (the
+ * temporaries are gone) or only unlocked (left for the next start). */
+static void fop_tmps_forget(struct fileop *op, bool removed)
+{
+	int jfd = op->table ? op->table->journal_fd : -1;
+
+	for (size_t i = 0; i < op->n_tmps; i++) {
+		if (op->jfds[i] < 0)
+			continue;
+		if (removed && jfd >= 0) {
+			const struct plocal_journal j = { jfd, op->id };
+
+			plocal_journal_end(&j, strrchr(op->tmps[i], '/') + 1, op->jfds[i]);
+		} else {
+			close(op->jfds[i]);
+		}
+		op->jfds[i] = -1;
+	}
+	free(op->jfds);
+	free(op->tmps);
+	op->jfds = NULL;
+	op->tmps = NULL;
+	op->n_tmps = 0;
+}
+
+static void fop_clean_cb(const struct execrun_result *r, void *arg)
+{
+	struct fileop *op = arg;
+	bool ok = r->error == 0 && r->exit_code == 0;
+
+	op->clean = NULL;
+	if (!ok)
+		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s); "
+			  "the next start of the daemon tries again", op->id,
+			  r->error ? strerror(-r->error) : "rm failed");
+	fop_tmps_forget(op, ok);
+	fop_done(op);
+}
+
+/* rm -f of the temporaries, in the guest, as the guest's uid:gid. */
+static void fop_clean_start(struct fileop *op)
+{
+	_cleanup_free_ const char **argv = xcalloc(op->n_tmps + 4, sizeof(*argv));
+	_cleanup_free_ char *user = xasprintf("%u:%u", (unsigned)op->p.uid, (unsigned)op->p.gid);
+	struct execrun_spec spec = {
+		.working_dir = "/", .user = user, .timeout_ms = op->d->config->files_timeout_ms,
+		.max_output = 4096,
+	};
+	int r;
+
+	argv[0] = "rm";
+	argv[1] = "-f";
+	argv[2] = "--";
+	for (size_t i = 0; i < op->n_tmps; i++)
+		argv[3 + i] = op->tmps[i];
+	spec.argv = argv;
+	op->state = FOP_CLEAN;
+	r = execrun_start(op->d->base, op->d->engine, op->d->freezes, op->id, &spec, fop_clean_cb, op, &op->clean);
+	if (r < 0) {
+		log_warnx("file write on %.12s: cannot remove the write's temporary file: %s", op->id, strerror(-r));
+		fop_tmps_forget(op, false);
+		fop_done(op);
+	}
+}
+
+/* ---- mounts on the archive plane -------------------------------------------- */
+
+/* The mounts of a sandbox's container (no volume, no bind of the host: the
+ * daemon makes them so): the runtime's own at /proc, /sys and /dev (with
+ * what lies below them), and the engine's bind-mounted files. */
+static const char *const archive_mount_trees[] = { "/proc", "/sys", "/dev" };
+static const char *const archive_mount_points[] = {
+	"/proc", "/sys", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys/fs/cgroup",
+	"/etc/resolv.conf", "/etc/hostname", "/etc/hosts",
+};
+
+static bool path_is_at_or_under(const char *path, const char *top)
+{
+	size_t n = strlen(top);
+
+	return strncmp(path, top, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
+			       struct msb_error *reterr)
+{
+	const char *shown = rel && *rel ? rel : ".";
+
+	if (kind != FILEOP_WRITE && kind != FILEOP_REMOVE && kind != FILEOP_RECLAIM)
+		return 0;
+	for (size_t i = 0; i < sizeof(archive_mount_points) / sizeof(archive_mount_points[0]); i++) {
+		const char *m = archive_mount_points[i];
+
+		/* The mount point itself; for a removal, also a directory holding one. */
+		if (strcmp(path, m) == 0 || (kind != FILEOP_WRITE && path_is_at_or_under(m, path))) {
+			msb_error_set(reterr, MSB_ERR_OS_ERROR,
+				      json_pack("{s:s, s:s, s:s}", "path", shown, "errno", "EBUSY", "mount", m),
+				      "%s is a mount point: file calls never replace or remove a mount", m);
+			return -EBUSY;
+		}
+	}
+	if (kind != FILEOP_WRITE)
+		return 0;
+	for (size_t i = 0; i < sizeof(archive_mount_trees) / sizeof(archive_mount_trees[0]); i++) {
+		const char *m = archive_mount_trees[i];
+
+		if (path_is_at_or_under(path, m)) {
+			msb_error_set(reterr, MSB_ERR_OS_ERROR,
+				      json_pack("{s:s, s:s, s:s}", "path", shown, "errno", "EXDEV", "mount", m),
+				      "%s lies under the mount at %s, which the engine's archive API does not "
+				      "write into (the write would land hidden beneath it)", shown, m);
+			return -EXDEV;
+		}
+	}
+	return 0;
 }
 
 /* ---- walking ------------------------------------------------------------ */
@@ -633,6 +924,36 @@ static int fop_tar_dir(struct tarball_writer *w, json_t *made, const char *abs, 
 	return tarball_writer_add_dir(w, &dir);
 }
 
+/* Names each WRITE item's temporary in its final directory, journalled
+ * (files.journal_dir) before the archive that makes it is sent. */
+static void fop_tmps_name(struct fileop *op)
+{
+	int jfd = fop_journal_fd(op->table, op->d->config);
+
+	op->tmps = xcalloc(op->n_items, sizeof(*op->tmps));
+	op->jfds = xcalloc(op->n_items, sizeof(*op->jfds));
+	op->n_tmps = op->n_items;
+	for (size_t i = 0; i < op->n_items; i++) {
+		const char *path = op->items[i].plan->target.path;
+		size_t plen = (size_t)(strrchr(path, '/') - path);
+		char tmp[PLOCAL_TEMP_NAME_MAX];
+
+		plocal_temp_name(tmp, sizeof(tmp));
+		snprintf(op->tmps[i], sizeof(op->tmps[i]), "%.*s/%s", (int)plen, path, tmp);
+		op->jfds[i] = -1;
+		if (jfd >= 0) {
+			const struct plocal_journal j = { jfd, op->id };
+			_cleanup_free_ char *parent = plen ? xstrndup(path, plen) : xstrdup("/");
+
+			op->jfds[i] = plocal_journal_begin(&j, parent, tmp);
+			if (op->jfds[i] < 0)
+				log_warnx("file write on %.12s: cannot journal its temporary file: %s", op->id,
+					  strerror(-op->jfds[i]));
+			op->jfds[i] = op->jfds[i] < 0 ? -1 : op->jfds[i];
+		}
+	}
+}
+
 /* The tar of a WRITE: for each item, the directories its walk found
  * missing at or below the working directory (guest-owned), then the file. */
 static int fop_build_write(struct fileop *op, struct tarball_writer *w, json_t *made)
@@ -642,9 +963,16 @@ static int fop_build_write(struct fileop *op, struct tarball_writer *w, json_t *
 		const struct paths_plan *pl = it->plan;
 		size_t from = it->walk_absent_from > pl->walk_owned_from ? it->walk_absent_from
 									  : pl->walk_owned_from;
+		/* The content under the temporary name, then the final name made a
+		 * link to it (the engine removes what was there first): a tar cut
+		 * short leaves at most the temporary, never a short file. */
 		struct tarball_file f = {
-			.name = pl->target.path + 1, .data = it->data, .size = it->size,
+			.name = op->tmps[i] + 1, .data = it->data, .size = it->size,
 			.mode = 0644, .uid = op->p.uid, .gid = op->p.gid, .mtime = time(NULL),
+		};
+		struct tarball_link l = {
+			.name = pl->target.path + 1, .target = op->tmps[i] + 1,
+			.mode = 0644, .uid = op->p.uid, .gid = op->p.gid, .mtime = f.mtime,
 		};
 		int r;
 
@@ -654,6 +982,8 @@ static int fop_build_write(struct fileop *op, struct tarball_writer *w, json_t *
 				return r;
 		}
 		r = tarball_writer_add_file(w, &f);
+		if (r >= 0)
+			r = tarball_writer_add_hardlink(w, &l);
 		if (r < 0)
 			return r;
 	}
@@ -692,6 +1022,8 @@ static void fop_put(struct fileop *op)
 	if (!made)
 		fatalx("%s: out of memory", __func__);
 	if (op->p.kind == FILEOP_WRITE)
+		fop_tmps_name(op);
+	if (op->p.kind == FILEOP_WRITE)
 		r = fop_build_write(op, w, made);
 	else
 		r = fop_build_prepare(op, w, made, &n);
@@ -701,6 +1033,7 @@ static void fop_put(struct fileop *op)
 	json_decref(made);
 	if (r < 0) {
 		tarball_buf_clear(&buf);
+		fop_tmps_forget(op, true);
 		if (r == -EFBIG)
 			fop_fail(op, MSB_ERR_TRANSFER_CAP_EXCEEDED, NULL,
 				 "the archive would exceed %u bytes", DOCKER_MAX_ARCHIVE_PUT);
@@ -717,8 +1050,10 @@ static void fop_put(struct fileop *op)
 	op->state = FOP_PUT;
 	r = docker_archive_put(op->d->engine, op->id, "/", buf.data, buf.len, fop_put_cb, op, &op->req);
 	tarball_buf_clear(&buf);
-	if (r < 0)
+	if (r < 0) {
+		fop_tmps_forget(op, true);     /* nothing reached the engine */
 		fop_fail_engine(op, r, 0, NULL, "writing into the sandbox");
+	}
 }
 
 static void fop_put_cb(const struct docker_reply *r, void *arg)
@@ -972,6 +1307,14 @@ static void fop_archive_begin(struct fileop *op)
 		fop_done(op);
 		return;
 	}
+	for (size_t i = 0; i < op->n_items; i++) {
+		const struct paths_plan *pl = op->items[i].plan;
+
+		if (fileop_archive_mount_check(op->p.kind, pl->target.path, pl->target.rel, &op->err) < 0) {
+			fop_done(op);
+			return;
+		}
+	}
 	if (op->p.kind == FILEOP_CHECK || op->p.kind == FILEOP_REMOVE || op->p.kind == FILEOP_RECLAIM) {
 		op->state = FOP_WALK;
 		fop_next(op);
@@ -1058,11 +1401,17 @@ static void fop_local_slice(struct fileop *op)
 	event_active(op->slice_ev, EV_TIMEOUT, 0);
 }
 
+static void fop_local_begin(struct fileop *op, struct sandbox *sb);
+
 static void fop_slice_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct fileop *op = arg;
 
 	(void)fd, (void)what;
+	if (op->state == FOP_FDWAIT && op->fd_held) {
+		fop_local_begin(op, op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL);
+		return;
+	}
 	if (op->state == FOP_LOCAL && op->rm)
 		fop_local_slice(op);
 }
@@ -1088,8 +1437,13 @@ static void fop_local_run(struct fileop *op)
 		/* Every entry is checked before any is written: one refusal refuses the call. */
 		for (size_t i = 0; r == 0 && op->n_items > 1 && i < op->n_items; i++)
 			r = plocal_write_check(op->root, op->items[i].plan, &cred, &e);
-		for (size_t i = 0; r == 0 && i < op->n_items; i++)
-			r = plocal_write(op->root, op->items[i].plan, &cred, op->items[i].data, op->items[i].size, &e);
+		for (size_t i = 0; r == 0 && i < op->n_items; i++) {
+			int jfd = fop_journal_fd(op->table, op->d->config);
+			const struct plocal_journal j = { jfd, op->id };
+
+			r = plocal_write(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
+					 op->items[i].size, &e);
+		}
 		break;
 	case FILEOP_CHECK:
 		for (size_t i = 0; r == 0 && i < op->n_items; i++)
@@ -1105,6 +1459,13 @@ static void fop_local_run(struct fileop *op)
 		break;
 	case FILEOP_REMOVE:
 	case FILEOP_RECLAIM:
+		/* The container's known mount points, and directories holding one:
+		 * refused before anything is removed (a removal that meets any
+		 * other mount is refused where it meets it). */
+		r = fileop_archive_mount_check(op->p.kind, op->items[0].plan->target.path,
+					       op->items[0].plan->target.rel, &e);
+		if (r < 0)
+			break;
 		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,
 				    op->p.kind == FILEOP_RECLAIM || op->p.recursive, &op->rm, &e);
 		if (r == 0 && op->rm) {
@@ -1227,6 +1588,13 @@ static void fop_pin_lookup(struct fileop *op)
 /* sb: the op's registry entry, or NULL. */
 static void fop_local_begin(struct fileop *op, struct sandbox *sb)
 {
+	/* A removal holds descriptors across slices: it waits for its share
+	 * of files.removal_fd_budget (FIFO, within its deadline) before it
+	 * opens anything. */
+	if ((op->p.kind == FILEOP_REMOVE || op->p.kind == FILEOP_RECLAIM) && !fop_fd_take(op)) {
+		op->state = FOP_FDWAIT;
+		return;
+	}
 	if (sb && plocal_pin_valid(&sb->pin)) {
 		op->state = FOP_PIN;
 		fop_local_with_pin(op, &sb->pin);
@@ -1257,4 +1625,125 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 		return;
 	}
 	fop_archive_begin(op);
+}
+
+/* ---- the journal, replayed at start ------------------------------------------ */
+
+struct fop_replay {
+	struct msbd *d;
+	struct plocal_journal_entry e;
+};
+
+static void fop_replay_free(struct fop_replay *rp, bool done)
+{
+	int jfd = rp->d->fileops ? rp->d->fileops->journal_fd : -1;
+
+	if (done && jfd >= 0 && unlinkat(jfd, rp->e.tmp, 0) < 0 && errno != ENOENT)
+		log_warnx("files: cannot remove the journal entry %s: %s", rp->e.tmp, strerror(errno));
+	plocal_journal_entry_release(&rp->e);
+	free(rp);
+}
+
+static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
+{
+	struct fop_replay *rp = arg;
+	bool ok = r->error == 0 && r->exit_code == 0;
+
+	if (!ok)
+		log_warnx("sandbox %.12s: a temporary a killed daemon left (%s/%s) could not be removed",
+			  rp->e.id, rp->e.parent, rp->e.tmp);
+	fop_replay_free(rp, ok || r->error == -ENOENT);
+}
+
+static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
+{
+	struct fop_replay *rp = arg;
+	struct msbd *d = rp->d;
+	const json_t *state = json_object_get(r->body, "State");
+	json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
+	struct sandbox *sb = d->registry ? registry_find_id(d->registry, rp->e.id) : NULL;
+	struct plocal_pin pin;
+	int root = -1, rc;
+
+	if (r->error == 0 && r->status == 404) {
+		fop_replay_free(rp, true);       /* gone, and its temporary with it */
+		return;
+	}
+	if (r->error || r->status != 200 || !json_is_true(json_object_get(state, "Running")) || pid <= 0 ||
+	    pid > INT32_MAX) {
+		fop_replay_free(rp, false);      /* the next start tries again */
+		return;
+	}
+	if (d->plane_local && (!sb || sb->plane != SANDBOX_PLANE_ARCHIVE) &&
+	    plocal_pin_open((pid_t)pid, rp->e.id, &pin) == 0) {
+		rc = plocal_root_open(&pin, &root);
+		if (rc == 0) {
+			rc = plocal_temp_remove(root, rp->e.parent, rp->e.tmp);
+			close(root);
+		}
+		plocal_pin_close(&pin);
+		if (rc < 0)
+			log_warnx("sandbox %.12s: a temporary a killed daemon left (%s/%s) could not be removed: %s",
+				  rp->e.id, rp->e.parent, rp->e.tmp, strerror(-rc));
+		else
+			log_info("sandbox %.12s: removed %s/%s, the temporary of a write a killed daemon left",
+				 rp->e.id, strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
+		fop_replay_free(rp, rc == 0);
+		return;
+	}
+	/* The archive plane: rm in the guest, as the image's user. */
+	{
+		_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
+		const char *argv[] = { "rm", "-f", "--", path, NULL };
+		struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+					     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
+
+		if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)
+			fop_replay_free(rp, false);
+	}
+}
+
+void fileop_journal_replay(struct msbd *d)
+{
+	int jfd = fop_journal_fd(d->fileops, d->config);
+	struct dirent *de;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || (dfd = dup(jfd)) < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct plocal_journal_entry e = { .lock_fd = -1 };
+		struct fop_replay *rp;
+		int r;
+
+		if (!plocal_name_is_temp(de->d_name))
+			continue;
+		r = plocal_journal_take(jfd, de->d_name, &e);
+		if (r == -EBUSY)
+			continue;                    /* a live daemon's write in progress */
+		if (r < 0) {
+			if (r == -EBADMSG)
+				unlinkat(jfd, de->d_name, 0);   /* cut short before the temporary existed */
+			continue;
+		}
+		if (!d->registry || !registry_find_id(d->registry, e.id)) {
+			/* No such sandbox on this engine any more: nothing to remove. */
+			unlinkat(jfd, de->d_name, 0);
+			plocal_journal_entry_release(&e);
+			continue;
+		}
+		rp = xcalloc(1, sizeof(*rp));
+		rp->d = d;
+		rp->e = e;
+		if (docker_container_inspect(d->engine, e.id, fop_replay_inspect_cb, rp, NULL) < 0)
+			fop_replay_free(rp, false);
+	}
+	closedir(dir);
 }

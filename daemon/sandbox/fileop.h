@@ -12,7 +12,23 @@
  *      │                      a gone container)
  *      │                 → ACT (WRITE/PREPARE: one PUT of one tar at "/";
  *      │                      READ: one GET per item, streamed and capped)
- *      └─ refused ─→ DONE       → THAW (always, whatever happened) → DONE
+ *      └─ refused ─→ DONE       → THAW (always, whatever happened)
+ *                                  → CLEAN (WRITE: rm -f of its temporaries in
+ *                                     the guest, as the guest) → DONE
+ *
+ * A WRITE's tar holds each file's content under a temporary name in its
+ * final directory, then a hard link entry putting it at the final name (the
+ * engine removes what was there first): a tar cut short leaves at most the
+ * temporary, never a short file. Each temporary is journalled in
+ * files.journal_dir before the PUT and forgotten once removed; the next
+ * start of a daemon removes what a killed one left (fileop_journal_replay).
+ * Writes over, and removals of, the container's mount points, and archive
+ * writes beneath /proc, /sys and /dev, are refused before any engine
+ * request (fileop_archive_mount_check).
+ *
+ * Local removals (REMOVE, RECLAIM) hold descriptors across slices: each
+ * takes its share of files.removal_fd_budget before it opens anything, and
+ * waits its turn (FIFO, within its deadline) when the budget is spent.
  *
  * A deadline covers the whole operation, the wait for the freeze included:
  * on expiry the request in flight is cancelled, the freeze released (or
@@ -154,6 +170,30 @@ struct sandbox;
 bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb);
 /* The refusal of files.list on the archive plane (SandboxCapabilityNotSupported). */
 void fileop_error_no_listing(struct msb_error *reterr);
+
+/* The archive plane's mount rule (files.write, files.remove,
+ * files.reclaim), before any engine request: a write at or beneath /proc,
+ * /sys or /dev (the engine's archive API writes into the image's directory
+ * beneath those mounts, hidden from the guest) → OSError errno EXDEV; a
+ * write over, or a removal of, a mount point of the container (those, and
+ * /dev/shm, /dev/pts, /dev/mqueue, /sys/fs/cgroup, /etc/resolv.conf,
+ * /etc/hostname, /etc/hosts), or a removal of a directory holding one →
+ * OSError errno EBUSY. data.mount names the mount. path: absolute,
+ * normalised; rel as the caller sees it. 0 or -errno with *reterr. The
+ * local plane applies it to removals too (the kernel's own answer covers
+ * its writes and any other mount a removal meets). */
+int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
+			       struct msb_error *reterr);
+
+/* Descriptors of files.removal_fd_budget the removals in progress hold. */
+size_t fileop_table_fds_in_use(const struct fileop_table *t);
+
+/* Once the registry is known (daemon start): every journal entry of
+ * files.journal_dir no live daemon holds is a temporary a killed daemon
+ * left; each is removed (local plane: unlinked beneath the pinned root,
+ * with the daemon's authority and the guest's resolution rules; archive
+ * plane: rm in the guest), then its entry. */
+void fileop_journal_replay(struct msbd *d);
 
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */

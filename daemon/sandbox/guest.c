@@ -13,6 +13,7 @@
 #include "guest.h"
 #include "identity.h"
 #include "log.h"
+#include "registry.h"
 #include "xmalloc.h"
 
 enum guest_state {
@@ -47,6 +48,25 @@ static void guest_free(struct guest_req *g)
 	free(g);
 }
 
+/* The one writer of a sandbox's identity (registry.h): the first
+ * resolution is stored and kept; a later one (a concurrent call's, or one
+ * made after the guest rewrote its /etc/passwd) gives way to it, and *id
+ * becomes the stored one. */
+static void guest_fix(struct guest_req *g, struct guest_identity *id)
+{
+	struct sandbox *sb = g->d->registry ? registry_find_id(g->d->registry, g->id) : NULL;
+
+	if (sb && !identity_fixed_set(&sb->guest, id->resolved, id->uid, id->gid)) {
+		*id = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+		return;
+	}
+	if (id->resolved)
+		log_debug("op", "guest of %.12s is %u:%u, fixed", g->id, (unsigned)id->uid, (unsigned)id->gid);
+	else
+		log_warnx("the guest user of %.12s could not be resolved; FILES_OUT and HOST_TOOLS "
+			  "workloads are refused, inputs land root-owned, execs run as the image's user", g->id);
+}
+
 static void guest_finish_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct guest_req *g = arg;
@@ -57,11 +77,7 @@ static void guest_finish_cb(evutil_socket_t fd, short what, void *arg)
 		id.resolved = identity_finish(&g->ident);
 		id.uid = g->ident.uid;
 		id.gid = g->ident.gid;
-		if (id.resolved)
-			log_debug("op", "guest of %.12s is %u:%u", g->id, (unsigned)id.uid, (unsigned)id.gid);
-		else
-			log_warnx("the guest user of %.12s could not be resolved; FILES_OUT and HOST_TOOLS "
-				  "workloads are refused, inputs land root-owned", g->id);
+		guest_fix(g, &id);
 	}
 	if (g->cb)
 		g->cb(g->err.code ? &g->err : NULL, &id, g->arg);

@@ -6,6 +6,11 @@
  *   INSPECT (unless the caller has one) → DB (frozen read, if a name must be
  *   looked up) → ID_U / ID_G (only for a half still unknown) → DONE
  *
+ * The first resolution of a sandbox is fixed: stored in its registry entry
+ * (registry.h, identity_fixed_set; this module is its one writer) and never
+ * replaced; a later resolution hands its callback the stored identity.
+ * Callers look at sb->guest first and resolve only when it is not known.
+ *
  * Failures of the lookups are not errors: they leave the identity
  * unresolved (logged). Only a gone container, an unreachable engine or the
  * daemon stopping fail the resolution. The callback fires exactly once,

@@ -9,6 +9,7 @@
  * an error: a guest's odd line must not hide the lines after it. */
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "identity.h"
@@ -245,4 +246,24 @@ bool identity_finish(struct identity *id)
 		id->gid = 0;
 	}
 	return id->uid_known;
+}
+
+/* ---- the identity fixed for a sandbox ------------------------------------- */
+
+bool identity_fixed_set(struct identity_fixed *f, bool resolved, uid_t uid, gid_t gid)
+{
+	if (f->known)
+		return false;
+	*f = (struct identity_fixed){
+		.known = true, .resolved = resolved, .uid = resolved ? uid : 0, .gid = resolved ? gid : 0,
+	};
+	return true;
+}
+
+int identity_fixed_user(const struct identity_fixed *f, char buf[IDENTITY_USER_STRING_MAX])
+{
+	if (!f->known || !f->resolved)
+		return -ENOENT;
+	snprintf(buf, IDENTITY_USER_STRING_MAX, "%u:%u", (unsigned)f->uid, (unsigned)f->gid);
+	return 0;
 }

@@ -92,4 +92,29 @@ int identity_parse_id_output(const char *buf, size_t len, unsigned long *ret);
  * (uid known). */
 bool identity_finish(struct identity *id);
 
+/* ---- the identity fixed for a sandbox ------------------------------------- */
+
+/* Who the guest is, fixed once for a sandbox (issue 17, finding 7): the
+ * first resolution stored wins and is never replaced, so a guest that
+ * rewrites its /etc/passwd later changes nothing. Every exec passes the
+ * numbers to the engine as User "uid:gid", and the local plane acts with
+ * the same numbers. */
+struct identity_fixed {
+	bool known;        /* a resolution was stored */
+	bool resolved;     /* false: known to be unresolvable (uid, gid 0) */
+	uid_t uid;
+	gid_t gid;
+};
+
+/* "4294967294:4294967294" and its NUL. */
+#define IDENTITY_USER_STRING_MAX 22
+
+/* Stores a resolution into f unless one is already there. An unresolved
+ * one is stored as 0:0. Returns true when f was written. */
+bool identity_fixed_set(struct identity_fixed *f, bool resolved, uid_t uid, gid_t gid);
+/* The engine's User for an exec, "uid:gid", into buf[IDENTITY_USER_STRING_MAX]:
+ * 0, or -ENOENT when f is not known or not resolved (then the image's
+ * Config.User is left to the engine). */
+int identity_fixed_user(const struct identity_fixed *f, char buf[IDENTITY_USER_STRING_MAX]);
+
 #endif

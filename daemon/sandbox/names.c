@@ -1,4 +1,5 @@
-/* names.c — container names, labels and label digests (behaviour-docker §3). */
+/* names.c — container names, labels and label digests (behaviour-docker §3),
+ * and the per-owner key spaces of names_container_ns. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,6 +66,12 @@ static void feed_part(struct sha256_ctx *c, const char *tag, const char *s)
 
 void names_container(const struct msb_key *key, const char *kind, const char *egress_id, char *out)
 {
+	names_container_ns(key, kind, egress_id, NAMES_SEED_UID, out);
+}
+
+void names_container_ns(const struct msb_key *key, const char *kind, const char *egress_id, uid_t ns,
+			char *out)
+{
 	uint8_t digest[SHA256_DIGEST_BYTES];
 	char hex[NAMES_HASH_CHARS + 1];
 	struct sha256_ctx c;
@@ -78,6 +85,13 @@ void names_container(const struct msb_key *key, const char *kind, const char *eg
 		feed_part(&c, "", egress_id);
 	if (key->call_id && *key->call_id)
 		feed_part(&c, "call:", key->call_id);
+	if (ns != NAMES_SEED_UID) {
+		/* Tagged like call: no other part starts "uid:" ("allow:", "call:"). */
+		char uid[24];
+
+		snprintf(uid, sizeof(uid), "%" PRIuMAX, (uintmax_t)ns);
+		feed_part(&c, "uid:", uid);
+	}
 	sha256_final(&c, digest);
 	digest_hex(digest, NAMES_HASH_CHARS, hex);
 	snprintf(out, NAMES_CONTAINER_MAX, "%s%s", NAMES_PREFIX, hex);

@@ -36,6 +36,18 @@ char *names_egress_id(const struct msb_spec *spec, bool proxy_configured);
  * ["call:" + call_id if non-empty]. out must hold NAMES_CONTAINER_MAX. */
 void names_container(const struct msb_key *key, const char *kind, const char *egress_id, char *out);
 
+/* The uid whose keys are named exactly as the seed names them (§3): root,
+ * whose world the seed is (it drives the engine directly). */
+#define NAMES_SEED_UID ((uid_t)0)
+
+/* The name of key's sandbox in the key space of uid ns: for NAMES_SEED_UID
+ * exactly names_container's (so the seed's containers are adopted); for any
+ * other uid the digest stream gains one last part, "uid:" + the decimal uid,
+ * so one user's key never names another's container (no blocking, no
+ * probing). Same format either way: names_is_ours holds for both. */
+void names_container_ns(const struct msb_key *key, const char *kind, const char *egress_id, uid_t ns,
+			char *out);
+
 /* label_value(v): v itself if it is at most 63 bytes of [A-Za-z0-9._-] and
  * does not look like sha256-<48 hex>; else "sha256-" + 48 hex of SHA-256(v).
  * malloc'd. */

@@ -641,3 +641,18 @@ struct paths_plan *paths_plan_free(struct paths_plan *plan)
 	free(plan);
 	return NULL;
 }
+
+/* ---- exec working directories -------------------------------------------- */
+
+const char *paths_pseudo_fs_root(const char *abs_path)
+{
+	static const char *const roots[] = PATHS_PSEUDO_FS_ROOTS;
+
+	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+		size_t n = strlen(roots[i]);
+
+		if (strncmp(abs_path, roots[i], n) == 0 && (abs_path[n] == '\0' || abs_path[n] == '/'))
+			return roots[i];
+	}
+	return NULL;
+}

@@ -277,4 +277,18 @@ int paths_plan_new(enum paths_op op, const char *path, size_t path_len,
 /* NULL-safe; returns NULL. */
 struct paths_plan *paths_plan_free(struct paths_plan *plan);
 
+/* ---- exec working directories (issue 17, finding 14) ---------------------- */
+
+/* The pseudo filesystems an exec's working directory may not be under:
+ * what is there is the kernel's view of some process (/proc/self/cwd,
+ * /proc/self/fd/N name the runtime's own descriptors while it starts the
+ * command), not the container's files. */
+#define PATHS_PSEUDO_FS_ROOTS { "/proc", "/sys", "/dev" }
+
+/* The root of PATHS_PSEUDO_FS_ROOTS that the normalised absolute path
+ * (paths_confine_resolve's) is, or is beneath ("/proc", "/proc/self/cwd";
+ * not "/processes"), or NULL. Lexical only: a link elsewhere that points
+ * there is left to the runtime's own check. */
+const char *paths_pseudo_fs_root(const char *abs_path);
+
 #endif

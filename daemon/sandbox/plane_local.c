@@ -6,11 +6,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 #include <linux/capability.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
+#include <sys/file.h>
 #include <sys/fsuid.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -170,6 +172,68 @@ static int fail_walk(int r, const char *rel, const char *what, struct msb_error 
 	default:
 		return fail_os(r, rel, what, err);
 	}
+}
+
+/* ---- mount points ------------------------------------------------------------ */
+
+/* The mount id of what fd stands for (an O_PATH handle will do). */
+static int mnt_id_of(int fd, uint64_t *ret)
+{
+	struct statx sx;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) < 0)
+		return -errno;
+	if (!(sx.stx_mask & STATX_MNT_ID))
+		return -EOPNOTSUPP;
+	*ret = sx.stx_mnt_id;
+	return 0;
+}
+
+/* Whether name below dir is the root of a mount (a bind-mounted file such
+ * as /etc/resolv.conf, a tmpfs...): STATX_ATTR_MOUNT_ROOT where the kernel
+ * says it, else its mount id differs from dir's. The final component is
+ * not followed. 1 yes, 0 no (or absent), -errno. */
+static int entry_is_mount(int dir, const char *name)
+{
+	struct statx sx;
+	uint64_t dir_mnt;
+	int r;
+
+	if (statx(dir, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_TYPE | STATX_MNT_ID, &sx) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)
+		return !!(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+	if (!(sx.stx_mask & STATX_MNT_ID))
+		return -EOPNOTSUPP;
+	r = mnt_id_of(dir, &dir_mnt);
+	if (r < 0)
+		return r;
+	return sx.stx_mnt_id != dir_mnt;
+}
+
+/* The refusal of a call that would replace or remove a mount point:
+ * OSError, errno EBUSY, data.mount naming it. */
+static int fail_mount(const char *rel, const char *mount, struct msb_error *err)
+{
+	const char *m = mount && *mount ? mount : ".";
+
+	msb_error_set(err, MSB_ERR_OS_ERROR,
+		      json_pack("{s:s, s:s, s:s}", "path", rel && *rel ? rel : ".", "errno", "EBUSY", "mount", m),
+		      "%s is a mount point: file calls never replace or remove a mount", m);
+	return -EBUSY;
+}
+
+/* Refuses when name below dir is a mount point; 0 when it is not. */
+static int check_not_mount(int dir, const char *name, const char *rel, const char *mount_rel,
+			   struct msb_error *err)
+{
+	int r = entry_is_mount(dir, name);
+
+	if (r > 0)
+		return fail_mount(rel, mount_rel, err);
+	if (r < 0)
+		return fail_os(r, rel, "examining the path", err);
+	return 0;
 }
 
 /* ---- credentials ------------------------------------------------------------ */
@@ -501,6 +565,15 @@ static bool on_pseudo_fs(int fd)
 	return false;
 }
 
+/* A write whose directory lies on a pseudo filesystem (proc, sysfs...). */
+static int fail_pseudo(const char *rel, struct msb_error *err)
+{
+	msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rel && *rel ? rel : ".", "errno", "EXDEV"),
+		      "%s lies on a pseudo filesystem (proc, sysfs, cgroup...); file calls never write there",
+		      rel && *rel ? rel : ".");
+	return -EXDEV;
+}
+
 static int do_read(int root, const struct paths_plan *plan, uint64_t max_bytes, uint8_t **ret_data,
 		   size_t *ret_len, struct paths_stat *ret_st, struct msb_error *err)
 {
@@ -704,6 +777,9 @@ static int write_leaf_check(int dir, const char *leaf, const char *rel, struct m
 			return fail_reason(PATHS_R_SYMLINK_LEAF, rel, err);
 		if (S_ISDIR(sb.st_mode))
 			return fail_reason(PATHS_R_IS_DIRECTORY, rel, err);
+		/* A bind-mounted file (/etc/resolv.conf): a rename over it would
+		 * take the mount away, which the guest itself cannot. */
+		return check_not_mount(dir, leaf, rel, rel, err);
 	} else if (errno != ENOENT) {
 		return fail_os(-errno, rel, "examining the path", err);
 	}
@@ -729,14 +805,12 @@ static int do_write_check(int root, const struct paths_plan *plan, struct msb_er
 	return write_leaf_check(dir, leaf_name(plan->target.path), plan->target.rel, err);
 }
 
-static int do_write(int root, const struct paths_plan *plan, const uint8_t *data, size_t len,
+static int do_write(int root, const struct paths_plan *plan, const char *tmp, const uint8_t *data, size_t len,
 		    struct msb_error *err)
 {
 	_cleanup_free_ char *parent = parent_of(plan->target.path);
 	_cleanup_close_ int dir = -1, fd = -1;
 	const char *rel = plan->target.rel, *leaf = leaf_name(plan->target.path);
-	char tmp[64];
-	uint64_t rnd;
 	int r;
 
 	dir = open_dir(root, parent, O_PATH);
@@ -746,12 +820,11 @@ static int do_write(int root, const struct paths_plan *plan, const uint8_t *data
 		return fail_walk(dir, rel, "resolving the path", err);
 	if (dir < 0)
 		return dir;
+	if (on_pseudo_fs(dir))
+		return fail_pseudo(rel, err);
 	r = write_leaf_check(dir, leaf, rel, err);
 	if (r < 0)
 		return r;
-	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-		rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)&rnd;
-	snprintf(tmp, sizeof(tmp), ".maf-sandbox-%016llx.tmp", (unsigned long long)rnd);
 	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE);
 	if (fd < 0 && errno == ENOENT)
 		/* The directory was removed under us. */
@@ -777,16 +850,155 @@ static int do_write(int root, const struct paths_plan *plan, const uint8_t *data
 	return 0;
 }
 
-int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c, const uint8_t *data,
-		 size_t len, struct msb_error *reterr)
+void plocal_temp_name(char *buf, size_t size)
 {
+	uint64_t rnd;
+
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)&rnd ^ (uint64_t)time(NULL);
+	snprintf(buf, size, PLOCAL_TEMP_PREFIX "%016llx" PLOCAL_TEMP_SUFFIX, (unsigned long long)rnd);
+}
+
+bool plocal_name_is_temp(const char *name)
+{
+	size_t lp = strlen(PLOCAL_TEMP_PREFIX), ls = strlen(PLOCAL_TEMP_SUFFIX);
+
+	if (strlen(name) != lp + 16 + ls || strncmp(name, PLOCAL_TEMP_PREFIX, lp) != 0 ||
+	    strcmp(name + lp + 16, PLOCAL_TEMP_SUFFIX) != 0)
+		return false;
+	for (size_t i = lp; i < lp + 16; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
+	return true;
+}
+
+int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		 const struct plocal_journal *j, const uint8_t *data, size_t len, struct msb_error *reterr)
+{
+	_cleanup_free_ char *parent = parent_of(plan->target.path);
+	char tmp[PLOCAL_TEMP_NAME_MAX];
 	struct plocal_saved s;
+	int r, jfd = -1;
+
+	plocal_temp_name(tmp, sizeof(tmp));
+	/* Journalled (with the daemon's authority) before the temporary
+	 * exists, forgotten once it is renamed or removed: a daemon killed in
+	 * between leaves the entry, and the next one removes the temporary. */
+	if (j) {
+		jfd = plocal_journal_begin(j, parent, tmp);
+		if (jfd < 0)
+			return fail_os(jfd, plan->target.rel, "journalling the write's temporary file", reterr);
+	}
+	plocal_cred_enter(c, &s);
+	r = do_write(root, plan, tmp, data, len, reterr);
+	plocal_cred_leave(&s);
+	if (j)
+		plocal_journal_end(j, tmp, jfd);
+	return r;
+}
+
+/* ---- the journal of temporaries --------------------------------------------- */
+
+/* An entry is a file named after the temporary, holding "id\nparent\ntmp\n";
+ * its writer holds an exclusive flock on it while the write runs, so a
+ * live daemon's entry is never taken for a dead one's. */
+int plocal_journal_begin(const struct plocal_journal *j, const char *parent, const char *tmp)
+{
+	_cleanup_free_ char *text = xasprintf("%s\n%s\n%s\n", j->id, parent, tmp);
+	int fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	int r;
 
-	plocal_cred_enter(c, &s);
-	r = do_write(root, plan, data, len, reterr);
-	plocal_cred_leave(&s);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = write_all(fd, (const uint8_t *)text, strlen(text));
+	if (r == 0)
+		return fd;
+fail:
+	unlinkat(j->dirfd, tmp, 0);
+	close(fd);
 	return r;
+}
+
+void plocal_journal_end(const struct plocal_journal *j, const char *tmp, int fd)
+{
+	if (unlinkat(j->dirfd, tmp, 0) < 0 && errno != ENOENT)
+		log_warnx("files: cannot remove the journal entry %s: %s", tmp, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry *ret)
+{
+	char buf[PLOCAL_JOURNAL_ENTRY_MAX + 1], *nl1, *nl2, *nl3;
+	_cleanup_close_ int fd = -1;
+	size_t len = 0;
+
+	if (!plocal_name_is_temp(name))
+		return -EINVAL;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? -EBUSY : -errno;
+	while (len < sizeof(buf) - 1) {
+		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	nl1 = strchr(buf, '\n');
+	nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
+	nl3 = nl2 ? strchr(nl2 + 1, '\n') : NULL;
+	if (!nl3 || nl3[1] != '\0')
+		return -EBADMSG;
+	*nl1 = *nl2 = *nl3 = '\0';
+	if (nl2 + 1 == nl3 || buf[0] == '\0' || nl1[1] != '/' || strcmp(nl2 + 1, name) != 0)
+		return -EBADMSG;
+	*ret = (struct plocal_journal_entry){ .id = xstrdup(buf), .parent = xstrdup(nl1 + 1),
+					      .tmp = xstrdup(nl2 + 1), .lock_fd = TAKE_FD(fd) };
+	return 0;
+}
+
+void plocal_journal_entry_release(struct plocal_journal_entry *e)
+{
+	free(e->id);
+	free(e->parent);
+	free(e->tmp);
+	if (e->lock_fd >= 0)
+		close(e->lock_fd);
+	*e = (struct plocal_journal_entry){ .lock_fd = -1 };
+}
+
+int plocal_temp_remove(int root, const char *parent, const char *tmp)
+{
+	_cleanup_close_ int dir = -1;
+	struct stat sb;
+
+	if (!plocal_name_is_temp(tmp) || parent[0] != '/')
+		return -EINVAL;
+	dir = open_dir(root, parent, O_PATH);
+	if (dir == -ENOENT)
+		return 0;
+	if (dir < 0)
+		return dir;
+	if (fstatat(dir, tmp, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* Only what a write leaves: a regular file, never a mount. */
+	if (!S_ISREG(sb.st_mode) || entry_is_mount(dir, tmp) != 0)
+		return -EPERM;
+	if (unlinkat(dir, tmp, 0) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
 }
 
 int plocal_write_check(int root, const struct paths_plan *plan, const struct plocal_cred *c,
@@ -880,6 +1092,9 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
+		/* The daemon's own temporaries (a write in progress) are never listed. */
+		if (plocal_name_is_temp(de->d_name))
+			continue;
 		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue;   /* gone since readdir */
@@ -937,38 +1152,60 @@ int plocal_list(int root, const struct paths_plan *plan, const struct plocal_cre
 /* ---- remove ----------------------------------------------------------------- */
 
 struct rm_frame {
-	DIR *dir;            /* the directory being emptied (owns its fd) */
-	char *name;          /* its name in the frame below (the target's parent for frame 0) */
+	char *name;          /* its name in the directory above (the target's leaf for frame 0) */
+	dev_t dev;           /* the directory itself, to know it again through ".." */
+	ino_t ino;
 	uint64_t mnt_id;
 };
 
+/* Only the deepest frame is open (cur); the others are names and inode
+ * numbers, so a removal holds PLOCAL_RM_FDS descriptors at most. */
 struct plocal_rm {
 	struct plocal_cred cred;
 	char *rel;            /* for errors */
 	int top_parent;       /* the target's parent directory */
+	uint64_t top_mnt;
+	DIR *cur;             /* the deepest frame's directory, while depth > 0 */
 	struct rm_frame stack[PLOCAL_MAX_DEPTH + 1];
 	size_t depth;         /* frames in use */
 };
 
-static int mnt_id_of(int fd, uint64_t *ret)
+/* The guest-relative path of name inside the deepest frame (for errors). */
+static char *rm_path(const struct plocal_rm *rm, const char *name)
 {
-	struct statx sx;
+	char *p = xstrdup(rm->rel);
 
-	if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) < 0)
-		return -errno;
-	if (!(sx.stx_mask & STATX_MNT_ID))
-		return -EOPNOTSUPP;
-	*ret = sx.stx_mnt_id;
-	return 0;
+	for (size_t i = 1; i < rm->depth; i++) {
+		char *q = xasprintf("%s/%s", p, rm->stack[i].name);
+
+		free(p);
+		p = q;
+	}
+	if (name) {
+		char *q = xasprintf("%s/%s", p, name);
+
+		free(p);
+		p = q;
+	}
+	return p;
+}
+
+static int rm_fail_mount(struct plocal_rm *rm, const char *name, struct msb_error *err)
+{
+	_cleanup_free_ char *m = rm->depth ? rm_path(rm, name) : xstrdup(rm->rel);
+
+	return fail_mount(rm->rel, m, err);
 }
 
 /* Opens name below parent as a directory to empty, checking it is on the
- * parent's mount. 1 pushed, 0 it is not a directory (unlink it instead),
- * <0 refused. */
+ * parent's mount, and makes it the deepest frame (the one above is
+ * closed). 1 pushed, 0 it is not a directory (unlink it instead), 2 gone
+ * already, <0 refused. */
 static int rm_push(struct plocal_rm *rm, int parent, uint64_t parent_mnt, const char *name, struct msb_error *err)
 {
 	int fd = sys_openat2(parent, name, O_RDONLY | O_DIRECTORY, RESOLVE_STEP);
 	uint64_t mnt = 0;
+	struct stat sb;
 	DIR *dir;
 	int r;
 
@@ -979,17 +1216,16 @@ static int rm_push(struct plocal_rm *rm, int parent, uint64_t parent_mnt, const 
 	if (fd < 0)
 		return fail_os(fd, rm->rel, "opening a directory to remove", err);
 	r = mnt_id_of(fd, &mnt);
-	if (r == 0 && mnt != parent_mnt)
-		r = -EXDEV;
+	if (r == 0 && mnt != parent_mnt) {
+		close(fd);
+		return rm_fail_mount(rm, name, err);
+	}
 	if (r == 0 && rm->depth > PLOCAL_MAX_DEPTH)
 		r = -ELOOP;
+	if (r == 0 && fstat(fd, &sb) < 0)
+		r = -errno;
 	if (r < 0) {
 		close(fd);
-		if (r == -EXDEV) {
-			msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rm->rel, "mount", name),
-				      "a mount point lies in the way of the removal; it is never crossed");
-			return r;
-		}
 		if (r == -ELOOP) {
 			msb_error_set(err, MSB_ERR_OS_ERROR,
 				      json_pack("{s:s, s:i}", "path", rm->rel, "limit", PLOCAL_MAX_DEPTH),
@@ -1004,14 +1240,33 @@ static int rm_push(struct plocal_rm *rm, int parent, uint64_t parent_mnt, const 
 		close(fd);
 		return fail_os(r, rm->rel, "opening a directory to remove", err);
 	}
-	rm->stack[rm->depth++] = (struct rm_frame){ .dir = dir, .name = xstrdup(name), .mnt_id = mnt };
+	/* name may live in the closed directory's buffer: copied first. */
+	rm->stack[rm->depth++] = (struct rm_frame){ .name = xstrdup(name), .dev = sb.st_dev, .ino = sb.st_ino,
+						    .mnt_id = mnt };
+	if (rm->cur)
+		closedir(rm->cur);
+	rm->cur = dir;
 	return 1;
 }
 
-static int rm_unlink(struct plocal_rm *rm, int dirfd, const char *name, int flags, struct msb_error *err)
+/* Unlinks name below dirfd (mnt: dirfd's mount); a non-directory that is
+ * a mount point (a bind-mounted file) is refused. */
+static int rm_unlink(struct plocal_rm *rm, int dirfd, uint64_t mnt, const char *name, int flags,
+		     struct msb_error *err)
 {
+	if (!(flags & AT_REMOVEDIR)) {
+		struct statx sx;
+
+		if (statx(dirfd, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &sx) < 0)
+			return errno == ENOENT ? 0 : fail_os(-errno, rm->rel, "examining an entry to remove", err);
+		if (((sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) ||
+		    ((sx.stx_mask & STATX_MNT_ID) && sx.stx_mnt_id != mnt))
+			return rm_fail_mount(rm, name, err);
+	}
 	if (unlinkat(dirfd, name, flags) == 0 || errno == ENOENT)
 		return 0;
+	if (errno == EBUSY)
+		return rm_fail_mount(rm, name, err);
 	return fail_os(-errno, rm->rel, "removing", err);
 }
 
@@ -1019,7 +1274,6 @@ static void rm_pop(struct plocal_rm *rm)
 {
 	struct rm_frame *f = &rm->stack[--rm->depth];
 
-	closedir(f->dir);
 	free(f->name);
 	*f = (struct rm_frame){ 0 };
 }
@@ -1028,6 +1282,8 @@ struct plocal_rm *plocal_rm_free(struct plocal_rm *rm)
 {
 	if (!rm)
 		return NULL;
+	if (rm->cur)
+		closedir(rm->cur);
 	while (rm->depth)
 		rm_pop(rm);
 	if (rm->top_parent >= 0)
@@ -1042,7 +1298,6 @@ static int rm_begin(struct plocal_rm *rm, const struct paths_plan *plan, int roo
 {
 	const char *leaf = leaf_name(plan->target.path);
 	_cleanup_free_ char *parent = parent_of(plan->target.path);
-	uint64_t mnt = 0;
 	struct stat sb;
 	int r;
 
@@ -1053,21 +1308,25 @@ static int rm_begin(struct plocal_rm *rm, const struct paths_plan *plan, int roo
 		return fail_walk(rm->top_parent, rm->rel, "resolving the path", err);
 	if (fstatat(rm->top_parent, leaf, &sb, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 1 : fail_os(-errno, rm->rel, "examining the path", err);
+	r = mnt_id_of(rm->top_parent, &rm->top_mnt);
+	if (r < 0)
+		return fail_os(r, rm->rel, "examining the path", err);
 	if (!S_ISDIR(sb.st_mode)) {
-		r = rm_unlink(rm, rm->top_parent, leaf, 0, err);
+		r = rm_unlink(rm, rm->top_parent, rm->top_mnt, leaf, 0, err);
 		return r < 0 ? r : 1;
 	}
 	if (!recursive) {
+		/* An empty directory that is a mount point: refused as one. */
+		r = entry_is_mount(rm->top_parent, leaf);
+		if (r > 0)
+			return fail_mount(rm->rel, rm->rel, err);
 		msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rm->rel, "errno", "EISDIR"),
 			      "%s is a directory; removing it needs recursive", *rm->rel ? rm->rel : ".");
 		return -EISDIR;
 	}
-	r = mnt_id_of(rm->top_parent, &mnt);
-	if (r < 0)
-		return fail_os(r, rm->rel, "examining the path", err);
-	r = rm_push(rm, rm->top_parent, mnt, leaf, err);
+	r = rm_push(rm, rm->top_parent, rm->top_mnt, leaf, err);
 	if (r == 0) {
-		r = rm_unlink(rm, rm->top_parent, leaf, 0, err);
+		r = rm_unlink(rm, rm->top_parent, rm->top_mnt, leaf, 0, err);
 		return r < 0 ? r : 1;
 	}
 	return r == 2 ? 1 : r < 0 ? r : 0;
@@ -1099,6 +1358,46 @@ int plocal_rm_begin(int root, const struct paths_plan *plan, const struct plocal
 	return 0;
 }
 
+/* The deepest frame is empty: step back up to the directory above it
+ * (through "..", which must be the very directory the removal stepped
+ * down from, on the same mount) and remove it there. */
+static int rm_up(struct plocal_rm *rm, struct msb_error *err)
+{
+	_cleanup_free_ char *name = xstrdup(rm->stack[rm->depth - 1].name);
+	const struct rm_frame *above;
+	struct stat sb;
+	DIR *dir;
+	int fd, r;
+
+	if (rm->depth == 1) {
+		closedir(rm->cur);
+		rm->cur = NULL;
+		rm_pop(rm);
+		return rm_unlink(rm, rm->top_parent, rm->top_mnt, name, AT_REMOVEDIR, err);
+	}
+	above = &rm->stack[rm->depth - 2];
+	fd = sys_openat2(dirfd(rm->cur), "..", O_RDONLY | O_DIRECTORY,
+			 RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
+	if (fd < 0)
+		return fail_os(fd, rm->rel, "stepping back up a tree being removed", err);
+	if (fstat(fd, &sb) < 0 || sb.st_dev != above->dev || sb.st_ino != above->ino) {
+		close(fd);
+		msb_error_set(err, MSB_ERR_OS_ERROR, json_pack("{s:s, s:s}", "path", rm->rel, "errno", "ESTALE"),
+			      "the tree under %s was moved while it was removed", rm->rel);
+		return -ESTALE;
+	}
+	dir = fdopendir(fd);
+	if (!dir) {
+		r = -errno;
+		close(fd);
+		return fail_os(r, rm->rel, "opening a directory to remove", err);
+	}
+	closedir(rm->cur);
+	rm->cur = dir;      /* read again from its start: what was removed is gone */
+	rm_pop(rm);
+	return rm_unlink(rm, dirfd(rm->cur), above->mnt_id, name, AT_REMOVEDIR, err);
+}
+
 static int rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *err)
 {
 	while (rm->depth > 0 && budget > 0) {
@@ -1107,17 +1406,11 @@ static int rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *err)
 		int r;
 
 		errno = 0;
-		de = readdir(f->dir);
+		de = readdir(rm->cur);
 		if (!de && errno)
 			return fail_os(-errno, rm->rel, "reading a directory to remove", err);
 		if (!de) {
-			/* Emptied: remove it from the directory below. */
-			_cleanup_free_ char *name = xstrdup(f->name);
-			int below;
-
-			rm_pop(rm);
-			below = rm->depth ? dirfd(rm->stack[rm->depth - 1].dir) : rm->top_parent;
-			r = rm_unlink(rm, below, name, AT_REMOVEDIR, err);
+			r = rm_up(rm, err);
 			if (r < 0)
 				return r;
 			budget--;
@@ -1127,13 +1420,13 @@ static int rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *err)
 			continue;
 		budget--;
 		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) {
-			r = rm_push(rm, dirfd(f->dir), f->mnt_id, de->d_name, err);
+			r = rm_push(rm, dirfd(rm->cur), f->mnt_id, de->d_name, err);
 			if (r < 0)
 				return r;
 			if (r > 0)
 				continue;
 		}
-		r = rm_unlink(rm, dirfd(f->dir), de->d_name, 0, err);
+		r = rm_unlink(rm, dirfd(rm->cur), f->mnt_id, de->d_name, 0, err);
 		if (r < 0)
 			return r;
 	}

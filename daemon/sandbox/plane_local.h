@@ -32,6 +32,12 @@
  * authority, as the archive plane does: the chain above the storage base
  * is root's, the base itself is given to the guest.
  *
+ * Mount points: a file call never replaces or removes a mount (a bind-
+ * mounted /etc/resolv.conf, a tmpfs): a write over one, a removal of one,
+ * a removal that meets one are refused (OSError, errno EBUSY, data.mount):
+ * seen from the daemon's mount namespace, an unlink or a rename over
+ * another namespace's mount point succeeds and detaches it.
+ *
  * Reads open an O_PATH handle without following the final component,
  * check it is a regular file with one link on an ordinary filesystem (not
  * proc, sys, cgroup...), and reopen that very inode through
@@ -65,8 +71,14 @@
 #include "paths.h"
 
 /* Directory levels a recursive removal descends below its target; deeper
- * trees are refused (OSError) rather than exhausting descriptors. */
+ * trees are refused (OSError). */
 #define PLOCAL_MAX_DEPTH          256
+/* Descriptors one removal in progress holds at most, whatever the tree's
+ * depth: the target's parent, the directory being emptied, and one more
+ * for a moment while it steps down or back up (ancestors are reopened
+ * through "..", checked to be the very directory it stepped down from).
+ * Removals share files.removal_fd_budget in these units. */
+#define PLOCAL_RM_FDS             3
 /* Directory entries a removal takes per slice before it yields to the loop. */
 #define PLOCAL_REMOVE_SLICE       1024
 /* Default ceiling of entries one listing returns (files.list_max_entries). */
@@ -138,10 +150,53 @@ int plocal_stat(int root, const struct paths_plan *plan, const struct plocal_cre
  * TransferCapExceeded, never truncated. *ret_data malloc'd (non-NULL). */
 int plocal_read(int root, const struct paths_plan *plan, const struct plocal_cred *c, uint64_t max_bytes,
 		uint8_t **ret_data, size_t *ret_len, struct paths_stat *ret_st, struct msb_error *reterr);
+/* The temporary a write makes in the final directory:
+ * ".maf-sandbox-<16 hex>.tmp". files.list never shows such a name. */
+#define PLOCAL_TEMP_PREFIX        ".maf-sandbox-"
+#define PLOCAL_TEMP_SUFFIX        ".tmp"
+#define PLOCAL_TEMP_NAME_MAX      64
+/* Bytes of one journal entry (id, parent path, temporary name). */
+#define PLOCAL_JOURNAL_ENTRY_MAX  (4096 + 256)
+void plocal_temp_name(char *buf, size_t size);
+bool plocal_name_is_temp(const char *name);
+
+/* The journal of temporaries in progress (files.journal_dir): dirfd, the
+ * directory (the daemon's, 0700); id, the container's. */
+struct plocal_journal {
+	int dirfd;
+	const char *id;
+};
+
 /* WRITE: missing parents made (mode 0755), the file (mode 0644) replaced
- * whole by a rename; all as c. */
-int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c, const uint8_t *data,
-		 size_t len, struct msb_error *reterr);
+ * whole by a rename; all as c. A leaf that is a mount point is refused
+ * (OSError, errno EBUSY, data.mount), a directory on a pseudo filesystem
+ * too (OSError, errno EXDEV). j (or NULL): the temporary is journalled
+ * there, with the daemon's authority, before it is made, and forgotten
+ * after the rename (or its removal). */
+int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		 const struct plocal_journal *j, const uint8_t *data, size_t len, struct msb_error *reterr);
+
+/* Journal entries, one file per temporary named after it. begin → an fd
+ * holding the entry's lock (pass it to end), or -errno; end removes the
+ * entry and closes fd. */
+int plocal_journal_begin(const struct plocal_journal *j, const char *parent, const char *tmp);
+void plocal_journal_end(const struct plocal_journal *j, const char *tmp, int fd);
+/* A dead writer's entry name in dirfd, read and locked: -EBUSY while a live
+ * daemon holds it, -EINVAL not an entry's name, -EBADMSG malformed. Release
+ * with plocal_journal_entry_release (its lock goes with it). */
+struct plocal_journal_entry {
+	char *id;
+	char *parent;      /* the temporary's directory, absolute in the guest */
+	char *tmp;
+	int lock_fd;
+};
+int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry *ret);
+void plocal_journal_entry_release(struct plocal_journal_entry *e);
+/* Removes a leftover temporary tmp in the guest directory parent beneath
+ * root, with the daemon's authority and the guest resolution rules (no
+ * link, never outside root): only a regular file named as a temporary,
+ * never a mount point. 0 also when absent, -errno. */
+int plocal_temp_remove(int root, const char *parent, const char *tmp);
 /* What a write would meet, without writing: a refusal of the path (a link
  * or a file on the way, a link or a directory at the leaf). A multi-file
  * write checks every entry before it writes any. */

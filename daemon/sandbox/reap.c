@@ -440,17 +440,39 @@ static void reap_abort_unlisted(struct reap *rp, const char *fmt, ...)
 	reap_enter(rp, REAP_DONE);
 }
 
-/* Why a request failed, for a message: the transport error or Docker's. malloc'd. */
+/* Why a request failed, for a failure's detail: a stable reason of ours
+ * (the detail goes on the wire). The engine's own text and the transport's
+ * go to the log only. malloc'd. */
 static char *reply_why(const struct docker_reply *r)
 {
-	_cleanup_free_ char *m = NULL;
+	if (r->error) {
+		log_warnx("reap: an engine request failed: %s", strerror(-r->error));
+		return xstrdup(r->error == -ETIMEDOUT ? "the engine did not answer in time"
+						      : "the engine could not be reached");
+	}
+	if (r->message) {
+		_cleanup_free_ char *m = snippet(r->message);
 
-	if (r->error)
-		return xstrdup(strerror(-r->error));
-	if (!r->message)
-		return xasprintf("HTTP %ld", r->status);
-	m = snippet(r->message);
-	return xasprintf("HTTP %ld: %s", r->status, m);
+		log_warnx("reap: the engine answered HTTP %ld: %s", r->status, m);
+	}
+	return xasprintf("the engine answered HTTP %ld", r->status);
+}
+
+/* Why a request could not be sent or completed (-errno), in stable words. */
+static const char *start_why(int error)
+{
+	switch (error) {
+	case -ENOTCONN:
+	case -ECONNREFUSED:
+		return "the engine is not reachable";
+	case -ETIMEDOUT:
+		return "the engine did not answer in time";
+	case -ECONNRESET:
+	case -EPIPE:
+		return "the connection to the engine broke";
+	default:
+		return "the request could not be made";
+	}
 }
 
 static void reap_finish(struct reap *rp)
@@ -524,7 +546,7 @@ static int reap_list(struct reap *rp)
 
 	if (r < 0)
 		reap_abort_unlisted(rp, "could not list %ss (%s)",
-				    reap_listing_to_string(listing_of_state(rp->state)), strerror(-r));
+				    reap_listing_to_string(listing_of_state(rp->state)), start_why(r));
 	return r < 0 ? 0 : 1;
 }
 
@@ -585,7 +607,7 @@ static int reap_inspect_next(struct reap *rp)
 		: docker_network_inspect(rp->d->engine, rp->ids[rp->next], reap_inspected_cb, rp, NULL);
 	if (r < 0)
 		reap_abort_unlisted(rp, "could not inspect the %s %.*s (%s)", reap_listing_to_string(l),
-				    REAP_SHORT_ID, rp->ids[rp->next], strerror(-r));
+				    REAP_SHORT_ID, rp->ids[rp->next], start_why(r));
 	return r < 0 ? 0 : 1;
 }
 
@@ -646,7 +668,7 @@ static int reap_revalidate_next(struct reap *rp)
 		: docker_container_inspect(rp->d->engine, it->id, reap_revalidated_cb, rp, NULL);
 	if (r < 0)
 		reap_abort_unlisted(rp, "could not revalidate the %s %s (%s)", reap_kind_to_string(it->kind),
-				    it->name, strerror(-r));
+				    it->name, start_why(r));
 	return r < 0 ? 0 : 1;
 }
 
@@ -677,7 +699,7 @@ static void reap_removal_failed(struct reap *rp, const struct reap_item *it, int
 				 kind, it->name, REAP_SHORT_ID, it->id);
 	else if (error)
 		reap_add_failure(rp, REAP_CODE_UNREACHABLE, "could not reach the engine to remove the %s %s (%.*s): %s",
-				 kind, it->name, REAP_SHORT_ID, it->id, strerror(-error));
+				 kind, it->name, REAP_SHORT_ID, it->id, start_why(error));
 	else
 		reap_add_failure(rp, REAP_CODE_REFUSED, "the engine refused to remove the %s %s (%.*s): %s",
 				 kind, it->name, REAP_SHORT_ID, it->id, why);

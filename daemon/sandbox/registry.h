@@ -17,6 +17,7 @@
 #include <time.h>
 #include <jansson.h>
 
+#include "identity.h"
 #include "plane_local.h"
 
 #define REGISTRY_ID_LEN 64
@@ -53,12 +54,10 @@ struct sandbox {
 	uid_t owner;
 	bool seen;             /* scratch for replace_all */
 	uint64_t event_seq;    /* the registry's event count when an event last changed it */
-	/* The guest's uid:gid (guest.h), once resolved for this instance; kept
-	 * while the entry lives (a resync keeps entries it still lists). */
-	bool guest_known;
-	bool guest_resolved;   /* false: known to be unresolvable (inputs land root-owned) */
-	uid_t guest_uid;
-	gid_t guest_gid;
+	/* The guest's uid:gid (guest.h), fixed when the daemon first serves
+	 * the sandbox; kept while the entry lives (a resync keeps entries it
+	 * still lists). Written only by guest.c (identity_fixed_set). */
+	struct identity_fixed guest;
 	uint32_t probes_passed; /* MSB_BIT(capability) whose command probe passed (acquire.c) */
 	enum sandbox_plane plane;
 	/* The container's init, held (plane_local.h) while the local plane

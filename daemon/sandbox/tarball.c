@@ -331,6 +331,34 @@ int tarball_writer_add_file(struct tarball_writer *w, const struct tarball_file 
 	return r < 0 ? writer_fail(w, r) : r;
 }
 
+int tarball_writer_add_hardlink(struct tarball_writer *w, const struct tarball_link *l)
+{
+	struct archive_entry *e;
+	int r = writer_state(w);
+
+	if (r < 0)
+		return r;
+	if (!tarball_name_is_valid(l->name) || !tarball_name_is_valid(l->target) ||
+	    !owner_is_valid(l->mode, l->uid, l->gid))
+		return writer_fail(w, -EINVAL);
+	e = archive_entry_new();
+	if (!e)
+		return writer_fail(w, -ENOMEM);
+	archive_entry_copy_pathname(e, l->name);
+	archive_entry_copy_hardlink(e, l->target);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, l->mode);
+	archive_entry_set_uid(e, l->uid);
+	archive_entry_set_gid(e, l->gid);
+	archive_entry_set_mtime(e, l->mtime, 0);
+	archive_entry_set_size(e, 0);
+	r = archive_write_header(w->a, e);
+	archive_entry_free(e);
+	if (r != ARCHIVE_OK)
+		return writer_fail(w, writer_error(w));
+	return 0;
+}
+
 int tarball_writer_finish(struct tarball_writer *w)
 {
 	int r;

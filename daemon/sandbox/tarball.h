@@ -107,6 +107,21 @@ int tarball_writer_add_dir(struct tarball_writer *w, const struct tarball_dir *d
 /* f's new_parents directory entries, then f itself, as tarball_build_file()
  * writes them (f and its data borrowed). 0 or -errno. */
 int tarball_writer_add_file(struct tarball_writer *w, const struct tarball_file *f);
+/* A hard link entry ('1'): name becomes another name of target, an entry
+ * written earlier in the same tar. The engine's extraction removes what is
+ * at name first, then links: the archive plane's write lands its content
+ * under a temporary name, then this entry puts it at the final name, so a
+ * tar cut short never leaves a short file there. Both names relative, see
+ * tarball_name_is_valid(). 0 or -errno. */
+struct tarball_link {
+	const char *name;
+	const char *target;
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	time_t mtime;
+};
+int tarball_writer_add_hardlink(struct tarball_writer *w, const struct tarball_link *l);
 /* Writes the end-of-archive blocks and flushes. 0, or the sticky error.
  * Again after success: 0, nothing written. */
 int tarball_writer_finish(struct tarball_writer *w);

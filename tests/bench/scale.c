@@ -19,6 +19,8 @@
  * them are removed at the end, also on failure and on SIGINT. */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +141,8 @@ static void usage(FILE *f)
 		"  --image REF        image (default: build %s with testimage.sh)\n"
 		"  --daemon PATH      maf-sandboxd (default $MSB_DAEMON, else the built one)\n"
 		"  --lock-file PATH   daemon freeze.lock_file (default: in the private dir)\n"
-		"  --set KEY=VALUE    forwarded to the daemon as --set (repeatable)\n",
+		"  --set KEY=VALUE    forwarded to the daemon as --set (repeatable); a sandbox.admin_group\n"
+		"                     given here that holds the caller puts its containers in root's key space\n",
 		SC_DEFAULT_SANDBOXES, SC_WARMUP_REQUESTS, SC_DEFAULT_REQUESTS, SC_DEFAULT_IMAGE);
 }
 
@@ -325,6 +328,38 @@ static int phase_idle(struct sc_run *s)
 /* The container a cold acquire of (key, spec) would create, as the daemon
  * builds it (acquire.c acq_create_config with the default configuration and
  * no egress proxy): name and labels from names.c. */
+/* The key space the daemon names this caller's acquires in (acquire.h):
+ * root's (the seed's, NAMES_SEED_UID) for root and the members of
+ * sandbox.admin_group, as given to the daemon with --set (the last wins;
+ * a group set only in the daemon's config file is not seen: pass it with
+ * --set), looked up as the daemon does (primary group or the user
+ * database's list); else the caller's own uid. */
+static uid_t sc_key_space(const struct sc_run *s)
+{
+	static const char key[] = "sandbox.admin_group=";
+	const char *group = NULL;
+	const struct group *gr;
+	const struct passwd *pw;
+	gid_t groups[256];
+	int n = 256;
+
+	if (getuid() == 0)
+		return NAMES_SEED_UID;
+	for (size_t i = 0; i < s->opt.n_sets; i++)
+		if (strncmp(s->opt.sets[i], key, strlen(key)) == 0)
+			group = s->opt.sets[i] + strlen(key);
+	if (!group || !*group || !(gr = getgrnam(group)))
+		return getuid();
+	if (getgid() == gr->gr_gid)
+		return NAMES_SEED_UID;
+	pw = getpwuid(getuid());
+	if (pw && getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) >= 0)
+		for (int i = 0; i < n; i++)
+			if (groups[i] == gr->gr_gid)
+				return NAMES_SEED_UID;
+	return getuid();
+}
+
 static json_t *workload_config(const struct sc_run *s, size_t i, char *ret_name)
 {
 	_cleanup_free_ char *thread = xasprintf("t-%05zu", i);
@@ -342,7 +377,7 @@ static json_t *workload_config(const struct sc_run *s, size_t i, char *ret_name)
 		goto out;
 	}
 	egress_id = names_egress_id(&spec, false);
-	names_container(&key, spec.kind, egress_id, ret_name);
+	names_container_ns(&key, spec.kind, egress_id, sc_key_space(s), ret_name);
 	labels = names_workload_labels(&key, &spec, getuid());
 	raw_key = json_pack("[s, s, s, s, s]", key.scope, key.thread_id, key.agent_dir, key.call_id, spec.kind);
 	raw = json_dumps(raw_key, JSON_COMPACT);

@@ -13,11 +13,18 @@
  *     with the same error struct (its position);
  *   - for an accepted value, jsonfast_dump is json_dumps(v, JSON_COMPACT |
  *     JSON_ENCODE_ANY) byte for byte, with its extra room writable;
+ *   - jsonfast_scan reads the text to its end; for a value jansson accepts
+ *     (no JSON_DISABLE_EOF_CHECK) it counts exactly its values (keys
+ *     included; at least that many without JSON_REJECT_DUPLICATES) and
+ *     its depth; its limits (values, depth, structure bytes) refuse
+ *     exactly one below what it counts, and admit at the count;
  *   - the raw text as a string value and as an object key (built with the
  *     *_nocheck calls, so not necessarily UTF-8) dumps the same by both: the
  *     same failure on a bad value, jansson's partial text on a bad key.
  * A broken invariant aborts. Built by tests/fuzz/run.sh with clang, and by
  * meson with replay_main.c as the unit test 'fuzz_jsonfast'. */
+#include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -85,6 +92,68 @@ static void check_raw_dump(const char *text, size_t len)
 	json_decref(o);
 }
 
+/* Values (keys included) and container depth of v, as jsonfast_scan counts. */
+static void count_value(const json_t *v, size_t level, size_t *values, size_t *depth)
+{
+	const char *key;
+	json_t *e;
+	size_t i;
+
+	(*values)++;
+	if (!json_is_array(v) && !json_is_object(v))
+		return;
+	if (level + 1 > *depth)
+		*depth = level + 1;
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, e)
+			count_value(e, level + 1, values, depth);
+		return;
+	}
+	json_object_foreach((json_t *)v, key, e) {
+		(*values)++;
+		count_value(e, level + 1, values, depth);
+	}
+}
+
+static int scan(const char *text, size_t len, size_t values, size_t depth, size_t structure,
+		struct jsonfast_shape *ret)
+{
+	struct jsonfast_limits lim = { .values = values, .depth = depth, .structure_bytes = structure };
+
+	return jsonfast_scan(text, len, &lim, ret);
+}
+
+static void check_scan(const char *text, size_t len, size_t flags, const json_t *v)
+{
+	struct jsonfast_shape shape;
+	size_t values = 0, depth = 0, structure;
+
+	require(scan(text, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape) == 0, "jsonfast_scan refused");
+	require(shape.position == len, "jsonfast_scan stopped short");
+	require(shape.structure_bytes <= len, "more structure bytes than bytes");
+	structure = shape.structure_bytes;
+	require(scan(text, len, shape.values, shape.depth, structure, &shape) == 0,
+		"the limits refuse at the counts");
+	if (shape.values > 0)
+		require(scan(text, len, shape.values - 1, SIZE_MAX, SIZE_MAX, &shape) == -E2BIG,
+			"the value limit does not refuse below the count");
+	if (structure > 0)
+		require(scan(text, len, SIZE_MAX, SIZE_MAX, structure - 1, &shape) == -E2BIG,
+			"the structure limit does not refuse below the count");
+	if (!v || (flags & JSON_DISABLE_EOF_CHECK))
+		return;
+	scan(text, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape);
+	count_value(v, 0, &values, &depth);
+	require(shape.depth == depth, "jsonfast_scan's depth differs");
+	if (flags & JSON_REJECT_DUPLICATES)
+		require(shape.values == values, "jsonfast_scan's count differs");
+	else
+		require(shape.values >= values, "jsonfast_scan counts fewer values");
+	if (depth > 0)
+		require(scan(text, len, SIZE_MAX, depth - 1, SIZE_MAX, &shape) == -E2BIG,
+			"the depth limit does not refuse below the depth");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	json_error_t want_err, got_err;
@@ -108,6 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		require(json_equal(want, got), "jsonfast_loadb's value differs");
 		check_dump(got);
 	}
+	check_scan(text, len, flags, want);
 	json_decref(want);
 	json_decref(got);
 	check_raw_dump(text, len);

@@ -325,6 +325,14 @@ static void fuzz_wd(const json_t *wd)
 	}
 	check_resolved(&res, false);
 	require(res.is_wd, "\".\" is not the working directory");
+	{
+		/* m_exec refuses a pseudo filesystem: the root named is the path's own. */
+		const char *root = paths_pseudo_fs_root(res.path);
+
+		require(!root || (strncmp(res.path, root, strlen(root)) == 0 &&
+				  (res.path[strlen(root)] == '\0' || res.path[strlen(root)] == '/')),
+			"a pseudo filesystem root that is not the path's");
+	}
 	paths_resolved_release(&res);
 }
 

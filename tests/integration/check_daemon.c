@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fake_engine.h"
@@ -578,9 +579,49 @@ START_TEST(held_frames_are_served_while_the_budget_is_spent)
 }
 END_TEST
 
+/* A connection to sock made by uid (group nogroup), handed back: the daemon
+ * knows its peer as uid (SO_PEERCRED is taken at connect). */
+static int connect_as(const char *sock, uid_t uid)
+{
+	char byte = 0, cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	int sp[2], status, fd = -1;
+	pid_t pid;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int c;
+
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(uid) < 0 || (c = raw_connect(sock)) < 0)
+			_exit(1);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &c, sizeof(int));
+		_exit(sendmsg(sp[1], &mh, 0) == 1 ? 0 : 2);
+	}
+	close(sp[1]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "cannot connect as uid %u", (unsigned)uid);
+	ck_assert_int_eq(recvmsg(sp[0], &mh, 0), 1);
+	cm = CMSG_FIRSTHDR(&mh);
+	ck_assert_ptr_nonnull(cm);
+	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	close(sp[0]);
+	return fd;
+}
+
 /* A frame the daemon does not read because the budget went to an older
  * frame is not on the clock: when the stalled older one is cut, the waiting
- * one gets a fresh deadline and is served. */
+ * one gets a fresh deadline and is served. The waiting frame's uid holds
+ * less than its share of the budget (limits.uid_buffer_bytes): a uid over
+ * its share keeps its deadlines (hostile: fair_frame_share). */
 START_TEST(budget_wait_is_not_on_the_frame_clock)
 {
 	struct msbd_proc d = { 0 };
@@ -591,12 +632,14 @@ START_TEST(budget_wait_is_not_on_the_frame_clock)
 
 	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=131072",
 					 "--set", "limits.buffer_budget_bytes=131072",
-					 "--set", "limits.frame_timeout_ms=1500", NULL });
+					 "--set", "limits.frame_timeout_ms=1500",
+					 "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
 	ck_assert_ptr_nonnull(pad);
 	memset(pad, 'p', 60000);
 	pad[60000] = '\0';
 	b = raw_connect(d.sock);
-	a = raw_connect(d.sock);
+	a = connect_as(d.sock, 61001);
 	raw_send_str(b, pad);                      /* b's frame began first: b is read */
 	usleep(200 * 1000);
 	raw_send_str(a, head);                     /* a's frame begins */

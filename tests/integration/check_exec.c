@@ -213,9 +213,13 @@ static void rpc(const char *sock, const char *method, json_t *params, struct rep
 }
 
 /* sandbox.exec with {sandbox} added to params (stolen); timeout_seconds
- * EXEC_TIMEOUT_S unless params names one. */
+ * EXEC_TIMEOUT_S unless params names one; text: true (the text views, which
+ * these tests read beside the bytes) unless params names it
+ * (the_text_views_come_only_when_asked checks the default). */
 static void exec_rpc(const struct env *e, json_t *params, struct reply *rep)
 {
+	if (!json_object_get(params, "text"))
+		json_object_set_new(params, "text", json_true());
 	json_object_set_new(params, "sandbox", json_string(e->sandbox));
 	if (!json_object_get(params, "timeout_seconds"))
 		json_object_set_new(params, "timeout_seconds", json_integer(EXEC_TIMEOUT_S));
@@ -536,6 +540,45 @@ START_TEST(output_over_the_cap_is_refused_and_killed)
 }
 END_TEST
 
+/* Each output byte is in the reply once: in base64. The text views come
+ * only with text: true; text: false is the default; text must be a bool. */
+START_TEST(the_text_views_come_only_when_asked)
+{
+	static const char *const want_keys[] = { "exit_code", "stdout_b64", "stderr_b64", "duration_ms" };
+	struct env e = { 0 };
+	struct reply rep;
+
+	env_start(&e, "textopt");
+	for (int asked = 0; asked < 2; asked++) {
+		json_t *params = json_pack("{s:s, s:s, s:i}", "sandbox", e.sandbox, "command",
+					   "printf 'ok\\377'; printf e >&2", "timeout_seconds", EXEC_TIMEOUT_S);
+
+		/* asked 0: no text member (by hand: exec_rpc would add one); 1: text: false. */
+		if (asked)
+			json_object_set_new(params, "text", json_false());
+		rpc(e.d.sock, "sandbox.exec", params, &rep);
+		ck_assert_msg(rep.result && rep.code == 0, "sandbox.exec failed: %s", rep.text);
+		ck_assert_msg(json_object_size(rep.result) == 4, "text %s: not exactly 4 members: %s",
+			      asked ? "false" : "absent", rep.text);
+		for (size_t i = 0; i < sizeof(want_keys) / sizeof(want_keys[0]); i++)
+			ck_assert_msg(json_object_get(rep.result, want_keys[i]), "no %s: %s", want_keys[i], rep.text);
+		ck_assert_str_eq(jstr(rep.result, "stdout_b64"), "b2v/");
+		ck_assert_str_eq(jstr(rep.result, "stderr_b64"), "ZQ==");
+		reply_clear(&rep);
+	}
+	exec_rpc(&e, json_pack("{s:s, s:b}", "command", "printf 'ok\\377'", "text", 1), &rep);
+	ck_assert_msg(rep.result, "text true: %s", rep.text);
+	ck_assert_str_eq(jstr(rep.result, "stdout_text"), "ok\xef\xbf\xbd");
+	ck_assert_str_eq(jstr(rep.result, "stderr_text"), "");
+	reply_clear(&rep);
+	exec_rpc(&e, json_pack("{s:s, s:s}", "command", "true", "text", "yes"), &rep);
+	ck_assert_msg(!rep.result && rep.code == -32602, "text \"yes\": %s", rep.text);
+	ck_assert_str_eq(jstr(rep.data, "field"), "text");
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
 START_TEST(env_is_visible)
 {
 	struct env e = { 0 };
@@ -848,9 +891,9 @@ START_TEST(streaming_delivers_output_before_the_command_ends)
 	ck_assert_int_ge(fd, 0);
 	t0 = now_ms();
 	raw_request(fd, STREAM_REQ_ID, "sandbox.exec",
-		    json_pack("{s:s, s:s, s:i, s:b}", "sandbox", e.sandbox, "command",
+		    json_pack("{s:s, s:s, s:i, s:b, s:b}", "sandbox", e.sandbox, "command",
 			      "printf first; sleep " STREAM_SLEEP_S "; printf second", "timeout_seconds",
-			      EXEC_TIMEOUT_S, "stream", 1));
+			      EXEC_TIMEOUT_S, "stream", 1, "text", 1));
 	while (!reply && (j = raw_recv(fd, CLIENT_TIMEOUT_MS))) {
 		char *text = json_dumps(j, JSON_COMPACT);
 
@@ -1299,6 +1342,7 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, streams_stay_separate);
 	tcase_add_test(tc, exec_byte_fidelity);
 	tcase_add_test(tc, env_is_visible);
+	tcase_add_test(tc, the_text_views_come_only_when_asked);
 	tcase_add_test(tc, invalid_params_are_refused);
 	tcase_add_test(tc, unknown_sandbox_is_refused);
 	tcase_add_test(tc, concurrent_execs_keep_their_own_output);

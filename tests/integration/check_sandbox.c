@@ -716,14 +716,18 @@ static int as_nobody(const char *sock, const char *scope, const char *root_id)
 	    json_integer_value(json_object_get(r, "disposed")) != 0)
 		return 6;
 	json_decref(r);
-	/* ...nor take it over. */
+	/* ...nor take it over, nor learn it is there: root's key names another
+	 * container for this user (keys are per owner), made for it. */
 	rc = msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "agent", NULL),
 						      "spec", spec_for("k", image)), &r);
-	if (rc != MSB_E_REMOTE || msb_last_error_code(c) != 1300 ||
-	    strcmp(msb_last_error_type(c), "PermissionDenied"))
+	if (rc != MSB_OK || !json_is_true(json_object_get(r, "created")) ||
+	    strcmp(json_string_value(json_object_get(r, "sandbox")), root_id) == 0)
 		return 7;
-	if (strstr(msb_last_error_message(c), "exist"))
-		return 8;                  /* the wording must not tell whether it exists */
+	json_decref(r);
+	/* Its disposal of that key removes its own only (root's is checked after). */
+	if (msb_call(c, "sandbox.dispose", json_pack("{s:o}", "key", key_for(scope, "t", "agent", NULL)), &r) != MSB_OK ||
+	    !json_is_null(r))
+		return 8;
 	/* Reaping is for administrators. */
 	rc = msb_call(c, "sandbox.reap", json_pack("{s:i}", "older_than_seconds", 1), &r);
 	if (rc != MSB_E_REMOTE || (msb_last_error_code(c) != 1300 && msb_last_error_code(c) != -32601))

@@ -415,6 +415,101 @@ START_TEST(test_daemon_closes)
 }
 END_TEST
 
+/* --- the daemon closes an idle connection ---------------------------------
+ * The daemon closes a connection idle for limits.idle_timeout_ms; the next
+ * call connects again, transparently, and sends its request once. */
+
+#define SHUTTING_DOWN_1 "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1303," \
+	"\"message\":\"the daemon is shutting down\"}}\n"
+
+struct idle_fake {
+	struct fake f;
+	int closed_pipe[2];     /* the fake writes a byte once it closed the first connection */
+	bool stop_listening;    /* after that close, stop listening (the reconnect fails) */
+	bool shutting_down;     /* answer the first call ShuttingDown: no idle close then */
+	char *second;           /* the request read on the second connection */
+	int second_conns;       /* connections accepted after the first */
+};
+
+static void *idle_fake_main(void *arg)
+{
+	struct idle_fake *t = arg;
+	size_t len;
+	int fd;
+
+	if (!fake_wait(t->f.lfd) || (fd = accept4(t->f.lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		return NULL;
+	t->f.request[0] = fake_read_request(fd, &t->f.request_len[0]);
+	if (t->shutting_down)
+		fake_send(fd, SHUTTING_DOWN_1, strlen(SHUTTING_DOWN_1));
+	else
+		fake_send(fd, REPLY_OK(1), strlen(REPLY_OK(1)));
+	close(fd);   /* idle: nothing in flight */
+	if (t->stop_listening) {
+		close(t->f.lfd);
+		unlink(t->f.path);
+		t->f.lfd = -1;
+	}
+	(void)!write(t->closed_pipe[1], "x", 1);
+	if (t->stop_listening || !fake_wait(t->f.lfd) ||
+	    (fd = accept4(t->f.lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		return NULL;
+	t->second_conns++;
+	t->second = fake_read_request(fd, &len);
+	fake_send(fd, REPLY_OK(2), strlen(REPLY_OK(2)));
+	fake_hold(fd);
+	close(fd);
+	return NULL;
+}
+
+START_TEST(test_idle_close_reconnects)
+{
+	static const struct fake_script script = { 0 };
+	int fds = count_fds();
+	struct msb_conn *conn = NULL;
+	struct idle_fake t;
+	json_t *r = NULL;
+	char c;
+
+	t = (struct idle_fake){ .f = { .script = &script }, .stop_listening = _i == 1, .shutting_down = _i == 2 };
+	tmpdir_make(t.f.dir, sizeof(t.f.dir));
+	snprintf(t.f.path, sizeof(t.f.path), "%s/d.sock", t.f.dir);
+	t.f.lfd = socket_at(t.f.path, true);
+	ck_assert_int_eq(pipe2(t.closed_pipe, O_CLOEXEC), 0);
+	ck_assert_int_eq(pthread_create(&t.f.thread, NULL, idle_fake_main, &t), 0);
+	ck_assert_int_eq(msb_connect(t.f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), _i == 2 ? MSB_E_REMOTE : MSB_OK);
+	ck_assert_int_eq(read(t.closed_pipe[0], &c, 1), 1);
+	if (_i == 0) {
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, &r), MSB_OK);
+		ck_assert(json_is_true(json_object_get(r, "ok")));
+		json_decref(r);
+	} else if (_i == 1) {
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CONNECT);
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
+	} else {
+		/* After ShuttingDown the close is no idle close: not replaced. */
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
+	}
+	ck_assert_ptr_null(msb_conn_free(conn));
+	pthread_join(t.f.thread, NULL);
+	/* One request on each connection: nothing was sent twice. */
+	ck_assert_ptr_nonnull(t.f.request[0]);
+	ck_assert_int_eq(t.second_conns, _i == 0 ? 1 : 0);
+	if (_i == 0)
+		ck_assert_ptr_nonnull(strstr(t.second, "\"id\":2"));
+	free(t.second);
+	if (t.f.lfd >= 0)
+		close(t.f.lfd);
+	unlink(t.f.path);
+	rmdir(t.f.dir);
+	fake_free(&t.f);
+	close(t.closed_pipe[0]);
+	close(t.closed_pipe[1]);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
 /* --- the daemon's errors ------------------------------------------------- */
 
 #define ENGINE_DOWN "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1000," \
@@ -1781,6 +1876,17 @@ static const struct cli_row cli_rows[] = {
 	  { "events" }, NULL,
 	  ONE(EVENT(EV_DENY) PULL_NOTE("other") EVENT(EV_ALLOW) SUBSCRIBED EVENT(EV_LIVE)),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, EV_DENY_LINE EV_ALLOW_LINE, "", false },
+	{ "events: a coalesced event says its count and its first decision's time",
+	  { "events" }, NULL,
+	  ONE(EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":1,\"time\":\"T9\",\"count\":2980,"
+		    "\"first_time\":\"T1\"}")
+	      EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":1,\"time\":\"T10\",\"count\":1}")
+	      SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0,
+	  "T9 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k count=2980 first=T1\n"
+	  "T10 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k\n", "", false },
 	{ "events with none kept prints nothing", { "events" }, NULL, ONE(SUBSCRIBED),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, "", "", false },
 	{ "events --scope --json: each event's params, compact, one per line",
@@ -2106,6 +2212,7 @@ static Suite *client_suite(void)
 
 	tc = tcase_create("reports_daemon_close");
 	tcase_add_loop_test(tc, test_daemon_closes, 0, ELEMENTSOF(closed_rows));
+	tcase_add_loop_test(tc, test_idle_close_reconnects, 0, 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reports_remote_error");

@@ -157,6 +157,14 @@ static const struct bad_row bad_rows[] = {
 	{ "files.max_file_bytes = 65M\n", "files.max_file_bytes" },     /* over the 64 MiB ceiling */
 	{ "files.max_files = 257\n", "files.max_files" },
 	{ "exec.max_output_bytes = 0\n", "exec.max_output_bytes" },
+	{ "limits.max_connections_per_uid = 0\n", "limits.max_connections_per_uid" },
+	{ "limits.max_inflight_per_uid = 0\n", "limits.max_inflight_per_uid" },
+	{ "limits.admin_reserved_connections = -1\n", "limits.admin_reserved_connections" },
+	{ "limits.idle_timeout_ms = 999\n", "limits.idle_timeout_ms" },    /* 0 or >= 1000 */
+	{ "limits.idle_timeout_ms = -1\n", "limits.idle_timeout_ms" },
+	{ "limits.idle_evict_ms = -1\n", "limits.idle_evict_ms" },
+	{ "limits.max_frame_bytes = 1M\nlimits.uid_buffer_bytes = 512K\n", "limits.uid_buffer_bytes" },
+	{ "limits.max_frame_bytes = 1M\nlimits.buffer_budget_bytes = 8M\nlimits.uid_buffer_bytes = 9M\n", "limits.uid_buffer_bytes" },
 };
 
 START_TEST(bad_files_are_refused_with_a_message)
@@ -272,6 +280,40 @@ START_TEST(reply_budgets_admit_the_largest_reply)
 }
 END_TEST
 
+/* The fairness limits: defaults, what validation lets through, the share's default. */
+START_TEST(fairness_limits)
+{
+	char *ok[] = { "limits.idle_timeout_ms=0", "limits.idle_evict_ms=0", "limits.max_connections=1",
+		       "limits.admin_reserved_connections=8", "limits.max_frame_bytes=1M",
+		       "limits.buffer_budget_bytes=8M", "limits.uid_buffer_bytes=1M" };
+	struct msbd_config *cfg = config_new_defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(cfg->max_connections_per_uid, MSB_MAX_CONNECTIONS_PER_UID);
+	ck_assert_int_eq(cfg->admin_reserved_connections, MSB_ADMIN_RESERVED_CONNECTIONS);
+	ck_assert_int_eq(cfg->max_inflight_per_uid, MSB_MAX_INFLIGHT_PER_UID);
+	ck_assert_int_eq(cfg->idle_timeout_ms, MSB_IDLE_TIMEOUT_MS);
+	ck_assert_int_eq(cfg->idle_evict_ms, MSB_IDLE_EVICT_MS);
+	ck_assert_uint_eq(cfg->uid_buffer_bytes, 0);
+	/* 0: half the budget, but never under one frame. */
+	ck_assert_uint_eq(config_uid_buffer_bytes(cfg), MSB_BUFFER_BUDGET_BYTES / 2);
+	/* The default share lets one uid stall only itself: share + frame < budget. */
+	ck_assert_uint_lt(config_uid_buffer_bytes(cfg) + cfg->max_frame_bytes, cfg->buffer_budget_bytes);
+	cfg->max_frame_bytes = cfg->buffer_budget_bytes;
+	ck_assert_uint_eq(config_uid_buffer_bytes(cfg), cfg->buffer_budget_bytes);
+	cfg->uid_buffer_bytes = 12345678;
+	ck_assert_uint_eq(config_uid_buffer_bytes(cfg), 12345678);
+	config_free(cfg);
+	cfg = NULL;
+	/* Edges that pass: 0 turns the idle limits off; a reserve as large as
+	 * max_connections is accepted (one connection stays open to everyone). */
+	ck_assert_int_eq(load("", ok, sizeof(ok) / sizeof(ok[0]), &cfg, &err), 0);
+	ck_assert_int_eq(cfg->idle_timeout_ms, 0);
+	ck_assert_uint_eq(config_uid_buffer_bytes(cfg), 1024 * 1024);
+	config_free(cfg);
+}
+END_TEST
+
 START_TEST(restart_keys_are_reported)
 {
 	struct msbd_config *a = config_new_defaults(), *b = config_new_defaults();
@@ -322,6 +364,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, an_explicit_missing_file_is_an_error);
 	tcase_add_test(tc, set_without_equals_is_an_error);
 	tcase_add_test(tc, limit_edges);
+	tcase_add_test(tc, fairness_limits);
 	tcase_add_test(tc, restart_keys_are_reported);
 	tcase_add_test(tc, reply_budgets_admit_the_largest_reply);
 	tcase_add_test(tc, dump_lists_every_key);

@@ -442,7 +442,7 @@ START_TEST(test_call_cancel)
 END_TEST
 
 /* Not reachable: every start refuses with -ENOTCONN and nothing fires. */
-static void pull_done_never_cb(int error, const char *message, void *arg)
+static void pull_done_never_cb(int error, long status, const char *message, void *arg)
 {
 	(*(int *)arg)++;
 }
@@ -519,6 +519,7 @@ struct pull_rec {
 	int done;
 	int progress_after_done;
 	int error;
+	long status;
 	bool message_null;
 	char message[TEXT_MAX];
 };
@@ -537,11 +538,12 @@ static void pull_progress_cb(const json_t *line, void *arg)
 	pr.progress++;
 }
 
-static void pull_done_cb(int error, const char *message, void *arg)
+static void pull_done_cb(int error, long status, const char *message, void *arg)
 {
 	ck_assert_ptr_eq(arg, &pr);
 	pr.done++;
 	pr.error = error;
+	pr.status = status;
 	pr.message_null = message == NULL;
 	copy_text(pr.message, message);
 }
@@ -691,6 +693,7 @@ START_TEST(test_pull_inband_error)
 	pull_start("x:9", 0, 0, NULL);
 	pull_wait();
 	ck_assert_int_eq(pr.error, -EIO);
+	ck_assert_int_eq(pr.status, 200);   /* in band: after the 200 */
 	ck_assert_str_eq(pr.message, inband_rows[row].message);
 	ck_assert_int_eq(pr.progress, 1);
 	ck_assert_str_eq(pr.lines[0], "{\"status\":\"Pulling fs layer\",\"id\":\"a1\"}");
@@ -726,6 +729,7 @@ START_TEST(test_pull_status)
 	pull_wait();
 	ck_assert_int_eq(pr.error, -EIO);
 	ck_assert_int_eq(pr.progress, 0);
+	ck_assert_int_eq(pr.status, pull_status_rows[_i].status);   /* for the caller's engine_status */
 	if (want[0] == '~')
 		ck_assert_msg(strstr(pr.message, want + 1), "message %s", pr.message);
 	else
@@ -839,7 +843,8 @@ START_TEST(test_pull_idle_timeout)
 }
 END_TEST
 
-/* The engine goes away mid-stream: the transport error, with a message. */
+/* The engine goes away mid-stream, after its 200: -ECONNABORTED (a pull
+ * cut short, not an engine never reached), the status read, a message. */
 START_TEST(test_pull_connection_lost)
 {
 	static const struct fake_reply script[] = {
@@ -851,7 +856,8 @@ START_TEST(test_pull_connection_lost)
 	start_reachable(script, ELEMENTSOF(script));
 	pull_start("busybox", 0, 0, NULL);
 	pull_wait();
-	ck_assert_int_eq(pr.error, -ECONNRESET);
+	ck_assert_int_eq(pr.error, -ECONNABORTED);
+	ck_assert_int_eq(pr.status, 200);
 	ck_assert(!pr.message_null);
 	ck_assert_int_lt(pr.progress, 3);
 }

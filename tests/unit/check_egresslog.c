@@ -4,6 +4,7 @@
  * a changed encoding strands every existing proxy's attribution. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -564,6 +565,163 @@ START_TEST(test_key_absent_refused)
 }
 END_TEST
 
+/* ---- coalescing ---------------------------------------------------------------- */
+
+/* What a flush handed on: the events, in order. */
+struct co_events {
+	struct egress_held ev[EGRESS_COALESCE_KEYS + _EGRESS_VERDICT_MAX];
+	size_t n;
+};
+
+static void co_collect(const struct egress_held *h, void *arg)
+{
+	struct co_events *out = arg;
+
+	ck_assert_uint_lt(out->n, ELEMENTSOF(out->ev));
+	out->ev[out->n++] = *h;
+}
+
+static struct egress_decision co_dec(enum egress_verdict v, const char *host, uint16_t port)
+{
+	struct egress_decision d = { .verdict = v, .port = port };
+
+	snprintf(d.host, sizeof(d.host), "%s", host);
+	return d;
+}
+
+/* A flood of one decision: EVENTS_PER_WINDOW alone, the rest one event with
+ * the exact count and the first and last timestamps; the next window starts
+ * afresh. */
+START_TEST(test_coalesce_one_key)
+{
+	struct egress_coalesce c = { 0 };
+	struct egress_decision d = co_dec(EGRESS_DENY, "denied.test", 1);
+	struct co_events out = { .n = 0 };
+	const unsigned n = 10000;
+	unsigned now_published = 0;
+	char ts[EGRESSLOG_TS_MAX];
+
+	ck_assert_int_eq(egress_coalesce_deadline(&c), -1);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(ts, sizeof(ts), "t%u", i);
+		ck_assert(!egress_coalesce_due(&c, 500));
+		if (egress_coalesce_add(&c, &d, ts, 500) == EGRESS_COALESCE_PUBLISH)
+			now_published++;
+	}
+	ck_assert_uint_eq(now_published, EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_uint_eq(c.held_total, n - EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_int_eq(egress_coalesce_deadline(&c), 500 + EGRESS_COALESCE_WINDOW_MS);
+	ck_assert(!egress_coalesce_due(&c, 500 + EGRESS_COALESCE_WINDOW_MS - 1));
+	ck_assert(egress_coalesce_due(&c, 500 + EGRESS_COALESCE_WINDOW_MS));
+	ck_assert_uint_eq(egress_coalesce_flush(&c, co_collect, &out), n - EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_uint_eq(out.n, 1);
+	ck_assert_uint_eq(out.ev[0].count, n - EGRESS_EVENTS_PER_WINDOW);
+	ck_assert_str_eq(out.ev[0].dec.host, "denied.test");
+	ck_assert_int_eq(out.ev[0].dec.port, 1);
+	ck_assert_int_eq(out.ev[0].dec.verdict, EGRESS_DENY);
+	ck_assert_str_eq(out.ev[0].first_ts, "t20");
+	snprintf(ts, sizeof(ts), "t%u", n - 1);
+	ck_assert_str_eq(out.ev[0].last_ts, ts);
+	ck_assert_uint_eq(c.held_total, 0);
+	ck_assert_int_eq(egress_coalesce_deadline(&c), -1);
+	/* The next window: one by one again. */
+	ck_assert_int_eq(egress_coalesce_add(&c, &d, "u", 500 + EGRESS_COALESCE_WINDOW_MS), EGRESS_COALESCE_PUBLISH);
+}
+END_TEST
+
+/* Many keys and verdicts, over several windows: every decision is in
+ * exactly one event (the counts add up per key, the overflow per verdict),
+ * and no window yields more than its bound of events. */
+START_TEST(test_coalesce_exact_and_bounded)
+{
+	static const enum egress_verdict verdicts[] = { EGRESS_DENY, EGRESS_DENY_NONGLOBAL, EGRESS_UNREACHABLE,
+							EGRESS_ALLOW };
+	struct egress_coalesce c = { 0 };
+	const unsigned per_ms = 7, total = 60000, hosts = 100;
+	uint64_t want[ELEMENTSOF(verdicts)][100] = { { 0 } }, got[ELEMENTSOF(verdicts)][100] = { { 0 } };
+	uint64_t want_verdict[_EGRESS_VERDICT_MAX] = { 0 }, got_verdict[_EGRESS_VERDICT_MAX] = { 0 };
+	uint64_t events_window = 0, max_events_window = 0, all = 0;
+	int64_t window_of_events = -1;
+
+	for (unsigned i = 0; i < total; i++) {
+		int64_t now = i / per_ms;
+		unsigned v = (i / 3) % ELEMENTSOF(verdicts), h = (i * 7919u) % hosts;
+		char host[32];
+		struct egress_decision d;
+		struct co_events out = { .n = 0 };
+
+		snprintf(host, sizeof(host), "h%u.test", h);
+		d = co_dec(verdicts[v], host, (uint16_t)(443 + h % 3));
+		want[v][h]++;
+		want_verdict[verdicts[v]]++;
+		if (egress_coalesce_due(&c, now)) {
+			egress_coalesce_flush(&c, co_collect, &out);
+			for (size_t k = 0; k < out.n; k++) {
+				unsigned hk;
+
+				all += out.ev[k].count;
+				got_verdict[out.ev[k].dec.verdict] += out.ev[k].count;
+				if (strcmp(out.ev[k].dec.host, EGRESSLOG_OVERFLOW_HOST) == 0) {
+					ck_assert_int_eq(out.ev[k].dec.port, 0);
+					continue;
+				}
+				ck_assert_int_eq(sscanf(out.ev[k].dec.host, "h%u.test", &hk), 1);
+				for (size_t vv = 0; vv < ELEMENTSOF(verdicts); vv++)
+					if (verdicts[vv] == out.ev[k].dec.verdict)
+						got[vv][hk] += out.ev[k].count;
+			}
+			events_window += out.n;
+		}
+		if (now / EGRESS_COALESCE_WINDOW_MS != window_of_events) {
+			if (events_window > max_events_window)
+				max_events_window = events_window;
+			events_window = 0;
+			window_of_events = now / EGRESS_COALESCE_WINDOW_MS;
+		}
+		if (egress_coalesce_add(&c, &d, "t", now) == EGRESS_COALESCE_PUBLISH) {
+			all++;
+			got_verdict[d.verdict]++;
+			got[v][h]++;
+			events_window++;
+		}
+	}
+	{
+		struct co_events out = { .n = 0 };
+
+		egress_coalesce_flush(&c, co_collect, &out);
+		for (size_t k = 0; k < out.n; k++) {
+			all += out.ev[k].count;
+			got_verdict[out.ev[k].dec.verdict] += out.ev[k].count;
+		}
+	}
+	ck_assert_uint_eq(all, total);
+	for (size_t v = 0; v < _EGRESS_VERDICT_MAX; v++)
+		ck_assert_uint_eq(got_verdict[v], want_verdict[v]);
+	/* Per key exact where no overflow was needed: never more than wanted. */
+	for (size_t v = 0; v < ELEMENTSOF(verdicts); v++)
+		for (size_t h = 0; h < hosts; h++)
+			ck_assert_uint_le(got[v][h], want[v][h]);
+	ck_assert_uint_le(max_events_window,
+			  2 * (EGRESS_EVENTS_PER_WINDOW + EGRESS_COALESCE_KEYS + _EGRESS_VERDICT_MAX));
+}
+END_TEST
+
+/* Under the bound nothing is held: each decision is published at once, in order. */
+START_TEST(test_coalesce_quiet_proxy)
+{
+	struct egress_coalesce c = { 0 };
+	struct egress_decision d = co_dec(EGRESS_ALLOW, "a.test", 443);
+
+	for (int64_t t = 0; t < 100000; t += EGRESS_COALESCE_WINDOW_MS / 4)
+		ck_assert_int_eq(egress_coalesce_add(&c, &d, "t", t), EGRESS_COALESCE_PUBLISH);
+	ck_assert_uint_eq(c.held_total, 0);
+	ck_assert_int_eq(egress_coalesce_deadline(&c), -1);
+	ck_assert_str_eq(egress_coalesce_result_to_string(EGRESS_COALESCE_PUBLISH), "publish");
+	ck_assert_str_eq(egress_coalesce_result_to_string(EGRESS_COALESCE_HELD), "held");
+	ck_assert_str_eq(egress_coalesce_result_to_string(_EGRESS_COALESCE_RESULT_MAX), "unknown");
+}
+END_TEST
+
 static Suite *egresslog_suite(void)
 {
 	Suite *s = suite_create("egresslog");
@@ -592,6 +750,12 @@ static Suite *egresslog_suite(void)
 	tcase_add_test(tc, test_key_call_rule);
 	tcase_add_test(tc, test_key_field_bounds);
 	tcase_add_test(tc, test_key_label_too_long);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("coalesce");
+	tcase_add_test(tc, test_coalesce_one_key);
+	tcase_add_test(tc, test_coalesce_exact_and_bounded);
+	tcase_add_test(tc, test_coalesce_quiet_proxy);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("key_recovery");

@@ -220,6 +220,7 @@ struct run_rec {
 	bool out_null, err_null;
 	uint8_t out[REC_BYTES], err[REC_BYTES];
 	size_t out_len, err_len;
+	char exec_id[TEXT_MAX];      /* "" when the result had none */
 	enum action action;
 	struct execrun *other;
 };
@@ -238,6 +239,7 @@ static void run_cb(const struct execrun_result *r, void *arg)
 	rec->err_null = r->err == NULL;
 	rec->out_len = r->out_len;
 	rec->err_len = r->err_len;
+	snprintf(rec->exec_id, sizeof(rec->exec_id), "%s", r->exec_id ? r->exec_id : "");
 	if (r->out)
 		memcpy(rec->out, r->out, r->out_len < REC_BYTES ? r->out_len : REC_BYTES);
 	if (r->err)
@@ -1576,6 +1578,8 @@ START_TEST(test_deadline)
 	ck_assert(rec.message_null);
 	ck_assert_int_eq(rec.status, 0);
 	ck_assert_int_lt(loop_now_ms() - t0, SLOW_MS / 2);
+	/* The engine's exec id once created: the timed-out exec's kill asks for its Pid. */
+	ck_assert_str_eq(rec.exec_id, at == STALL_CREATE ? "" : E1);
 	if (at == STALL_STREAM)
 		assert_out(&rec, "partial", 7);
 	before = settled_request_count();

@@ -5,6 +5,7 @@
  * unpause) and the wire error (code and data.type). The PUT's tar is read
  * back with libarchive, independently of the writer that made it. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,6 +27,7 @@
 #include "errors.h"
 #include "fake_engine.h"
 #include "fileop.h"
+#include "plane_local.h"
 #include "freeze.h"
 #include "log.h"
 #include "loop.h"
@@ -297,14 +299,30 @@ static const struct fake_request *request_with(const char *method)
 	return NULL;
 }
 
+/* Whether name is dir/<a write's temporary> with dir the directory of final. */
+static bool is_temp_beside(const char *name, const char *final)
+{
+	const char *ns = strrchr(name, '/'), *fs = strrchr(final, '/');
+	size_t nd = ns ? (size_t)(ns - name) : 0, fd = fs ? (size_t)(fs - final) : 0;
+
+	return nd == fd && strncmp(name, final, nd) == 0 && plocal_name_is_temp(ns ? ns + 1 : name);
+}
+
 /* A tar read back with libarchive (tar only, no decompression filter: a
  * compressed body fails), one line per entry: "d NAME MODE UID:GID" or
- * "f NAME MODE UID:GID CONTENT", joined with ";". malloc'd. */
+ * "f NAME MODE UID:GID CONTENT", joined with ";". A write's file is sent as
+ * its content under a temporary name in the final directory, then a hard
+ * link entry putting it at the final name: that pair is checked (the link
+ * right after the temporary, naming it, same mode and owner) and listed as
+ * the one "f FINAL ..." line; a temporary left without its link, or any
+ * other link, is listed as "? NAME". malloc'd. */
 static char *tar_list(const void *buf, size_t len)
 {
 	struct archive *a = archive_read_new();
 	struct archive_entry *e;
 	char *out = xstrdup("");
+	char *pending = NULL;      /* the last temporary's name, its line not yet added */
+	char *pending_line = NULL; /* its line after the name: " MODE UID:GID CONTENT" */
 	int r;
 
 	ck_assert_ptr_nonnull(a);
@@ -319,6 +337,31 @@ static char *tar_list(const void *buf, size_t len)
 
 		if (n > 1 && name[n - 1] == '/')
 			name[n - 1] = '\0';
+		if (archive_entry_hardlink(e)) {
+			const char *target = archive_entry_hardlink(e);
+
+			if (pending && strcmp(target, pending) == 0 && is_temp_beside(pending, name)) {
+				line = xasprintf("f %s%s", name, pending_line);
+			} else {
+				line = xasprintf("? %s", name);
+			}
+			free(pending);
+			free(pending_line);
+			pending = pending_line = NULL;
+			joined = xasprintf("%s%s%s", out, *out ? ";" : "", line);
+			free(line);
+			free(out);
+			out = joined;
+			continue;
+		}
+		if (pending) {
+			joined = xasprintf("%s%s? %s", out, *out ? ";" : "", pending);
+			free(out);
+			out = joined;
+			free(pending);
+			free(pending_line);
+			pending = pending_line = NULL;
+		}
 		switch (archive_entry_filetype(e)) {
 		case AE_IFDIR: type = 'd'; break;
 		case AE_IFREG: type = 'f'; break;
@@ -331,6 +374,13 @@ static char *tar_list(const void *buf, size_t len)
 			ck_assert_int_eq(archive_read_data(a, content, size), (la_ssize_t)size);
 			content[size] = '\0';
 		}
+		if (type == 'f' && strrchr(name, '/') && plocal_name_is_temp(strrchr(name, '/') + 1)) {
+			/* The content under its temporary name: the link must follow. */
+			pending = xstrdup(name);
+			pending_line = xasprintf(" %04o %ld:%ld %s", (unsigned)archive_entry_perm(e),
+						 (long)archive_entry_uid(e), (long)archive_entry_gid(e), content);
+			continue;
+		}
 		line = xasprintf("%c %s %04o %ld:%ld%s%s", type, name, (unsigned)archive_entry_perm(e),
 				 (long)archive_entry_uid(e), (long)archive_entry_gid(e), content ? " " : "",
 				 content ? content : "");
@@ -340,6 +390,14 @@ static char *tar_list(const void *buf, size_t len)
 		out = joined;
 	}
 	ck_assert_int_eq(r, ARCHIVE_EOF);
+	if (pending) {
+		char *joined = xasprintf("%s%s? %s", out, *out ? ";" : "", pending);
+
+		free(out);
+		out = joined;
+		free(pending);
+		free(pending_line);
+	}
 	ck_assert_int_eq(archive_filter_code(a, 0), ARCHIVE_FILTER_NONE);
 	ck_assert_int_eq(archive_format(a) & ARCHIVE_FORMAT_BASE_MASK, ARCHIVE_FORMAT_TAR);
 	archive_read_free(a);
@@ -525,6 +583,41 @@ static void assert_thawed_before_cb(void)
 
 /* ---- fixture ------------------------------------------------------------------------- */
 
+static char journal_dir[64];
+
+/* Removes a directory tree (the test's journal); returns NULL. */
+static char *sh_rm_rf(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (d) {
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
+				unlinkat(dirfd(d), de->d_name, 0);
+		closedir(d);
+	}
+	rmdir(dir);
+	return NULL;
+}
+
+/* The names in the journal, ";"-joined (static). */
+static const char *journal_names(void)
+{
+	static char buf[1024];
+	DIR *d = opendir(journal_dir);
+	struct dirent *de;
+	size_t off = 0;
+
+	buf[0] = '\0';
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%s", off ? ";" : "", de->d_name);
+	closedir(d);
+	return buf;
+}
+
 static void setup(void)
 {
 	reachable_count = 0;
@@ -542,6 +635,12 @@ static void setup(void)
 	daemon_ctx.config->engine_timeout_ms = 2000;
 	daemon_ctx.freezes = freeze_table_new();
 	ck_assert_ptr_nonnull(daemon_ctx.freezes);
+	daemon_ctx.fileops = fileop_table_new();
+	/* The journal of temporaries: a directory of this test's own. */
+	snprintf(journal_dir, sizeof(journal_dir), "/tmp/check-fileop-journal-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(journal_dir));
+	free(daemon_ctx.config->files_journal_dir);
+	daemon_ctx.config->files_journal_dir = xstrdup(journal_dir);
 	loop_log_capture_start();
 	log_set_debug(true);   /* the debug lines are formatted too (UBSan sees them) */
 }
@@ -549,6 +648,8 @@ static void setup(void)
 static void teardown(void)
 {
 	engine = engine_free(engine);
+	daemon_ctx.fileops = fileop_table_free(daemon_ctx.fileops);
+	free(sh_rm_rf(journal_dir));
 	daemon_ctx.freezes = freeze_table_free(daemon_ctx.freezes);
 	daemon_ctx.config = config_free(daemon_ctx.config);
 	event_base_free(base);
@@ -630,11 +731,119 @@ START_TEST(test_write_sequence)
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
 	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-		  "PUT /&noOverwriteDirNonDir=1;unpause;");
+		  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	assert_thawed_before_cb();
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/a.txt 0644 1000:1001 hello");
-	ck_assert_ptr_null(strstr(loop_logged(), "warning"));
+	/* After the thaw, the temporary is removed by rm in the guest, as the
+	 * guest's uid:gid (this fake engine refuses the exec: logged, the
+	 * write stands). */
+	{
+		const struct fake_request *q = NULL;
+		json_auto_t *body = NULL;
+		const json_t *cmd;
+		const char *tmp;
+
+		for (size_t i = 0; i < fake_engine_request_count(); i++)
+			if (strstr(fake_engine_request(i)->path, CPATH "/exec"))
+				q = fake_engine_request(i);
+		ck_assert_ptr_nonnull(q);
+		body = json_loadb((const char *)q->body, q->body_len, 0, NULL);
+		ck_assert_ptr_nonnull(body);
+		cmd = json_object_get(body, "Cmd");
+		ck_assert_uint_eq(json_array_size(cmd), 4);
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 0)), "rm");
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 1)), "-f");
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 2)), "--");
+		tmp = json_string_value(json_array_get(cmd, 3));
+		ck_assert_int_eq(strncmp(tmp, WD "/", strlen(WD) + 1), 0);
+		ck_assert(plocal_name_is_temp(tmp + strlen(WD) + 1));
+		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "1000:1001");
+	}
+	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
+	/* Its journal entry stays, unlocked, for the next start to finish. */
+	{
+		const char *names = journal_names();
+		struct plocal_journal_entry je;
+		int dfd = open(journal_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		ck_assert(plocal_name_is_temp(names));
+		ck_assert_int_eq(plocal_journal_take(dfd, names, &je), 0);
+		ck_assert_str_eq(je.id, ID);
+		ck_assert_str_eq(je.parent, WD);
+		ck_assert_str_eq(je.tmp, names);
+		plocal_journal_entry_release(&je);
+		close(dfd);
+	}
+}
+END_TEST
+
+/* The archive plane's mount rule: lexical, before any engine request. */
+static const struct {
+	enum fileop_kind kind;
+	const char *path;
+	const char *want_errno;      /* NULL: allowed */
+	const char *mount;
+} mount_rows[] = {
+	{ FILEOP_WRITE, "/etc/resolv.conf", "EBUSY", "/etc/resolv.conf" },
+	{ FILEOP_WRITE, "/etc/hostname", "EBUSY", "/etc/hostname" },
+	{ FILEOP_WRITE, "/etc/hosts", "EBUSY", "/etc/hosts" },
+	{ FILEOP_WRITE, "/etc/hosts.allow", NULL, NULL },
+	{ FILEOP_WRITE, "/etc/resolv.conf.d/x", NULL, NULL },
+	{ FILEOP_WRITE, "/proc/x", "EXDEV", "/proc" },
+	{ FILEOP_WRITE, "/proc/sys/kernel/x", "EXDEV", "/proc" },
+	{ FILEOP_WRITE, "/sys/x", "EXDEV", "/sys" },
+	{ FILEOP_WRITE, "/dev/shm/x", "EXDEV", "/dev" },
+	{ FILEOP_WRITE, "/dev/shm", "EBUSY", "/dev/shm" },
+	{ FILEOP_WRITE, "/devices/x", NULL, NULL },
+	{ FILEOP_WRITE, "/processes", NULL, NULL },
+	{ FILEOP_WRITE, "/maf-sandbox/work/a.txt", NULL, NULL },
+	{ FILEOP_REMOVE, "/etc/hosts", "EBUSY", "/etc/hosts" },
+	{ FILEOP_REMOVE, "/etc", "EBUSY", "/etc/resolv.conf" },
+	{ FILEOP_RECLAIM, "/dev/shm", "EBUSY", "/dev/shm" },
+	{ FILEOP_RECLAIM, "/sys/fs", "EBUSY", "/sys/fs/cgroup" },
+	{ FILEOP_REMOVE, "/dev/shm/x", NULL, NULL },
+	{ FILEOP_REMOVE, "/etc/passwd", NULL, NULL },
+	{ FILEOP_READ, "/etc/hosts", NULL, NULL },
+	{ FILEOP_STAT, "/proc/x", NULL, NULL },
+};
+
+START_TEST(test_archive_mount_rule)
+{
+	struct msb_error e = { 0 };
+	int r = fileop_archive_mount_check(mount_rows[_i].kind, mount_rows[_i].path, "given", &e);
+	char type[64];
+	json_t *data;
+
+	if (!mount_rows[_i].want_errno) {
+		ck_assert_int_eq(r, 0);
+		ck_assert_int_eq(e.code, 0);
+		return;
+	}
+	ck_assert_int_lt(r, 0);
+	data = wire_data(&e, type, sizeof(type));
+	ck_assert_str_eq(type, "OSError");
+	ck_assert_str_eq(json_string_value(json_object_get(data, "errno")), mount_rows[_i].want_errno);
+	ck_assert_str_eq(json_string_value(json_object_get(data, "mount")), mount_rows[_i].mount);
+	ck_assert_str_eq(json_string_value(json_object_get(data, "path")), "given");
+	json_decref(data);
+	msb_error_clear(&e);
+}
+END_TEST
+
+/* A write over a mount point on the archive plane: refused with no engine
+ * request at all (no freeze, no walk). */
+START_TEST(test_archive_write_over_mount_asks_nothing)
+{
+	struct fileop *op;
+
+	start();
+	op = op_new(FILEOP_WRITE);
+	fileop_add(op, plan_in(PATHS_OP_WRITE, "etc/resolv.conf", "/"), (uint8_t *)xstrdup("x"), 1);
+	op_run(op);
+	assert_failed(MSB_ERR_OS_ERROR, "");
+	ck_assert_str_eq(json_string_value(json_object_get(res.data, "errno")), "EBUSY");
+	ck_assert_str_eq(json_string_value(json_object_get(res.data, "mount")), "/etc/resolv.conf");
 }
 END_TEST
 
@@ -649,24 +858,24 @@ static const struct {
 	const char *tar;
 } mkdir_rows[] = {
 	{ NULL, "sub/deep/a.txt", { "/maf-sandbox", WD }, WD "/sub",
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/sub;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/sub;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work/sub 0755 1000:1001;d maf-sandbox/work/sub/deep 0755 1000:1001;"
 	  "f maf-sandbox/work/sub/deep/a.txt 0644 1000:1001 x" },
 	/* the working directory itself missing: it is made, guest-owned */
 	{ NULL, "a.txt", { "/maf-sandbox" }, WD,
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work 0755 1000:1001;f maf-sandbox/work/a.txt 0644 1000:1001 x" },
 	/* above it missing too: docker makes those (root), no entry */
 	{ NULL, "a.txt", { NULL }, "/maf-sandbox",
-	  "pause;HEAD /maf-sandbox;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work 0755 1000:1001;f maf-sandbox/work/a.txt 0644 1000:1001 x" },
 	/* working_directory "/" (behaviour-docker §2.3) */
 	{ "/", "tmp/run-1/note", { NULL }, "/tmp",
-	  "pause;HEAD /tmp;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /tmp;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d tmp 0755 1000:1001;d tmp/run-1 0755 1000:1001;f tmp/run-1/note 0644 1000:1001 x" },
 	/* a relative working directory beneath the base */
 	{ "proj", "a.txt", { "/maf-sandbox", WD }, WD "/proj",
-	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/proj;PUT /&noOverwriteDirNonDir=1;unpause;",
+	  "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/proj;PUT /&noOverwriteDirNonDir=1;unpause;exec;",
 	  "d maf-sandbox/work/proj 0755 1000:1001;f maf-sandbox/work/proj/a.txt 0644 1000:1001 x" },
 };
 
@@ -709,7 +918,7 @@ START_TEST(test_write_empty)
 	op_add(op, PATHS_OP_WRITE, "empty", NULL);
 	fileop_set_owner(op, 0, 0);
 	op_run(op);
-	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/empty;PUT /&noOverwriteDirNonDir=1;unpause;");
+	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/empty;PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/empty 0644 0:0 ");
 }
@@ -736,7 +945,7 @@ START_TEST(test_walk_cache_shared)
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
 	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;HEAD " WD "/d/a.txt;HEAD " WD "/d/b.txt;"
-		  "PUT /&noOverwriteDirNonDir=1;unpause;");
+		  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/d/a.txt 0644 1000:1001 A;f maf-sandbox/work/d/b.txt 0644 1000:1001 B");
 }
@@ -760,7 +969,7 @@ START_TEST(test_walk_cache_absent)
 	op_add(op, PATHS_OP_WRITE, "d/b.txt", "B");
 	fileop_set_owner(op, GUEST_UID, GUEST_GID);
 	op_run(op);
-	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;PUT /&noOverwriteDirNonDir=1;unpause;");
+	assert_ok("pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/d;PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	tar = put_listing();
 	ck_assert_str_eq(tar, "d maf-sandbox/work/d 0755 1000:1001;f maf-sandbox/work/d/a.txt 0644 1000:1001 A;"
 			      "f maf-sandbox/work/d/b.txt 0644 1000:1001 B");
@@ -1283,7 +1492,7 @@ START_TEST(test_put_fails)
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
 	op_run(op);
 	assert_failed(put_fail_rows[_i].code, "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-			  "PUT /&noOverwriteDirNonDir=1;unpause;");
+			  "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	assert_thawed_before_cb();
 }
 END_TEST
@@ -1486,7 +1695,7 @@ START_TEST(test_abandon)
 	loop_run_until(base, NULL, 0, 500);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
-			 "PUT /&noOverwriteDirNonDir=1;unpause;");
+			 "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);
 }
 END_TEST
@@ -1778,6 +1987,85 @@ START_TEST(test_two_ops_serialised)
 }
 END_TEST
 
+/* ---- the removal fd budget ------------------------------------------------------------------ */
+
+static int budget_calls;
+static char budget_trace[3][TRACE_MAX];
+
+static void budget_cb(struct fileop *op, const struct msb_error *err, void *arg)
+{
+	(void)op, (void)err, (void)arg;
+	ck_assert_int_lt(budget_calls, 3);
+	snprintf(budget_trace[budget_calls++], TRACE_MAX, "%s", trace());
+}
+
+/* Local removals take their share (4 descriptors) before they open
+ * anything; with a budget of one share the second and third wait, first
+ * come first served, and each runs once the one before it is done. */
+START_TEST(test_removals_wait_for_fds)
+{
+	struct fileop *ops[3];
+
+	daemon_ctx.plane_local = true;
+	daemon_ctx.config->files_removal_fd_budget = 4;
+	sc_add((struct fake_reply){ .method = "GET", .path = CPATH "/json",
+				    .body = "{\"Id\":\"" ID "\",\"State\":{\"Running\":false,\"Pid\":0}}",
+				    .headers = "Content-Type: application/json\r\n", .repeat = true });
+	start();
+	budget_calls = 0;
+	for (int i = 0; i < 3; i++) {
+		ops[i] = op_new(FILEOP_RECLAIM);
+		fileop_add(ops[i], plan_in(PATHS_OP_RECLAIM, WD "/tree", NULL), NULL, 0);
+		fileop_start(ops[i], budget_cb, NULL);
+	}
+	/* One holds its share; two wait, having asked nothing. */
+	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 4);
+	loop_run_until(base, &budget_calls, 3, RUN_MAX_MS);
+	ck_assert_int_eq(budget_calls, 3);
+	ck_assert_str_eq(budget_trace[0], "inspect;");
+	ck_assert_str_eq(budget_trace[1], "inspect;inspect;");
+	ck_assert_str_eq(budget_trace[2], "inspect;inspect;inspect;");
+	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 0);
+	daemon_ctx.plane_local = false;
+}
+END_TEST
+
+/* A removal still waiting at its deadline: TimeoutError, its place given up. */
+START_TEST(test_removal_waiting_times_out)
+{
+	struct fileop *holder, *waiter;
+
+	daemon_ctx.plane_local = true;
+	daemon_ctx.config->files_removal_fd_budget = 4;
+	/* The holder's inspect is slow: it holds the only share past the waiter's deadline. */
+	sc_add((struct fake_reply){ .method = "GET", .path = CPATH "/json", .delay_ms = 1500,
+				    .body = "{\"Id\":\"" ID "\",\"State\":{\"Running\":false,\"Pid\":0}}",
+				    .headers = "Content-Type: application/json\r\n", .repeat = true });
+	start();
+	budget_calls = 0;
+	holder = op_new(FILEOP_RECLAIM);
+	fileop_add(holder, plan_in(PATHS_OP_RECLAIM, WD "/a", NULL), NULL, 0);
+	fileop_start(holder, budget_cb, NULL);
+	{
+		const struct fileop_params p = { .kind = FILEOP_RECLAIM, .id = ID, .timeout_ms = 300 };
+
+		waiter = fileop_new(&daemon_ctx, &p);
+	}
+	fileop_add(waiter, plan_in(PATHS_OP_RECLAIM, WD "/b", NULL), NULL, 0);
+	started_ms = loop_now_ms();
+	fileop_start(waiter, op_cb, NULL);
+	loop_run_until(base, &res.calls, 1, RUN_MAX_MS);
+	ck_assert_int_eq(res.calls, 1);
+	ck_assert_int_eq(res.code, MSB_ERR_TIMEOUT);
+	ck_assert_int_eq(budget_calls, 0);            /* the holder is still at it */
+	ck_assert_str_eq(res.trace_at_cb, "inspect;");  /* the waiter asked nothing */
+	loop_run_until(base, &budget_calls, 1, RUN_MAX_MS);
+	ck_assert_int_eq(budget_calls, 1);
+	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 0);
+	daemon_ctx.plane_local = false;
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------------- */
 
 static TCase *fixture_tcase(const char *name)
@@ -1868,6 +2156,16 @@ static Suite *fileop_suite(void)
 	tcase_add_test(tc, test_archive_refuses_a_listing);
 	tcase_add_loop_test(tc, test_an_unpinnable_init, 0, (int)(sizeof(unpinnable_rows) / sizeof(unpinnable_rows[0])));
 	tcase_add_test(tc, test_a_stopped_sandbox_on_the_local_plane);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("mounts");
+	tcase_add_loop_test(tc, test_archive_mount_rule, 0, (int)ELEMENTSOF(mount_rows));
+	tcase_add_test(tc, test_archive_write_over_mount_asks_nothing);
+	suite_add_tcase(s, tc);
+
+	tc = fixture_tcase("fd_budget");
+	tcase_add_test(tc, test_removals_wait_for_fds);
+	tcase_add_test(tc, test_removal_waiting_times_out);
 	suite_add_tcase(s, tc);
 
 	tc = fixture_tcase("prepare");

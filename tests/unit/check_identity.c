@@ -576,6 +576,72 @@ START_TEST(test_resolve)
 }
 END_TEST
 
+/* ---- the identity fixed for a sandbox (issue 17, finding 7) --------------- */
+
+/* The first resolution is kept: a later one, made after the guest rewrote
+ * its /etc/passwd to make its user uid 0, changes nothing; the exec's User
+ * is the fixed numbers. */
+START_TEST(test_fixed_first_wins)
+{
+	struct identity_fixed f = { 0 };
+	char user[IDENTITY_USER_STRING_MAX];
+	const char passwd_then[] = "root:x:0:0::/root:/bin/sh\ntester:x:1000:1000::/home/t:/bin/sh\n";
+	const char passwd_later[] = "root:x:0:0::/root:/bin/sh\ntester:x:0:0::/home/t:/bin/sh\n";
+	struct identity_user u;
+	struct identity id;
+
+	ck_assert_int_eq(identity_fixed_user(&f, user), -ENOENT);
+	ck_assert_int_eq(identity_parse_user("tester", &u), 0);
+	identity_from_user(&u, &id);
+	identity_apply_passwd(&u, passwd_then, strlen(passwd_then), &id);
+	ck_assert(identity_finish(&id));
+	ck_assert(identity_fixed_set(&f, true, id.uid, id.gid));
+	ck_assert_int_eq(identity_fixed_user(&f, user), 0);
+	ck_assert_str_eq(user, "1000:1000");
+
+	identity_from_user(&u, &id);
+	identity_apply_passwd(&u, passwd_later, strlen(passwd_later), &id);
+	ck_assert(identity_finish(&id));
+	ck_assert_uint_eq(id.uid, 0);
+	ck_assert(!identity_fixed_set(&f, true, id.uid, id.gid));
+	ck_assert(!identity_fixed_set(&f, false, 0, 0));
+	ck_assert(f.known && f.resolved);
+	ck_assert_uint_eq(f.uid, 1000);
+	ck_assert_uint_eq(f.gid, 1000);
+	ck_assert_int_eq(identity_fixed_user(&f, user), 0);
+	ck_assert_str_eq(user, "1000:1000");
+}
+END_TEST
+
+/* An unresolved identity is fixed too (0:0, no User: the engine runs the
+ * image's); a resolution after it does not replace it. */
+START_TEST(test_fixed_unresolved)
+{
+	struct identity_fixed f = { 0 };
+	char user[IDENTITY_USER_STRING_MAX] = "x";
+
+	ck_assert(identity_fixed_set(&f, false, 77, 88));
+	ck_assert(f.known && !f.resolved);
+	ck_assert_uint_eq(f.uid, 0);
+	ck_assert_uint_eq(f.gid, 0);
+	ck_assert_int_eq(identity_fixed_user(&f, user), -ENOENT);
+	ck_assert(!identity_fixed_set(&f, true, 1000, 1000));
+	ck_assert(!f.resolved);
+}
+END_TEST
+
+/* The largest ids fit the buffer. */
+START_TEST(test_fixed_user_widest)
+{
+	struct identity_fixed f = { 0 };
+	char user[IDENTITY_USER_STRING_MAX];
+
+	ck_assert(identity_fixed_set(&f, true, (uid_t)IDENTITY_ID_MAX, (gid_t)IDENTITY_ID_MAX));
+	ck_assert_int_eq(identity_fixed_user(&f, user), 0);
+	ck_assert_str_eq(user, "4294967294:4294967294");
+}
+END_TEST
+
 static Suite *identity_suite(void)
 {
 	Suite *s = suite_create("identity");
@@ -617,6 +683,12 @@ static Suite *identity_suite(void)
 
 	tc = tcase_create("whole resolution");
 	tcase_add_loop_test(tc, test_resolve, 0, ELEMENTSOF(resolve_rows));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("fixed: the first resolution wins");
+	tcase_add_test(tc, test_fixed_first_wins);
+	tcase_add_test(tc, test_fixed_unresolved);
+	tcase_add_test(tc, test_fixed_user_widest);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -8,6 +8,7 @@
  * short rows reach the splicing fast path; rows that jansson accepts say
  * whether the fast path must have been taken (jsonfast_test_spliced). */
 #include <check.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -458,6 +459,179 @@ START_TEST(test_load_big_frame)
 }
 END_TEST
 
+/* ---- scan ------------------------------------------------------------- */
+
+/* Values (keys included) and depth of a parsed value, as jsonfast_scan
+ * must count them. */
+static void count_value(const json_t *v, size_t level, size_t *values, size_t *depth)
+{
+	const char *key;
+	json_t *e;
+	size_t i;
+
+	(*values)++;
+	if (!json_is_array(v) && !json_is_object(v))
+		return;
+	if (level + 1 > *depth)
+		*depth = level + 1;
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, e)
+			count_value(e, level + 1, values, depth);
+		return;
+	}
+	json_object_foreach((json_t *)v, key, e) {
+		(*values)++;
+		count_value(e, level + 1, values, depth);
+	}
+}
+
+/* jsonfast_scan with these limits. */
+static int scan(const char *buf, size_t len, size_t values, size_t depth, size_t structure,
+		struct jsonfast_shape *ret)
+{
+	struct jsonfast_limits lim = { .values = values, .depth = depth, .structure_bytes = structure };
+
+	return jsonfast_scan(buf, len, &lim, ret);
+}
+
+/* jsonfast_scan of text jansson accepts counts what jansson built, and its
+ * limits refuse exactly past those counts. */
+static bool assert_scan_counts(const char *buf, size_t len, bool must_load)
+{
+	json_auto_t *v = json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+	struct jsonfast_shape shape;
+	size_t values = 0, depth = 0, structure;
+
+	if (!v && !must_load)
+		return false;  /* e.g. a random key holding NUL, which jansson refuses */
+	ck_assert_msg(v != NULL, "test text refused: %.*s", (int)len, buf);
+	count_value(v, 0, &values, &depth);
+	ck_assert_int_eq(scan(buf, len, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_msg(shape.values == values && shape.depth == depth,
+		      "scan says %zu values, depth %zu; jansson %zu, %zu: %.*s", shape.values,
+		      shape.depth, values, depth, (int)(len > 200 ? 200 : len), buf);
+	ck_assert_uint_eq(shape.position, len);
+	structure = shape.structure_bytes;
+	ck_assert_uint_le(structure, len);
+	ck_assert_int_eq(scan(buf, len, values, depth, structure, &shape), 0);
+	if (values > 0)
+		ck_assert_int_eq(scan(buf, len, values - 1, depth, SIZE_MAX, &shape), -E2BIG);
+	if (depth > 0) {
+		ck_assert_int_eq(scan(buf, len, values, depth - 1, SIZE_MAX, &shape), -E2BIG);
+		ck_assert_uint_eq(shape.depth, depth);
+	}
+	if (structure > 0)
+		ck_assert_int_eq(scan(buf, len, SIZE_MAX, SIZE_MAX, structure - 1, &shape), -E2BIG);
+	return true;
+}
+
+static const char *const scan_rows[] = {
+	"0", "-1.5e+10", "true", "null", "\"\"", "[]", "{}", "[[]]", "[[],{}]",
+	"{\"a\":[1,\"x\",true,null,false]}", " [ 1 , 2 ,\t3 ]\r\n",
+	"[\"[\", \"{\", \"]]]\", \"}\", \"\\\"[\", \"\\\\\", \"\\\\\\\"{\"]",
+	"{\"k\\\"]\":{\"\\u0022\":[-0.0,1E5,2e-3]},\"\":\"\\\\\"}",
+	"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"files.write\",\"params\":{\"files\":[{\"path\":\"a\",\"content_b64\":\"eA==\"}]}}",
+};
+
+START_TEST(test_scan_rows)
+{
+	assert_scan_counts(scan_rows[_i], strlen(scan_rows[_i]), true);
+}
+END_TEST
+
+START_TEST(test_scan_random)
+{
+	int counted = 0;
+
+	rng_state = 0x2545f491;
+	for (int i = 0; i < RANDOM_ROUNDS; i++) {
+		json_auto_t *v = random_value(0);
+		_cleanup_free_ char *s = json_dumps(v, DUMP_FLAGS);
+		_cleanup_free_ char *pretty = json_dumps(v, JSON_ENCODE_ANY | JSON_INDENT(2));
+
+		ck_assert_ptr_nonnull(s);
+		ck_assert_ptr_nonnull(pretty);
+		counted += assert_scan_counts(s, strlen(s), false);
+		counted += assert_scan_counts(pretty, strlen(pretty), false);
+	}
+	ck_assert_int_ge(counted, RANDOM_ROUNDS / 2);
+}
+END_TEST
+
+/* Text jansson refuses is still scanned to its end or to a limit, never
+ * past len: an unclosed string, stray closers, garbage. */
+START_TEST(test_scan_bad_text)
+{
+	static const char *const rows[] = { "\"abc", "]]]]", "[\"\\", "[1,2", "}{", "\x01\xff", "" };
+	struct jsonfast_shape shape;
+
+	for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+		ck_assert_int_eq(scan(rows[i], strlen(rows[i]), SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
+		ck_assert_uint_eq(shape.position, strlen(rows[i]));
+	}
+	/* Only len bytes are read: the quote after them is not. */
+	ck_assert_int_eq(scan("[\"ab\"]", 3, SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_uint_eq(shape.values, 2);
+	ck_assert_uint_eq(shape.position, 3);
+}
+END_TEST
+
+/* The scan stops at the limit: a flat array of a million zeros is refused
+ * after max_values + 1 values, the position just past the value too many. */
+START_TEST(test_scan_stops_at_limit)
+{
+	size_t n = 1000000, len = 0;
+	_cleanup_free_ char *buf = malloc(2 * n + 2);
+	struct jsonfast_shape shape;
+
+	buf[len++] = '[';
+	for (size_t i = 0; i < n; i++) {
+		buf[len++] = '0';
+		buf[len++] = ',';
+	}
+	buf[len - 1] = ']';
+	ck_assert_int_eq(scan(buf, len, 1000, 64, SIZE_MAX, &shape), -E2BIG);
+	ck_assert_uint_eq(shape.values, 1001);
+	ck_assert_uint_eq(shape.position, 1 + 999 * 2 + 1);
+	ck_assert_int_eq(scan(buf, len, n + 1, 64, SIZE_MAX, &shape), 0);
+	ck_assert_uint_eq(shape.values, n + 1);
+	/* Nesting: refused at the first bracket too deep. */
+	memset(buf, '[', 100);
+	ck_assert_int_eq(scan(buf, 100, SIZE_MAX, 64, SIZE_MAX, &shape), -E2BIG);
+	ck_assert_uint_eq(shape.depth, 65);
+	ck_assert_uint_eq(shape.position, 65);
+}
+END_TEST
+
+/* Structure bytes: string values are not counted (quotes included), keys
+ * and everything else are. */
+START_TEST(test_scan_structure)
+{
+	static const char text[] = "{\"key\" : \"value\", \"n\":[12, \"x\"]}";
+	struct jsonfast_shape shape;
+
+	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
+	ck_assert_uint_eq(shape.structure_bytes, strlen(text) - strlen("\"value\"") - strlen("\"x\""));
+	/* Refused at the byte past the limit: here the 'n' key's quote. */
+	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, 11, &shape), -E2BIG);
+	ck_assert_uint_eq(shape.position, 21);
+	/* A long string value costs nothing; long whitespace does. */
+	{
+		size_t n = 1 << 20;
+		_cleanup_free_ char *buf = malloc(n + 8);
+
+		buf[0] = '"';
+		memset(buf + 1, 'a', n);
+		buf[n + 1] = '"';
+		ck_assert_int_eq(scan(buf, n + 2, SIZE_MAX, SIZE_MAX, 0, &shape), 0);
+		memset(buf, ' ', n);
+		buf[n] = '0';
+		ck_assert_int_eq(scan(buf, n + 1, SIZE_MAX, SIZE_MAX, 4096, &shape), -E2BIG);
+		ck_assert_uint_eq(shape.position, 4097);
+	}
+}
+END_TEST
+
 static Suite *jsonfast_suite(void)
 {
 	Suite *s = suite_create("jsonfast");
@@ -478,6 +652,14 @@ static Suite *jsonfast_suite(void)
 	tcase_add_test(tc, test_load_many_strings);
 	tcase_add_test(tc, test_load_random);
 	tcase_add_test(tc, test_load_big_frame);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("scan counts what jansson builds");
+	tcase_add_loop_test(tc, test_scan_rows, 0, ELEMENTSOF(scan_rows));
+	tcase_add_test(tc, test_scan_random);
+	tcase_add_test(tc, test_scan_bad_text);
+	tcase_add_test(tc, test_scan_stops_at_limit);
+	tcase_add_test(tc, test_scan_structure);
 	suite_add_tcase(s, tc);
 	return s;
 }

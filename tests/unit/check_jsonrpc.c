@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "errors.h"
 #include "frame.h"
 #include "jsonrpc.h"
+#include "msb-limits.h"
 
 struct bytes {
 	const char *p;
@@ -81,6 +83,10 @@ struct reject_row {
 #define MEMBER_ROW(name, lit, id, member) \
 	{ name, B(lit), MSB_ERR_INVALID_REQUEST, id, "InvalidRequest", member, false, member }
 
+/* A string of 256 bytes: MSB_ID_MAX_BYTES. */
+#define S16 "abcdefghijklmnop"
+#define S256 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16 S16
+
 static const struct reject_row reject_rows[] = {
 	PARSE_ROW("not JSON", "hello"),
 	PARSE_ROW("empty", ""),
@@ -128,6 +134,8 @@ static const struct reject_row reject_rows[] = {
 	INVALID_ROW("id array", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":[1]}", "null", "id"),
 	INVALID_ROW("id empty array", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":[]}", "null", "id"),
 	INVALID_ROW("id bad, method missing", "{\"jsonrpc\":\"2.0\",\"id\":{}}", "null", "id"),
+	INVALID_ROW("id over 256 bytes", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":\"x" S256 "\"}", "null",
+		    "256"),
 
 	MEMBER_ROW("unknown member", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":9,\"foo\":1}", "9", "foo"),
 	MEMBER_ROW("unknown member first",
@@ -197,6 +205,7 @@ static const struct accept_row accept_rows[] = {
 	{ "integer id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":42}", "42", "m", NULL },
 	{ "negative id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":-7}", "-7", "m", NULL },
 	{ "zero id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":0}", "0", "m", NULL },
+	{ "id of 256 bytes", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":\"" S256 "\"}", "\"" S256 "\"", "m", NULL },
 	{ "large id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":9007199254740993}", "9007199254740993", "m", NULL },
 	{ "null id", "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"id\":null}", "null", "m", NULL },
 	{ "notification", "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.status\"}", NULL, "daemon.status", NULL },
@@ -512,6 +521,254 @@ START_TEST(test_error_reply_roundtrip)
 }
 END_TEST
 
+/* ---- frames refused by their shape, before jansson allocates ----------- */
+
+/* jansson's allocations, counted: bytes live now and at most since reset. */
+static size_t alloc_live, alloc_peak;
+
+static void *counting_malloc(size_t n)
+{
+	size_t *p = malloc(n + sizeof(max_align_t));
+
+	if (!p)
+		return NULL;
+	*p = n;
+	alloc_live += n;
+	if (alloc_live > alloc_peak)
+		alloc_peak = alloc_live;
+	return (char *)p + sizeof(max_align_t);
+}
+
+static void counting_free(void *q)
+{
+	size_t *p;
+
+	if (!q)
+		return;
+	p = (size_t *)(void *)((char *)q - sizeof(max_align_t));
+	alloc_live -= *p;
+	free(p);
+}
+
+/* A growing text buffer for test frames. */
+struct text {
+	char *p;
+	size_t len, cap;
+};
+
+static void text_put(struct text *t, const char *s, size_t n)
+{
+	if (t->len + n + 1 > t->cap) {
+		t->cap = (t->len + n + 1) * 2;
+		t->p = realloc(t->p, t->cap);
+		ck_assert_ptr_nonnull(t->p);
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+	t->p[t->len] = '\0';
+}
+
+static void text_puts(struct text *t, const char *s)
+{
+	text_put(t, s, strlen(s));
+}
+
+/* A daemon.status request whose params hold "junk": <n pieces>. The
+ * envelope and params alone hold ENVELOPE_VALUES values: the root, four
+ * keys, three scalars, params and the key "junk". */
+#define ENVELOPE_VALUES 10
+
+enum shape {
+	SHAPE_ZEROS,    /* [0,0,...]: n + 1 values (the array) */
+	SHAPE_STRINGS,  /* ["","",...] */
+	SHAPE_KEYS,     /* {"k0":0,"k1":0,...}: 2n + 1 values */
+	SHAPE_NESTED,   /* [[[...0...]]]: n containers + the zero */
+	SHAPE_SPACES,   /* 0 and n spaces: structure bytes */
+	_SHAPE_MAX,
+};
+
+static const char *const shape_names[] = { "flat zeros", "small strings", "object keys", "nested arrays",
+					     "whitespace" };
+
+static void frame_build(struct text *t, enum shape shape, size_t n)
+{
+	char key[32];
+
+	text_puts(t, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\",\"params\":{\"junk\":");
+	switch (shape) {
+	case SHAPE_ZEROS:
+	case SHAPE_STRINGS:
+		text_puts(t, "[");
+		for (size_t i = 0; i < n; i++)
+			text_puts(t, shape == SHAPE_ZEROS ? (i ? ",0" : "0") : (i ? ",\"\"" : "\"\""));
+		text_puts(t, "]");
+		break;
+	case SHAPE_KEYS:
+		text_puts(t, "{");
+		for (size_t i = 0; i < n; i++) {
+			snprintf(key, sizeof(key), "%s\"k%zu\":0", i ? "," : "", i);
+			text_puts(t, key);
+		}
+		text_puts(t, "}");
+		break;
+	case SHAPE_NESTED:
+		for (size_t i = 0; i < n; i++)
+			text_puts(t, "[");
+		text_puts(t, "0");
+		for (size_t i = 0; i < n; i++)
+			text_puts(t, "]");
+		break;
+	case SHAPE_SPACES:
+		text_puts(t, "0");
+		for (size_t i = 0; i < n; i++)
+			text_puts(t, " ");
+		break;
+	default:
+		ck_abort();
+	}
+	text_puts(t, "}}");
+}
+
+/* Each shape just past its limit is refused ParseError, id null, with
+ * data.limit, and jansson allocates no more than the error reply for it;
+ * just at the limit it is parsed. */
+START_TEST(test_shape_refused)
+{
+	enum shape shape = (enum shape)_i;
+	size_t n_at, limit, peak;
+	struct text at = { 0 }, over = { 0 };
+	struct jsonrpc_request req = { 0 };
+	json_t *reply = NULL, *data;
+
+	switch (shape) {
+	case SHAPE_ZEROS:
+	case SHAPE_STRINGS:
+		n_at = MSB_JSON_MAX_VALUES - ENVELOPE_VALUES - 1;
+		limit = MSB_JSON_MAX_VALUES;
+		break;
+	case SHAPE_KEYS:
+		n_at = (MSB_JSON_MAX_VALUES - ENVELOPE_VALUES - 1) / 2;
+		limit = MSB_JSON_MAX_VALUES;
+		break;
+	case SHAPE_NESTED:
+		/* The root and params are two levels. */
+		n_at = MSB_JSON_MAX_DEPTH - 2;
+		limit = MSB_JSON_MAX_DEPTH;
+		break;
+	default:
+		/* All is structure but the two string values "2.0" and
+		 * "daemon.status" (20 bytes with their quotes). */
+		frame_build(&at, shape, 0);
+		n_at = MSB_JSON_MAX_STRUCTURE_BYTES - (at.len - 20);
+		at.len = 0;
+		limit = MSB_JSON_MAX_STRUCTURE_BYTES;
+		break;
+	}
+	frame_build(&at, shape, n_at);
+	frame_build(&over, shape, n_at + 1);
+	json_set_alloc_funcs(counting_malloc, counting_free);
+
+	ck_assert_msg(jsonrpc_request_parse(at.p, at.len, &req, &reply) == 0, "%s: at the limit, refused",
+		      shape_names[shape]);
+	jsonrpc_request_release(&req);
+	ck_assert_uint_eq(alloc_live, 0);
+
+	alloc_peak = 0;
+	ck_assert_int_eq(jsonrpc_request_parse(over.p, over.len, &req, &reply), MSB_ERR_PARSE);
+	peak = alloc_peak;
+	json_decref(reply);
+	ck_assert_uint_eq(alloc_live, 0);
+	json_set_alloc_funcs(malloc, free);
+	/* The error reply is all jansson built: a few hundred bytes, whatever
+	 * the frame's size (hundreds of KiB here). */
+	ck_assert_msg(peak < 4096, "%s: %zu bytes allocated by jansson for a refused frame of %zu bytes",
+		      shape_names[shape], peak, over.len);
+
+	ck_assert_int_eq(jsonrpc_request_parse(over.p, over.len, &req, &reply), MSB_ERR_PARSE);
+	data = check_error_reply(reply, MSB_ERR_PARSE, "null");
+	ck_assert_msg(json_integer_value(json_object_get(data, "limit")) == (json_int_t)limit,
+		      "%s: data.limit is not %zu", shape_names[shape], limit);
+	ck_assert(json_is_integer(json_object_get(data, "position")));
+	ck_assert(json_is_string(json_object_get(data, "detail")));
+	ck_assert_msg(strstr(json_string_value(json_object_get(json_object_get(reply, "error"), "message")),
+			     shape == SHAPE_NESTED ? "64" : shape == SHAPE_SPACES ? "2097152" : "65536"),
+		      "%s: the message does not name the limit", shape_names[shape]);
+	json_decref(reply);
+	free(at.p);
+	free(over.p);
+}
+END_TEST
+
+/* The largest requests the protocol defines fit: sandbox.exec with 4096
+ * arguments and 256 env entries; files.write of 256 files; an acquire with
+ * 256 egress_allow entries and 64 labels. */
+START_TEST(test_shape_largest_requests)
+{
+	struct text t = { 0 };
+	struct jsonrpc_request req = { 0 };
+	json_t *reply = NULL;
+	char piece[64];
+
+	text_puts(&t, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.exec\",\"params\":{\"sandbox\":\"s\","
+		      "\"timeout_seconds\":5,\"command\":[");
+	for (int i = 0; i < 4096; i++)
+		text_puts(&t, i ? ",\"a\"" : "\"a\"");
+	text_puts(&t, "],\"env\":{");
+	for (int i = 0; i < 256; i++) {
+		snprintf(piece, sizeof(piece), "%s\"V%d\":\"x\"", i ? "," : "", i);
+		text_puts(&t, piece);
+	}
+	text_puts(&t, "}}}");
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), 0);
+	jsonrpc_request_release(&req);
+
+	t.len = 0;
+	text_puts(&t, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"files.write\",\"params\":{\"sandbox\":\"s\",\"files\":[");
+	for (int i = 0; i < 256; i++) {
+		snprintf(piece, sizeof(piece), "%s{\"path\":\"f%d\",\"content_b64\":\"eA==\"}", i ? "," : "", i);
+		text_puts(&t, piece);
+	}
+	text_puts(&t, "]}}");
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), 0);
+	jsonrpc_request_release(&req);
+
+	t.len = 0;
+	text_puts(&t, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.acquire\",\"params\":{\"key\":{\"scope\":\"s\","
+		      "\"thread_id\":\"t\",\"agent_dir\":\"a\"},\"spec\":{\"kind\":\"k\",\"image\":\"i\","
+		      "\"egress\":\"allowlist\",\"egress_allow\":[");
+	for (int i = 0; i < 256; i++) {
+		snprintf(piece, sizeof(piece), "%s\"h%d.example.com:443\"", i ? "," : "", i);
+		text_puts(&t, piece);
+	}
+	text_puts(&t, "],\"labels\":{");
+	for (int i = 0; i < 64; i++) {
+		snprintf(piece, sizeof(piece), "%s\"l%d\":\"v\"", i ? "," : "", i);
+		text_puts(&t, piece);
+	}
+	text_puts(&t, "}}}}");
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), 0);
+	jsonrpc_request_release(&req);
+	free(t.p);
+}
+END_TEST
+
+/* Replies are not limited (the client side): a files.list of 10000
+ * entries holds more values than a request may. */
+START_TEST(test_shape_replies_unlimited)
+{
+	struct text t = { 0 };
+	struct jsonrpc_response resp;
+
+	text_puts(&t, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"entries\":[");
+	for (int i = 0; i < 20000; i++)
+		text_puts(&t, i ? ",{\"name\":\"n\",\"kind\":\"file\"}" : "{\"name\":\"n\",\"kind\":\"file\"}");
+	text_puts(&t, "]}}");
+	ck_assert_int_eq(jsonrpc_response_parse(t.p, t.len, &resp), 0);
+	jsonrpc_response_release(&resp);
+	free(t.p);
+}
+END_TEST
+
 static Suite *jsonrpc_suite(void)
 {
 	Suite *s = suite_create("jsonrpc");
@@ -526,6 +783,12 @@ static Suite *jsonrpc_suite(void)
 	tcase_add_test(tc, test_null_id_is_request);
 	tcase_add_test(tc, test_parse_uses_len);
 	tcase_add_loop_test(tc, test_id_is_valid, 0, ELEMENTSOF(id_rows));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("request shape bounded");
+	tcase_add_loop_test(tc, test_shape_refused, 0, _SHAPE_MAX);
+	tcase_add_test(tc, test_shape_largest_requests);
+	tcase_add_test(tc, test_shape_replies_unlimited);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("replies built");

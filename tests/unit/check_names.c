@@ -119,6 +119,71 @@ START_TEST(test_name_parts_matter)
 }
 END_TEST
 
+/* ---- key spaces: one per owner, root's the seed's ----------------------------- */
+
+struct ns_row {
+	const char *call;
+	const char *spec;
+	bool proxy;
+	uid_t ns;
+	const char *name;
+};
+
+/* Computed (python hashlib over the §3 stream plus "uid:" + the uid), pinned
+ * here: a change strands every non-root user's sandboxes. */
+static const struct ns_row ns_rows[] = {
+	{ "", "{\"kind\":\"bicep\"}", false, 0, "maf-sandbox-docker-6f8a8ed7a21c" },
+	{ "", "{\"kind\":\"bicep\"}", false, 1000, "maf-sandbox-docker-dfe4b1d085ca" },
+	{ "call-a", "{\"kind\":\"bicep\"}", false, 1000, "maf-sandbox-docker-215d33bdbe3c" },
+	{ "", "{\"kind\":\"bicep\"," ALLOW_MCR "}", true, 1000, "maf-sandbox-docker-e494045dbe9b" },
+};
+
+START_TEST(test_container_name_ns)
+{
+	const struct ns_row *row = &ns_rows[_i];
+	struct msb_key key = key_of("scope-a", "thread-1", "devops-engineer", row->call);
+	_cleanup_(msb_spec_release) struct msb_spec spec = { 0 };
+	_cleanup_free_ char *egress_id = NULL;
+	char name[NAMES_CONTAINER_MAX], seed[NAMES_CONTAINER_MAX];
+
+	spec_from(row->spec, &spec);
+	egress_id = names_egress_id(&spec, row->proxy);
+	names_container_ns(&key, spec.kind, egress_id, row->ns, name);
+	ck_assert_str_eq(name, row->name);
+	ck_assert(names_is_ours(name, NULL));   /* same form: reap, sweeps and proxies still know it */
+	names_container(&key, spec.kind, egress_id, seed);
+	if (row->ns == NAMES_SEED_UID)
+		ck_assert_str_eq(name, seed);       /* root: exactly the seed's name, adopted */
+	else
+		ck_assert_str_ne(name, seed);       /* a user: never the seed's, never root's */
+}
+END_TEST
+
+/* Two users' acquires of one key name two containers; neither is root's;
+ * the uid part is tagged, so it cannot pass for a call_id or an egress_id
+ * (which always starts "allow:"). */
+START_TEST(test_key_spaces_are_disjoint)
+{
+	struct msb_key key = key_of("s", "t", "a", "");
+	struct msb_key called = key_of("s", "t", "a", "1000");
+	char root[NAMES_CONTAINER_MAX], a[NAMES_CONTAINER_MAX], b[NAMES_CONTAINER_MAX], got[NAMES_CONTAINER_MAX];
+
+	names_container_ns(&key, "k", "", 0, root);
+	names_container_ns(&key, "k", "", 1000, a);
+	names_container_ns(&key, "k", "", 1001, b);
+	ck_assert_str_ne(a, b);
+	ck_assert_str_ne(a, root);
+	ck_assert_str_ne(b, root);
+	names_container_ns(&called, "k", "", 0, got);
+	ck_assert_str_ne(got, a);
+	names_container_ns(&key, "k", "allow:1000", 0, got);
+	ck_assert_str_ne(got, a);
+	/* Stable: the same owner's key always names the same container. */
+	names_container_ns(&key, "k", NULL, 1000, got);
+	ck_assert_str_eq(got, a);
+}
+END_TEST
+
 START_TEST(test_egress_id)
 {
 	_cleanup_(msb_spec_release) struct msb_spec allow = { 0 }, empty = { 0 }, closed = { 0 };
@@ -403,6 +468,8 @@ static Suite *names_suite(void)
 	tc = tcase_create("container_name");
 	tcase_add_loop_test(tc, test_container_name, 0, ELEMENTSOF(name_rows));
 	tcase_add_test(tc, test_name_parts_matter);
+	tcase_add_loop_test(tc, test_container_name_ns, 0, ELEMENTSOF(ns_rows));
+	tcase_add_test(tc, test_key_spaces_are_disjoint);
 	tcase_add_test(tc, test_egress_id);
 	tcase_add_test(tc, test_egress_id_sorts);
 	suite_add_tcase(s, tc);

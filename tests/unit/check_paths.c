@@ -1106,6 +1106,39 @@ START_TEST(test_reason_rows_complete)
 }
 END_TEST
 
+/* ---- exec working directories under a pseudo filesystem ---------------- */
+
+static const struct {
+	const char *path;
+	const char *root;     /* NULL: not refused */
+} pseudo_rows[] = {
+	{ "/proc", "/proc" },
+	{ "/proc/self/cwd", "/proc" },
+	{ "/proc/self/fd/3", "/proc" },
+	{ "/sys", "/sys" },
+	{ "/sys/fs/cgroup", "/sys" },
+	{ "/dev", "/dev" },
+	{ "/dev/shm", "/dev" },
+	{ "/", NULL },
+	{ "/processes", NULL },
+	{ "/system", NULL },
+	{ "/devices/x", NULL },
+	{ "/home/proc", NULL },
+	{ "/maf-sandbox/dev", NULL },
+};
+
+START_TEST(test_pseudo_fs_root)
+{
+	const char *got = paths_pseudo_fs_root(pseudo_rows[_i].path);
+
+	if (!pseudo_rows[_i].root)
+		ck_assert_msg(got == NULL, "%s: refused under %s", pseudo_rows[_i].path, got);
+	else
+		ck_assert_msg(got && strcmp(got, pseudo_rows[_i].root) == 0, "%s: %s", pseudo_rows[_i].path,
+			      got ? got : "(not refused)");
+}
+END_TEST
+
 static Suite *paths_suite(void)
 {
 	Suite *s = suite_create("paths");
@@ -1155,6 +1188,10 @@ static Suite *paths_suite(void)
 	tcase_add_test(tc, test_strings);
 	tcase_add_loop_test(tc, test_reason, 0, ELEMENTSOF(reason_rows));
 	tcase_add_test(tc, test_reason_rows_complete);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("exec_working_directory");
+	tcase_add_loop_test(tc, test_pseudo_fs_root, 0, ELEMENTSOF(pseudo_rows));
 	suite_add_tcase(s, tc);
 	return s;
 }

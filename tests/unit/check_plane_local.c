@@ -436,6 +436,16 @@ static void outcome_is_(int r, const struct msb_error *e, int code, const char *
 /* (the calling test's struct msb_error is named e) */
 #define outcome_is(r, code, errno_name) outcome_is_((r), &e, (code), (errno_name), __func__, __LINE__)
 
+/* The refusal of a mount point: OSError, errno EBUSY, data.mount naming it. */
+#define mount_refused(r, mount) do { \
+		outcome_is((r), MSB_ERR_OS_ERROR, "EBUSY"); \
+		ck_assert_msg(json_is_string(json_object_get(e.data, "mount")) && \
+			      strcmp(json_string_value(json_object_get(e.data, "mount")), (mount)) == 0, \
+			      "line %d: data.mount %s; expected %s", __LINE__, \
+			      json_string_value(json_object_get(e.data, "mount")), (mount)); \
+		msb_error_clear(&e); \
+	} while (0)
+
 static int do_stat(const char *wd, const char *path, const struct plocal_cred *c, bool *found,
 		   struct paths_stat *st, struct msb_error *e)
 {
@@ -487,7 +497,7 @@ static int do_write(const char *wd, const char *path, const struct plocal_cred *
 {
 	struct paths_plan *p = plan_of(PATHS_OP_WRITE, wd, path);
 	int fds = fd_count();
-	int r = plocal_write(root, p, c, data, len, e);
+	int r = plocal_write(root, p, c, NULL, data, len, e);
 
 	creds_are_daemons();
 	fds_same(fds);
@@ -1715,15 +1725,269 @@ START_TEST(test_rm_never_crosses_mount)
 	ck_assert_int_eq(mount("tmpfs", H("/w/tree/d2/mnt"), "tmpfs", 0, "size=64k,mode=0755"), 0);
 	root_reopen();
 	put_s("/w/tree/d2/mnt/survivor.txt", "survivor\n");
-	outcome_is(do_rm("/w", "tree", &guest_root, true, 1, NULL, &e), OSERR, NULL);
-	msb_error_clear(&e);
+	mount_refused(do_rm("/w", "tree", &guest_root, true, 1, NULL, &e), "tree/d2/mnt");
 	content_is("/w/tree/d2/mnt/survivor.txt", "survivor\n");
 	/* The mount point itself, as the target: refused too. */
-	outcome_is(do_rm("/w", "tree/d2/mnt", &guest_root, true, 1, NULL, &e), OSERR, NULL);
-	msb_error_clear(&e);
+	mount_refused(do_rm("/w", "tree/d2/mnt", &guest_root, true, 1, NULL, &e), "tree/d2/mnt");
 	content_is("/w/tree/d2/mnt/survivor.txt", "survivor\n");
 	outside_intact();
 	ck_assert_int_eq(umount2(H("/w/tree/d2/mnt"), MNT_DETACH), 0);
+}
+END_TEST
+
+
+/* ---- mounts: never replaced, never removed ------------------------------------- */
+
+/* A bind-mounted file (as the engine mounts /etc/resolv.conf): a write
+ * over it, a check of that write, a removal of it are refused; the mount
+ * and its content stay. (In this test's own mount namespace the kernel
+ * would refuse the unlink too — EBUSY without data.mount; seen from the
+ * daemon's namespace, a container's mount point is removable.) */
+START_TEST(test_mount_file_never_replaced)
+{
+	struct msb_error e = { 0 };
+
+	ck_assert_int_eq(unshare(CLONE_NEWNS), 0);
+	ck_assert_int_eq(mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL), 0);
+	put_s("/resolv.src", "nameserver 1\n");
+	put_s("/w/resolv.conf", "placeholder\n");
+	ck_assert_int_eq(mount(H("/resolv.src"), H("/w/resolv.conf"), NULL, MS_BIND, NULL), 0);
+	root_reopen();
+	mount_refused(do_write("/w", "resolv.conf", &guest_root, "nameserver 2\n", 13, &e), "resolv.conf");
+	mount_refused(do_write_check("/w", "resolv.conf", &guest_root, &e), "resolv.conf");
+	mount_refused(do_rm("/w", "resolv.conf", &guest_root, false, PLOCAL_REMOVE_SLICE, NULL, &e), "resolv.conf");
+	content_is("/w/resolv.conf", "nameserver 1\n");
+	no_temp_under("/w");
+	ck_assert_int_eq(umount2(H("/w/resolv.conf"), MNT_DETACH), 0);
+	content_is("/w/resolv.conf", "placeholder\n");
+}
+END_TEST
+
+/* A removal that meets a mount point (a bound file deep in a tree, a
+ * mounted directory as the target, even empty and not recursive) is
+ * refused naming it; the mount stays. */
+START_TEST(test_mount_never_removed)
+{
+	struct msb_error e = { 0 };
+
+	ck_assert_int_eq(unshare(CLONE_NEWNS), 0);
+	ck_assert_int_eq(mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL), 0);
+	tree_make("/w/tree");
+	put_s("/w/tree/d2/bound", "");
+	put_s("/bind-src", "kept\n");
+	ck_assert_int_eq(mount(H("/bind-src"), H("/w/tree/d2/bound"), NULL, MS_BIND, NULL), 0);
+	mkdir_ok("/w/mnt", 0755);
+	ck_assert_int_eq(mount("tmpfs", H("/w/mnt"), "tmpfs", 0, "size=64k,mode=0755"), 0);
+	root_reopen();
+	mount_refused(do_rm("/w", "tree", &guest_root, true, 1, NULL, &e), "tree/d2/bound");
+	content_is("/w/tree/d2/bound", "kept\n");
+	mount_refused(do_rm("/w", "mnt", &guest_root, false, 1, NULL, &e), "mnt");
+	mount_refused(do_rm("/w", "mnt", &guest_root, true, 1, NULL, &e), "mnt");
+	ck_assert(exists("/w/mnt"));
+	outside_intact();
+	ck_assert_int_eq(umount2(H("/w/tree/d2/bound"), MNT_DETACH), 0);
+	ck_assert_int_eq(umount2(H("/w/mnt"), MNT_DETACH), 0);
+}
+END_TEST
+
+/* The local plane never writes on a pseudo filesystem. */
+START_TEST(test_write_pseudo_fs)
+{
+	struct msb_error e = { 0 };
+
+	ck_assert_int_eq(unshare(CLONE_NEWNS), 0);
+	ck_assert_int_eq(mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL), 0);
+	mkdir_ok("/w/proc", 0755);
+	ck_assert_int_eq(mount("proc", H("/w/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), 0);
+	root_reopen();
+	outcome_is(do_write("/w", "proc/sys/kernel/hostname", &guest_root, "x", 1, &e), OSERR, "EXDEV");
+	msb_error_clear(&e);
+	outcome_is(do_write("/w", "proc/new", &guest_root, "x", 1, &e), OSERR, "EXDEV");
+	msb_error_clear(&e);
+	ck_assert_int_eq(umount2(H("/w/proc"), MNT_DETACH), 0);
+}
+END_TEST
+
+/* ---- descriptors of a removal ----------------------------------------------- */
+
+/* However deep the tree, a removal in progress holds PLOCAL_RM_FDS
+ * descriptors at most (checked between every step of one entry). */
+START_TEST(test_rm_fds_bounded)
+{
+	struct msb_error e = { 0 };
+	struct paths_plan *p;
+	struct plocal_rm *rm = NULL;
+	int before = fd_count(), r, most = 0;
+
+	chain_make("/w/deep", 200);
+	tree_make("/w/deep/d/d/d/wide");
+	p = plan_of(PATHS_OP_RECLAIM, "/w", "/w/deep");
+	ck_assert_int_eq(plocal_rm_begin(root, p, &guest_root, true, &rm, &e), 0);
+	paths_plan_free(p);
+	do {
+		r = plocal_rm_step(rm, 1, &e);
+		if (fd_count() - before > most)
+			most = fd_count() - before;
+	} while (r == 0);
+	ck_assert_int_eq(r, 1);
+	plocal_rm_free(rm);
+	ck_assert_msg(most <= PLOCAL_RM_FDS, "the removal held %d descriptors", most);
+	ck_assert(!exists("/w/deep"));
+	fds_same(before);
+	outside_intact();
+}
+END_TEST
+
+/* A directory moved away while the removal is inside it: the removal does
+ * not follow ".." into the new place (ESTALE), nothing outside is touched. */
+START_TEST(test_rm_moved_under_it)
+{
+	struct msb_error e = { 0 };
+	struct paths_plan *p;
+	struct plocal_rm *rm = NULL;
+	int r;
+
+	chain_make("/w/t", 3);
+	put_s("/w/t/d/d/d/f1", "1");
+	mkdir_ok("/w/elsewhere", 0755);
+	put_s("/w/elsewhere/keep", "keep\n");
+	p = plan_of(PATHS_OP_DELETE, "/w", "t");
+	ck_assert_int_eq(plocal_rm_begin(root, p, &guest_root, true, &rm, &e), 0);
+	paths_plan_free(p);
+	/* Step down to the deepest directory (one entry a step). */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(plocal_rm_step(rm, 1, &e), 0);
+	ck_assert_int_eq(rename(H("/w/t/d/d/d"), H("/w/elsewhere/d")), 0);
+	do
+		r = plocal_rm_step(rm, 1, &e);
+	while (r == 0);
+	plocal_rm_free(rm);
+	outcome_is(r, OSERR, "ESTALE");
+	msb_error_clear(&e);
+	content_is("/w/elsewhere/keep", "keep\n");
+	outside_intact();
+}
+END_TEST
+
+/* ---- temporaries and their journal ------------------------------------------ */
+
+START_TEST(test_temp_names)
+{
+	char name[PLOCAL_TEMP_NAME_MAX];
+
+	for (int i = 0; i < 16; i++) {
+		plocal_temp_name(name, sizeof(name));
+		ck_assert_msg(plocal_name_is_temp(name), "%s", name);
+	}
+	ck_assert(plocal_name_is_temp(".maf-sandbox-0123456789abcdef.tmp"));
+	ck_assert(!plocal_name_is_temp(".maf-sandbox-0123456789ABCDEF.tmp"));
+	ck_assert(!plocal_name_is_temp(".maf-sandbox-0123456789abcde.tmp"));
+	ck_assert(!plocal_name_is_temp(".maf-sandbox-0123456789abcdef.tmpx"));
+	ck_assert(!plocal_name_is_temp("maf-sandbox-0123456789abcdef.tmp"));
+	ck_assert(!plocal_name_is_temp(".maf-sandbox-x.tmp"));
+	ck_assert(!plocal_name_is_temp(""));
+}
+END_TEST
+
+/* files.list never shows a write's temporary (a daemon killed mid-write
+ * may leave one); a name that only looks like one is listed. */
+START_TEST(test_list_skips_temps)
+{
+	struct msb_error e = { 0 };
+	json_t *list;
+
+	mkdir_ok("/w/l", 0755);
+	put_s("/w/l/.maf-sandbox-0123456789abcdef.tmp", "half");
+	put_s("/w/l/.maf-sandbox-nothex0123456789.tmp", "mine");
+	put_s("/w/l/a", "a");
+	ck_assert_int_eq(do_list("/w", "l", &guest_root, PLOCAL_LIST_MAX_ENTRIES, &list, &e), 0);
+	ck_assert_uint_eq(json_array_size(list), 2);
+	entry_is(list, 0, "l/.maf-sandbox-nothex0123456789.tmp", "file", 4);
+	entry_is(list, 1, "l/a", "file", 1);
+	json_decref(list);
+	/* One entry over the cap is still no refusal when the extra is a temporary. */
+	ck_assert_int_eq(do_list("/w", "l", &guest_root, 2, &list, &e), 0);
+	json_decref(list);
+}
+END_TEST
+
+/* The journal: an entry exists (locked) while the write runs and is gone
+ * after; a dead writer's entry is taken and names the temporary; a live
+ * one's is refused (EBUSY). */
+START_TEST(test_journal)
+{
+	char jdir[PATH_MAX], tmp[PLOCAL_TEMP_NAME_MAX];
+	struct plocal_journal_entry je;
+	struct msb_error e = { 0 };
+	_cleanup_close_ int dfd = -1;
+	struct plocal_journal j;
+	struct paths_plan *p;
+	int lock;
+
+	snprintf(jdir, sizeof(jdir), "%s/journal-XXXXXX", suite_dir);
+	ck_assert_ptr_nonnull(mkdtemp(jdir));
+	dfd = open(jdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(dfd, 0);
+	j = (struct plocal_journal){ dfd, "0123456789abcdef0123" };
+	/* A write journals and forgets. */
+	p = plan_of(PATHS_OP_WRITE, "/w", "journalled.txt");
+	ck_assert_int_eq(plocal_write(root, p, &guest_root, &j, (const uint8_t *)"j\n", 2, &e), 0);
+	paths_plan_free(p);
+	content_is("/w/journalled.txt", "j\n");
+	{
+		DIR *d = opendir(jdir);
+		struct dirent *de;
+		int n = 0;
+
+		ck_assert_ptr_nonnull(d);
+		while ((de = readdir(d)))
+			n += de->d_name[0] != '.' || plocal_name_is_temp(de->d_name);
+		closedir(d);
+		ck_assert_int_eq(n, 0);
+	}
+	/* An entry in progress: its lock refuses a taker. */
+	plocal_temp_name(tmp, sizeof(tmp));
+	lock = plocal_journal_begin(&j, "/w/real", tmp);
+	ck_assert_int_ge(lock, 0);
+	ck_assert_int_eq(plocal_journal_take(dfd, tmp, &je), -EBUSY);
+	/* Its writer dies (the lock goes with the descriptor): taken. */
+	close(lock);
+	ck_assert_int_eq(plocal_journal_take(dfd, tmp, &je), 0);
+	ck_assert_str_eq(je.id, "0123456789abcdef0123");
+	ck_assert_str_eq(je.parent, "/w/real");
+	ck_assert_str_eq(je.tmp, tmp);
+	plocal_journal_entry_release(&je);
+	ck_assert_int_eq(plocal_journal_take(dfd, "not-an-entry", &je), -EINVAL);
+	ck_assert_int_eq(unlinkat(dfd, tmp, 0), 0);
+	ck_assert_int_eq(rmdir(jdir), 0);
+}
+END_TEST
+
+/* A leftover temporary is removed beneath the root, through no link, and
+ * only a regular file with a temporary's name. */
+START_TEST(test_temp_remove)
+{
+	const char *t = ".maf-sandbox-00000000000000aa.tmp";
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "/w/real/%s", t);
+	put_s(p, "half");
+	ck_assert_int_eq(plocal_temp_remove(root, "/w/real", t), 0);
+	ck_assert(!exists(p));
+	ck_assert_int_eq(plocal_temp_remove(root, "/w/real", t), 0);       /* absent: done */
+	ck_assert_int_eq(plocal_temp_remove(root, "/w/gone", t), 0);
+	/* Through a link: refused, the file outside kept. */
+	snprintf(p, sizeof(p), "/w-outside/%s", t);
+	put_s(p, "outside");
+	ck_assert_int_eq(plocal_temp_remove(root, "/w/link-dir", t), -ELOOP);
+	content_is(p, "outside");
+	/* Not a temporary's name; not a regular file. */
+	ck_assert_int_eq(plocal_temp_remove(root, "/w", "plain.txt"), -EINVAL);
+	content_is("/w/plain.txt", PLAIN);
+	snprintf(p, sizeof(p), "/w/real/%s", t);
+	mkdir_ok(p, 0755);
+	ck_assert_int_eq(plocal_temp_remove(root, "/w/real", t), -EPERM);
+	ck_assert(exists(p));
 }
 END_TEST
 
@@ -2156,6 +2420,15 @@ static Suite *plane_local_suite(void)
 	tcase_add_test(tc, test_rm_abandoned);
 	tcase_add_test(tc, test_rm_depth_limit);
 	tcase_add_test(tc, test_rm_never_crosses_mount);
+	tcase_add_test(tc, test_mount_file_never_replaced);
+	tcase_add_test(tc, test_mount_never_removed);
+	tcase_add_test(tc, test_write_pseudo_fs);
+	tcase_add_test(tc, test_rm_fds_bounded);
+	tcase_add_test(tc, test_rm_moved_under_it);
+	tcase_add_test(tc, test_temp_names);
+	tcase_add_test(tc, test_list_skips_temps);
+	tcase_add_test(tc, test_journal);
+	tcase_add_test(tc, test_temp_remove);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pin");

@@ -808,6 +808,48 @@ START_TEST(test_writer_round_trip)
 }
 END_TEST
 
+/* A hard link entry names an earlier entry: read back as such, size 0. */
+START_TEST(test_writer_hardlink)
+{
+	static const char body[] = "new content";
+	const struct tarball_file tmp = { .name = "w/.maf-sandbox-00000000000000aa.tmp", .data = body,
+					  .size = sizeof(body) - 1, .mode = 0644, .uid = 7, .gid = 8 };
+	const struct tarball_link l = { .name = "w/final", .target = tmp.name, .mode = 0644, .uid = 7, .gid = 8 };
+	const struct tarball_link bad = { .name = "w/x", .target = "../escape", .mode = 0644 };
+	struct rec_sink s = { 0 };
+	struct tarball_writer *w = tarball_writer_new(rec_cb, &s);
+	struct tarball_buf view;
+	struct archive *a;
+	struct archive_entry *e;
+
+	ck_assert_int_eq(tarball_writer_add_file(w, &tmp), 0);
+	ck_assert_int_eq(tarball_writer_add_hardlink(w, &l), 0);
+	ck_assert_int_eq(tarball_writer_finish(w), 0);
+	ck_assert_ptr_null(tarball_writer_free(w));
+	view = rec_view(&s);
+	a = archive_read_new();
+	ck_assert_int_eq(archive_read_support_format_tar(a), ARCHIVE_OK);
+	ck_assert_int_eq(archive_read_open_memory(a, view.data, view.len), ARCHIVE_OK);
+	ck_assert_int_eq(archive_read_next_header(a, &e), ARCHIVE_OK);
+	ck_assert_str_eq(archive_entry_pathname(e), tmp.name);
+	ck_assert_ptr_null(archive_entry_hardlink(e));
+	ck_assert_int_eq(archive_read_next_header(a, &e), ARCHIVE_OK);
+	ck_assert_str_eq(archive_entry_pathname(e), "w/final");
+	ck_assert_str_eq(archive_entry_hardlink(e), tmp.name);
+	ck_assert_int_eq(archive_entry_size(e), 0);
+	ck_assert_int_eq(archive_read_next_header(a, &e), ARCHIVE_EOF);
+	archive_read_free(a);
+	bytes_free(&s.b);
+	/* A bad name or target is refused, and sticks. */
+	s = (struct rec_sink){ 0 };
+	w = tarball_writer_new(rec_cb, &s);
+	ck_assert_int_eq(tarball_writer_add_hardlink(w, &bad), -EINVAL);
+	ck_assert_int_eq(tarball_writer_finish(w), -EINVAL);
+	tarball_writer_free(w);
+	bytes_free(&s.b);
+}
+END_TEST
+
 /* Each file's new_parents, and nothing else: shared parents once, in order. */
 START_TEST(test_writer_parents_once)
 {
@@ -2069,6 +2111,7 @@ static Suite *tarball_suite(void)
 
 	tc = tcase_create("writer: several entries");
 	tcase_add_test(tc, test_writer_round_trip);
+	tcase_add_test(tc, test_writer_hardlink);
 	tcase_add_test(tc, test_writer_parents_once);
 	tcase_add_test(tc, test_writer_matches_builders);
 	suite_add_tcase(s, tc);

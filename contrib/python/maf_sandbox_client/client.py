@@ -107,7 +107,9 @@ class AsyncClient:
     answers TimeoutError first), ``reclaim`` given a ``timeout`` (the same), and ``acquire``,
     which has none unless given (an image pull can take long; the daemon bounds it). With
     ``auto_reconnect``, a call made after the connection was lost opens a new one
-    (calls in flight when it was lost still fail: they are never sent twice).
+    (calls in flight when it was lost still fail: they are never sent twice). Without it, a
+    connection the daemon closed while idle (nothing in flight: its ``limits.idle_timeout_ms``)
+    is still replaced on the next call, transparently.
     """
 
     def __init__(
@@ -183,7 +185,9 @@ class AsyncClient:
         conn = self._conn
         if conn is not None and not conn.closed:
             return conn
-        if conn is None or (self.auto_reconnect and not self._closed_by_user):
+        # A connection the daemon closed while idle is replaced whatever auto_reconnect says:
+        # nothing was in flight on it, so nothing is lost or sent twice.
+        if conn is None or ((self.auto_reconnect or conn.closed_idle) and not self._closed_by_user):
             await self.connect()
             assert self._conn is not None
             return self._conn

@@ -50,6 +50,8 @@ EVENTS_EVENT = "events.event"
 #: After a failed write, how long the reader gets to deliver what the daemon said before it
 #: closed (e.g. FrameTooLarge) before the connection is dropped.
 WRITE_FAILURE_GRACE_SECONDS = 5.0
+#: ShuttingDown: the daemon is stopping, so the close that follows is not an idle close.
+SHUTTING_DOWN_CODE = 1303
 #: Bytes asked of one recv().
 READ_CHUNK_BYTES = 256 * 1024
 
@@ -106,6 +108,10 @@ class Connection:
         self._grace: asyncio.TimerHandle | None = None
         #: The error object of a connection-ending error (1301, 1302, 1304), if one came.
         self._fatal: Mapping[str, Any] | None = None
+        self._eof_between_frames = False
+        self._closed_idle = False
+        #: The daemon answered ShuttingDown (1303): its close that follows is no idle close.
+        self._saw_shutdown = False
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -141,6 +147,13 @@ class Connection:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def closed_idle(self) -> bool:
+        """The daemon closed the connection while it was idle (its ``limits.idle_timeout_ms``):
+        no call in flight, nothing said, no partial frame, no event subscription. A new
+        connection then loses nothing, so the client opens one for the next call."""
+        return self._closed_idle
 
     async def close(self) -> None:
         """Closes the connection; calls still waiting get :class:`ConnectionLost`."""
@@ -229,6 +242,7 @@ class Connection:
                     reason = f"read failed: {exc.strerror or exc}"
                     break
                 if not chunk:
+                    self._eof_between_frames = not buf
                     break
                 buf += chunk
                 while True:
@@ -267,6 +281,9 @@ class Connection:
             self._finish(reason)
 
     async def _dispatch(self, msg: dict[str, Any]) -> None:
+        error = msg.get("error")
+        if isinstance(error, Mapping) and error.get("code") == SHUTTING_DOWN_CODE:
+            self._saw_shutdown = True
         if "id" not in msg:
             method = msg.get("method")
             params = msg.get("params")
@@ -340,6 +357,10 @@ class Connection:
         if first:
             self._closed = True
             self._close_reason = reason
+            self._closed_idle = (self._eof_between_frames and self._fatal is None
+                                 and not self._saw_shutdown
+                                 and self._write_error is None and self._event_sink is None
+                                 and not any(not p.future.done() for p in self._pending.values()))
             if self._grace is not None:
                 self._grace.cancel()
             current = asyncio.current_task()

@@ -411,7 +411,10 @@ class SandboxInfo:
 
 @dataclass(frozen=True)
 class SandboxEvent:
-    """One ``events.event`` notification (today: ``egress.decision``)."""
+    """One ``events.event`` notification (today: ``egress.decision``). ``count`` is how many
+    identical decisions it stands for (the daemon coalesces a flood, PROTOCOL.md "Decisions as
+    events"): they happened from ``first_time`` to ``time``; ``first_time`` is ``time`` when
+    ``count`` is 1 (or the daemon did not say)."""
 
     type: str
     key: SandboxKey | None
@@ -421,6 +424,8 @@ class SandboxEvent:
     host: str | None
     port: int | None
     time: str | None
+    count: int = 1
+    first_time: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -431,6 +436,9 @@ class SandboxEvent:
 
         key = value.get("key")
         port = value.get("port")
+        count = value.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            count = 1
         return cls(
             type=s("type") or "",
             key=SandboxKey.from_wire(key) if isinstance(key, Mapping) else None,
@@ -440,6 +448,8 @@ class SandboxEvent:
             host=s("host"),
             port=port if isinstance(port, int) else None,
             time=s("time"),
+            count=count,
+            first_time=s("first_time") or s("time"),
             raw=dict(value),
         )
 

@@ -489,6 +489,34 @@ class ConnectionBehaviour(ScriptedServer):
             with self.assertRaises(msb.ConnectionLost):
                 await client.call("b")
 
+    async def test_an_idle_close_is_replaced_on_the_next_call(self) -> None:
+        # The daemon closes a connection idle for limits.idle_timeout_ms: the next call opens
+        # a new one (without auto_reconnect) and is sent once, on it.
+        seen: list[list[str]] = []
+        closed = asyncio.Event()
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            mine: list[str] = []
+            seen.append(mine)
+            req = await _read_request(r)
+            mine.append(req["method"])
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": len(seen)})
+            await w.drain()
+            if len(seen) == 1:
+                closed.set()
+                return  # idle: nothing in flight, the server closes
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            self.assertEqual(await client.call("a"), 1)
+            await closed.wait()
+            async with asyncio.timeout(5):
+                while client.connected:
+                    await asyncio.sleep(0.01)
+            self.assertEqual(await client.call("b"), 2)
+        self.assertEqual(seen, [["a"], ["b"]])
+
     async def test_a_reply_over_the_reply_limit_ends_the_connection(self) -> None:
         async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             req = await _read_request(r)
@@ -557,6 +585,10 @@ class ConnectionBehaviour(ScriptedServer):
             for decision in ("DENY", "UNREACHABLE"):
                 _send(w, {"jsonrpc": "2.0", "method": "events.event",
                           "params": dict(event, decision=decision)})
+            # a coalesced one: 2980 identical decisions from first_time to time
+            _send(w, {"jsonrpc": "2.0", "method": "events.event",
+                      "params": dict(event, decision="DENY", count=2980,
+                                     first_time="2025-12-31T23:59:59.5Z")})
             await w.drain()
 
         await self.serve(script)
@@ -566,9 +598,12 @@ class ConnectionBehaviour(ScriptedServer):
             with self.assertRaises(msb.ConnectionLost):
                 async for event in stream:
                     got.append(event)
-            self.assertEqual([e.decision for e in got], ["ALLOW", "DENY", "UNREACHABLE"])
+            self.assertEqual([e.decision for e in got], ["ALLOW", "DENY", "UNREACHABLE", "DENY"])
             self.assertEqual(got[0].key, msb.SandboxKey("s", "t", "a"))
             self.assertEqual((got[0].port, got[0].host), (443, "h"))
+            self.assertEqual((got[0].count, got[0].first_time), (1, got[0].time))
+            self.assertEqual((got[3].count, got[3].first_time, got[3].time),
+                             (2980, "2025-12-31T23:59:59.5Z", "2026-01-01T00:00:00.000000001Z"))
             self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": "s"})
             await stream.aclose()
 

@@ -1,13 +1,398 @@
-/* hostile_files.c — see hostile.h. */
+/* hostile_files.c — see hostile.h. Findings 6, 8, 9, 10 and the file half
+ * of 14, on both file planes where they apply:
+ *   mounts      files.write over /etc/resolv.conf and files.remove of
+ *               /etc/hosts refused (OSError, errno EBUSY, data.mount), the
+ *               container's mountinfo still lists both; on the archive
+ *               plane writes under /proc and /sys refused (EXDEV); a
+ *               hard-linked file's stat says "file" on both planes
+ *   kill -9     a daemon SIGKILLed mid-write: the final name keeps its old
+ *               content whole; the next daemon removes the temporary the
+ *               killed one left (local plane: the journal), never listed
+ *   fd budget   concurrent reclaims of deep trees under a small
+ *               files.removal_fd_budget all succeed, the daemon's
+ *               descriptors stay within its idle count plus the budget */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "hostile.h"
+
+#define KILL_BYTES        (24u * 1024 * 1024)   /* the write a kill interrupts (32 MiB in base64) */
+#define WAIT_MS           30000
+#define RECLAIMS          24
+#define TREE_DEPTH        48
+#define TREE_FILES        1100                  /* at the bottom: a removal spans slices (1024 entries) */
+#define FD_BUDGET         16                    /* four removals at once */
+#define OLD_CONTENT       "old content, whole\n"
+
+static char lock_set[160], journal_set[160], journal_dir[128], test_dir[96];
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* The test's shared freeze lock and journal: a private dir under the run's
+ * directory (main removes it whatever failed). */
+static void dirs_once(void)
+{
+	struct msbd_proc holder = { 0 };
+
+	if (test_dir[0])
+		return;
+	msbd_prepare(&holder);
+	snprintf(test_dir, sizeof(test_dir), "%s", holder.dir);
+	snprintf(journal_dir, sizeof(journal_dir), "%s/journal", test_dir);
+	snprintf(lock_set, sizeof(lock_set), "freeze.lock_file=%s/freeze.lock", test_dir);
+	snprintf(journal_set, sizeof(journal_set), "files.journal_dir=%s", journal_dir);
+}
+
+static void daemon_up(struct msbd_proc *d, const char *plane, const char *extra)
+{
+	char plane_set[64];
+	const char *args[12];
+	size_t n = 0;
+
+	dirs_once();
+	/* The integration lane names a plane for every daemon ($MSB_FILE_PLANE,
+	 * put last): these tests name their own (Check forks each test). */
+	unsetenv("MSB_FILE_PLANE");
+	snprintf(plane_set, sizeof(plane_set), "files.plane=%s", plane);
+	args[n++] = "--set";
+	args[n++] = lock_set;
+	args[n++] = "--set";
+	args[n++] = journal_set;
+	args[n++] = "--set";
+	args[n++] = "egress.proxy_binary=";
+	args[n++] = "--set";
+	args[n++] = plane_set;
+	if (extra) {
+		args[n++] = "--set";
+		args[n++] = extra;
+	}
+	args[n] = NULL;
+	msbd_start(d, args);
+	json_decref(wait_engine_state(d->sock, "reachable", WAIT_MS));
+	for (long t0 = now_ms(); now_ms() - t0 < WAIT_MS; usleep(50000)) {
+		json_t *r = call(d->sock, "sandbox.list", NULL, NULL, NULL);
+
+		if (r) {
+			json_decref(r);
+			return;
+		}
+	}
+	ck_abort_msg("the daemon never read the engine's sandboxes");
+}
+
+static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
+{
+	json_t *key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "agent");
+	int code = 0;
+	char *type = NULL, *id;
+	json_t *r = call(d->sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", hostile_spec()),
+			 &code, &type);
+
+	ck_assert_msg(r, "acquire failed: %d %s", code, type ? type : "");
+	free(type);
+	id = strdup(jstr(r, "sandbox"));
+	ck_assert_msg(jstr(r, "file_plane") && strcmp(jstr(r, "file_plane"), want_plane) == 0,
+		      "the sandbox is served by the %s file plane; the test needs %s",
+		      jstr(r, "file_plane") ? jstr(r, "file_plane") : "(none)", want_plane);
+	json_decref(r);
+	return id;
+}
+
+static void dispose(const struct msbd_proc *d, const char *scope)
+{
+	json_t *key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "agent");
+
+	json_decref(call(d->sock, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL, NULL));
+}
+
+static char *guest_out(const char *id, const char *cmd)
+{
+	return sh_out("docker exec %s sh -c '%s' 2>&1", id, cmd);
+}
+
+/* A call expected to fail with OSError: data.errno is want_errno and, when
+ * want_mount is set, data.mount names it. */
+static void call_refused(const struct msbd_proc *d, const char *method, json_t *params, const char *want_errno,
+			 const char *want_mount)
+{
+	int fd = raw_connect(d->sock);
+	json_t *r, *err;
+	char *text;
+
+	ck_assert_int_ge(fd, 0);
+	raw_request_send(fd, 7, method, params);
+	r = raw_recv(fd, WAIT_MS);
+	close(fd);
+	ck_assert_msg(r, "%s: no reply", method);
+	text = json_dumps(r, JSON_COMPACT);
+	err = json_object_get(r, "error");
+	ck_assert_msg(err, "%s succeeded: %s", method, text);
+	ck_assert_msg(jstr(r, "error.data.type") && strcmp(jstr(r, "error.data.type"), "OSError") == 0 &&
+		      jstr(r, "error.data.errno") && strcmp(jstr(r, "error.data.errno"), want_errno) == 0,
+		      "%s: %s; expected OSError %s", method, text, want_errno);
+	if (want_mount)
+		ck_assert_msg(jstr(r, "error.data.mount") && strstr(jstr(r, "error.data.mount"), want_mount),
+			      "%s: %s; expected data.mount %s", method, text, want_mount);
+	free(text);
+	json_decref(r);
+}
+
+static void dirs_remove(void)
+{
+	free(sh_out("rm -rf %s", test_dir));
+}
+
+/* ---- mounts, pseudo filesystems, hard links ------------------------------------- */
+
+static void mounts_on(const char *plane)
+{
+	struct msbd_proc d = { 0 };
+	char scope[64], *id, *out;
+	json_t *r;
+
+	snprintf(scope, sizeof(scope), "hf-mounts-%s", plane);
+	daemon_up(&d, plane, NULL);
+	id = acquire(&d, scope, plane);
+	/* Over a bind-mounted file, and a removal of one: refused, mounts kept. */
+	call_refused(&d, "files.write",
+		     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path",
+			       "etc/resolv.conf", "content_text", "nameserver 192.0.2.1\n"), "EBUSY", "resolv.conf");
+	call_refused(&d, "files.remove",
+		     json_pack("{s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path", "etc/hosts"),
+		     "EBUSY", "hosts");
+	out = guest_out(id, "grep -c -E \" /etc/(resolv.conf|hosts) \" /proc/self/mountinfo");
+	ck_assert_msg(atoi(out) == 2, "the container's mounts changed: %s", out);
+	free(out);
+	out = guest_out(id, "grep -c 192.0.2.1 /etc/resolv.conf");
+	ck_assert_int_eq(atoi(out), 0);
+	free(out);
+	/* A file with two names: "file" on both planes (the kind of its inode). */
+	free(guest_out(id, "cd /maf-sandbox/work && echo one > a && ln a b"));
+	r = call(d.sock, "files.stat", json_pack("{s:s, s:s}", "sandbox", id, "path", "b"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(jstr(r, "kind"), "file");
+	json_decref(r);
+	if (strcmp(plane, "archive") == 0) {
+		/* Beneath the runtime's mounts the archive API would write hidden: refused. */
+		call_refused(&d, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory",
+							  "/", "path", "proc/hidden", "content_text", "x"), "EXDEV", "/proc");
+		call_refused(&d, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory",
+							  "/", "path", "sys/hidden", "content_text", "x"), "EXDEV", "/sys");
+		call_refused(&d, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory",
+							  "/", "path", "dev/shm/hidden", "content_text", "x"), "EXDEV", "/dev");
+	} else {
+		/* The local plane never writes on a pseudo filesystem. */
+		call_refused(&d, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory",
+							  "/", "path", "proc/hidden", "content_text", "x"), "EXDEV", NULL);
+	}
+	dispose(&d, scope);
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+
+START_TEST(mounts_never_replaced_or_removed)
+{
+	mounts_on("local");
+	mounts_on("archive");
+	dirs_remove();
+}
+END_TEST
+
+/* ---- kill -9 mid-write ----------------------------------------------------------- */
+
+static char *big_b64(char fill)
+{
+	char *content = malloc(KILL_BYTES), *b64;
+
+	ck_assert_ptr_nonnull(content);
+	memset(content, fill, KILL_BYTES);
+	b64 = harness_b64_encode(content, KILL_BYTES);
+	free(content);
+	return b64;
+}
+
+/* Whether a write's temporary is in the container's work dir (seen from the host). */
+static bool temp_present(pid_t cpid)
+{
+	char path[96];
+	struct dirent *de;
+	bool found = false;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/root/maf-sandbox/work", (int)cpid);
+	dir = opendir(path);
+	if (!dir)
+		return false;
+	while ((de = readdir(dir)))
+		found = found || strncmp(de->d_name, ".maf-sandbox-", 13) == 0;
+	closedir(dir);
+	return found;
+}
+
+static void kill_on(const char *plane)
+{
+	struct msbd_proc d1 = { 0 }, d2 = { 0 };
+	char scope[64], *id, *b64, *frame, *out;
+	json_t *req, *r;
+	pid_t cpid;
+	bool seen = false;
+	int fd;
+
+	snprintf(scope, sizeof(scope), "hf-kill-%s", plane);
+	daemon_up(&d1, plane, NULL);
+	id = acquire(&d1, scope, plane);
+	r = call(d1.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", id, "path", "big.bin",
+						   "content_text", OLD_CONTENT), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	json_decref(r);
+	for (int i = 0; i < 50 && (cpid = container_pid(id)) <= 0; i++)
+		usleep(100000);
+	if (cpid <= 0)
+		free(sh_out("docker inspect %s >&2", id));
+	ck_assert_msg(cpid > 0, "no pid for the sandbox's init");
+	b64 = big_b64('n');
+	req = json_pack("{s:s, s:i, s:s, s:{s:s, s:s, s:s}}", "jsonrpc", "2.0", "id", 1, "method", "files.write",
+			"params", "sandbox", id, "path", "big.bin", "content_b64", b64);
+	frame = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	free(b64);
+	fd = raw_connect(d1.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_send(fd, frame, strlen(frame));
+	raw_send(fd, "\n", 1);
+	free(frame);
+	/* The temporary exists: the write is under way. Kill. */
+	for (long t0 = now_ms(); !seen && now_ms() - t0 < WAIT_MS;)
+		seen = temp_present(cpid);
+	ck_assert_msg(seen, "no temporary appeared: the write was never caught under way");
+	msbd_signal(&d1, SIGKILL);
+	ck_assert_int_eq(msbd_wait(&d1, 20000), 128 + SIGKILL);
+	close(fd);
+
+	/* The next daemon: thaws (archive), removes the temporary. */
+	daemon_up(&d2, plane, NULL);
+	for (long t0 = now_ms(); now_ms() - t0 < WAIT_MS && temp_present(cpid);)
+		usleep(50000);
+	ck_assert_msg(!temp_present(cpid), "the killed daemon's temporary is still there");
+	out = guest_out(id, "cat /maf-sandbox/work/big.bin");
+	ck_assert_str_eq(out, "old content, whole");   /* sh_out drops the newline */
+	free(out);
+	if (strcmp(plane, "local") == 0) {
+		char *n = sh_out("grep -c 'the temporary of a write a killed daemon left' %s", d2.log);
+		int code = 0;
+		char *type = NULL;
+
+		r = call(d2.sock, "files.list", json_pack("{s:s, s:s}", "sandbox", id, "path", "."), &code, &type);
+		ck_assert_msg(atoi(n) == 1, "the next daemon did not say it removed the temporary");
+		free(n);
+		ck_assert_msg(r, "files.list failed: %d %s", code, type ? type : "");
+		for (size_t i = 0; i < json_array_size(jget(r, "entries")); i++)
+			ck_assert_ptr_null(strstr(json_string_value(json_object_get(
+							  json_array_get(jget(r, "entries"), i), "path")), ".maf-sandbox-"));
+		json_decref(r);
+	}
+	dispose(&d2, scope);
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d2), 0);
+	msbd_stop(&d1);
+	dirs_remove();
+}
+
+START_TEST(kill9_mid_write_local)
+{
+	kill_on("local");
+}
+END_TEST
+
+START_TEST(kill9_mid_write_archive)
+{
+	kill_on("archive");
+}
+END_TEST
+
+/* ---- the removal fd budget -------------------------------------------------------- */
+
+START_TEST(reclaims_share_the_fd_budget)
+{
+	struct msbd_proc d = { 0 };
+	char budget_set[64], *id, *out;
+	struct fd_census base, now;
+	int fd, replies = 0, peak = 0;
+
+	snprintf(budget_set, sizeof(budget_set), "files.removal_fd_budget=%d", FD_BUDGET);
+	daemon_up(&d, "local", budget_set);
+	id = acquire(&d, "hf-fds", "local");
+	/* Each tree: a chain TREE_DEPTH deep, TREE_FILES files at its bottom, so
+	 * its removal yields to the loop deep inside it, and they interleave. */
+	out = guest_out(id, "cd /maf-sandbox/work && p=$(for i in $(seq 48); do printf d/; done) && "
+			    "for t in $(seq 24); do mkdir -p t$t/$p && (cd t$t/$p && seq 1100 | xargs touch); done && "
+			    "echo made");
+	ck_assert_msg(strstr(out, "made"), "the trees were not made: %s", out);
+	free(out);
+	ck_assert(fd_census_take(d.pid, d.sock, &base));
+	fd = raw_connect(d.sock);
+	ck_assert_int_ge(fd, 0);
+	for (int t = 1; t <= RECLAIMS; t++) {
+		char dir[16];
+
+		snprintf(dir, sizeof(dir), "t%d", t);
+		raw_request_send(fd, t, "files.reclaim", json_pack("{s:s, s:s}", "sandbox", id, "directory", dir));
+	}
+	for (long t0 = now_ms(); replies < RECLAIMS;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		json_t *r;
+
+		/* The daemon's descriptors, sampled while the removals run. */
+		if (fd_census_take(d.pid, d.sock, &now) && now.files - base.files > peak)
+			peak = now.files - base.files;
+		if (poll(&pfd, 1, 2) <= 0) {
+			ck_assert_msg(now_ms() - t0 < WAIT_MS, "a reclaim never answered");
+			continue;
+		}
+		r = raw_recv(fd, WAIT_MS);
+		ck_assert_msg(r, "the daemon closed the connection");
+		ck_assert_msg(json_is_null(json_object_get(r, "result")) && json_object_get(r, "result"),
+			      "a reclaim failed: %s", json_dumps(r, JSON_COMPACT));
+		json_decref(r);
+		replies++;
+	}
+	close(fd);
+	ck_assert_msg(peak <= FD_BUDGET, "the daemon held %d descriptors over its idle count (budget %d)", peak,
+		      FD_BUDGET);
+	out = guest_out(id, "ls /maf-sandbox/work | grep -c ^t");
+	ck_assert_int_eq(atoi(out), 0);
+	free(out);
+	dispose(&d, "hf-fds");
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
 
 TCase *hostile_files_tcase(void)
 {
 	TCase *tc = tcase_create("files");
 
 	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, mounts_never_replaced_or_removed);
+	tcase_add_test(tc, kill9_mid_write_local);
+	tcase_add_test(tc, kill9_mid_write_archive);
+	tcase_add_test(tc, reclaims_share_the_fd_budget);
 	return tc;
 }

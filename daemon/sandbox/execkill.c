@@ -1,0 +1,407 @@
+/* execkill.c — a timed-out exec's processes, found and killed from the host
+ * (see execkill.h for the rule). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "execkill.h"
+#include "xmalloc.h"
+
+/* /proc/<pid>/cgroup and /proc/<pid>/stat are read up to this much. */
+#define EXECKILL_SMALL_FILE_MAX 65536
+/* A cgroup.procs line: a pid and its newline. */
+#define EXECKILL_PROCS_LINE_MAX 12
+
+unsigned long long execkill_now_ticks(void)
+{
+	struct timespec ts;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	if (hz <= 0)
+		hz = 100;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (unsigned long long)ts.tv_sec * (unsigned long long)hz +
+	       (unsigned long long)ts.tv_nsec / (1000000000ULL / (unsigned long long)hz);
+}
+
+/* ---- reading /proc ---------------------------------------------------------- */
+
+/* The whole of a small file, NUL-terminated, at most max bytes: *ret
+ * malloc'd. -errno (-EFBIG when longer). */
+static int read_file(const char *path, size_t max, char **ret, size_t *ret_len)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0, cap = 4096;
+
+	if (fd < 0)
+		return -errno;
+	buf = xmalloc(cap + 1);
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			if (cap >= max)
+				return -EFBIG;
+			cap = cap * 2 > max ? max : cap * 2;
+			buf = xrealloc(buf, cap + 1);
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*ret = TAKE_PTR(buf);
+	*ret_len = len;
+	return 0;
+}
+
+/* A decimal field of at most a long long: false when it is not one. */
+static bool parse_ull(const char *s, const char *end, unsigned long long *ret)
+{
+	unsigned long long v = 0;
+
+	if (s == end)
+		return false;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9' || v > (ULLONG_MAX - (unsigned long long)(*s - '0')) / 10)
+			return false;
+		v = v * 10 + (unsigned long long)(*s - '0');
+	}
+	*ret = v;
+	return true;
+}
+
+int execkill_parse_stat(const char *buf, size_t len, struct execkill_proc *ret)
+{
+	const char *end = buf + len, *p, *close = NULL;
+	unsigned long long v, pid, ppid = 0, start = 0;
+	char state = 0;
+	unsigned field = 3;
+
+	for (p = buf; p < end; p++)
+		if (*p == ')')
+			close = p;
+	p = memchr(buf, ' ', len);
+	if (!close || !p || p > close || !parse_ull(buf, p, &pid) || pid == 0 || pid > INT_MAX ||
+	    close + 2 >= end || close[1] != ' ')
+		return -EINVAL;
+	for (p = close + 2; p < end && field <= 22; field++) {
+		const char *f = p, *sp = memchr(p, ' ', (size_t)(end - p));
+		const char *fe = sp ? sp : end;
+
+		while (fe > f && (fe[-1] == '\n'))
+			fe--;
+		if (field == 3) {
+			if (fe - f != 1)
+				return -EINVAL;
+			state = *f;
+		} else if (field == 4 || field == 22) {
+			if (!parse_ull(f, fe, &v) || (field == 4 && v > INT_MAX))
+				return -EINVAL;
+			if (field == 4)
+				ppid = v;
+			else
+				start = v;
+		}
+		p = sp ? sp + 1 : end;
+	}
+	if (field <= 22)
+		return -EINVAL;
+	*ret = (struct execkill_proc){ .pid = (pid_t)pid, .ppid = (pid_t)ppid, .state = state, .start = start };
+	return 0;
+}
+
+static int read_stat(const char *proc_root, pid_t pid, struct execkill_proc *ret)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%d/stat", proc_root, (int)pid);
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+	int r = read_file(path, EXECKILL_SMALL_FILE_MAX, &buf, &len);
+
+	if (r < 0)
+		return r;
+	r = execkill_parse_stat(buf, len, ret);
+	return r < 0 ? r : (ret->pid == pid ? 0 : -EINVAL);
+}
+
+/* ---- the rule (pure) ---------------------------------------------------------- */
+
+static const struct execkill_proc *find_proc(const struct execkill_proc *procs, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (procs[i].pid == pid)
+			return &procs[i];
+	return NULL;
+}
+
+static bool is_gone(const struct execkill_proc *p)
+{
+	return p->state == 'Z' || p->state == 'X' || p->state == 'x';
+}
+
+/* Whether p is the exec's (execkill.h). */
+static bool is_execs(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
+		     const struct execkill_proc *p, bool root_ok)
+{
+	const struct execkill_proc *q = p;
+
+	if (p->pid == t->init || is_gone(p))
+		return false;
+	/* A chain is at most n long; a longer one has a loop (a scan that raced). */
+	for (size_t steps = 0; q && steps <= n; steps++) {
+		if (root_ok && q->pid == t->root)
+			return true;
+		if (q->pid == t->init)
+			return p->start >= t->since;
+		q = find_proc(procs, n, q->ppid);
+	}
+	return false;   /* another exec's tree (its root's parent is outside) */
+}
+
+size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
+		       pid_t *ret)
+{
+	const struct execkill_proc *root = t->root > 0 ? find_proc(procs, n, t->root) : NULL;
+	/* A root that started before the exec is a recycled pid: not the exec's. */
+	bool root_ok = root && root->start >= t->since && root->pid != t->init;
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (is_execs(procs, n, t, &procs[i], root_ok))
+			ret[k++] = procs[i].pid;
+	return k;
+}
+
+/* ---- the container's processes -------------------------------------------------- */
+
+/* Whether the comma-separated list s[0..n) holds word. */
+static bool list_has(const char *s, size_t n, const char *word)
+{
+	size_t w = strlen(word);
+
+	while (n > 0) {
+		const char *c = memchr(s, ',', n);
+		size_t k = c ? (size_t)(c - s) : n;
+
+		if (k == w && memcmp(s, word, w) == 0)
+			return true;
+		if (!c)
+			break;
+		n -= k + 1;
+		s = c + 1;
+	}
+	return false;
+}
+
+/* The cgroup.procs of init's cgroup: the v1 pids hierarchy's, else the v2
+ * one. NULL when /proc/<init>/cgroup names neither. */
+static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, pid_t init, int *reterr)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%d/cgroup", proc_root, (int)init);
+	_cleanup_free_ char *buf = NULL, *v2 = NULL;
+	size_t len;
+	char *line, *save = NULL;
+
+	*reterr = read_file(path, EXECKILL_SMALL_FILE_MAX, &buf, &len);
+	if (*reterr < 0)
+		return NULL;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+
+		if (!c2 || c2[1] != '/' || strstr(c2 + 1, "/../") || strstr(c2 + 1, "\\"))
+			continue;
+		if (list_has(c1 + 1, (size_t)(c2 - c1 - 1), "pids"))
+			return xasprintf("%s/pids%s/cgroup.procs", cgroup_root, c2 + 1);
+		if (!v2 && c1 - line == 1 && line[0] == '0' && c2 == c1 + 1)
+			v2 = xasprintf("%s%s/cgroup.procs", cgroup_root, c2 + 1);
+	}
+	*reterr = v2 ? 0 : -ENOENT;
+	return TAKE_PTR(v2);
+}
+
+static int pids_from_cgroup(const char *proc_root, const char *cgroup_root, pid_t init, pid_t **ret,
+			    size_t *ret_n)
+{
+	int r;
+	_cleanup_free_ char *path = cgroup_procs_path(proc_root, cgroup_root, init, &r);
+	_cleanup_free_ char *buf = NULL;
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t len, n = 0;
+	char *line, *save = NULL;
+
+	if (!path)
+		return r;
+	r = read_file(path, (size_t)EXECKILL_MAX_PROCS * EXECKILL_PROCS_LINE_MAX, &buf, &len);
+	if (r < 0 && r != -EFBIG)
+		return r;
+	if (r == -EFBIG)
+		return r;   /* the pid namespace scan is cut at the bound instead */
+	pids = xcalloc(EXECKILL_MAX_PROCS, sizeof(*pids));
+	for (line = strtok_r(buf, "\n", &save); line && n < EXECKILL_MAX_PROCS;
+	     line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long v;
+
+		if (parse_ull(line, line + strlen(line), &v) && v > 0 && v <= INT_MAX)
+			pids[n++] = (pid_t)v;
+	}
+	*ret = TAKE_PTR(pids);
+	*ret_n = n;
+	return 0;
+}
+
+static int ns_of(const char *proc_root, const char *pid, char *buf, size_t size)
+{
+	_cleanup_free_ char *path = xasprintf("%s/%s/ns/pid", proc_root, pid);
+	ssize_t n = readlink(path, buf, size - 1);
+
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return 0;
+}
+
+static int pids_from_pidns(const char *proc_root, pid_t init, pid_t **ret, size_t *ret_n)
+{
+	char want[64], have[64], init_s[16];
+	_cleanup_free_ pid_t *pids = NULL;
+	DIR *dir;
+	struct dirent *de;
+	size_t n = 0;
+	int r;
+
+	snprintf(init_s, sizeof(init_s), "%d", (int)init);
+	r = ns_of(proc_root, init_s, want, sizeof(want));
+	if (r < 0)
+		return r;
+	dir = opendir(proc_root);
+	if (!dir)
+		return -errno;
+	pids = xcalloc(EXECKILL_MAX_PROCS, sizeof(*pids));
+	while ((de = readdir(dir)) && n < EXECKILL_MAX_PROCS) {
+		unsigned long long v;
+
+		if (!parse_ull(de->d_name, de->d_name + strlen(de->d_name), &v) || v == 0 || v > INT_MAX)
+			continue;
+		if (ns_of(proc_root, de->d_name, have, sizeof(have)) == 0 && strcmp(have, want) == 0)
+			pids[n++] = (pid_t)v;
+	}
+	closedir(dir);
+	*ret = TAKE_PTR(pids);
+	*ret_n = n;
+	return 0;
+}
+
+int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
+		  size_t *ret_n, bool *ret_by_cgroup)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	_cleanup_free_ struct execkill_proc *procs = NULL;
+	struct execkill_proc self;
+	size_t n = 0, k = 0;
+	bool by_cgroup = true;
+	int r;
+
+	if (read_stat(proc_root, init, &self) < 0)
+		return -ESRCH;
+	r = pids_from_cgroup(proc_root, cgroup_root, init, &pids, &n);
+	if (r < 0) {
+		by_cgroup = false;
+		r = pids_from_pidns(proc_root, init, &pids, &n);
+	}
+	if (r < 0)
+		return r;
+	procs = n ? xcalloc(n, sizeof(*procs)) : NULL;
+	for (size_t i = 0; i < n; i++)
+		if (read_stat(proc_root, pids[i], &procs[k]) == 0)
+			k++;
+	*ret = TAKE_PTR(procs);
+	*ret_n = k;
+	*ret_by_cgroup = by_cgroup;
+	return 0;
+}
+
+/* ---- killing ------------------------------------------------------------------------ */
+
+/* SIGKILL to pid if it is still the process that started at start: true
+ * when sent. */
+static bool kill_same(const char *proc_root, pid_t pid, unsigned long long start)
+{
+	_cleanup_close_ int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct execkill_proc now;
+
+	if (fd < 0)
+		return false;
+	/* The pidfd holds this very process: if its start still matches, the
+	 * pid was not recycled between the scan and the open. */
+	if (read_stat(proc_root, pid, &now) < 0 || now.start != start)
+		return false;
+	return syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0;
+}
+
+struct killed {
+	pid_t pid;
+	unsigned long long start;
+};
+
+static bool was_killed(const struct killed *k, size_t n, const struct execkill_proc *p)
+{
+	for (size_t i = 0; i < n; i++)
+		if (k[i].pid == p->pid && k[i].start == p->start)
+			return true;
+	return false;
+}
+
+int execkill_run(const char *proc_root, const char *cgroup_root, const struct execkill_target *t,
+		 size_t *ret_killed)
+{
+	_cleanup_free_ struct killed *done = NULL;
+	size_t n_done = 0;
+	int r = -EAGAIN;
+
+	for (unsigned round = 0; round < EXECKILL_MAX_ROUNDS; round++) {
+		_cleanup_free_ struct execkill_proc *procs = NULL;
+		_cleanup_free_ pid_t *sel = NULL;
+		size_t n = 0, k, fresh = 0;
+		bool by_cgroup;
+
+		r = execkill_scan(proc_root, cgroup_root, t->init, &procs, &n, &by_cgroup);
+		if (r < 0)
+			break;
+		sel = xcalloc(n ? n : 1, sizeof(*sel));
+		k = execkill_select(procs, n, t, sel);
+		for (size_t i = 0; i < k; i++) {
+			const struct execkill_proc *p = find_proc(procs, n, sel[i]);
+
+			if (was_killed(done, n_done, p))
+				continue;
+			fresh++;
+			if (kill_same(proc_root, p->pid, p->start)) {
+				done = xrealloc(done, (n_done + 1) * sizeof(*done));
+				done[n_done++] = (struct killed){ p->pid, p->start };
+			}
+		}
+		if (fresh == 0) {
+			r = 0;
+			break;
+		}
+		r = -EAGAIN;
+	}
+	if (ret_killed)
+		*ret_killed = n_done;
+	return r;
+}

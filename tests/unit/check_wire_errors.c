@@ -1,0 +1,468 @@
+/* check_wire_errors.c — the daemon's methods against the fake engine, for
+ * the two promises of issue 17's findings 11 and 12:
+ *
+ *   - engine text never reaches the wire: every engine failure below carries
+ *     a distinctive message (SECRET), and the answer the client gets (error
+ *     object or disposal/reap result) holds the code and a stable reason
+ *     only, while the daemon's log has the engine's text;
+ *   - keys are per owner: an acquire asks the engine for the caller's own
+ *     name (root and administrators: the seed's name; anyone else: one with
+ *     its uid in the digest), so one user's key never meets another's
+ *     container.
+ *
+ * Calls go through rpc_dispatch with the daemon's own method table, as the
+ * server sends them. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "acquire.h"
+#include "cleanup.h"
+#include "config.h"
+#include "daemon.h"
+#include "engine.h"
+#include "fake_engine.h"
+#include "jsonrpc.h"
+#include "log.h"
+#include "loop.h"
+#include "names.h"
+#include "registry.h"
+#include "rpc.h"
+#include "xmalloc.h"
+
+#define RUN_MAX_MS 3000
+#define API        "/v1.41"
+#define JSON_TYPE  "Content-Type: application/json\r\n"
+#define PING    { .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true }
+#define VERSION { .path = API "/version", .repeat = true, \
+		  .body = "{\"Version\":\"20.10.24\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\"}" }
+/* What an engine might say: a registry, a resolver, an address of the host. */
+#define SECRET      "SECRET-ENGINE-TEXT 10.0.0.53"
+#define SECRET_BODY "{\"message\":\"" SECRET "\"}"
+#define IMAGE       "127.0.0.1:1/msb-unit/missing:1"
+#define ID16(c)     c c c c c c c c c c c c c c c c
+#define ID(c)       ID16(c) ID16(c) ID16(c) ID16(c)
+#define USER_UID    1000
+
+static struct event_base *base;
+static struct engine *engine;
+static struct msbd d;
+static int reachable_count;
+static int answered;
+static json_t *answer;   /* the last reply frame */
+
+static const struct engine_options test_opts = {
+	.timeout_ms = 2000, .reconnect_min_ms = 20, .reconnect_max_ms = 80,
+};
+
+static void setup(void)
+{
+	reachable_count = 0;
+	answered = 0;
+	answer = NULL;
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	engine = loop_engine_new(base, &test_opts, &reachable_count);
+	memset(&d, 0, sizeof(d));
+	d.base = base;
+	d.engine = engine;
+	d.config = config_new_defaults();
+	d.registry = registry_new();
+	d.acquires = acquire_table_new();
+	log_set_debug(true);
+}
+
+static void teardown(void)
+{
+	engine = engine_free(engine);      /* cancels what is in flight */
+	loop_run_until(base, NULL, 0, 20); /* ops complete from the loop */
+	d.acquires = acquire_table_free(d.acquires);
+	d.registry = registry_free(d.registry);
+	d.config = config_free(d.config);
+	json_decref(answer);
+	event_base_free(base);
+	fake_engine_cleanup();
+}
+
+static void done_cb(struct rpc_call *call, json_t *reply, void *arg)
+{
+	(void)call, (void)arg;
+	json_decref(answer);
+	answer = reply;
+	answered++;
+}
+
+static const struct rpc_call_ops ops = { .done = done_cb };
+
+/* Sends method(params) as peer uid (admin: root or sandbox.admin_group)
+ * and runs the loop until it is answered. The script must keep the engine
+ * reachable (PING, VERSION). */
+static void call_as(uid_t uid, bool admin, const char *method, const char *params)
+{
+	_cleanup_free_ char *frame = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"%s\",\"params\":%s}",
+					      method, params);
+	struct rpc_peer peer = { .pid = 1, .uid = uid, .gid = uid, .admin = admin };
+	struct jsonrpc_request req;
+	json_t *err = NULL;
+
+	ck_assert_int_eq(jsonrpc_request_parse(frame, strlen(frame), &req, &err), 0);
+	answered = 0;
+	(void)rpc_dispatch(msbd_methods, msbd_n_methods, &req, &peer, &d, &ops, NULL);
+	jsonrpc_request_release(&req);
+	loop_run_until(base, &answered, 1, RUN_MAX_MS);
+	ck_assert_int_eq(answered, 1);
+	ck_assert_ptr_nonnull(answer);
+}
+
+static void serve(const struct fake_reply *script, size_t n)
+{
+	loop_engine_start_reachable(base, engine, &reachable_count, script, n, RUN_MAX_MS);
+	loop_log_capture_start();
+}
+
+/* The answer, whole, holds none of the engine's text; the log does. */
+static void assert_engine_text_logged_only(void)
+{
+	_cleanup_free_ char *wire = json_dumps(answer, JSON_COMPACT);
+	bool logged = strstr(loop_logged(), SECRET) != NULL;
+
+	loop_log_capture_stop();
+	ck_assert_ptr_nonnull(wire);
+	ck_assert_msg(!strstr(wire, "SECRET-ENGINE-TEXT") && !strstr(wire, "10.0.0.53"),
+		      "engine text on the wire: %s", wire);
+	ck_assert_msg(logged, "the engine's text is not in the log");
+}
+
+static const json_t *error_of(void)
+{
+	const json_t *e = json_object_get(answer, "error");
+
+	ck_assert_msg(e != NULL, "not an error: %s", json_dumps(answer, JSON_COMPACT));
+	return e;
+}
+
+/* ---- a failed pull ------------------------------------------------------------ */
+
+#define ACQUIRE_PARAMS \
+	"{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}," \
+	"\"spec\":{\"kind\":\"k\",\"image\":\"" IMAGE "\",\"requires\":[]}}"
+#define TO_PULL \
+	PING, VERSION, \
+	{ .method = "GET", .path = API "/containers/", .status = 404, .body = "{\"message\":\"No such container\"}" }, \
+	{ .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"No such image\"}" }
+
+static const struct pull_row {
+	const char *what;
+	struct fake_reply pull;
+	int code;
+	const char *reason;   /* a substring of the stable message */
+	int engine_status;    /* data.engine_status; 0: absent */
+	const char *transport_text;   /* libc's or libcurl's text: in the log, not on the wire */
+} pull_rows[] = {
+	{ "a 404", { .method = "POST", .path = API "/images/create", .status = 404, .body = SECRET_BODY },
+	  1001, "image not found: " IMAGE " (pull it or check the name)", 404, NULL },
+	{ "a 500 (the registry unreachable)",
+	  { .method = "POST", .path = API "/images/create", .status = 500, .body = SECRET_BODY },
+	  1001, "image could not be pulled: " IMAGE, 500, NULL },
+	{ "an in-band error", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
+	  .body = "{\"status\":\"Pulling\"}\n{\"errorDetail\":{\"message\":\"" SECRET "\"},\"error\":\"" SECRET "\"}\n" },
+	  1001, "image could not be pulled: " IMAGE, 200, NULL },
+	/* repeat: libcurl retries once on a fresh connection when a reused one dies */
+	{ "the connection dropped", { .method = "POST", .path = API "/images/create", .raw = "", .repeat = true },
+	  1000, "could not be reached while pulling image " IMAGE, 0, "Empty reply from server" },
+	/* the engine answered 200, then the stream broke: not an engine never reached */
+	{ "the stream cut after its 200", { .method = "POST", .path = API "/images/create", .headers = JSON_TYPE,
+	  .chunked = true, .chunk_size = 16, .close_after_bytes = 150,
+	  .body = "{\"status\":\"Pulling fs layer\",\"id\":\"a1\"}\n{\"status\":\"Downloading\",\"id\":\"a1\"}\n"
+		  "{\"status\":\"Download complete\",\"id\":\"a1\"}\n{\"status\":\"Pull complete\",\"id\":\"a1\"}\n" },
+	  1001, "image could not be pulled: " IMAGE " (the pull was cut short", 0, "transfer closed" },
+};
+
+/* Text libc or libcurl gives for a broken transfer: never on the wire. */
+static const char *const transport_texts[] = {
+	"Connection reset", "reset by peer", "Empty reply", "transfer closed", "Recv failure",
+	"Connection refused", "connection abort", "Server returned nothing",
+};
+
+START_TEST(test_pull_failure)
+{
+	const struct pull_row *row = &pull_rows[_i];
+	const struct fake_reply script[] = { TO_PULL, row->pull };
+	const json_t *e, *data;
+
+	serve(script, ELEMENTSOF(script));
+	call_as(USER_UID, false, "sandbox.acquire", ACQUIRE_PARAMS);
+	e = error_of();
+	data = json_object_get(e, "data");
+	ck_assert_msg(json_integer_value(json_object_get(e, "code")) == row->code, "%s: %s", row->what,
+		      json_dumps(e, JSON_COMPACT));
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), row->reason), "%s: %s", row->what,
+		      json_string_value(json_object_get(e, "message")));
+	ck_assert_str_eq(json_string_value(json_object_get(data, "image")), IMAGE);
+	if (row->engine_status)
+		ck_assert_int_eq(json_integer_value(json_object_get(data, "engine_status")), row->engine_status);
+	else
+		ck_assert_msg(!json_object_get(data, "engine_status"), "%s: %s", row->what, json_dumps(e, JSON_COMPACT));
+	if (row->transport_text) {
+		/* nothing the engine said came back: libc's and libcurl's text instead */
+		_cleanup_free_ char *wire = json_dumps(answer, JSON_COMPACT);
+
+		ck_assert_msg(strstr(loop_logged(), row->transport_text), "%s: not logged: %s", row->what,
+			      loop_logged());
+		loop_log_capture_stop();
+		for (size_t i = 0; i < ELEMENTSOF(transport_texts); i++)
+			ck_assert_msg(!strstr(wire, transport_texts[i]), "%s: transport text on the wire: %s", row->what,
+				      wire);
+	} else {
+		assert_engine_text_logged_only();
+	}
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+/* ---- key spaces --------------------------------------------------------------- */
+
+/* The name an acquire asked the engine about (its first container inspect). */
+static const char *inspected_name(void)
+{
+	static char name[NAMES_CONTAINER_MAX];
+	const char *prefix = API "/containers/";
+
+	for (size_t i = 0; i < fake_engine_request_count(); i++) {
+		const struct fake_request *r = fake_engine_request(i);
+
+		if (strcmp(r->method, "GET") == 0 && strncmp(r->path, prefix, strlen(prefix)) == 0) {
+			snprintf(name, sizeof(name), "%.*s", (int)strcspn(r->path + strlen(prefix), "/"),
+				 r->path + strlen(prefix));
+			return name;
+		}
+	}
+	ck_abort_msg("no container was inspected");
+	return NULL;
+}
+
+static const struct space_row {
+	uid_t uid;
+	bool admin;
+	uid_t space;   /* the key space its name must be in */
+} space_rows[] = {
+	{ 0, true, 0 },                   /* root: the seed's names */
+	{ 4242, true, 0 },                /* sandbox.admin_group: acting for root */
+	{ USER_UID, false, USER_UID },    /* a user: its own */
+	{ USER_UID + 1, false, USER_UID + 1 },
+};
+
+START_TEST(test_acquire_names_its_callers_key_space)
+{
+	const struct space_row *row = &space_rows[_i];
+	const struct fake_reply script[] = {
+		TO_PULL, { .method = "POST", .path = API "/images/create", .status = 404, .body = SECRET_BODY },
+	};
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char want[NAMES_CONTAINER_MAX], seed[NAMES_CONTAINER_MAX];
+
+	serve(script, ELEMENTSOF(script));
+	call_as(row->uid, row->admin, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	names_container_ns(&key, "k", "", row->space, want);
+	names_container(&key, "k", "", seed);
+	ck_assert_str_eq(inspected_name(), want);
+	if (row->space == 0)
+		ck_assert_str_eq(inspected_name(), seed);
+	else
+		ck_assert_str_ne(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+/* ---- disposals and reap ------------------------------------------------------- */
+
+#define OWNER_LABELS \
+	"\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\",\"maf-sandbox.agent\":\"a\"," \
+	"\"maf-sandbox.kind\":\"k\",\"maf-sandbox.owner\":\"1000\""
+
+START_TEST(test_dispose_refused)
+{
+	const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/json", .headers = JSON_TYPE,
+		  .body = "[{\"Id\":\"" ID("a") "\",\"Names\":[\"/maf-sandbox-docker-aaaaaaaaaaaa\"],"
+			  "\"Labels\":{" OWNER_LABELS "}}]" },
+		{ .method = "DELETE", .path = API "/containers/" ID("a"), .status = 500, .body = SECRET_BODY },
+	};
+	const json_t *res;
+
+	serve(script, ELEMENTSOF(script));
+	call_as(USER_UID, false, "sandbox.dispose", "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}}");
+	res = json_object_get(answer, "result");
+	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(res, "detail")), "HTTP 500"));
+	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+START_TEST(test_dispose_instance_refused)
+{
+	const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/" ID("b") "/json", .headers = JSON_TYPE,
+		  .body = "{\"Id\":\"" ID("b") "\",\"Name\":\"/maf-sandbox-docker-bbbbbbbbbbbb\","
+			  "\"Config\":{\"Labels\":{" OWNER_LABELS "}}}" },
+		{ .method = "DELETE", .path = API "/containers/" ID("b"), .status = 500, .body = SECRET_BODY },
+	};
+	const json_t *res;
+
+	serve(script, ELEMENTSOF(script));
+	call_as(USER_UID, false, "sandbox.dispose",
+		"{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"},\"sandbox\":\"" ID("b") "\"}");
+	res = json_object_get(answer, "result");
+	ck_assert_str_eq(json_string_value(json_object_get(res, "code")), "refused");
+	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+START_TEST(test_reap_unlisted)
+{
+	const struct fake_reply script[] = {
+		PING, VERSION,
+		{ .method = "GET", .path = API "/containers/json", .status = 500, .body = SECRET_BODY },
+	};
+	const json_t *failure;
+
+	serve(script, ELEMENTSOF(script));
+	call_as(0, true, "sandbox.reap", "{\"older_than_seconds\":60}");
+	failure = json_array_get(json_object_get(json_object_get(answer, "result"), "failures"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(failure, "code")), "unlisted");
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(failure, "detail")), "HTTP 500"));
+	assert_engine_text_logged_only();
+	fake_engine_stop();   /* the script lives on this stack */
+}
+END_TEST
+
+/* A reap that cannot start is the engine's failure, never a params error
+ * with strerror text (here: the engine never reached, -ENOTCONN). Other
+ * start failures (a request libcurl cannot set up) take the same errmap
+ * path; nothing on the wire can provoke them. */
+START_TEST(test_reap_cannot_start)
+{
+	const json_t *e;
+	_cleanup_free_ char *wire = NULL;
+
+	call_as(0, true, "sandbox.reap", "{\"older_than_seconds\":60}");
+	e = error_of();
+	wire = json_dumps(answer, JSON_COMPACT);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1000);
+	ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "field"));
+	ck_assert_msg(!strstr(wire, "older_than_seconds") && !strstr(wire, "not connected"), "%s", wire);
+}
+END_TEST
+
+/* ---- root's key space: whose container root and administrators are served ------ */
+
+/* A container under the seed's name for the key, running, owned by owner
+ * (NULL: no label, as the seed makes them). */
+static const struct root_space_row {
+	const char *what;
+	uid_t uid;
+	const char *admin_group;   /* sandbox.admin_group, or NULL */
+	const char *owner;         /* the container's owner label */
+	bool served;
+} root_space_rows[] = {
+	{ "root, a user's from before per-owner keys", 0, NULL, "1000", false },
+	{ "an administrator, a user's", 4242, NULL, "1000", false },
+	{ "root, a former administrator's (left sandbox.admin_group)", 0, NULL, "1", false },
+	{ "root, an unreadable owner", 0, NULL, "1000x", false },
+	{ "root, the seed's (no owner)", 0, NULL, NULL, true },
+	{ "an administrator, root's", 4242, NULL, "0", true },
+	{ "an administrator, its own", 4242, NULL, "4242", true },
+	{ "root, a current administrator's (uid 1 in group daemon)", 0, "daemon", "1", true },
+};
+
+START_TEST(test_root_space_serves_only_roots)
+{
+	const struct root_space_row *row = &root_space_rows[_i];
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char seed[NAMES_CONTAINER_MAX], path[128], body[1024], owner[64] = "";
+	struct fake_reply script[3] = { PING, VERSION };
+	const json_t *e;
+
+	if (row->admin_group)
+		d.config->admin_group = xstrdup(row->admin_group);
+	names_container(&key, "k", "", seed);
+	if (row->owner)
+		snprintf(owner, sizeof(owner), ",\"maf-sandbox.owner\":\"%s\"", row->owner);
+	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
+	snprintf(body, sizeof(body),
+		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"x\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\"%s,"
+		 "\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, owner);
+	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
+	serve(script, ELEMENTSOF(script));
+	call_as(row->uid, true, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	ck_assert_str_eq(inspected_name(), seed);
+	fake_engine_stop();   /* the script lives on this stack */
+	if (row->served) {
+		const json_t *res = json_object_get(answer, "result");
+
+		ck_assert_msg(res, "%s: not served: %s", row->what, json_dumps(answer, JSON_COMPACT));
+		ck_assert_str_eq(json_string_value(json_object_get(res, "sandbox")), ID("c"));
+		return;
+	}
+	ck_assert_msg(!json_object_get(answer, "result"), "%s: served: %s", row->what,
+		      json_dumps(answer, JSON_COMPACT));
+	e = error_of();
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1106);
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "dispose"), "%s",
+		      json_string_value(json_object_get(e, "message")));
+	if (strcmp(row->owner, "1000x") == 0) {
+		ck_assert_ptr_null(json_object_get(json_object_get(e, "data"), "owner"));
+	} else {
+		ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(e, "data"), "owner")),
+				 strtol(row->owner, NULL, 10));
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "message")), row->owner));
+	}
+}
+END_TEST
+
+static Suite *wire_errors_suite(void)
+{
+	Suite *s = suite_create("wire_errors");
+	TCase *tc = tcase_create("engine_text");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_pull_failure, 0, ELEMENTSOF(pull_rows));
+	tcase_add_test(tc, test_dispose_refused);
+	tcase_add_test(tc, test_dispose_instance_refused);
+	tcase_add_test(tc, test_reap_unlisted);
+	tcase_add_test(tc, test_reap_cannot_start);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("key_spaces");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_acquire_names_its_callers_key_space, 0, ELEMENTSOF(space_rows));
+	tcase_add_loop_test(tc, test_root_space_serves_only_roots, 0, ELEMENTSOF(root_space_rows));
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	fake_run_dir_create("check_wire_errors");
+	sr = srunner_create(wire_errors_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	fake_run_dir_remove();
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
