@@ -310,10 +310,11 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
 }
 
-/* Nothing under way: no call, no output, no partial frame, no subscription. */
+/* Nothing under way: no call (in flight or parked for the reply budget),
+ * no output, no partial frame, no subscription. */
 static bool conn_is_idle(const struct conn *c)
 {
-	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 &&
+	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 && !c->rb_is_parked &&
 	       c->sub_types == 0 && frame_buf_pending(&c->in) == 0 &&
 	       evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
