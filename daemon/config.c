@@ -16,6 +16,7 @@
 #include "msb-limits.h"
 #include "msb-build.h"
 #include "plane_local.h"
+#include "replybound.h"
 #include "subnet.h"
 #include "xmalloc.h"
 
@@ -55,6 +56,8 @@ static const struct config_key config_keys[] = {
 	K("limits.buffer_budget_bytes", CONFIG_SIZE, buffer_budget_bytes, MSB_FRAME_MIN_BYTES, 1LL << 40, false, "bytes buffered from all clients"),
 	K("limits.frame_timeout_ms", CONFIG_LONG, frame_timeout_ms, 100, 3600000, false, "time for one frame to arrive whole"),
 	K("limits.write_timeout_ms", CONFIG_LONG, write_timeout_ms, 100, 3600000, false, "time a client may leave its replies unread"),
+	K("limits.reply_budget_bytes", CONFIG_SIZE, reply_budget_bytes, 64 * 1024, 1LL << 40, false, "reply bytes charged to calls in flight and queued unread, all clients together"),
+	K("limits.conn_reply_budget_bytes", CONFIG_SIZE, conn_reply_budget_bytes, 64 * 1024, 1LL << 40, false, "reply bytes charged to calls in flight and queued unread, one connection"),
 	K("limits.max_connections_per_uid", CONFIG_LONG, max_connections_per_uid, 1, 65536, false, "client connections of one uid at once (admins exempt)"),
 	K("limits.admin_reserved_connections", CONFIG_LONG, admin_reserved_connections, 0, 65535, false, "of limits.max_connections, kept for admins"),
 	K("limits.max_inflight_per_uid", CONFIG_LONG, max_inflight_per_uid, 1, 1048576, false, "requests in flight of one uid over all its connections (admins exempt)"),
@@ -124,6 +127,8 @@ struct msbd_config *config_new_defaults(void)
 	cfg->buffer_budget_bytes = MSB_BUFFER_BUDGET_BYTES;
 	cfg->frame_timeout_ms = MSB_FRAME_TIMEOUT_MS;
 	cfg->write_timeout_ms = MSB_WRITE_TIMEOUT_MS;
+	cfg->reply_budget_bytes = MSB_REPLY_BUDGET_BYTES;
+	cfg->conn_reply_budget_bytes = MSB_CONN_REPLY_BUDGET_BYTES;
 	cfg->drain_ms = MSB_DRAIN_TIMEOUT_MS;
 	cfg->max_connections_per_uid = MSB_MAX_CONNECTIONS_PER_UID;
 	cfg->admin_reserved_connections = MSB_ADMIN_RESERVED_CONNECTIONS;
@@ -401,6 +406,32 @@ static int config_check_egress(const struct msbd_config *cfg, char **reterr_mess
 	return 0;
 }
 
+/* Both reply budgets admit the largest single reply the files.* and exec.*
+ * caps allow, and the per-connection one is within the daemon-wide one. */
+static int config_check_reply_budgets(const struct msbd_config *cfg, char **reterr_message)
+{
+	size_t need = replybound_max(cfg);
+
+	if (cfg->conn_reply_budget_bytes < need || cfg->reply_budget_bytes < need) {
+		*reterr_message = xasprintf("%s (%zu) is below the largest single reply the files.* and exec.* "
+					    "caps allow (%zu bytes: a files.read of files.max_total_bytes in "
+					    "base64, or a sandbox.exec of exec.max_output_bytes with its text "
+					    "views and stream): raise it, or lower those caps",
+					    cfg->conn_reply_budget_bytes < need ? "limits.conn_reply_budget_bytes" :
+					    "limits.reply_budget_bytes",
+					    cfg->conn_reply_budget_bytes < need ? cfg->conn_reply_budget_bytes :
+					    cfg->reply_budget_bytes, need);
+		return -EINVAL;
+	}
+	if (cfg->conn_reply_budget_bytes > cfg->reply_budget_bytes) {
+		*reterr_message = xasprintf("limits.conn_reply_budget_bytes (%zu) is above "
+					    "limits.reply_budget_bytes (%zu): lower it, or raise the daemon-wide one",
+					    cfg->conn_reply_budget_bytes, cfg->reply_budget_bytes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 size_t config_uid_buffer_bytes(const struct msbd_config *cfg)
 {
 	size_t half = cfg->buffer_budget_bytes / 2;
@@ -476,6 +507,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 					    cfg->buffer_budget_bytes, cfg->max_frame_bytes);
 		return -EINVAL;
 	}
+	if (config_check_reply_budgets(cfg, reterr_message) < 0)
+		return -EINVAL;
 	if (config_check_fairness(cfg, reterr_message) < 0)
 		return -EINVAL;
 	if (cfg->engine_reconnect_min_ms > cfg->engine_reconnect_max_ms) {

@@ -66,6 +66,8 @@ struct msbd_config {
 	long reap_max_age_s;        /* reap.max_age_s: 0 = no timed sweep */
 	long reap_interval_s;       /* reap.interval_s */
 	char *freeze_lock_file;     /* freeze.lock_file: the host-wide freeze lock (hostlock.h) */
+	size_t reply_budget_bytes;  /* limits.reply_budget_bytes: replies charged, daemon-wide */
+	size_t conn_reply_budget_bytes; /* limits.conn_reply_budget_bytes: replies charged, one connection */
 	bool debug;                 /* log.debug */
 	char *file;                 /* the file read, or NULL */
 };

@@ -20,6 +20,7 @@
 #include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-build.h"
+#include "replybound.h"
 #include "server.h"
 #include "types.h"
 #include "cleanup.h"
@@ -155,6 +156,22 @@ static json_t *status_engine(const struct engine *e)
 	return j;
 }
 
+/* The request and reply budgets, what they hold now (issue 17). */
+static json_t *status_memory(const struct server_stats *s, const struct msbd_config *cfg)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			 "buffered_bytes", (json_int_t)s->buffered_bytes,
+			 "buffer_budget_bytes", (json_int_t)cfg->buffer_budget_bytes,
+			 "reply_reserved_bytes", (json_int_t)s->reply_reserved_bytes,
+			 "reply_queued_bytes", (json_int_t)s->reply_queued_bytes,
+			 "reply_budget_bytes", (json_int_t)cfg->reply_budget_bytes,
+			 "conn_reply_budget_bytes", (json_int_t)cfg->conn_reply_budget_bytes,
+			 "parked_calls", (json_int_t)s->parked_calls,
+			 "parked_total", (json_int_t)s->parked_total,
+			 "replies_over_bound", (json_int_t)s->replies_over_bound,
+			 "malloc_trims", (json_int_t)s->malloc_trims);
+}
+
 /* daemon.status's connections.by_uid lists at most this many uids. */
 #define MSB_STATUS_TOP_UIDS 8
 
@@ -174,9 +191,11 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 	const struct msbd *d = rpc_call_ctx(call);
 	const struct server_stats *s = server_get_stats(d->server);
 
+	json_t *r;
+
 	(void)params;
-	return rpc_reply(call, status_add_fairness(json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, "
-					 "s:{s:I, s:I, s:I}, s:o, s:s, s:s*}",
+	r = json_pack("{s:{s:s, s:I, s:f, s:s?}, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o, "
+					 "s:s, s:s*}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
 		"engine", status_engine(d->engine),
@@ -188,7 +207,10 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"errors", (json_int_t)s->requests_errors,
 		"egress", egress_status_json(d->egress),
 		"file_plane", d->plane_local ? "local" : "archive",
-		"file_plane_reason", d->plane_reason), d->server));
+		"file_plane_reason", d->plane_reason);
+	if (r)
+		json_object_set_new(r, "memory", status_memory(s, d->config));
+	return rpc_reply(call, status_add_fairness(r, d->server));
 }
 
 static json_t *engine_version_result(const struct engine *e, const char *body, size_t len)
@@ -328,27 +350,29 @@ static struct rpc_result *m_events_subscribe(struct rpc_call *call, const void *
 }
 
 const struct rpc_method msbd_methods[] = {
-	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params) },
-	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params) },
-	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params) },
+	{ MSB_METHOD_DAEMON_DESCRIBE, m_daemon_describe, NULL, sizeof(struct no_params), NULL },
+	{ MSB_METHOD_DAEMON_STATUS, m_daemon_status, NULL, sizeof(struct no_params), NULL },
+	{ MSB_METHOD_DAEMON_ENGINE, m_daemon_engine, NULL, sizeof(struct no_params), NULL },
 	{ MSB_METHOD_SANDBOX_ACQUIRE, m_sandbox_acquire, m_sandbox_acquire_spec,
-	  sizeof(struct m_sandbox_acquire_params) },
+	  sizeof(struct m_sandbox_acquire_params), NULL },
 	{ MSB_METHOD_SANDBOX_DISPOSE, m_sandbox_dispose, m_sandbox_dispose_spec,
-	  sizeof(struct m_sandbox_dispose_params) },
+	  sizeof(struct m_sandbox_dispose_params), NULL },
 	{ MSB_METHOD_SANDBOX_DISPOSE_SCOPE, m_sandbox_dispose_scope, m_sandbox_dispose_scope_spec,
-	  sizeof(struct m_sandbox_scope_params) },
+	  sizeof(struct m_sandbox_scope_params), NULL },
 	{ MSB_METHOD_SANDBOX_LIST, m_sandbox_list, m_sandbox_list_spec,
-	  sizeof(struct m_sandbox_scope_params) },
+	  sizeof(struct m_sandbox_scope_params), NULL },
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
-	  sizeof(struct m_sandbox_reap_params) },
-	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params) },
-	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_LIST, m_files_list, m_files_list_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params) },
-	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params) },
+	  sizeof(struct m_sandbox_reap_params), NULL },
+	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params), replybound_exec },
+	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params),
+	  replybound_files_read },
+	{ MSB_METHOD_FILES_STAT, m_files_stat, m_files_stat_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_LIST, m_files_list, m_files_list_spec, sizeof(struct m_files_params),
+	  replybound_files_list },
+	{ MSB_METHOD_FILES_REMOVE, m_files_remove, m_files_remove_spec, sizeof(struct m_files_params), NULL },
+	{ MSB_METHOD_FILES_RECLAIM, m_files_reclaim, m_files_reclaim_spec, sizeof(struct m_files_params), NULL },
 	{ MSB_METHOD_EVENTS_SUBSCRIBE, m_events_subscribe, m_events_subscribe_spec,
-	  sizeof(struct m_events_params) },
+	  sizeof(struct m_events_params), NULL },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);

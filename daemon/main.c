@@ -1,6 +1,7 @@
 /* maf-sandboxd — gives AI agents isolated Docker sandboxes over JSON-RPC. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -620,6 +621,23 @@ static void stop(struct msbd_main *m)
 	cmdline_free(&m->cmdline);
 }
 
+/* Freed memory goes back to the system (issue 17): a fixed mmap threshold
+ * (fixing it turns off glibc's dynamic one, which after the first freed
+ * 40 MB reply would keep every later one on the heap) puts each large
+ * frame, reply and file buffer in its own mapping, unmapped when freed; the
+ * trim threshold returns the heap's free top; the server trims the rest
+ * (malloc_trim) once a burst is over. */
+#define MSB_MALLOC_MMAP_THRESHOLD (256 * 1024)
+#define MSB_MALLOC_TRIM_THRESHOLD (1024 * 1024)
+
+static void malloc_tune(void)
+{
+	if (mallopt(M_MMAP_THRESHOLD, MSB_MALLOC_MMAP_THRESHOLD) != 1 ||
+	    mallopt(M_TRIM_THRESHOLD, MSB_MALLOC_TRIM_THRESHOLD) != 1)
+		/* Not glibc's allocator (a sanitizer's): it keeps its own ways. */
+		log_debug("mem", "mallopt refused the allocator's thresholds; idle memory may stay with the daemon");
+}
+
 int main(int argc, char **argv)
 {
 	struct msbd_main m = { 0 };
@@ -644,6 +662,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_set_debug(m.d.config->debug);
+	malloc_tune();
 	raise_fd_limit();
 	m.d.cmdline = &m.cmdline;
 	clock_gettime(CLOCK_MONOTONIC, &m.d.started);

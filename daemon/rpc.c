@@ -5,6 +5,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "replybound.h"
 #include "rpc.h"
 #include "xmalloc.h"
 
@@ -301,6 +302,15 @@ static int rpc_params_fill(const struct rpc_method *m, json_t *given, void *para
 		rpc_param_store(p, v, params);
 	}
 	return 0;
+}
+
+size_t rpc_reply_bound(const struct rpc_method *table, size_t n_methods, const struct jsonrpc_request *req,
+		       const struct msbd_config *cfg)
+{
+	const struct rpc_method *m = rpc_method_find(table, n_methods, req->method);
+	size_t bound = m && m->reply_bound ? m->reply_bound(req->params, cfg) : REPLYBOUND_DEFAULT_BYTES;
+
+	return bound + replybound_id(req->id);
 }
 
 struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,

@@ -73,11 +73,19 @@ struct rpc_param {
 	rpc_param_check *check;   /* NULL = none */
 };
 
+struct msbd_config;
+
+/* The most bytes the call's reply and notifications may take on the wire
+ * (replybound.h), from its params (borrowed, not yet validated: anything a
+ * client sent) and the configuration. */
+typedef size_t rpc_reply_bound_fn(const json_t *params, const struct msbd_config *cfg);
+
 struct rpc_method {
 	const char *name;
 	rpc_handler *handler;
 	const struct rpc_param *params;   /* terminated by a NULL name; NULL = none */
 	size_t params_size;               /* sizeof the params struct */
+	rpc_reply_bound_fn *reply_bound;  /* NULL: REPLYBOUND_DEFAULT_BYTES */
 };
 
 const char *rpc_param_type_to_string(enum rpc_param_type t);
@@ -89,6 +97,13 @@ const char *rpc_param_type_to_string(enum rpc_param_type t);
 struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 			      const struct jsonrpc_request *req, const struct rpc_peer *peer,
 			      void *ctx, const struct rpc_call_ops *ops, void *ops_arg);
+
+/* The bound on the reply to req (borrowed) under cfg: its method's
+ * reply_bound (the default for an unknown method or one without), plus the
+ * id echoed. Taken before dispatch, so the server can admit the call
+ * against its reply budgets. */
+size_t rpc_reply_bound(const struct rpc_method *table, size_t n_methods, const struct jsonrpc_request *req,
+		       const struct msbd_config *cfg);
 
 struct rpc_result *rpc_reply(struct rpc_call *call, json_t *result) __attribute__((warn_unused_result));
 struct rpc_result *rpc_fail(struct rpc_call *call, int code, json_t *data, const char *fmt, ...)

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -18,9 +19,17 @@
 #include "frame.h"
 #include "jsonrpc.h"
 #include "log.h"
+#include "replybound.h"
 #include "sd.h"
 #include "server.h"
 #include "xmalloc.h"
+
+/* What one admitted call is charged (the reply budgets). */
+struct conn_charge {
+	struct rpc_call *call;
+	size_t reply_left;          /* of its reply bound, not yet queued */
+	size_t request;             /* its request's bytes, held until it finishes */
+};
 
 struct conn {
 	struct server *srv;
@@ -48,6 +57,21 @@ struct conn {
 	struct timespec idle_since; /* when it last became idle (0: not idle) */
 	struct timespec frame_first; /* when its current partial frame began */
 	TAILQ_ENTRY(conn) entry;
+	/* The reply budgets (issue 17): what is charged to this connection. */
+	size_t rb_reserved;         /* Σ reply_left + request of its charges */
+	size_t rb_queued;           /* its output buffer's length, as seen by rb_out_cb */
+	struct conn_charge *rb_charges;  /* calls admitted and pending */
+	size_t rb_n_charges;
+	struct conn_charge rb_cur;  /* the call being dispatched (may finish inside) */
+	bool rb_dispatching;
+	bool rb_cur_done;
+	size_t rb_last_sent;        /* bytes the last conn_send queued */
+	struct evbuffer_cb_entry *rb_out_cb;
+	bool rb_is_parked;          /* a parsed request waits for budget */
+	struct jsonrpc_request rb_parked;
+	size_t rb_parked_charge;
+	size_t rb_parked_len;       /* its frame's bytes, counted in buffered_bytes */
+	TAILQ_ENTRY(conn) rb_park_entry;
 };
 
 /* One uid's share of the daemon (fairness): its connections, its calls in
@@ -96,6 +120,12 @@ struct server {
 	struct server_stats stats;
 	TAILQ_HEAD(, conn) conns;
 	LIST_HEAD(, uid_share) shares;
+	/* The reply budgets: connections with a parked request, oldest first. */
+	TAILQ_HEAD(, conn) rb_parked_q;
+	struct event *rb_unpark_ev;
+	struct event *rb_trim_ev;
+	size_t rb_freed;            /* charged bytes freed since the last trim */
+	unsigned rb_trim_defers;
 };
 
 static void conn_process(struct conn *c);
@@ -103,6 +133,12 @@ struct server_event;
 static void server_event_release(struct server_event *ev);
 static void conn_close(struct conn *c, const char *reason);
 static void conn_free_events(struct conn *c);
+static void conn_rb_release_call(struct conn *c, struct rpc_call *call);
+static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification);
+static void conn_rb_close(struct conn *c);
+static void conn_rb_refuse_parked(struct conn *c);
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge);
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len);
 
 /* ---- fairness between uids -------------------------------------------- */
 
@@ -274,10 +310,11 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
 }
 
-/* Nothing under way: no call, no output, no partial frame, no subscription. */
+/* Nothing under way: no call (in flight or parked for the reply budget),
+ * no output, no partial frame, no subscription. */
 static bool conn_is_idle(const struct conn *c)
 {
-	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 &&
+	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 && !c->rb_is_parked &&
 	       c->sub_types == 0 && frame_buf_pending(&c->in) == 0 &&
 	       evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
@@ -511,12 +548,20 @@ json_t *server_fair_status(const struct server *srv, size_t max_uids)
 
 /* ---- sending ---------------------------------------------------------- */
 
-/* Queues one reply frame. reply stolen. */
+static void conn_frame_free_cb(const void *data, size_t len, void *arg)
+{
+	(void)len, (void)arg;
+	free((void *)data);
+}
+
+/* Queues one reply frame (by reference: the encoded frame is freed as it
+ * leaves the output buffer, never copied). reply stolen. */
 static void conn_send(struct conn *c, json_t *reply)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
 
+	c->rb_last_sent = 0;
 	if (c->dead) {
 		json_decref(reply);
 		return;
@@ -525,8 +570,12 @@ static void conn_send(struct conn *c, json_t *reply)
 		c->srv->stats.requests_errors++;
 	buf = frame_encode(reply, &len);
 	json_decref(reply);
-	if (!buf || bufferevent_write(c->bev, buf, len) < 0)
+	if (!buf || evbuffer_add_reference(bufferevent_get_output(c->bev), buf, len, conn_frame_free_cb, NULL) < 0) {
 		conn_close(c, "cannot queue a reply");
+		return;
+	}
+	buf = NULL;     /* the output buffer's now */
+	c->rb_last_sent = len;
 }
 
 /* Replies with an error that ends the connection, then closes after flushing. */
@@ -571,7 +620,7 @@ static bool conn_may_take(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
-	return !c->dead && !c->closing && !c->srv->draining &&
+	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
 	       c->inflight < (unsigned)cfg->max_inflight && conn_fair_may_take(c) &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
 }
@@ -651,7 +700,7 @@ static void server_update_budget(struct server *srv)
 
 static void conn_account(struct conn *c)
 {
-	size_t now = c->dead ? 0 : frame_buf_pending(&c->in), was = c->accounted;
+	size_t now = c->dead ? 0 : frame_buf_pending(&c->in) + c->rb_parked_len, was = c->accounted;
 
 	c->srv->stats.buffered_bytes = c->srv->stats.buffered_bytes - c->accounted + now;
 	c->accounted = now;
@@ -718,8 +767,10 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 	c->inflight--;
 	srv->stats.requests_in_flight--;
 	conn_fair_calls_end(c, 1);
+	c->rb_last_sent = 0;
 	if (reply)
 		conn_send(c, reply);
+	conn_rb_release_call(c, call);
 	/* Frames held back by the in-flight limit are taken at the loop
 	 * boundary, never from inside a dispatch. */
 	if (!c->dead)
@@ -729,8 +780,7 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 
 static void conn_call_notify(struct rpc_call *call, json_t *notification, void *arg)
 {
-	(void)call;
-	conn_send(arg, notification);
+	conn_rb_send_notification(arg, call, notification);
 }
 
 static const struct rpc_call_ops conn_call_ops = {
@@ -742,8 +792,8 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 {
 	struct server *srv = c->srv;
 	struct jsonrpc_request req;
-	struct rpc_call *call;
 	json_t *err_reply = NULL;
+	size_t charge;
 
 	srv->stats.requests_total++;
 	if (jsonrpc_request_parse(line, len, &req, &err_reply) < 0) {
@@ -752,15 +802,44 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 		conn_send(c, err_reply);
 		return;
 	}
+	/* Parked (req kept) until the reply budgets admit it. */
+	if (!conn_rb_admit(c, &req, len, &charge))
+		return;
+	conn_dispatch(c, &req, charge, len);
+}
+
+/* Runs an admitted request charged charge bytes (len of them its own);
+ * req released. */
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len)
+{
+	struct server *srv = c->srv;
+	struct rpc_call *call;
+
+	c->rb_reserved += charge;
+	srv->stats.reply_reserved_bytes += charge;
+	c->rb_cur = (struct conn_charge){ .reply_left = charge - len, .request = len };
+	c->rb_dispatching = true;
+	c->rb_cur_done = false;
 	c->inflight++;
 	srv->stats.requests_in_flight++;
 	conn_fair_call_start(c);
-	call = rpc_dispatch(msbd_methods, msbd_n_methods, &req, &c->peer, srv->d, &conn_call_ops, c);
+	call = rpc_dispatch(msbd_methods, msbd_n_methods, req, &c->peer, srv->d, &conn_call_ops, c);
+	c->rb_dispatching = false;
+	if (call && c->dead) {
+		/* Closed while the call started: it may not call back into c. */
+		rpc_call_detach(call);
+		call = NULL;
+	}
 	if (call) {
 		c->calls = xrealloc(c->calls, (c->n_calls + 1) * sizeof(*c->calls));
 		c->calls[c->n_calls++] = call;
+		if (!c->rb_cur_done) {
+			c->rb_cur.call = call;
+			c->rb_charges = xrealloc(c->rb_charges, (c->rb_n_charges + 1) * sizeof(*c->rb_charges));
+			c->rb_charges[c->rb_n_charges++] = c->rb_cur;
+		}
 	}
-	jsonrpc_request_release(&req);
+	jsonrpc_request_release(req);
 }
 
 /* ---- connection events ------------------------------------------------ */
@@ -788,7 +867,7 @@ static void conn_process(struct conn *c)
 	conn_account(c);
 	conn_update_frame_timer(c, taken);
 	conn_update_read(c);
-	if (c->eof && !c->dead && c->inflight == 0 &&
+	if (c->eof && !c->dead && c->inflight == 0 && !c->rb_is_parked &&
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_close(c, "client closed the connection");
 	conn_update_idle(c);
@@ -934,6 +1013,7 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 	conn_free_events(c);
 	server_share_put(c->share);
 	free(c->calls);
+	free(c->rb_charges);
 	free(c->sub_scope);
 	free(c);
 }
@@ -958,6 +1038,7 @@ static void conn_close(struct conn *c, const char *reason)
 	srv->stats.requests_in_flight -= c->inflight;
 	c->inflight = 0;
 	c->n_calls = 0;
+	conn_rb_close(c);
 	bufferevent_free(c->bev);
 	c->bev = NULL;
 	frame_buf_release(&c->in);
@@ -969,6 +1050,290 @@ static void conn_close(struct conn *c, const char *reason)
 	srv->stats.connections_current--;
 	event_active(c->free_ev, EV_TIMEOUT, 0);
 	server_check_drained(srv);
+}
+
+/* ---- the reply budgets (issue 17) --------------------------------------
+ * Each admitted call is charged its reply bound (rpc_reply_bound) plus its
+ * request's bytes; the reply part moves to the output buffer as the reply
+ * (and each notification) is queued, the request part is released when the
+ * call finishes, and queued bytes are released as they are written
+ * (rb_out_cb). The charged total, reserved + queued, is held under
+ * limits.conn_reply_budget_bytes per connection and
+ * limits.reply_budget_bytes for the daemon; a request that does not fit is
+ * parked on its connection (one at most: nothing more is read or taken
+ * from it) and dispatched, oldest first, when written bytes free enough. */
+
+static size_t conn_rb_total(const struct conn *c)
+{
+	return c->rb_reserved + c->rb_queued;
+}
+
+static size_t server_rb_total(const struct server *srv)
+{
+	return srv->stats.reply_reserved_bytes + srv->stats.reply_queued_bytes;
+}
+
+/* Charged bytes were released, n of them memory freed (written replies,
+ * finished requests): parked calls may go, and a trim is due after a
+ * large free. */
+static void server_rb_freed(struct server *srv, size_t n)
+{
+	struct timeval tv = { SERVER_TRIM_DELAY_MS / 1000, (SERVER_TRIM_DELAY_MS % 1000) * 1000 };
+
+	if (!TAILQ_EMPTY(&srv->rb_parked_q))
+		event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
+	srv->rb_freed += n;
+	if (srv->rb_freed >= SERVER_TRIM_AFTER_BYTES && !evtimer_pending(srv->rb_trim_ev, NULL))
+		evtimer_add(srv->rb_trim_ev, &tv);
+}
+
+static void conn_rb_unreserve(struct conn *c, size_t n)
+{
+	assert(c->rb_reserved >= n && c->srv->stats.reply_reserved_bytes >= n);
+	c->rb_reserved -= n;
+	c->srv->stats.reply_reserved_bytes -= n;
+}
+
+/* The output buffer grew or was written: the queued count follows it. */
+static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct conn *c = arg;
+	struct server *srv = c->srv;
+
+	(void)buf;
+	if (info->n_added == 0 && info->n_deleted == 0)
+		return;
+	c->rb_queued += info->n_added;
+	srv->stats.reply_queued_bytes += info->n_added;
+	assert(c->rb_queued >= info->n_deleted && srv->stats.reply_queued_bytes >= info->n_deleted);
+	c->rb_queued -= info->n_deleted;
+	srv->stats.reply_queued_bytes -= info->n_deleted;
+	if (info->n_deleted > 0)
+		server_rb_freed(srv, info->n_deleted);
+}
+
+/* May c start a call charged charge bytes now? queued: c is the parked
+ * connection being served (others do not overtake the parked ones). */
+static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
+{
+	const struct msbd_config *cfg = c->srv->d->config;
+	size_t mine = conn_rb_total(c), all = server_rb_total(c->srv);
+
+	if (mine == 0 && charge <= SERVER_REPLY_IDLE_BYTES)
+		return true;    /* a small call of an idle connection: always */
+	if (all == 0)
+		return true;    /* any one call alone (the budgets admit the largest) */
+	if (!queued && !TAILQ_EMPTY(&c->srv->rb_parked_q))
+		return false;
+	if (mine > 0 && (charge > cfg->conn_reply_budget_bytes || mine > cfg->conn_reply_budget_bytes - charge))
+		return false;
+	return charge <= cfg->reply_budget_bytes && all <= cfg->reply_budget_bytes - charge;
+}
+
+/* Admits req (true: *ret_charge set, dispatch it) or parks it on c (false:
+ * req is kept). */
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge)
+{
+	struct server *srv = c->srv;
+	size_t charge = rpc_reply_bound(msbd_methods, msbd_n_methods, req, srv->d->config) + len;
+
+	if (conn_rb_admits(c, charge, false)) {
+		*ret_charge = charge;
+		return true;
+	}
+	log_debug("conn", "connection %llu: %s charged %zu bytes waits for the reply budget "
+		  "(connection %zu, daemon %zu charged)", (unsigned long long)c->id, req->method, charge,
+		  conn_rb_total(c), server_rb_total(srv));
+	c->rb_parked = *req;
+	c->rb_parked_charge = charge;
+	c->rb_parked_len = len;
+	c->rb_is_parked = true;
+	TAILQ_INSERT_TAIL(&srv->rb_parked_q, c, rb_park_entry);
+	srv->stats.parked_calls++;
+	srv->stats.parked_total++;
+	/* Only the order may have held it: let the queue decide. */
+	event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
+	return false;
+}
+
+/* Takes the parked request off c; *ret owned by the caller. */
+static void conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret)
+{
+	*ret = c->rb_parked;
+	c->rb_parked = (struct jsonrpc_request){ 0 };
+	c->rb_is_parked = false;
+	c->rb_parked_len = 0;
+	TAILQ_REMOVE(&c->srv->rb_parked_q, c, rb_park_entry);
+	c->srv->stats.parked_calls--;
+}
+
+/* Serves parked connections in arrival order: one whose own connection has
+ * no room waits for its client (and is passed over); the first that the
+ * daemon-wide budget cannot take stops the pass. */
+static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+	const struct msbd_config *cfg = srv->d->config;
+	bool again = true;
+
+	(void)fd, (void)what;
+	while (again) {
+		struct conn *c;
+
+		again = false;
+		TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry) {
+			struct jsonrpc_request req;
+			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, mine = conn_rb_total(c);
+
+			if (c->dead || srv->draining)
+				continue;
+			if (mine > 0 && (mine > cfg->conn_reply_budget_bytes ||
+					 charge > cfg->conn_reply_budget_bytes - mine))
+				continue;
+			if (!conn_rb_admits(c, charge, true))
+				break;
+			conn_rb_unpark(c, &req);
+			log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
+				  (unsigned long long)c->id, req.method);
+			conn_dispatch(c, &req, charge, len);
+			if (!c->dead) {
+				conn_account(c);
+				event_active(c->resume_ev, EV_TIMEOUT, 0);
+			}
+			/* The dispatch may have closed connections: start over. */
+			again = true;
+			break;
+		}
+	}
+}
+
+static struct conn_charge *conn_rb_find(struct conn *c, struct rpc_call *call)
+{
+	for (size_t i = 0; i < c->rb_n_charges; i++)
+		if (c->rb_charges[i].call == call)
+			return &c->rb_charges[i];
+	return c->rb_dispatching && !c->rb_cur_done ? &c->rb_cur : NULL;
+}
+
+/* The call finished (its reply, if any, queued): what is left of its
+ * charge is released. */
+static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
+{
+	struct conn_charge *ch = conn_rb_find(c, call);
+	size_t sent = c->rb_last_sent;
+
+	c->rb_last_sent = 0;
+	if (!ch)
+		return;
+	if (sent > ch->reply_left) {
+		c->srv->stats.replies_over_bound++;
+		log_warnx("connection %llu: a %s reply of %zu bytes passed its bound by %zu bytes "
+			  "(counted at its size)", (unsigned long long)c->id, rpc_call_method(call), sent,
+			  sent - ch->reply_left);
+	}
+	conn_rb_unreserve(c, ch->reply_left + ch->request);
+	server_rb_freed(c->srv, ch->request);
+	if (ch == &c->rb_cur)
+		c->rb_cur_done = true;
+	else
+		*ch = c->rb_charges[--c->rb_n_charges];
+}
+
+/* A notification of a call in flight: taken from the call's reply bound;
+ * past it, counted at its size while both budgets hold it, else the
+ * connection is closed (its client leaves notifications unread). */
+static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification)
+{
+	struct conn_charge *ch = conn_rb_find(c, call);
+	const struct msbd_config *cfg = c->srv->d->config;
+	_cleanup_free_ char *buf = NULL;
+	size_t len, use, over;
+
+	if (c->dead) {
+		json_decref(notification);
+		return;
+	}
+	buf = frame_encode(notification, &len);
+	json_decref(notification);
+	if (!buf) {
+		conn_close(c, "cannot queue a notification");
+		return;
+	}
+	use = ch ? (len < ch->reply_left ? len : ch->reply_left) : 0;
+	over = len - use;
+	if (over > 0 && (conn_rb_total(c) + over > cfg->conn_reply_budget_bytes ||
+			 server_rb_total(c->srv) + over > cfg->reply_budget_bytes)) {
+		log_warnx("connection %llu (uid %u): notifications of %s left unread past the reply budget "
+			  "(%zu bytes charged to the connection), closing", (unsigned long long)c->id,
+			  (unsigned)c->peer.uid, rpc_call_method(call), conn_rb_total(c));
+		conn_close(c, "notifications unread past the reply budget");
+		return;
+	}
+	if (ch) {
+		ch->reply_left -= use;
+		conn_rb_unreserve(c, use);
+	}
+	if (evbuffer_add_reference(bufferevent_get_output(c->bev), buf, len, conn_frame_free_cb, NULL) < 0) {
+		conn_close(c, "cannot queue a notification");
+		return;
+	}
+	buf = NULL;
+}
+
+/* A parked request when the drain begins: answered ShuttingDown. */
+static void conn_rb_refuse_parked(struct conn *c)
+{
+	struct jsonrpc_request req;
+
+	if (!c->rb_is_parked)
+		return;
+	conn_rb_unpark(c, &req);
+	conn_account(c);
+	if (req.id)
+		conn_send(c, jsonrpc_reply_error(req.id, msb_error_object(MSB_ERR_SHUTTING_DOWN, NULL, NULL)));
+	jsonrpc_request_release(&req);
+}
+
+/* The connection closes: all it was charged is released, a parked request
+ * dropped. Before its bufferevent is freed. */
+static void conn_rb_close(struct conn *c)
+{
+	struct server *srv = c->srv;
+	size_t freed = c->rb_reserved + c->rb_queued;
+
+	if (c->rb_is_parked) {
+		struct jsonrpc_request req;
+
+		conn_rb_unpark(c, &req);
+		jsonrpc_request_release(&req);
+	}
+	if (c->rb_out_cb)
+		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->rb_out_cb);
+	c->rb_out_cb = NULL;
+	srv->stats.reply_queued_bytes -= c->rb_queued;
+	c->rb_queued = 0;
+	conn_rb_unreserve(c, c->rb_reserved);
+	c->rb_n_charges = 0;
+	c->rb_cur_done = true;
+	server_rb_freed(srv, freed);
+}
+
+/* Hands idle memory back to the system once charged bytes were freed:
+ * when no call is in flight, or after SERVER_TRIM_MAX_DEFER delays. */
+static void server_rb_trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+	struct timeval tv = { SERVER_TRIM_DELAY_MS / 1000, (SERVER_TRIM_DELAY_MS % 1000) * 1000 };
+
+	(void)fd, (void)what;
+	if (srv->stats.requests_in_flight > 0 && srv->rb_trim_defers++ < SERVER_TRIM_MAX_DEFER) {
+		evtimer_add(srv->rb_trim_ev, &tv);
+		return;
+	}
+	srv->rb_trim_defers = 0;
+	srv->rb_freed = 0;
+	srv->stats.malloc_trims++;
+	malloc_trim(0);
 }
 
 /* ---- accepting -------------------------------------------------------- */
@@ -1055,6 +1420,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 		return;
 	}
 	conn_set_timeouts(c);
+	c->rb_out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev), conn_rb_output_cb, c);
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
@@ -1106,7 +1472,10 @@ struct server *server_new(struct msbd *d)
 	LIST_INIT(&srv->shares);
 	srv->accept_retry_ev = evtimer_new(d->base, server_accept_retry_cb, srv);
 	srv->drained_ev = event_new(d->base, -1, 0, server_drained_cb, srv);
-	if (!srv->accept_retry_ev || !srv->drained_ev)
+	TAILQ_INIT(&srv->rb_parked_q);
+	srv->rb_unpark_ev = event_new(d->base, -1, 0, server_rb_unpark_cb, srv);
+	srv->rb_trim_ev = evtimer_new(d->base, server_rb_trim_cb, srv);
+	if (!srv->accept_retry_ev || !srv->drained_ev || !srv->rb_unpark_ev || !srv->rb_trim_ev)
 		fatalx("%s: cannot create events", __func__);
 	return srv;
 }
@@ -1260,9 +1629,10 @@ static void conn_refuse_held(struct conn *c)
 	size_t len;
 	ssize_t n;
 
+	conn_rb_refuse_parked(c);
 	/* What the client had sent when the drain began counts as received,
 	 * even if the loop had not read it yet: read it now, without waiting. */
-	if (conn_take_input(c) < 0)
+	if (c->dead || conn_take_input(c) < 0)
 		return;
 	while (!c->eof && (n = recv(bufferevent_getfd(c->bev), buf, sizeof(buf), MSG_DONTWAIT)) > 0)
 		if (conn_append(c, buf, (size_t)n) < 0)
@@ -1316,6 +1686,7 @@ void server_config_changed(struct server *srv)
 	server_fair_config_changed(srv);
 	TAILQ_FOREACH(c, &srv->conns, entry)
 		conn_update_read(c);
+	event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
 }
 
 struct server *server_free(struct server *srv)
@@ -1337,6 +1708,8 @@ struct server *server_free(struct server *srv)
 		unlink(srv->path);
 	event_free(srv->accept_retry_ev);
 	event_free(srv->drained_ev);
+	event_free(srv->rb_unpark_ev);
+	event_free(srv->rb_trim_ev);
 	for (size_t i = 0; srv->ring && i < srv->ring_len; i++)
 		server_event_release(&srv->ring[(srv->ring_head + i) % SERVER_EVENTS_KEPT]);
 	free(srv->ring);

@@ -4,7 +4,12 @@
  * arrive), dispatches each complete frame, and writes replies in order of
  * completion. Reading on a connection stops while it has max_inflight calls
  * in flight or a large reply queued, and on all connections while the
- * daemon-wide buffer budget is spent. Protocol violations (an oversize
+ * daemon-wide buffer budget is spent. Each request is charged its reply
+ * bound (rpc_reply_bound) plus its own bytes before it is dispatched; one
+ * that would pass the connection's or the daemon's reply budget is parked
+ * (the connection is neither read nor served meanwhile) until written
+ * replies free enough, parked connections in arrival order. A charge is
+ * released as the reply's bytes leave the output buffer. Protocol violations (an oversize
  * frame, a frame that does not arrive whole in time) get an error reply with
  * id null and close the connection; anything else gets a reply and the
  * connection stays. Ownership: server_new → server_free; connections are
@@ -32,6 +37,17 @@
 
 /* Stop taking new frames from a connection while this much of its output is queued. */
 #define MSB_CONN_OUTPUT_PAUSE_BYTES (1024 * 1024)
+/* A call whose charge (reply bound + request bytes) is at most this is
+ * always admitted on a connection with nothing charged: daemon.status
+ * answers however the budget is spent (beyond it by at most
+ * max_connections × this). */
+#define SERVER_REPLY_IDLE_BYTES (128 * 1024)
+/* Once this many charged bytes were freed, hand idle memory back to the
+ * system (malloc_trim) after SERVER_TRIM_DELAY_MS, when no call is in
+ * flight, or after SERVER_TRIM_MAX_DEFER delays anyway. */
+#define SERVER_TRIM_AFTER_BYTES (1024 * 1024)
+#define SERVER_TRIM_DELAY_MS    200
+#define SERVER_TRIM_MAX_DEFER   10
 /* After EMFILE/ENFILE on accept, wait this long before accepting again. */
 #define MSB_ACCEPT_RETRY_MS 1000
 
@@ -46,6 +62,13 @@ struct server_stats {
 	uint64_t connections_idle_closed; /* closed after limits.idle_timeout_ms idle */
 	uint64_t connections_evicted;   /* closed while idle to admit another at a limit */
 	uint64_t connections_refused_uid; /* over limits.max_connections_per_uid */
+	/* The reply budgets (limits.reply_budget_bytes): */
+	size_t reply_reserved_bytes;    /* charged to calls admitted: reply bounds not yet queued, requests */
+	size_t reply_queued_bytes;      /* written to connections' output buffers, not yet sent */
+	unsigned parked_calls;          /* requests parsed and waiting for budget, one per connection at most */
+	uint64_t parked_total;          /* requests that ever waited for budget */
+	uint64_t replies_over_bound;    /* replies larger than their bound (counted at their real size) */
+	uint64_t malloc_trims;          /* times idle memory was handed back (malloc_trim) */
 };
 
 typedef void server_drained_fn(void *arg);

@@ -43,6 +43,12 @@
 #define MSB_MAX_CONNECTIONS          256          /* limits.max_connections */
 #define MSB_MAX_INFLIGHT             32           /* limits.max_inflight, per connection */
 #define MSB_BUFFER_BUDGET_BYTES      (512 * MSB_MIB) /* limits.buffer_budget_bytes, daemon-wide */
+/* Reply budgets (issue 17): bytes of replies a call may produce, charged
+ * before it runs and released as they are written. Both admit the largest
+ * single charge under the default caps: a files.read of 256 MiB (341.3 MiB
+ * of base64, 6.3 MiB of entries) plus its request (up to a 96 MiB frame). */
+#define MSB_REPLY_BUDGET_BYTES       (1024 * MSB_MIB) /* limits.reply_budget_bytes, daemon-wide */
+#define MSB_CONN_REPLY_BUDGET_BYTES  (512 * MSB_MIB)  /* limits.conn_reply_budget_bytes */
 #define MSB_FRAME_TIMEOUT_MS         30000        /* limits.frame_timeout_ms: one frame, first byte to LF */
 #define MSB_WRITE_TIMEOUT_MS         60000        /* limits.write_timeout_ms: replies queued, none read */
 #define MSB_DRAIN_TIMEOUT_MS         10000        /* shutdown.drain_ms */

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "plane_local.h"
 #include "msb-limits.h"
+#include "replybound.h"
 
 static char tmpdir[] = "/tmp/check-config-XXXXXX";
 
@@ -225,6 +226,60 @@ START_TEST(limit_edges)
 }
 END_TEST
 
+/* The reply budgets (issue 17): defaults that admit the largest reply of
+ * the default caps, each budget checked against the caps, the
+ * per-connection one within the daemon-wide one, and the message names the
+ * key and the fix. */
+START_TEST(reply_budgets_admit_the_largest_reply)
+{
+	struct msbd_config *cfg = config_new_defaults();
+	char *err = NULL;
+
+	free(cfg->socket_path);
+	cfg->socket_path = strdup("/run/x.sock");
+	free(cfg->freeze_lock_file);
+	cfg->freeze_lock_file = strdup("/run/x.lock");
+	ck_assert_uint_eq(cfg->reply_budget_bytes, MSB_REPLY_BUDGET_BYTES);
+	ck_assert_uint_eq(cfg->conn_reply_budget_bytes, MSB_CONN_REPLY_BUDGET_BYTES);
+	/* The largest reply of the defaults: 256 MiB read, 341.3 MiB of base64 + entries. */
+	ck_assert_uint_gt(replybound_max(cfg), 256 * MSB_MIB / 3 * 4);
+	ck_assert_uint_lt(replybound_max(cfg), 360 * MSB_MIB);
+	/* ...and room for its request, a frame. */
+	ck_assert_uint_ge(cfg->conn_reply_budget_bytes, replybound_max(cfg) + cfg->max_frame_bytes);
+	ck_assert_int_eq(config_validate(cfg, &err), 0);
+
+	/* Below the largest reply: refused, naming the key and the fix. */
+	cfg->conn_reply_budget_bytes = replybound_max(cfg) - 1;
+	ck_assert_int_eq(config_validate(cfg, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "limits.conn_reply_budget_bytes"));
+	ck_assert_ptr_nonnull(strstr(err, "lower those caps"));
+	free(err), err = NULL;
+	cfg->conn_reply_budget_bytes = replybound_max(cfg);
+	ck_assert_int_eq(config_validate(cfg, &err), 0);
+	/* Lower caps make the same budget valid... */
+	cfg->conn_reply_budget_bytes = 48 * MSB_MIB;
+	cfg->reply_budget_bytes = 40 * MSB_MIB;
+	ck_assert_int_eq(config_set(cfg, "files.max_total_bytes", "16M", &err), 0);
+	ck_assert_int_eq(config_set(cfg, "files.max_file_bytes", "16M", &err), 0);
+	ck_assert_int_eq(config_set(cfg, "files.max_files", "4", &err), 0);
+	ck_assert_int_eq(config_set(cfg, "exec.max_output_bytes", "8M", &err), 0);
+	/* ...but exec's text views of 8 MiB (6 bytes a byte) do not fit. */
+	ck_assert_int_eq(config_validate(cfg, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "exec.max_output_bytes"));
+	free(err), err = NULL;
+	ck_assert_int_eq(config_set(cfg, "exec.max_output_bytes", "1M", &err), 0);
+	/* The per-connection budget above the daemon's: refused. */
+	ck_assert_int_eq(config_validate(cfg, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "is above limits.reply_budget_bytes"));
+	free(err), err = NULL;
+	ck_assert_int_eq(config_set(cfg, "limits.reply_budget_bytes", "96M", &err), 0);
+	ck_assert_int_eq(config_validate(cfg, &err), 0);
+	ck_assert_int_lt(config_set(cfg, "limits.reply_budget_bytes", "65535", &err), 0);
+	free(err), err = NULL;
+	config_free(cfg);
+}
+END_TEST
+
 /* The fairness limits: defaults, what validation lets through, the share's default. */
 START_TEST(fairness_limits)
 {
@@ -311,6 +366,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, limit_edges);
 	tcase_add_test(tc, fairness_limits);
 	tcase_add_test(tc, restart_keys_are_reported);
+	tcase_add_test(tc, reply_budgets_admit_the_largest_reply);
 	tcase_add_test(tc, dump_lists_every_key);
 	suite_add_tcase(s, tc);
 	return s;

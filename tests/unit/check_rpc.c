@@ -75,9 +75,9 @@ static struct rpc_result *t_pending(struct rpc_call *call, const void *params)
 }
 
 static const struct rpc_method test_methods[] = {
-	{ "test.echo", t_echo, test_params_spec, sizeof(struct test_params) },
-	{ "test.fail", t_fail, NULL, 0 },
-	{ "test.pending", t_pending, NULL, 0 },
+	{ "test.echo", t_echo, test_params_spec, sizeof(struct test_params), NULL },
+	{ "test.fail", t_fail, NULL, 0, NULL },
+	{ "test.pending", t_pending, NULL, 0, NULL },
 };
 
 static int done_calls;
