@@ -64,9 +64,38 @@ static void assert_dump_same(const json_t *v)
 	memcpy(got + n, "\n\n\n", 4);
 }
 
+/* The splice threshold set (jsonfast_set_thresholds through this). */
+static size_t splice_now = JSONFAST_SPLICE_MIN_BYTES;
+
+static void set_thresholds(size_t load_min, size_t splice_min)
+{
+	splice_now = splice_min;
+	jsonfast_set_thresholds(load_min, splice_min);
+}
+
+/* Length of an error text without its " near '<token>'" context. */
+static size_t text_without_context(const char *t)
+{
+	const char *near = strstr(t, " near '");
+
+	return near ? (size_t)(near - t) : strlen(t);
+}
+
+/* jansson's error text quotes the token it stopped at if at most 20 bytes;
+ * jsonfast's may stop at a placeholder (over 20) for a string of the splice
+ * threshold or more: under 21, the texts are the same but that context. */
 static void assert_errors_same(const json_error_t *a, const json_error_t *b)
 {
-	ck_assert_str_eq(a->text, b->text);
+	size_t n = text_without_context(a->text);
+
+	/* (on success, the code byte is not set) */
+	if (b->text[0])
+		ck_assert_int_eq(json_error_code(a), json_error_code(b));
+	if (splice_now > 20)
+		ck_assert_str_eq(a->text, b->text);
+	else
+		ck_assert_msg(n == text_without_context(b->text) && memcmp(a->text, b->text, n) == 0,
+			      "\"%s\" is not \"%s\" (context aside)", a->text, b->text);
 	ck_assert_str_eq(a->source, b->source);
 	ck_assert_int_eq(a->line, b->line);
 	ck_assert_int_eq(a->column, b->column);
@@ -385,14 +414,14 @@ START_TEST(test_load_rows)
 	size_t len = load_len(row);
 	bool fast;
 
-	jsonfast_set_thresholds(0, TINY_SPLICE_MIN);
+	set_thresholds(0, TINY_SPLICE_MIN);
 	fast = assert_load_same(row->text, len, row->flags);
 	ck_assert_msg(fast == row->fast, "row %d: fast path %s", _i, fast ? "taken" : "not taken");
-	jsonfast_set_thresholds(0, 0);
+	set_thresholds(0, 0);
 	assert_load_same(row->text, len, row->flags);
-	jsonfast_set_thresholds(0, 1);
+	set_thresholds(0, 1);
 	assert_load_same(row->text, len, row->flags | JSON_ALLOW_NUL);
-	jsonfast_set_thresholds(JSONFAST_LOAD_MIN_BYTES, JSONFAST_SPLICE_MIN_BYTES);
+	set_thresholds(JSONFAST_LOAD_MIN_BYTES, JSONFAST_SPLICE_MIN_BYTES);
 	ck_assert(!assert_load_same(row->text, len, row->flags));
 }
 END_TEST
@@ -407,7 +436,7 @@ START_TEST(test_load_many_strings)
 	for (int i = 0; i < 150; i++)
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s\"string number %d\"", i ? "," : "", i);
 	buf[n++] = ']';
-	jsonfast_set_thresholds(0, TINY_SPLICE_MIN);
+	set_thresholds(0, TINY_SPLICE_MIN);
 	ck_assert(assert_load_same(buf, n, 0));
 }
 END_TEST
@@ -416,7 +445,7 @@ END_TEST
 START_TEST(test_load_random)
 {
 	rng_state = 0x9e3779b9;
-	jsonfast_set_thresholds(0, TINY_SPLICE_MIN);
+	set_thresholds(0, TINY_SPLICE_MIN);
 	for (int i = 0; i < RANDOM_ROUNDS; i++) {
 		json_auto_t *v = random_value(0);
 		_cleanup_free_ char *s = json_dumps(v, DUMP_FLAGS);
@@ -442,7 +471,7 @@ START_TEST(test_load_big_frame)
 
 	memset(key, 'k', LONG_KEY_BYTES);
 	key[LONG_KEY_BYTES] = '\0';
-	jsonfast_set_thresholds(JSONFAST_LOAD_MIN_BYTES, JSONFAST_SPLICE_MIN_BYTES);
+	set_thresholds(JSONFAST_LOAD_MIN_BYTES, JSONFAST_SPLICE_MIN_BYTES);
 	len = (size_t)sprintf(buf, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"files.write\","
 			      "\"params\":{\"sandbox\":\"sb-1\",\"path\":\"/tmp/x\",\"content_b64\":\"");
 	for (size_t i = 0; i < n; i++)
