@@ -388,10 +388,11 @@ int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim
 		  struct jsonfast_shape *ret)
 {
 	const unsigned char *p = (const unsigned char *)buf;
-	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start;
+	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start, token = 0;
 	int r = 0;
 
 	while (i < len) {
+		token = i;
 		switch (scan_class_of(p[i])) {
 		case SCAN_WORD:
 			/* One number or literal: a run of word bytes. */
@@ -431,7 +432,7 @@ int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim
 		}
 	}
 	*ret = (struct jsonfast_shape){ .values = values, .depth = deepest,
-					.structure_bytes = i - strings, .position = i };
+					.structure_bytes = i - strings, .position = r ? token : i };
 	return r;
 }
 
@@ -709,6 +710,9 @@ static bool cuts_add(struct cuts *c, struct cut cut)
 	return true;
 }
 
+/* Deeper nesting than jansson's own limit (2048) is left to json_loadb. */
+#define CUTS_MAX_DEPTH 4096
+
 enum cuts_outcome {
 	CUTS_OK,
 	CUTS_REFUSED,  /* jansson refuses the literal that ends at *ret_to */
@@ -721,23 +725,50 @@ enum cuts_outcome {
 static enum cuts_outcome find_cuts(const char *buf, size_t len, size_t flags, struct cuts *cuts,
 				   size_t *ret_to)
 {
-	size_t pos = 0;
+	/* Which containers the text is in (a bit a level: 1 an object), so
+	 * that a string where jansson expects a key is never cut, even when no
+	 * ':' follows it (jansson then refuses a duplicate or a NUL in it). */
+	uint64_t objects[CUTS_MAX_DEPTH / 64] = { 0 };
+	size_t pos = 0, depth = 0;
+	unsigned char prev = 0;  /* the last byte not whitespace before the string */
 
 	while (pos < len) {
 		const char *q = memchr(buf + pos, '"', len - pos);
-		size_t start, close;
+		size_t start, close, gap_end = q ? (size_t)(q - buf) : len;
 		struct cut cut = { 0 };
+		bool key;
 
+		for (; pos < gap_end; pos++) {
+			unsigned char c = (unsigned char)buf[pos];
+
+			if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+				continue;
+			prev = c;
+			if (c == '{' || c == '[') {
+				if (depth == CUTS_MAX_DEPTH)
+					return CUTS_UNSURE;
+				if (c == '{')
+					objects[depth / 64] |= 1ull << (depth % 64);
+				else
+					objects[depth / 64] &= ~(1ull << (depth % 64));
+				depth++;
+			} else if ((c == '}' || c == ']') && depth > 0) {
+				depth--;
+			}
+		}
 		if (!q)
 			return CUTS_OK;
-		start = (size_t)(q - buf);
+		start = gap_end;
+		key = prev == '{' ||
+		      (prev == ',' && depth > 0 && (objects[(depth - 1) / 64] >> ((depth - 1) % 64) & 1));
+		prev = '"';
 		close = find_close(buf, start + 1, len);
 		if (close == len) {
 			*ret_to = len;
 			return CUTS_REFUSED;
 		}
 		pos = close + 1;
-		if (close - start - 1 < splice_min || colon_follows(buf, pos, len))
+		if (key || close - start - 1 < splice_min || colon_follows(buf, pos, len))
 			continue;
 		cut.start = start;
 		cut.end = pos;

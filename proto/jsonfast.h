@@ -67,7 +67,7 @@ struct jsonfast_shape {
 	size_t values;           /* JSON values, object keys included */
 	size_t depth;            /* deepest container nesting (a scalar alone: 0) */
 	size_t structure_bytes;  /* bytes not inside a string value's literal */
-	size_t position;         /* where the scan stopped: len, or the byte past a limit */
+	size_t position;         /* len, or where the token that passed a limit starts */
 };
 
 /* A linear pre-scan of a JSON text, made before anything is allocated for
@@ -78,8 +78,8 @@ struct jsonfast_shape {
  * followed by ':'), all of which jansson lexes byte by byte, where long
  * string values are jsonfast's memchr. Strings are skipped with memchr.
  * Returns 0 and *ret (all of the text read), or -E2BIG as soon as a count
- * passes its limit (*ret then says how far it read and what it counted so
- * far, the count over its limit included). Text jansson would refuse is
+ * passes its limit (*ret then says where the token that passed it starts,
+ * and what it counted so far, that token included). Text jansson would refuse is
  * counted as best it can (never an error for that): for text json_loadb
  * accepts, values and depth are exactly those of the value it returns
  * (values: with JSON_REJECT_DUPLICATES; without, a duplicate key counts

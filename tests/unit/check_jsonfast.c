@@ -394,6 +394,11 @@ static const struct load_row load_rows[] = {
 	ROW("[\"long string\", tru]", 0, false),
 	ROW("[\"long string\",]", 0, false),
 	ROW("[\"long string\" \"other\"]", 0, false),
+	/* A long key without its ':' is a key still: jansson refuses the
+	 * duplicate (or the NUL in it) before it looks for the ':'. */
+	ROW("{\"long key here\":\"value one\",\"long key here\"x}", JSON_REJECT_DUPLICATES, false),
+	ROW("{\"long key here\":1, \"long \\u0000 key\" 2}", JSON_ALLOW_NUL, false),
+	ROW("[{\"a\":[\"long value\",{}], \"long key here\" 1}]", 0, false),
 	ROW("", 0, false),
 	ROW("  ", ANY, false),
 	ROW("\"", ANY, false),
@@ -621,14 +626,15 @@ START_TEST(test_scan_stops_at_limit)
 	buf[len - 1] = ']';
 	ck_assert_int_eq(scan(buf, len, 1000, 64, SIZE_MAX, &shape), -E2BIG);
 	ck_assert_uint_eq(shape.values, 1001);
-	ck_assert_uint_eq(shape.position, 1 + 999 * 2 + 1);
+	/* position: where the value over the limit starts (the 1000th zero). */
+	ck_assert_uint_eq(shape.position, 1 + 999 * 2);
 	ck_assert_int_eq(scan(buf, len, n + 1, 64, SIZE_MAX, &shape), 0);
 	ck_assert_uint_eq(shape.values, n + 1);
 	/* Nesting: refused at the first bracket too deep. */
 	memset(buf, '[', 100);
 	ck_assert_int_eq(scan(buf, 100, SIZE_MAX, 64, SIZE_MAX, &shape), -E2BIG);
 	ck_assert_uint_eq(shape.depth, 65);
-	ck_assert_uint_eq(shape.position, 65);
+	ck_assert_uint_eq(shape.position, 64);
 }
 END_TEST
 
@@ -641,9 +647,9 @@ START_TEST(test_scan_structure)
 
 	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, SIZE_MAX, &shape), 0);
 	ck_assert_uint_eq(shape.structure_bytes, strlen(text) - strlen("\"value\"") - strlen("\"x\""));
-	/* Refused at the byte past the limit: here the 'n' key's quote. */
+	/* Refused at the token that passes the limit: here the 'n' key. */
 	ck_assert_int_eq(scan(text, strlen(text), SIZE_MAX, SIZE_MAX, 11, &shape), -E2BIG);
-	ck_assert_uint_eq(shape.position, 21);
+	ck_assert_uint_eq(shape.position, 18);
 	/* A long string value costs nothing; long whitespace does. */
 	{
 		size_t n = 1 << 20;
@@ -656,7 +662,8 @@ START_TEST(test_scan_structure)
 		memset(buf, ' ', n);
 		buf[n] = '0';
 		ck_assert_int_eq(scan(buf, n + 1, SIZE_MAX, SIZE_MAX, 4096, &shape), -E2BIG);
-		ck_assert_uint_eq(shape.position, 4097);
+		/* the 4097th space, at offset 4096 */
+		ck_assert_uint_eq(shape.position, 4096);
 	}
 }
 END_TEST
