@@ -915,8 +915,8 @@ static size_t map_position(const struct cuts *cuts, size_t p)
  * it is in buf: the position mapped back, the column recounted as jansson
  * counts it (the bytes since the last newline that start a UTF-8
  * character: all read, so all valid). The line is jansson's (neither a
- * literal nor a placeholder holds a newline). */
-static void error_mapped(const char *buf, const struct cuts *cuts, const json_error_t *jerr,
+ * literal nor a placeholder holds a newline). buf holds no NUL byte. */
+static void error_mapped(const char *buf, size_t len, const struct cuts *cuts, const json_error_t *jerr,
 			 json_error_t *error)
 {
 	size_t pos, from, col = 0, i;
@@ -928,6 +928,8 @@ static void error_mapped(const char *buf, const struct cuts *cuts, const json_er
 	if (jerr->position < 0)
 		return;
 	pos = map_position(cuts, (size_t)jerr->position);
+	if (pos > len)
+		return;  /* never: jansson's error is in the text */
 	nl = memrchr(buf, '\n', pos);
 	from = nl ? (size_t)(nl - buf) + 1 : 0;
 	for (i = from; i + 8 <= pos; i += 8) {
@@ -963,7 +965,7 @@ static json_t *load_spliced(const char *buf, size_t len, size_t flags, struct cu
 	if (!root) {
 		/* A placeholder stands for a valid string: jansson refuses
 		 * the original at the same place, for the same reason. */
-		error_mapped(buf, cuts, &jerr, error);
+		error_mapped(buf, len, cuts, &jerr, error);
 		*ret_done = true;
 		return NULL;
 	}
@@ -1013,7 +1015,7 @@ static bool refused_error(const char *buf, size_t len, size_t to, size_t flags, 
 	}
 	if (to < len && json_error_code(&jerr) == json_error_premature_end_of_input)
 		return false;
-	error_mapped(buf, cuts, &jerr, error);
+	error_mapped(buf, to, cuts, &jerr, error);
 	return true;
 }
 
@@ -1025,6 +1027,11 @@ json_t *jsonfast_loadb(const char *buf, size_t len, size_t flags, json_error_t *
 	json_t *v = NULL;
 
 	if (len < load_min || !buf || (flags & JSON_DISABLE_EOF_CHECK))
+		return json_loadb(buf, len, flags, error);
+	/* jansson reads a NUL byte as a character or drops it (when it puts it
+	 * back after a number): its positions past one are not ours to map.
+	 * jsonrpc refuses request frames with one before they get here. */
+	if (memchr(buf, '\0', len))
 		return json_loadb(buf, len, flags, error);
 	switch (find_cuts(buf, len, flags, &cuts, &to)) {
 	case CUTS_OK:

@@ -15,7 +15,9 @@
  *    (keys, numbers, punctuation, whitespace) → -32700 with data.limit and
  *    data.position (where the token that passed it starts), id null, and
  *    jansson allocates nothing for it. Replies (jsonrpc_response_parse,
- *    the client side) are not counted.
+ *    the client side) are not counted;
+ *  - a frame holding a raw NUL byte → -32700 with data.position (its
+ *    offset), before it is parsed (jansson would drop one after a number).
  */
 #ifndef MSB_JSONRPC_H
 #define MSB_JSONRPC_H

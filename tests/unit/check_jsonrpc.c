@@ -783,11 +783,13 @@ enum bad_shape {
 	BAD_UNCLOSED,     /* a short string left open at the end */
 	BAD_NUL,          /* a long last string ending in \u0000 */
 	BAD_SURROGATE,    /* a long last string ending in a lone \ud800 */
+	BAD_NUL_BYTE,     /* ",1" and a NUL byte after the strings (jansson drops it) */
 	_BAD_MAX,
 };
 
 static const char *const bad_names[] = { "trailing garbage", "duplicate key at the end", "unclosed string",
-					 "\\u0000 in a long string", "lone surrogate in a long string" };
+					 "\\u0000 in a long string", "lone surrogate in a long string",
+					 "NUL byte after a number" };
 
 /* A daemon.status request whose params hold n long strings (escaped: a
  * "\n" every 64 bytes), then what shape wants. */
@@ -818,6 +820,9 @@ static void long_frame_build(struct text *t, int shape, size_t n, bool escaped)
 		text_puts(t, ",\"");
 		text_put(t, s, 100);
 		text_puts(t, "\\ud800\"");
+		break;
+	case BAD_NUL_BYTE:
+		text_put(t, ",1\0", 3);
 		break;
 	default:
 		break;
@@ -854,7 +859,18 @@ START_TEST(test_invalid_large_frame)
 	size_t peak;
 
 	long_frame_build(&t, shape, LONG_STRINGS, false);
-	ck_assert_ptr_null(json_loadb(t.p, t.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &want));
+	if (shape == BAD_NUL_BYTE) {
+		/* jansson takes it (it drops a NUL after a number): the frame
+		 * is refused for its NUL, where it is. */
+		json_t *v = json_loadb(t.p, t.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &want);
+
+		ck_assert_ptr_nonnull(v);
+		json_decref(v);
+		want.position = (int)((const char *)memchr(t.p, '\0', t.len) - t.p);
+		snprintf(want.text, sizeof(want.text), "NUL byte in the frame");
+	} else {
+		ck_assert_ptr_null(json_loadb(t.p, t.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &want));
+	}
 
 	json_set_alloc_funcs(counting_malloc, counting_free);
 	alloc_peak = 0;
