@@ -18,8 +18,9 @@
  * up to and including a long literal jsonfast refuses (verbatim), or up to
  * the end from an unclosed one; its position, line and column are mapped
  * back to the original. The original is never lexed whole by jansson once
- * it is split, but where jsonfast is unsure (OOM, a placeholder clash):
- * then json_loadb decides on it. */
+ * it is split, but where jsonfast is unsure (OOM, a placeholder clash, a
+ * NUL byte anywhere, which jansson counts or drops by context, nesting
+ * over CUTS_MAX_DEPTH): then json_loadb decides on it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -716,7 +717,7 @@ static bool cuts_add(struct cuts *c, struct cut cut)
 enum cuts_outcome {
 	CUTS_OK,
 	CUTS_REFUSED,  /* jansson refuses the literal that ends at *ret_to */
-	CUTS_UNSURE,   /* OOM: json_loadb on the original decides */
+	CUTS_UNSURE,   /* OOM, too deep: json_loadb on the original decides */
 };
 
 /* Finds and decodes the long string values. Where jansson refuses a long
