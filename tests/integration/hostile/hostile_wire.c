@@ -51,6 +51,9 @@
 #define FLOOD_FRAMES_MAX 1000
 #define FLOOD_FRAME_BYTES (8 * 1000 * 1000)
 #define FLOOD_STATUS_WANTED 3
+/* Flood frames taken at least (by turns zeros and garbage: the second
+ * garbage frame taken means the first one's answer was checked). */
+#define FLOOD_FRAMES_WANTED 4
 /* The garbage frames' strings: long enough for jsonfast to splice. */
 #define FLOOD_STRING_BYTES 1400
 /* The exec's output: 1 MiB of 0xff. */
@@ -355,7 +358,8 @@ END_TEST
 
 /* A daemon.status request of about bytes whose params hold strings of
  * FLOOD_STRING_BYTES (admitted by the pre-scan: few values, no structure),
- * then an 'x' after the frame's object: invalid JSON only at its end. */
+ * then an 'x' after the frame's object: invalid JSON only at its end (the
+ * frame's LF included in *ret_len). */
 static char *garbage_frame_of(size_t bytes, int id, size_t *ret_len)
 {
 	char *b = malloc(bytes + FLOOD_STRING_BYTES + 256);
@@ -372,7 +376,7 @@ static char *garbage_frame_of(size_t bytes, int id, size_t *ret_len)
 		b[n++] = ',';
 	}
 	n--;
-	n += (size_t)sprintf(b + n, "]}}x");
+	n += (size_t)sprintf(b + n, "]}}x\n");
 	*ret_len = n;
 	return b;
 }
@@ -407,11 +411,16 @@ static void flood_child(const char *sock)
 		r = reader_json(&rd, WIRE_REPLY_MS, NULL);
 		type = r ? jstr(r, "error.data.type") : NULL;
 		detail = r ? jstr(r, "error.data.detail") : NULL;
-		if (!type || strcmp(type, "ParseError"))
+		if (!type || strcmp(type, "ParseError")) {
+			fprintf(stderr, "hostile_wire: flood frame %d answered %s\n", i,
+				r ? json_dumps(r, JSON_COMPACT) : "(nothing)");
 			_exit(3);
+		}
 		if (i % 2 && (!detail || !strstr(detail, "end of file expected") ||
-			      jint(r, "error.data.position") != (json_int_t)garbage_len))
+			      jint(r, "error.data.position") != (json_int_t)garbage_len - 1)) {
+			fprintf(stderr, "hostile_wire: garbage frame %d answered %s\n", i, json_dumps(r, JSON_COMPACT));
 			_exit(4);
+		}
 		json_decref(r);
 	}
 	_exit(0);
@@ -435,7 +444,7 @@ START_TEST(status_is_answered_while_a_client_floods_frames)
 	/* Each answer is a state; the request count between two of them says
 	 * the flood's frames were taken meanwhile. */
 	deadline = now_ms() + WIRE_REPLY_MS * 2;
-	while (answered < FLOOD_STATUS_WANTED && now_ms() < deadline) {
+	while ((answered < FLOOD_STATUS_WANTED || flood_seen < FLOOD_FRAMES_WANTED) && now_ms() < deadline) {
 		json_int_t total = status_total(d.sock);
 
 		if (waitpid(child, &status, WNOHANG) == child)
@@ -456,6 +465,8 @@ START_TEST(status_is_answered_while_a_client_floods_frames)
 	peak_kib = vm_hwm_kib(d.pid);
 	fprintf(stderr, "hostile_wire: daemon.status answered %d times while %lld flood frames were taken; "
 		"peak RSS +%ld KiB\n", answered, (long long)flood_seen, peak_kib - base_kib);
+	ck_assert_msg(flood_seen >= FLOOD_FRAMES_WANTED, "only %lld flood frames were taken (want %d)",
+		      (long long)flood_seen, FLOOD_FRAMES_WANTED);
 	ck_assert_msg(answered >= FLOOD_STATUS_WANTED,
 		      "daemon.status was answered between flood frames only %d times (want %d)", answered,
 		      FLOOD_STATUS_WANTED);
