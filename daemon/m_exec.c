@@ -120,7 +120,7 @@ struct exec_req {
 	/* stream: true — output not yet notified, per stream (stdout, stderr),
 	 * and the timer that sends it (exec_stream_flush). */
 	struct exec_pending {
-		uint8_t *data;    /* EXEC_STREAM_FLUSH_BYTES, once output came */
+		uint8_t *data;    /* exec_stream_cap(), once output came */
 		size_t len;
 	} pending[2];
 	struct event *flush_ev;
@@ -238,24 +238,36 @@ static void exec_flush_cb(evutil_socket_t fd, short what, void *arg)
 	exec_stream_flush(arg);
 }
 
+/* A stream's pending buffer: EXEC_STREAM_FLUSH_BYTES, or the call's
+ * max_output_bytes when that is smaller (never more output than that). */
+static size_t exec_stream_cap(const struct exec_req *x)
+{
+	size_t cap = EXEC_STREAM_FLUSH_BYTES;
+
+	if (x->max_output < cap)
+		cap = x->max_output;
+	return cap ? cap : 1;
+}
+
 static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, void *arg)
 {
 	struct exec_req *x = arg;
 	struct exec_pending *p = &x->pending[stream == 1 ? 0 : 1];
 	struct timeval tv = { 0, EXEC_STREAM_FLUSH_MS * 1000 };
+	size_t cap = exec_stream_cap(x);
 
 	while (len > 0) {
-		size_t k = EXEC_STREAM_FLUSH_BYTES - p->len;
+		size_t k = cap - p->len;
 
 		if (k > len)
 			k = len;
 		if (!p->data)
-			p->data = xmalloc(EXEC_STREAM_FLUSH_BYTES);
+			p->data = xmalloc(cap);
 		memcpy(p->data + p->len, data, k);
 		p->len += k;
 		data += k;
 		len -= k;
-		if (p->len == EXEC_STREAM_FLUSH_BYTES)
+		if (p->len == cap)
 			exec_stream_flush(x);
 	}
 	if (!x->pending[0].len && !x->pending[1].len)

@@ -24,7 +24,8 @@ struct m_exec_params {
 };
 
 /* Sent with stream: true: output merged per stream for up to this long or
- * this many bytes, then one notification a stream. */
+ * this many bytes (the call's max_output_bytes when smaller: the buffer a
+ * stream holds is never bigger), then one notification a stream. */
 #define EXEC_OUTPUT_NOTIFICATION "exec.output"
 #define EXEC_STREAM_FLUSH_MS     20
 #define EXEC_STREAM_FLUSH_BYTES  (64 * 1024)

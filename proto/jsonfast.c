@@ -11,8 +11,16 @@
  *    and utf8_check_full), refuses raw bytes < 0x20, accepts the escapes
  *    \" \\ \/ \b \f \n \r \t \uXXXX, pairs surrogates and refuses lone ones,
  *    and parse_value refuses a decoded NUL without JSON_ALLOW_NUL.
- * Whatever the fast load path is unsure of, it leaves to json_loadb on the
- * original buffer, so errors are always jansson's own. */
+ * Errors are always jansson's own, from text that is the original up to
+ * where jansson stops, but for long string values it had already read
+ * (replaced by placeholders): the reduced text's error (an admitted frame
+ * with trailing garbage, a duplicate key at its end), or the reduced text
+ * up to and including a long literal jsonfast refuses (verbatim), or up to
+ * the end from an unclosed one; its position, line and column are mapped
+ * back to the original. The original is never lexed whole by jansson once
+ * it is split, but where jsonfast is unsure (OOM, a placeholder clash, a
+ * NUL byte anywhere, which jansson counts or drops by context, nesting
+ * over CUTS_MAX_DEPTH): then json_loadb decides on it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -381,10 +389,11 @@ int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim
 		  struct jsonfast_shape *ret)
 {
 	const unsigned char *p = (const unsigned char *)buf;
-	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start;
+	size_t values = 0, depth = 0, deepest = 0, strings = 0, i = 0, start, token = 0;
 	int r = 0;
 
 	while (i < len) {
+		token = i;
 		switch (scan_class_of(p[i])) {
 		case SCAN_WORD:
 			/* One number or literal: a run of word bytes. */
@@ -424,20 +433,41 @@ int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim
 		}
 	}
 	*ret = (struct jsonfast_shape){ .values = values, .depth = deepest,
-					.structure_bytes = i - strings, .position = i };
+					.structure_bytes = i - strings, .position = r ? token : i };
 	return r;
 }
 
 /* ---- load ----------------------------------------------------------------- */
+
+/* The texts and decoded strings the load path holds go through jansson's
+ * allocator, so whoever counts jansson's memory (the unit tests) sees them. */
+static void *jf_malloc(size_t n)
+{
+	json_malloc_t m;
+	json_free_t f;
+
+	json_get_alloc_funcs(&m, &f);
+	return m(n);
+}
+
+static void jf_free(void *p)
+{
+	json_malloc_t m;
+	json_free_t f;
+
+	json_get_alloc_funcs(&m, &f);
+	f(p);
+}
 
 /* One long string value cut out of the text: the literal (quotes included)
  * at [start, end) of the buffer; its decoded bytes (borrowed from the buffer
  * when it holds no escape, else owned). */
 struct cut {
 	size_t start, end;
+	size_t rstart, rlen;  /* its placeholder in the reduced text */
 	const char *s;
 	size_t n;
-	char *owned;
+	char *owned;          /* freed as soon as jansson has its copy */
 	bool used;
 };
 
@@ -450,7 +480,7 @@ struct cuts {
 static void cuts_release(struct cuts *c)
 {
 	for (size_t i = 0; i < c->n; i++)
-		free(c->v[i].owned);
+		jf_free(c->v[i].owned);
 	free(c->v);
 	*c = (struct cuts){ 0 };
 }
@@ -598,7 +628,7 @@ static bool decode_string(const unsigned char *p, const unsigned char *end, size
 		return true;
 	}
 	/* An escape: decode into a copy (never longer than the literal). */
-	c->owned = malloc((size_t)(end - begin) + 1);
+	c->owned = jf_malloc((size_t)(end - begin) + 1);
 	if (!c->owned)
 		return false;
 	memcpy(c->owned, begin, (size_t)(p - begin));
@@ -681,39 +711,81 @@ static bool cuts_add(struct cuts *c, struct cut cut)
 	return true;
 }
 
-/* Finds and decodes the long string values. Returns false if the fast path
- * must not be taken (jansson refuses something, or we are unsure). */
-static bool find_cuts(const char *buf, size_t len, size_t flags, struct cuts *cuts)
+/* Deeper nesting than jansson's own limit (2048) is left to json_loadb. */
+#define CUTS_MAX_DEPTH 4096
+
+enum cuts_outcome {
+	CUTS_OK,
+	CUTS_REFUSED,  /* jansson refuses the literal that ends at *ret_to */
+	CUTS_UNSURE,   /* OOM, too deep: json_loadb on the original decides */
+};
+
+/* Finds and decodes the long string values. Where jansson refuses a long
+ * literal, or a string is not closed (the literal runs to len), says where
+ * it ends; cuts then holds those before it. */
+static enum cuts_outcome find_cuts(const char *buf, size_t len, size_t flags, struct cuts *cuts,
+				   size_t *ret_to)
 {
-	size_t pos = 0;
+	/* Which containers the text is in (a bit a level: 1 an object), so
+	 * that a string where jansson expects a key is never cut, even when no
+	 * ':' follows it (jansson then refuses a duplicate or a NUL in it). */
+	uint64_t objects[CUTS_MAX_DEPTH / 64] = { 0 };
+	size_t pos = 0, depth = 0;
+	unsigned char prev = 0;  /* the last byte not whitespace before the string */
 
 	while (pos < len) {
 		const char *q = memchr(buf + pos, '"', len - pos);
-		size_t start, close;
+		size_t start, close, gap_end = q ? (size_t)(q - buf) : len;
 		struct cut cut = { 0 };
+		bool key;
 
+		for (; pos < gap_end; pos++) {
+			unsigned char c = (unsigned char)buf[pos];
+
+			if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+				continue;
+			prev = c;
+			if (c == '{' || c == '[') {
+				if (depth == CUTS_MAX_DEPTH)
+					return CUTS_UNSURE;
+				if (c == '{')
+					objects[depth / 64] |= 1ull << (depth % 64);
+				else
+					objects[depth / 64] &= ~(1ull << (depth % 64));
+				depth++;
+			} else if ((c == '}' || c == ']') && depth > 0) {
+				depth--;
+			}
+		}
 		if (!q)
-			return true;
-		start = (size_t)(q - buf);
+			return CUTS_OK;
+		start = gap_end;
+		key = prev == '{' ||
+		      (prev == ',' && depth > 0 && (objects[(depth - 1) / 64] >> ((depth - 1) % 64) & 1));
+		prev = '"';
 		close = find_close(buf, start + 1, len);
-		if (close == len)
-			return false;
+		if (close == len) {
+			*ret_to = len;
+			return CUTS_REFUSED;
+		}
 		pos = close + 1;
-		if (close - start - 1 < splice_min || colon_follows(buf, pos, len))
+		if (key || close - start - 1 < splice_min || colon_follows(buf, pos, len))
 			continue;
 		cut.start = start;
 		cut.end = pos;
 		if (!decode_string((const unsigned char *)buf + start + 1,
 				   (const unsigned char *)buf + close, flags, &cut)) {
-			free(cut.owned);
-			return false;
+			/* (or OOM: refused_error sees jansson accept it) */
+			jf_free(cut.owned);
+			*ret_to = pos;
+			return CUTS_REFUSED;
 		}
 		if (!cuts_add(cuts, cut)) {
-			free(cut.owned);
-			return false;
+			jf_free(cut.owned);
+			return CUTS_UNSURE;
 		}
 	}
-	return true;
+	return CUTS_OK;
 }
 
 static size_t placeholder(char *p, uint64_t tag, size_t i)
@@ -722,22 +794,31 @@ static size_t placeholder(char *p, uint64_t tag, size_t i)
 				tag, i);
 }
 
-/* The text with each cut replaced by its placeholder (malloc'd), or NULL. */
-static char *reduce(const char *buf, size_t len, const struct cuts *cuts, uint64_t tag,
+/* The text buf[0, len) with each cut replaced by its placeholder
+ * (jansson-allocated; cuts all end by len), or NULL. Notes where each
+ * placeholder is. */
+static char *reduce(const char *buf, size_t len, struct cuts *cuts, uint64_t tag,
 		    size_t *ret_len)
 {
-	size_t cap = len + cuts->n * PLACEHOLDER_MAX + 1, n = 0, at = 0;  /* checked below */
+	size_t cap = len + 1, n = 0, at = 0;
 	char *r;
 
-	if (cuts->n > (SIZE_MAX - len - 1) / PLACEHOLDER_MAX)
+	/* The text without its cuts (long, so a placeholder is shorter),
+	 * with a placeholder's room for each: never the original's size. */
+	for (size_t i = 0; i < cuts->n; i++)
+		cap -= cuts->v[i].end - cuts->v[i].start;
+	if (cuts->n > (SIZE_MAX - cap) / (PLACEHOLDER_MAX + 1))
 		return NULL;
-	r = malloc(cap);
+	cap += cuts->n * (PLACEHOLDER_MAX + 1);
+	r = jf_malloc(cap);
 	if (!r)
 		return NULL;
 	for (size_t i = 0; i < cuts->n; i++) {
 		memcpy(r + n, buf + at, cuts->v[i].start - at);
 		n += cuts->v[i].start - at;
-		n += placeholder(r + n, tag, i);
+		cuts->v[i].rstart = n;
+		cuts->v[i].rlen = placeholder(r + n, tag, i);
+		n += cuts->v[i].rlen;
 		at = cuts->v[i].end;
 	}
 	memcpy(r + n, buf + at, len - at);
@@ -776,6 +857,11 @@ static json_t *splice(struct cuts *cuts, const char *tag, size_t tag_len, const 
 		cuts->bad = true;
 		return NULL;
 	}
+	/* jansson has its copy: the decoded one goes now, not with the rest,
+	 * so escaped strings cost the frame once more at most one at a time. */
+	jf_free(cuts->v[i].owned);
+	cuts->v[i].owned = NULL;
+	cuts->v[i].s = NULL;
 	cuts->v[i].used = true;
 	return r;
 }
@@ -803,9 +889,67 @@ static void splice_all(struct cuts *cuts, const char *tag, size_t tag_len, json_
 	}
 }
 
-/* The fast path: NULL where json_loadb on buf must decide. */
+/* The position in buf of position p of the text reduce() made of it. */
+static size_t map_position(const struct cuts *cuts, size_t p)
+{
+	size_t base = 0, rbase = 0;
+
+	for (size_t i = 0; i < cuts->n; i++) {
+		const struct cut *c = &cuts->v[i];
+		size_t off, lit;
+
+		if (p <= c->rstart)
+			break;
+		if (p < c->rstart + c->rlen) {
+			/* Never inside a placeholder (a valid string): clamped. */
+			off = p - c->rstart;
+			lit = c->end - c->start;
+			return c->start + (off < lit ? off : lit);
+		}
+		base = c->end;
+		rbase = c->rstart + c->rlen;
+	}
+	return base + (p - rbase);
+}
+
+/* error (may be NULL) = jerr, jansson's error for the reduced text, where
+ * it is in buf: the position mapped back, the column recounted as jansson
+ * counts it (the bytes since the last newline that start a UTF-8
+ * character: all read, so all valid). The line is jansson's (neither a
+ * literal nor a placeholder holds a newline). buf holds no NUL byte. */
+static void error_mapped(const char *buf, size_t len, const struct cuts *cuts, const json_error_t *jerr,
+			 json_error_t *error)
+{
+	size_t pos, from, col = 0, i;
+	const char *nl;
+
+	if (!error)
+		return;
+	*error = *jerr;
+	if (jerr->position < 0)
+		return;
+	pos = map_position(cuts, (size_t)jerr->position);
+	if (pos > len)
+		return;  /* never: jansson's error is in the text */
+	nl = memrchr(buf, '\n', pos);
+	from = nl ? (size_t)(nl - buf) + 1 : 0;
+	for (i = from; i + 8 <= pos; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, buf + i, sizeof(w));
+		col += 8 - (size_t)__builtin_popcountll(w & ~(w << 1) & HIGHS);
+	}
+	for (; i < pos; i++)
+		col += ((unsigned char)buf[i] & 0xc0) != 0x80;
+	error->position = (int)pos;
+	error->column = (int)col;
+}
+
+/* The fast path. Returns the value; or NULL with *ret_done and error set
+ * (jansson refused the reduced text: its error, mapped); or NULL where
+ * json_loadb on buf must decide. */
 static json_t *load_spliced(const char *buf, size_t len, size_t flags, struct cuts *cuts,
-			    json_error_t *error)
+			    json_error_t *error, bool *ret_done)
 {
 	uint64_t t = nonce_get();
 	char tag[PLACEHOLDER_MAX];
@@ -818,9 +962,14 @@ static json_t *load_spliced(const char *buf, size_t len, size_t flags, struct cu
 	if (!red)
 		return NULL;
 	root = json_loadb(red, red_len, flags, &jerr);
-	free(red);
-	if (!root)
+	jf_free(red);
+	if (!root) {
+		/* A placeholder stands for a valid string: jansson refuses
+		 * the original at the same place, for the same reason. */
+		error_mapped(buf, len, cuts, &jerr, error);
+		*ret_done = true;
 		return NULL;
+	}
 	tag_len = (size_t)snprintf(tag, sizeof(tag), PLACEHOLDER_TAG "%016" PRIx64 ":", t);
 	if ((r = splice(cuts, tag, tag_len, root))) {
 		json_decref(root);
@@ -843,15 +992,59 @@ static json_t *load_spliced(const char *buf, size_t len, size_t flags, struct cu
 	return root;
 }
 
+/* jansson's error for buf, where jsonfast refuses the literal ending at to
+ * (or a string is not closed: to is the end): from the reduced text up to
+ * and including that literal, verbatim (the cuts are all before it), so
+ * jansson lexes that literal but no other. False (error untouched) where
+ * jansson accepts that text up to its end: unsure, json_loadb decides. */
+static bool refused_error(const char *buf, size_t len, size_t to, size_t flags, struct cuts *cuts,
+			  json_error_t *error)
+{
+	size_t red_len;
+	json_error_t jerr;
+	json_t *v;
+	char *red;
+
+	red = reduce(buf, to, cuts, nonce_get(), &red_len);
+	if (!red)
+		return false;
+	v = json_loadb(red, red_len, flags, &jerr);
+	jf_free(red);
+	if (v) {
+		json_decref(v);
+		return false;
+	}
+	if (to < len && json_error_code(&jerr) == json_error_premature_end_of_input)
+		return false;
+	error_mapped(buf, to, cuts, &jerr, error);
+	return true;
+}
+
 json_t *jsonfast_loadb(const char *buf, size_t len, size_t flags, json_error_t *error)
 {
 	struct cuts cuts = { 0 };
+	size_t to = 0;
+	bool done = false;
 	json_t *v = NULL;
 
 	if (len < load_min || !buf || (flags & JSON_DISABLE_EOF_CHECK))
 		return json_loadb(buf, len, flags, error);
-	if (find_cuts(buf, len, flags, &cuts) && cuts.n > 0)
-		v = load_spliced(buf, len, flags, &cuts, error);
+	/* jansson reads a NUL byte as a character or drops it (when it puts it
+	 * back after a number): its positions past one are not ours to map.
+	 * jsonrpc refuses request frames with one before they get here. */
+	if (memchr(buf, '\0', len))
+		return json_loadb(buf, len, flags, error);
+	switch (find_cuts(buf, len, flags, &cuts, &to)) {
+	case CUTS_OK:
+		if (cuts.n > 0)
+			v = load_spliced(buf, len, flags, &cuts, error, &done);
+		break;
+	case CUTS_REFUSED:
+		done = refused_error(buf, len, to, flags, &cuts, error);
+		break;
+	case CUTS_UNSURE:
+		break;
+	}
 	cuts_release(&cuts);
-	return v ? v : json_loadb(buf, len, flags, error);
+	return v || done ? v : json_loadb(buf, len, flags, error);
 }

@@ -11,7 +11,15 @@
  *    JSON_ENCODE_ANY) (jansson 2.14: keys in insertion order, UTF-8 raw,
  *    the same escapes, the same failures);
  *  - jsonfast_loadb returns what json_loadb(buf, len, flags, error) returns
- *    for every input: an equal value, or NULL and the same error.
+ *    for every input: an equal value, or NULL and the same error (code,
+ *    text, line, column, position).
+ * An invalid big text is never lexed whole by jansson: its error comes from
+ * the text with its long string values replaced (see jsonfast.c), so what
+ * an invalid frame costs is at most one long literal lexed by jansson, not
+ * the frame. Its texts and decoded strings go through jansson's allocator
+ * (json_set_alloc_funcs); an escaped string's decoded copy lives until
+ * jansson has its own, so a frame of escaped strings costs its size about
+ * once more, at most (one huge escaped string: twice its size).
  * No I/O, no logging; thread-safe (the test hook aside). */
 #ifndef MSB_JSONFAST_H
 #define MSB_JSONFAST_H
@@ -59,7 +67,7 @@ struct jsonfast_shape {
 	size_t values;           /* JSON values, object keys included */
 	size_t depth;            /* deepest container nesting (a scalar alone: 0) */
 	size_t structure_bytes;  /* bytes not inside a string value's literal */
-	size_t position;         /* where the scan stopped: len, or the byte past a limit */
+	size_t position;         /* len, or where the token that passed a limit starts */
 };
 
 /* A linear pre-scan of a JSON text, made before anything is allocated for
@@ -70,8 +78,8 @@ struct jsonfast_shape {
  * followed by ':'), all of which jansson lexes byte by byte, where long
  * string values are jsonfast's memchr. Strings are skipped with memchr.
  * Returns 0 and *ret (all of the text read), or -E2BIG as soon as a count
- * passes its limit (*ret then says how far it read and what it counted so
- * far, the count over its limit included). Text jansson would refuse is
+ * passes its limit (*ret then says where the token that passed it starts,
+ * and what it counted so far, that token included). Text jansson would refuse is
  * counted as best it can (never an error for that): for text json_loadb
  * accepts, values and depth are exactly those of the value it returns
  * (values: with JSON_REJECT_DUPLICATES; without, a duplicate key counts
@@ -81,7 +89,10 @@ int jsonfast_scan(const char *buf, size_t len, const struct jsonfast_limits *lim
 
 /* TEST ONLY (fuzzing, unit tests): replaces JSONFAST_LOAD_MIN_BYTES and
  * JSONFAST_SPLICE_MIN_BYTES process-wide, so the fast path is reached with
- * small inputs. Not thread-safe; never called by the daemon or clients. */
+ * small inputs. Not thread-safe; never called by the daemon or clients.
+ * Under 21 bytes of splice threshold, an error's text may lack jansson's
+ * " near '<token>'" context where jansson quotes a short string value
+ * (jsonfast stopped at its placeholder); all else is the same. */
 void jsonfast_set_thresholds(size_t load_min, size_t splice_min);
 /* TEST ONLY: how many jsonfast_loadb calls so far (process-wide) returned a
  * value built by the fast path, so tests can see it was taken. */

@@ -115,6 +115,24 @@ static int refuse_shape(const char *buf, size_t len, json_t **reterr_reply)
 		    "the frame %s", msg);
 }
 
+/* Refuses a frame holding a NUL byte: JSON has none outside strings, and
+ * inside one it must be written \\u0000. jansson reads one as a character
+ * or, after a number, drops it (so "1\\0" is 1 to it): either way its
+ * positions past it are not byte offsets, so the parse's fast path could
+ * not map its errors and would have jansson lex the whole frame. Returns 0,
+ * or MSB_ERR_PARSE with *reterr_reply set. */
+static int refuse_nul(const char *buf, size_t len, json_t **reterr_reply)
+{
+	const char *z = memchr(buf, '\0', len);
+
+	if (!z)
+		return 0;
+	return fail(reterr_reply, MSB_ERR_PARSE, NULL,
+		    json_pack("{s:s, s:I}", "detail", "NUL byte in the frame", "position", (json_int_t)(z - buf)),
+		    "the frame holds a NUL byte at position %zu; JSON has none (write \\u0000 inside a string)",
+		    (size_t)(z - buf));
+}
+
 int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *ret,
 			  json_t **reterr_reply)
 {
@@ -123,6 +141,9 @@ int jsonrpc_request_parse(const char *buf, size_t len, struct jsonrpc_request *r
 	int r;
 
 	r = refuse_shape(buf, len, reterr_reply);
+	if (r < 0)
+		return r;
+	r = refuse_nul(buf, len, reterr_reply);
 	if (r < 0)
 		return r;
 	/* JSON_DECODE_ANY: a scalar frame is valid JSON, so it is an invalid

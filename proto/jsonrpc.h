@@ -10,9 +10,14 @@
  *    optional); any other member → -32600 naming it;
  *  - an error detected before the id is validated is reported with id null;
  *  - before it is parsed, a frame is counted (jsonfast_scan): more than
- *    MSB_JSON_MAX_VALUES values or nesting deeper than MSB_JSON_MAX_DEPTH
- *    → -32700 with data.limit, id null, and jansson allocates nothing for
- *    it. Replies (jsonrpc_response_parse, the client side) are not counted.
+ *    MSB_JSON_MAX_VALUES values, nesting deeper than MSB_JSON_MAX_DEPTH or
+ *    more than MSB_JSON_MAX_STRUCTURE_BYTES bytes outside string values
+ *    (keys, numbers, punctuation, whitespace) → -32700 with data.limit and
+ *    data.position (where the token that passed it starts), id null, and
+ *    jansson allocates nothing for it. Replies (jsonrpc_response_parse,
+ *    the client side) are not counted;
+ *  - a frame holding a raw NUL byte → -32700 with data.position (its
+ *    offset), before it is parsed (jansson would drop one after a number).
  */
 #ifndef MSB_JSONRPC_H
 #define MSB_JSONRPC_H

@@ -29,7 +29,11 @@
  * 260 KiB. A frame over one is refused ParseError (-32700, data.limit)
  * before jansson allocates anything for it, so parsing an admitted frame
  * costs about its own size again (its strings' copies) plus a few MiB
- * (MSB_JSON_MAX_VALUES small allocations, keys lexed by jansson). */
+ * (MSB_JSON_MAX_VALUES small allocations, keys lexed by jansson), plus
+ * the largest escaped string value once more (jsonfast's decoded copy
+ * until jansson has its own: one huge escaped string costs twice its
+ * size). An admitted frame that is not valid JSON costs at most one long
+ * string lexed by jansson (jsonfast.h), never the frame. */
 #define MSB_JSON_MAX_VALUES          65536
 #define MSB_JSON_MAX_DEPTH           64
 #define MSB_JSON_MAX_STRUCTURE_BYTES (2 * MSB_MIB)

@@ -22,11 +22,13 @@
  * removed at the end, also on failure and on SIGINT. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base64.h"
 #include "cleanup.h"
 #include "gsbench.h"
 #include "xmalloc.h"
@@ -236,8 +238,10 @@ static int acquire(struct gc_run *g)
 /* sandbox.exec of a shell command; its stdout text (malloc'd) or NULL. */
 static char *guest_sh(struct gc_run *g, const char *command)
 {
-	json_t *res = NULL;
+	json_t *res = NULL, *b64;
+	uint8_t *bytes = NULL;
 	char *out;
+	size_t n = 0;
 	int r;
 
 	r = gs_call(&g->c, "sandbox.exec",
@@ -251,8 +255,18 @@ static char *guest_sh(struct gc_run *g, const char *command)
 	if (json_integer_value(json_object_get(res, "exit_code")) != 0)
 		fprintf(stderr, "guest command exited %lld: %s\n",
 			(long long)json_integer_value(json_object_get(res, "exit_code")), command);
-	out = xstrdup(json_string_value(json_object_get(res, "stdout_text")) ?
-		      json_string_value(json_object_get(res, "stdout_text")) : "");
+	/* stdout_b64 is the exact bytes (stdout_text needs text: true). */
+	b64 = json_object_get(res, "stdout_b64");
+	if (!json_is_string(b64) ||
+	    msb_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &n) < 0) {
+		fprintf(stderr, "no stdout_b64 from: %s\n", command);
+		json_decref(res);
+		return NULL;
+	}
+	out = xmalloc(n + 1);
+	memcpy(out, bytes, n);
+	out[n] = '\0';
+	free(bytes);
 	json_decref(res);
 	return out;
 }

@@ -390,7 +390,9 @@ static char *sb_exec(const char *sock, const char *id, json_t *argv, int *ret_ex
 	    json_pack("{s:s, s:o, s:i, s:b}", "sandbox", id, "command", argv, "timeout_seconds", EXEC_TIMEOUT_S,
 		      "text", 1), &rep);
 	ck_assert_msg(rep.result, "sandbox.exec failed: %d %s %s", rep.code, rep.type, rep.message);
-	out = strdup(jstr(rep.result, "stdout_text") ? jstr(rep.result, "stdout_text") : "");
+	/* The exact bytes (stdout_text is only there with text: true). */
+	out = harness_b64_field(rep.result, "stdout_b64");
+	ck_assert_msg(out, "sandbox.exec gave no stdout_b64 (exit %lld)", (long long)jint(rep.result, "exit_code"));
 	if (ret_exit)
 		*ret_exit = (int)jint(rep.result, "exit_code");
 	reply_clear(&rep);

@@ -654,7 +654,9 @@ START_TEST(a_client_leaving_mid_exec)
 	r = call(d.sock, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", id, "command", "echo next",
 						   "timeout_seconds", 30), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
-	ck_assert_str_eq(jstr(r, "stdout_text"), "next\n");
+	out = harness_b64_field(r, "stdout_b64");
+	ck_assert_pstr_eq(out, "next\n");
+	free(out);
 	json_decref(r);
 	ck_assert_int_eq(containers_of(scope, NULL), 1);
 	assert_clean_stop(&d, &base, "leave mid-exec");
@@ -867,11 +869,17 @@ static void mix_step(struct mix_client *c, struct msb_conn **conn, int i)
 		snprintf(text, sizeof(text), "echo c%d-%d", c->idx, i);
 		r = mix_call(c, conn, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", id, "command", text,
 								"timeout_seconds", 60), &type, detail, sizeof(detail));
-		if (r && (jint(r, "exit_code") != 0 || !jstr(r, "stdout_text") ||
-			  strncmp(jstr(r, "stdout_text"), text + 5, strlen(text + 5)))) {
-			type = "wrong result";
-			snprintf(detail, sizeof(detail), "exit %lld, stdout %s", (long long)jint(r, "exit_code"),
-				 jstr(r, "stdout_text"));
+		if (r) {
+			/* The exact bytes: echo's argument and its newline. */
+			char *out = harness_b64_field(r, "stdout_b64");
+
+			if (jint(r, "exit_code") != 0 || !out || strlen(out) != strlen(text + 5) + 1 ||
+			    strncmp(out, text + 5, strlen(text + 5)) || out[strlen(text + 5)] != '\n') {
+				type = "wrong result";
+				snprintf(detail, sizeof(detail), "exit %lld, stdout %s",
+					 (long long)jint(r, "exit_code"), out ? out : "(no stdout_b64)");
+			}
+			free(out);
 		}
 		break;
 	case MIX_WRITE:
@@ -1980,7 +1988,7 @@ START_TEST(dockerd_restart_fails_calls_cleanly_then_resyncs)
 	struct outage o = { 0 };
 	struct fd_census base;
 	struct reader rd;
-	char id1[80], id2[80], timeout_set[64];
+	char id1[80], id2[80], timeout_set[64], *out;
 	json_t *a, *r;
 	bool restored;
 	int fd;
@@ -2016,7 +2024,9 @@ START_TEST(dockerd_restart_fails_calls_cleanly_then_resyncs)
 	r = call(d.sock, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", id1, "command", "echo back",
 						   "timeout_seconds", 30), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
-	ck_assert_str_eq(jstr(r, "stdout_text"), "back\n");
+	out = harness_b64_field(r, "stdout_b64");
+	ck_assert_pstr_eq(out, "back\n");
+	free(out);
 	json_decref(r);
 	assert_clean_stop(&d, &base, "dockerd restart");
 }

@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "msb.h"
+#include "base64.h"
 
 #define MAX_PROCS 8
 #define START_TIMEOUT_MS 10000
@@ -796,5 +797,24 @@ char *harness_b64_encode(const void *data, size_t len)
 		*o++ = i + 2 < len ? a[v & 63] : '=';
 	}
 	*o = '\0';
+	return out;
+}
+
+char *harness_b64_field(const json_t *o, const char *key)
+{
+	const json_t *v = json_object_get(o, key);
+	uint8_t *bytes = NULL;
+	size_t n = 0;
+	char *out;
+
+	if (!json_is_string(v) ||
+	    msb_base64_decode(json_string_value(v), json_string_length(v), &bytes, &n) < 0)
+		return NULL;
+	out = malloc(n + 1);
+	if (out) {
+		memcpy(out, bytes, n);
+		out[n] = '\0';
+	}
+	free(bytes);
 	return out;
 }

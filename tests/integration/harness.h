@@ -88,6 +88,11 @@ char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Standard padded base64 of data (malloc'd): the tests' own, independent
  * of proto/base64.c, which they check. */
 char *harness_b64_encode(const void *data, size_t len);
+/* The bytes of o's base64 member key (sandbox.exec's stdout_b64), decoded
+ * (proto/base64.c, strict) and NUL-terminated (malloc'd), or NULL when
+ * absent, not a string or not base64. No Check assertion inside (threads
+ * may call it). sandbox.exec gives stdout_text only with text: true. */
+char *harness_b64_field(const json_t *o, const char *key);
 
 /* Helpers on results. */
 const char *jstr(json_t *root, const char *path);   /* "a.b.c" */

@@ -769,6 +769,156 @@ START_TEST(test_shape_replies_unlimited)
 }
 END_TEST
 
+
+/* ---- large invalid frames: jansson never lexes them whole -------------- */
+
+/* Long string values: each LONG_STRING_BYTES, LONG_STRINGS of them (a frame
+ * of about 2.8 MB, over jsonfast's load threshold, far under the limits). */
+#define LONG_STRINGS 2000
+#define LONG_STRING_BYTES 1400
+
+enum bad_shape {
+	BAD_TRAILING,     /* the frame, then "x" */
+	BAD_DUPLICATE,    /* a duplicate "id" as the frame's last member */
+	BAD_UNCLOSED,     /* a short string left open at the end */
+	BAD_NUL,          /* a long last string ending in \u0000 */
+	BAD_SURROGATE,    /* a long last string ending in a lone \ud800 */
+	BAD_NUL_BYTE,     /* ",1" and a NUL byte after the strings (jansson drops it) */
+	_BAD_MAX,
+};
+
+static const char *const bad_names[] = { "trailing garbage", "duplicate key at the end", "unclosed string",
+					 "\\u0000 in a long string", "lone surrogate in a long string",
+					 "NUL byte after a number" };
+
+/* A daemon.status request whose params hold n long strings (escaped: a
+ * "\n" every 64 bytes), then what shape wants. */
+static void long_frame_build(struct text *t, int shape, size_t n, bool escaped)
+{
+	char *s = malloc(LONG_STRING_BYTES + 1);
+
+	ck_assert_ptr_nonnull(s);
+	for (size_t i = 0; i < LONG_STRING_BYTES; i++)
+		s[i] = (char)('a' + i % 26);
+	if (escaped)
+		for (size_t i = 62; i + 1 < LONG_STRING_BYTES; i += 64)
+			memcpy(s + i, "\\n", 2);
+	s[LONG_STRING_BYTES] = '\0';
+	text_puts(t, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\",\"params\":{\"junk\":[");
+	for (size_t i = 0; i < n; i++) {
+		text_puts(t, i ? ",\"" : "\"");
+		text_puts(t, s);
+		text_puts(t, "\"");
+	}
+	switch (shape) {
+	case BAD_NUL:
+		text_puts(t, ",\"");
+		text_put(t, s, 100);
+		text_puts(t, "\\u0000\"");
+		break;
+	case BAD_SURROGATE:
+		text_puts(t, ",\"");
+		text_put(t, s, 100);
+		text_puts(t, "\\ud800\"");
+		break;
+	case BAD_NUL_BYTE:
+		text_put(t, ",1\0", 3);
+		break;
+	default:
+		break;
+	}
+	text_puts(t, "]}");
+	switch (shape) {
+	case BAD_DUPLICATE:
+		text_puts(t, ",\"id\":8}");
+		break;
+	case BAD_TRAILING:
+		text_puts(t, "}x");
+		break;
+	case BAD_UNCLOSED:
+		text_puts(t, ",\"tail\":\"abc");
+		break;
+	default:
+		text_puts(t, "}");
+		break;
+	}
+	free(s);
+}
+
+/* Each shape of invalid frame that the pre-scan admits: ParseError with
+ * jansson's own detail and position for the frame, and jansson (with
+ * jsonfast's texts, through the same allocator) holds well under the
+ * frame's size at its peak: it never builds the frame's strings. */
+START_TEST(test_invalid_large_frame)
+{
+	int shape = _i;
+	struct text t = { 0 };
+	struct jsonrpc_request req = { 0 };
+	json_t *reply = NULL, *data;
+	json_error_t want;
+	size_t peak;
+
+	long_frame_build(&t, shape, LONG_STRINGS, false);
+	if (shape == BAD_NUL_BYTE) {
+		/* jansson takes it (it drops a NUL after a number): the frame
+		 * is refused for its NUL, where it is. */
+		json_t *v = json_loadb(t.p, t.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &want);
+
+		ck_assert_ptr_nonnull(v);
+		json_decref(v);
+		want.position = (int)((const char *)memchr(t.p, '\0', t.len) - t.p);
+		snprintf(want.text, sizeof(want.text), "NUL byte in the frame");
+	} else {
+		ck_assert_ptr_null(json_loadb(t.p, t.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &want));
+	}
+
+	json_set_alloc_funcs(counting_malloc, counting_free);
+	alloc_peak = 0;
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), MSB_ERR_PARSE);
+	peak = alloc_peak;
+	json_decref(reply);
+	ck_assert_uint_eq(alloc_live, 0);
+	json_set_alloc_funcs(malloc, free);
+	ck_assert_msg(peak < t.len / 8, "%s: jansson's peak is %zu bytes for an invalid frame of %zu bytes",
+		      bad_names[shape], peak, t.len);
+
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), MSB_ERR_PARSE);
+	data = check_error_reply(reply, MSB_ERR_PARSE, "null");
+	ck_assert_msg(json_integer_value(json_object_get(data, "position")) == want.position,
+		      "%s: position %lld, jansson says %d", bad_names[shape],
+		      (long long)json_integer_value(json_object_get(data, "position")), want.position);
+	ck_assert_str_eq(json_string_value(json_object_get(data, "detail")), want.text);
+	json_decref(reply);
+	free(t.p);
+}
+END_TEST
+
+/* A valid frame of long escaped strings: the decoded copies go as jansson
+ * takes each, so the peak is the frame once and a string, not twice. */
+START_TEST(test_escaped_frame_once)
+{
+	struct text t = { 0 };
+	struct jsonrpc_request req = { 0 };
+	json_t *reply = NULL, *junk;
+	size_t peak;
+
+	long_frame_build(&t, -1, LONG_STRINGS, true);
+	json_set_alloc_funcs(counting_malloc, counting_free);
+	alloc_peak = 0;
+	ck_assert_int_eq(jsonrpc_request_parse(t.p, t.len, &req, &reply), 0);
+	peak = alloc_peak;
+	junk = json_object_get(req.params, "junk");
+	ck_assert_uint_eq(json_array_size(junk), LONG_STRINGS);
+	ck_assert_ptr_nonnull(memchr(json_string_value(json_array_get(junk, 0)), '\n', 64));
+	jsonrpc_request_release(&req);
+	ck_assert_uint_eq(alloc_live, 0);
+	json_set_alloc_funcs(malloc, free);
+	ck_assert_msg(peak < t.len + t.len / 4, "jansson's peak is %zu bytes for a frame of %zu bytes of "
+		      "escaped strings", peak, t.len);
+	free(t.p);
+}
+END_TEST
+
 static Suite *jsonrpc_suite(void)
 {
 	Suite *s = suite_create("jsonrpc");
@@ -789,6 +939,8 @@ static Suite *jsonrpc_suite(void)
 	tcase_add_loop_test(tc, test_shape_refused, 0, _SHAPE_MAX);
 	tcase_add_test(tc, test_shape_largest_requests);
 	tcase_add_test(tc, test_shape_replies_unlimited);
+	tcase_add_loop_test(tc, test_invalid_large_frame, 0, _BAD_MAX);
+	tcase_add_test(tc, test_escaped_frame_once);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("replies built");

@@ -280,6 +280,7 @@ START_TEST(egress_flood_keeps_loop_responsive)
 	const char *proxy_bin = getenv("MSB_PROXY");
 	json_t *acq, *key, *spec, *rep, *st;
 	struct flood_sub sub_a, sub_b;
+	char *out;
 	char proxy[96], sandbox[96];
 	int exec_fd, rising_a = 0, rising_b = 0;
 	json_int_t last_a = -1, last_b = -1, seen0;
@@ -338,8 +339,10 @@ START_TEST(egress_flood_keeps_loop_responsive)
 		sub_pump(&sub_b, 0);
 		if ((rep = raw_recv(exec_fd, STATUS_GAP_MS)) == NULL)
 			continue;
-		ck_assert_msg(jstr(rep, "result.stdout_text") && strstr(jstr(rep, "result.stdout_text"), "flood-done"),
-			      "the flood did not finish: %s", json_dumps(rep, JSON_COMPACT));
+		out = harness_b64_field(json_object_get(rep, "result"), "stdout_b64");
+		ck_assert_msg(out && strstr(out, "flood-done"), "the flood did not finish: %s",
+			      json_dumps(rep, JSON_COMPACT));
+		free(out);
 		json_decref(rep);
 		flood_done = true;
 	}

@@ -9,7 +9,9 @@
  *    refused for its unknown param;
  *  - daemon.status is answered on another connection while a client sends
  *    such frames back to back (the daemon's request count moves between two
- *    answers: the flood runs meanwhile);
+ *    answers: the flood runs meanwhile), every other one a frame the
+ *    pre-scan admits (long strings) but with trailing garbage: refused with
+ *    jansson's own error without jansson lexing the frame's strings;
  *  - exec of 1 MiB of 0xff: the raw reply frame is at most 4/3 of it plus a
  *    small envelope (each byte once, in base64); with text: true the text
  *    views come too; with stream: true the notifications carry each byte
@@ -49,6 +51,11 @@
 #define FLOOD_FRAMES_MAX 1000
 #define FLOOD_FRAME_BYTES (8 * 1000 * 1000)
 #define FLOOD_STATUS_WANTED 3
+/* Flood frames taken at least (by turns zeros and garbage: the second
+ * garbage frame taken means the first one's answer was checked). */
+#define FLOOD_FRAMES_WANTED 4
+/* The garbage frames' strings: long enough for jsonfast to splice. */
+#define FLOOD_STRING_BYTES 1400
 /* The exec's output: 1 MiB of 0xff. */
 #define EXEC_OUT_BYTES (1024 * 1024)
 /* A reply's envelope besides its base64: ids, member names, exit code,
@@ -349,14 +356,42 @@ START_TEST(json_amplification_is_refused_before_parsing)
 }
 END_TEST
 
-/* A child sends frames of zeros back to back (reading each answer) until
- * it is stopped or has sent FLOOD_FRAMES_MAX; it exits 3 as soon as one is
- * not answered ParseError. */
+/* A daemon.status request of about bytes whose params hold strings of
+ * FLOOD_STRING_BYTES (admitted by the pre-scan: few values, no structure),
+ * then an 'x' after the frame's object: invalid JSON only at its end (the
+ * frame's LF included in *ret_len). */
+static char *garbage_frame_of(size_t bytes, int id, size_t *ret_len)
+{
+	char *b = malloc(bytes + FLOOD_STRING_BYTES + 256);
+	size_t n;
+
+	ck_assert_ptr_nonnull(b);
+	n = (size_t)sprintf(b, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"daemon.status\",\"params\":{\"junk\":[",
+			    id);
+	while (n < bytes) {
+		b[n++] = '"';
+		memset(b + n, 'a', FLOOD_STRING_BYTES);
+		n += FLOOD_STRING_BYTES;
+		b[n++] = '"';
+		b[n++] = ',';
+	}
+	n--;
+	n += (size_t)sprintf(b + n, "]}}x\n");
+	*ret_len = n;
+	return b;
+}
+
+/* A child sends frames back to back (reading each answer), by turns of
+ * zeros (over the value limit) and of long strings with trailing garbage
+ * (admitted, then invalid at its end), until it is stopped or has sent
+ * FLOOD_FRAMES_MAX; it exits 3 as soon as one is not answered ParseError
+ * (for the garbage: jansson's "end of file expected"). */
 static void flood_child(const char *sock)
 {
 	struct reader rd = { 0 };
-	size_t len;
+	size_t len, garbage_len;
 	char *frame = frame_of(SHAPE_ZEROS, FLOOD_FRAME_BYTES, 1, &len);
+	char *garbage = garbage_frame_of(FLOOD_FRAME_BYTES, 2, &garbage_len);
 
 	/* Check's handler would pass a SIGTERM on to the whole test. */
 	signal(SIGTERM, SIG_DFL);
@@ -367,11 +402,25 @@ static void flood_child(const char *sock)
 		json_t *r;
 		const char *type;
 
-		send_frame(rd.fd, frame, len);
+		const char *detail;
+
+		if (i % 2)
+			send_frame(rd.fd, garbage, garbage_len);
+		else
+			send_frame(rd.fd, frame, len);
 		r = reader_json(&rd, WIRE_REPLY_MS, NULL);
 		type = r ? jstr(r, "error.data.type") : NULL;
-		if (!type || strcmp(type, "ParseError"))
+		detail = r ? jstr(r, "error.data.detail") : NULL;
+		if (!type || strcmp(type, "ParseError")) {
+			fprintf(stderr, "hostile_wire: flood frame %d answered %s\n", i,
+				r ? json_dumps(r, JSON_COMPACT) : "(nothing)");
 			_exit(3);
+		}
+		if (i % 2 && (!detail || !strstr(detail, "end of file expected") ||
+			      jint(r, "error.data.position") != (json_int_t)garbage_len - 1)) {
+			fprintf(stderr, "hostile_wire: garbage frame %d answered %s\n", i, json_dumps(r, JSON_COMPACT));
+			_exit(4);
+		}
 		json_decref(r);
 	}
 	_exit(0);
@@ -395,7 +444,7 @@ START_TEST(status_is_answered_while_a_client_floods_frames)
 	/* Each answer is a state; the request count between two of them says
 	 * the flood's frames were taken meanwhile. */
 	deadline = now_ms() + WIRE_REPLY_MS * 2;
-	while (answered < FLOOD_STATUS_WANTED && now_ms() < deadline) {
+	while ((answered < FLOOD_STATUS_WANTED || flood_seen < FLOOD_FRAMES_WANTED) && now_ms() < deadline) {
 		json_int_t total = status_total(d.sock);
 
 		if (waitpid(child, &status, WNOHANG) == child)
@@ -412,10 +461,12 @@ START_TEST(status_is_answered_while_a_client_floods_frames)
 	}
 	ck_assert_msg((WIFEXITED(status) && WEXITSTATUS(status) == 0) ||
 		      (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL),
-		      "the flooding client did not get a ParseError for every frame (status %#x)", status);
+		      "the flooding client did not get a ParseError for every frame, or jansson's error at the end of a garbage one (status %#x)", status);
 	peak_kib = vm_hwm_kib(d.pid);
 	fprintf(stderr, "hostile_wire: daemon.status answered %d times while %lld flood frames were taken; "
 		"peak RSS +%ld KiB\n", answered, (long long)flood_seen, peak_kib - base_kib);
+	ck_assert_msg(flood_seen >= FLOOD_FRAMES_WANTED, "only %lld flood frames were taken (want %d)",
+		      (long long)flood_seen, FLOOD_FRAMES_WANTED);
 	ck_assert_msg(answered >= FLOOD_STATUS_WANTED,
 		      "daemon.status was answered between flood frames only %d times (want %d)", answered,
 		      FLOOD_STATUS_WANTED);
