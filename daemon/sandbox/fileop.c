@@ -701,6 +701,31 @@ int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const ch
 	return 0;
 }
 
+static bool fop_init_on(const struct fileop *op)
+{
+	return op->d->config && op->d->config->init;
+}
+
+/* The engine's bind of docker-init (HostConfig.Init, read-only): a mount of
+ * the daemon's sandboxes when sandbox.init is on. */
+#define ARCHIVE_INIT_MOUNT "/sbin/docker-init"
+
+int fileop_archive_mount_check_init(enum fileop_kind kind, const char *path, const char *rel, bool init,
+				    struct msb_error *reterr)
+{
+	const char *shown = rel && *rel ? rel : ".";
+
+	if (init && (kind == FILEOP_WRITE || kind == FILEOP_REMOVE || kind == FILEOP_RECLAIM) &&
+	    (strcmp(path, ARCHIVE_INIT_MOUNT) == 0 ||
+	     (kind != FILEOP_WRITE && path_is_at_or_under(ARCHIVE_INIT_MOUNT, path)))) {
+		msb_error_set(reterr, MSB_ERR_OS_ERROR,
+			      json_pack("{s:s, s:s, s:s}", "path", shown, "errno", "EBUSY", "mount", ARCHIVE_INIT_MOUNT),
+			      "%s is a mount point: file calls never replace or remove a mount", ARCHIVE_INIT_MOUNT);
+		return -EBUSY;
+	}
+	return fileop_archive_mount_check(kind, path, rel, reterr);
+}
+
 /* ---- walking ------------------------------------------------------------ */
 
 static void fop_next(struct fileop *op);
@@ -1310,7 +1335,8 @@ static void fop_archive_begin(struct fileop *op)
 	for (size_t i = 0; i < op->n_items; i++) {
 		const struct paths_plan *pl = op->items[i].plan;
 
-		if (fileop_archive_mount_check(op->p.kind, pl->target.path, pl->target.rel, &op->err) < 0) {
+		if (fileop_archive_mount_check_init(op->p.kind, pl->target.path, pl->target.rel, fop_init_on(op),
+						    &op->err) < 0) {
 			fop_done(op);
 			return;
 		}
@@ -1462,8 +1488,8 @@ static void fop_local_run(struct fileop *op)
 		/* The container's known mount points, and directories holding one:
 		 * refused before anything is removed (a removal that meets any
 		 * other mount is refused where it meets it). */
-		r = fileop_archive_mount_check(op->p.kind, op->items[0].plan->target.path,
-					       op->items[0].plan->target.rel, &e);
+		r = fileop_archive_mount_check_init(op->p.kind, op->items[0].plan->target.path,
+						    op->items[0].plan->target.rel, fop_init_on(op), &e);
 		if (r < 0)
 			break;
 		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,

@@ -185,6 +185,18 @@ void fileop_error_no_listing(struct msb_error *reterr);
 int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
 			       struct msb_error *reterr);
 
+/* fileop_archive_mount_check, and the engine's bind of /sbin/docker-init
+ * (a mount point when init: sandbox.init, HostConfig.Init). */
+int fileop_archive_mount_check_init(enum fileop_kind kind, const char *path, const char *rel, bool init,
+				    struct msb_error *reterr);
+
+/* The archive plane's removal of a write's temporaries (after the write,
+ * and in the journal's replay): this binary, as this user (the authority
+ * the engine's archive API wrote them with, whoever the guest is). An
+ * image without it keeps the temporaries (the log says so). */
+#define FILEOP_CLEAN_RM   "/bin/rm"
+#define FILEOP_CLEAN_USER "0:0"
+
 /* Descriptors of files.removal_fd_budget the removals in progress hold. */
 size_t fileop_table_fds_in_use(const struct fileop_table *t);
 

@@ -831,6 +831,32 @@ START_TEST(test_archive_mount_rule)
 }
 END_TEST
 
+/* /sbin/docker-init: the engine's read-only bind when sandbox.init is on. */
+START_TEST(test_archive_mount_rule_init)
+{
+	struct msb_error e = { 0 };
+	json_t *data;
+	char type[64];
+
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/docker-init", "given", false, &e), 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/x", "given", true, &e), 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_READ, "/sbin/docker-init", "given", true, &e), 0);
+	ck_assert_int_eq(e.code, 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/docker-init", "given", true, &e),
+			 -EBUSY);
+	data = wire_data(&e, type, sizeof(type));
+	ck_assert_str_eq(type, "OSError");
+	ck_assert_str_eq(json_string_value(json_object_get(data, "mount")), "/sbin/docker-init");
+	json_decref(data);
+	msb_error_clear(&e);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_RECLAIM, "/sbin", "given", true, &e), -EBUSY);
+	msb_error_clear(&e);
+	/* The static list still applies. */
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/etc/hosts", "given", true, &e), -EBUSY);
+	msb_error_clear(&e);
+}
+END_TEST
+
 /* A write over a mount point on the archive plane: refused with no engine
  * request at all (no freeze, no walk). */
 START_TEST(test_archive_write_over_mount_asks_nothing)
@@ -2160,6 +2186,7 @@ static Suite *fileop_suite(void)
 
 	tc = fixture_tcase("mounts");
 	tcase_add_loop_test(tc, test_archive_mount_rule, 0, (int)ELEMENTSOF(mount_rows));
+	tcase_add_test(tc, test_archive_mount_rule_init);
 	tcase_add_test(tc, test_archive_write_over_mount_asks_nothing);
 	suite_add_tcase(s, tc);
 
