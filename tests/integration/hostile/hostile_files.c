@@ -176,8 +176,15 @@ static void mounts_on(const char *plane)
 	call_refused(&d, "files.remove",
 		     json_pack("{s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path", "etc/hosts"),
 		     "EBUSY", "hosts");
-	out = guest_out(id, "grep -c -E \" /etc/(resolv.conf|hosts) \" /proc/self/mountinfo");
-	ck_assert_msg(atoi(out) == 2, "the container's mounts changed: %s", out);
+	/* docker-init: the engine's read-only bind (sandbox.init, on by default). */
+	call_refused(&d, "files.write",
+		     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path",
+			       "sbin/docker-init", "content_text", "#!/bin/sh\n"), "EBUSY", "docker-init");
+	call_refused(&d, "files.remove",
+		     json_pack("{s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path", "sbin/docker-init"),
+		     "EBUSY", "docker-init");
+	out = guest_out(id, "grep -c -E \" /(etc/resolv.conf|etc/hosts|sbin/docker-init) \" /proc/self/mountinfo");
+	ck_assert_msg(atoi(out) == 3, "the container's mounts changed: %s", out);
 	free(out);
 	out = guest_out(id, "grep -c 192.0.2.1 /etc/resolv.conf");
 	ck_assert_int_eq(atoi(out), 0);
