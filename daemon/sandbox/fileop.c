@@ -617,24 +617,28 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 	op->clean = NULL;
 	if (!ok)
 		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s); "
-			  "the next start of the daemon tries again", op->id,
-			  r->error ? strerror(-r->error) : "rm failed");
+			  "the next start of the daemon tries again%s", op->id,
+			  r->error ? strerror(-r->error) : "rm failed",
+			  r->error == 0 && (r->exit_code == 126 || r->exit_code == 127)
+				  ? " (the image has no usable " FILEOP_CLEAN_RM ": give it one)" : "");
 	fop_tmps_forget(op, ok);
 	fop_done(op);
 }
 
-/* rm -f of the temporaries, in the guest, as the guest's uid:gid. */
+/* rm -f of the temporaries, in the guest, with the authority that wrote
+ * them (the engine's archive API writes as root, whoever the guest is: a
+ * non-root guest could not remove a temporary in a root-owned directory),
+ * by an absolute path (the guest's PATH never chooses the binary). */
 static void fop_clean_start(struct fileop *op)
 {
 	_cleanup_free_ const char **argv = xcalloc(op->n_tmps + 4, sizeof(*argv));
-	_cleanup_free_ char *user = xasprintf("%u:%u", (unsigned)op->p.uid, (unsigned)op->p.gid);
 	struct execrun_spec spec = {
-		.working_dir = "/", .user = user, .timeout_ms = op->d->config->files_timeout_ms,
+		.working_dir = "/", .user = FILEOP_CLEAN_USER, .timeout_ms = op->d->config->files_timeout_ms,
 		.max_output = 4096,
 	};
 	int r;
 
-	argv[0] = "rm";
+	argv[0] = FILEOP_CLEAN_RM;
 	argv[1] = "-f";
 	argv[2] = "--";
 	for (size_t i = 0; i < op->n_tmps; i++)
@@ -1717,11 +1721,11 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 		fop_replay_free(rp, rc == 0);
 		return;
 	}
-	/* The archive plane: rm in the guest, as the image's user. */
+	/* The archive plane: rm in the guest, as the write's authority. */
 	{
 		_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
-		const char *argv[] = { "rm", "-f", "--", path, NULL };
-		struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+		const char *argv[] = { FILEOP_CLEAN_RM, "-f", "--", path, NULL };
+		struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = FILEOP_CLEAN_USER,
 					     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
 
 		if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)

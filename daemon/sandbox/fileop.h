@@ -13,8 +13,9 @@
  *      │                 → ACT (WRITE/PREPARE: one PUT of one tar at "/";
  *      │                      READ: one GET per item, streamed and capped)
  *      └─ refused ─→ DONE       → THAW (always, whatever happened)
- *                                  → CLEAN (WRITE: rm -f of its temporaries in
- *                                     the guest, as the guest) → DONE
+ *                                  → CLEAN (WRITE: /bin/rm -f of its temporaries
+ *                                     in the guest, as root: the authority that
+ *                                     wrote them) → DONE
  *
  * A WRITE's tar holds each file's content under a temporary name in its
  * final directory, then a hard link entry putting it at the final name (the

@@ -96,13 +96,18 @@ static void daemon_up(struct msbd_proc *d, const char *plane, const char *extra)
 	ck_abort_msg("the daemon never read the engine's sandboxes");
 }
 
-static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
+/* image: NULL for the run's own. */
+static char *acquire_image(const struct msbd_proc *d, const char *scope, const char *want_plane, const char *image)
 {
 	json_t *key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "agent");
+	json_t *spec = hostile_spec();
 	int code = 0;
 	char *type = NULL, *id;
-	json_t *r = call(d->sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", hostile_spec()),
-			 &code, &type);
+	json_t *r;
+
+	if (image)
+		json_object_set_new(spec, "image", json_string(image));
+	r = call(d->sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", spec), &code, &type);
 
 	ck_assert_msg(r, "acquire failed: %d %s", code, type ? type : "");
 	free(type);
@@ -112,6 +117,11 @@ static char *acquire(const struct msbd_proc *d, const char *scope, const char *w
 		      jstr(r, "file_plane") ? jstr(r, "file_plane") : "(none)", want_plane);
 	json_decref(r);
 	return id;
+}
+
+static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
+{
+	return acquire_image(d, scope, want_plane, NULL);
 }
 
 static void dispose(const struct msbd_proc *d, const char *scope)
@@ -333,6 +343,59 @@ START_TEST(kill9_mid_write_archive)
 }
 END_TEST
 
+/* ---- a non-root guest's archive write: its temporary removed ----------------------- */
+
+/* Journal entries left in the test's journal dir. */
+static int journal_entries(void)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *dir = opendir(journal_dir);
+
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)))
+		n += strncmp(de->d_name, ".maf-sandbox-", 13) == 0;
+	closedir(dir);
+	return n;
+}
+
+START_TEST(archive_write_as_nonroot_cleans_up)
+{
+	struct msbd_proc d = { 0 };
+	char image[160], *id, *out;
+	json_t *r;
+	int code = 0;
+	char *type = NULL;
+
+	/* The run's image with USER 1000:1000: a guest that cannot write /etc. */
+	snprintf(image, sizeof(image), "msb-it-hostile-u1000:%s", hostile_run_id);
+	out = sh_out("cid=$(docker create %s /bin/true) && docker commit --change 'USER 1000:1000' $cid %s >/dev/null "
+		     "&& docker rm $cid >/dev/null && echo made", hostile_image, image);
+	ck_assert_msg(strstr(out, "made"), "the USER 1000 image was not made: %s", out);
+	free(out);
+	daemon_up(&d, "archive", NULL);
+	id = acquire_image(&d, "hf-nonroot", "archive", image);
+	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/",
+						  "path", "etc/x.conf", "content_text", "x=1\n"), &code, &type);
+	ck_assert_msg(r, "files.write failed: %d %s", code, type ? type : "");
+	json_decref(r);
+	/* No temporary in /etc, the file has one name, no journal entry left. */
+	out = guest_out(id, "ls -a /etc | grep -c maf-sandbox");
+	ck_assert_msg(atoi(out) == 0, "the write's temporary is still in /etc (%s)", out);
+	free(out);
+	out = guest_out(id, "stat -c %h /etc/x.conf");
+	ck_assert_msg(atoi(out) == 1, "/etc/x.conf has %s names", out);
+	free(out);
+	ck_assert_int_eq(journal_entries(), 0);
+	dispose(&d, "hf-nonroot");
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	free(sh_out("docker rmi -f %s >/dev/null 2>&1", image));
+	dirs_remove();
+}
+END_TEST
+
 /* ---- the removal fd budget -------------------------------------------------------- */
 
 START_TEST(reclaims_share_the_fd_budget)
@@ -401,5 +464,6 @@ TCase *hostile_files_tcase(void)
 	tcase_add_test(tc, kill9_mid_write_local);
 	tcase_add_test(tc, kill9_mid_write_archive);
 	tcase_add_test(tc, reclaims_share_the_fd_budget);
+	tcase_add_test(tc, archive_write_as_nonroot_cleans_up);
 	return tc;
 }
