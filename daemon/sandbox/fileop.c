@@ -1428,7 +1428,14 @@ static void fop_local_slice(struct fileop *op)
 		return;
 	}
 	op->state = FOP_LOCAL;
-	event_active(op->slice_ev, EV_TIMEOUT, 0);
+	/* The next slice on the next pass of the loop, after its I/O (an
+	 * event_active would run it within this pass, and every slice after
+	 * it, starving the other clients until the removal ends). */
+	{
+		static const struct timeval now = { 0, 0 };
+
+		evtimer_add(op->slice_ev, &now);
+	}
 }
 
 static void fop_local_begin(struct fileop *op, struct sandbox *sb);

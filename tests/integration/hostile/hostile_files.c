@@ -455,6 +455,76 @@ START_TEST(reclaims_share_the_fd_budget)
 }
 END_TEST
 
+/* ---- a long removal yields to other clients --------------------------------------- */
+
+#define BIG_DIRS 20000                  /* a removal of ~20 slices */
+
+/* Entries of the sandbox's work/big seen from the host; -1 once it is gone. */
+static int big_entries(pid_t cpid)
+{
+	char path[96];
+	struct dirent *de;
+	int n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/root/maf-sandbox/work/big", (int)cpid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while ((de = readdir(dir)))
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+START_TEST(status_answered_during_reclaim)
+{
+	struct msbd_proc d = { 0 };
+	char *id, *out;
+	int fr, fs, n = BIG_DIRS;
+	struct pollfd pfd;
+	json_t *r;
+	pid_t cpid;
+
+	daemon_up(&d, "local", NULL);
+	id = acquire(&d, "hf-yield", "local");
+	out = guest_out(id, "mkdir /maf-sandbox/work/big && cd /maf-sandbox/work/big && seq 20000 | xargs mkdir && "
+			    "echo made");
+	ck_assert_msg(strstr(out, "made"), "the tree was not made: %s", out);
+	free(out);
+	cpid = container_pid(id);
+	ck_assert_int_gt(cpid, 0);
+	ck_assert_int_eq(big_entries(cpid), BIG_DIRS);
+	fr = raw_connect(d.sock);
+	fs = raw_connect(d.sock);
+	ck_assert(fr >= 0 && fs >= 0);
+	raw_request_send(fr, 1, "files.reclaim", json_pack("{s:s, s:s}", "sandbox", id, "directory", "big"));
+	/* The removal under way (some entries gone, not all), then a status. */
+	for (long t0 = now_ms(); n == BIG_DIRS && now_ms() - t0 < WAIT_MS;)
+		n = big_entries(cpid);
+	ck_assert_msg(n >= 0 && n < BIG_DIRS, "the reclaim was never seen under way (%d entries)", n);
+	raw_request_send(fs, 2, "daemon.status", json_object());
+	r = raw_recv(fs, WAIT_MS);
+	ck_assert_msg(r && json_object_get(r, "result"), "daemon.status was not answered");
+	json_decref(r);
+	/* Answered while the reclaim still runs: its call has not returned, its tree is still there. */
+	pfd = (struct pollfd){ .fd = fr, .events = POLLIN };
+	ck_assert_msg(poll(&pfd, 1, 0) == 0, "daemon.status was answered only after the reclaim returned");
+	n = big_entries(cpid);
+	ck_assert_msg(n >= 0, "daemon.status was answered only once the tree was gone");
+	r = raw_recv(fr, 4 * WAIT_MS);
+	ck_assert_msg(r && json_object_get(r, "result"), "the reclaim failed");
+	json_decref(r);
+	ck_assert_int_eq(big_entries(cpid), -1);
+	close(fr);
+	close(fs);
+	dispose(&d, "hf-yield");
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
 TCase *hostile_files_tcase(void)
 {
 	TCase *tc = tcase_create("files");
@@ -465,5 +535,6 @@ TCase *hostile_files_tcase(void)
 	tcase_add_test(tc, kill9_mid_write_archive);
 	tcase_add_test(tc, reclaims_share_the_fd_budget);
 	tcase_add_test(tc, archive_write_as_nonroot_cleans_up);
+	tcase_add_test(tc, status_answered_during_reclaim);
 	return tc;
 }
