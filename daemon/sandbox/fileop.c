@@ -16,6 +16,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "docker.h"
+#include "engine.h"
 #include "errmap.h"
 #include "execrun.h"
 #include "fileop.h"
@@ -23,6 +24,7 @@
 #include "log.h"
 #include "plane_local.h"
 #include "registry.h"
+#include "sha256.h"
 #include "tarball.h"
 #include "xmalloc.h"
 
@@ -584,6 +586,19 @@ static int fop_journal_fd(struct fileop_table *t, const struct msbd_config *c)
 	return fd;
 }
 
+/* This daemon's engine, as journal entries name it (sha256 hex of its
+ * endpoint): daemons sharing files.journal_dir on other engines never take
+ * each other's entries. NULL when the endpoint is not known. */
+static const char *fop_engine_ident(const struct msbd *d, char buf[SHA256_HEX_BYTES])
+{
+	const struct engine_endpoint *ep = d && d->engine ? engine_get_endpoint(d->engine) : NULL;
+
+	if (!ep || !ep->host)
+		return NULL;
+	sha256_hex(ep->host, strlen(ep->host), buf);
+	return buf;
+}
+
 /* Ends the journal entries of op's archive temporaries: removed (the
  * temporaries are gone) or only unlocked (left for the next start). */
 static void fop_tmps_forget(struct fileop *op, bool removed)
@@ -594,7 +609,7 @@ static void fop_tmps_forget(struct fileop *op, bool removed)
 		if (op->jfds[i] < 0)
 			continue;
 		if (removed && jfd >= 0) {
-			const struct plocal_journal j = { jfd, op->id };
+			const struct plocal_journal j = { jfd, op->id, NULL };
 
 			plocal_journal_end(&j, strrchr(op->tmps[i], '/') + 1, op->jfds[i]);
 		} else {
@@ -971,7 +986,8 @@ static void fop_tmps_name(struct fileop *op)
 		snprintf(op->tmps[i], sizeof(op->tmps[i]), "%.*s/%s", (int)plen, path, tmp);
 		op->jfds[i] = -1;
 		if (jfd >= 0) {
-			const struct plocal_journal j = { jfd, op->id };
+			char eng[SHA256_HEX_BYTES];
+			const struct plocal_journal j = { jfd, op->id, fop_engine_ident(op->d, eng) };
 			_cleanup_free_ char *parent = plen ? xstrndup(path, plen) : xstrdup("/");
 
 			op->jfds[i] = plocal_journal_begin(&j, parent, tmp);
@@ -1476,7 +1492,8 @@ static void fop_local_run(struct fileop *op)
 			r = plocal_write_check(op->root, op->items[i].plan, &cred, &e);
 		for (size_t i = 0; r == 0 && i < op->n_items; i++) {
 			int jfd = fop_journal_fd(op->table, op->d->config);
-			const struct plocal_journal j = { jfd, op->id };
+			char eng[SHA256_HEX_BYTES];
+			const struct plocal_journal j = { jfd, op->id, fop_engine_ident(op->d, eng) };
 
 			r = plocal_write(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
 					 op->items[i].size, &e);
@@ -1743,6 +1760,8 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 void fileop_journal_replay(struct msbd *d)
 {
 	int jfd = fop_journal_fd(d->fileops, d->config);
+	char eng[SHA256_HEX_BYTES];
+	const char *ours = fop_engine_ident(d, eng);
 	struct dirent *de;
 	DIR *dir;
 	int dfd;
@@ -1770,12 +1789,13 @@ void fileop_journal_replay(struct msbd *d)
 				unlinkat(jfd, de->d_name, 0);   /* cut short before the temporary existed */
 			continue;
 		}
-		if (!d->registry || !registry_find_id(d->registry, e.id)) {
-			/* No such sandbox on this engine any more: nothing to remove. */
-			unlinkat(jfd, de->d_name, 0);
+		if (e.engine && (!ours || strcmp(e.engine, ours) != 0)) {
+			/* Another engine's (a daemon sharing the journal): its daemon's to replay. */
 			plocal_journal_entry_release(&e);
 			continue;
 		}
+		/* Dropped only on this engine's own word (an inspect's 404), never
+		 * for not being in this daemon's registry. */
 		rp = xcalloc(1, sizeof(*rp));
 		rp->d = d;
 		rp->e = e;

@@ -455,6 +455,53 @@ START_TEST(reclaims_share_the_fd_budget)
 }
 END_TEST
 
+/* ---- daemons sharing a journal ------------------------------------------------------ */
+
+#define NO_SUCH_ID "fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff0"
+#define OTHER_TMP  ".maf-sandbox-00000000000000a1.tmp"
+#define GONE_TMP   ".maf-sandbox-00000000000000a2.tmp"
+
+static void journal_put(const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", journal_dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static bool journal_has(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", journal_dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/* Another engine's entry is never this daemon's to drop; an entry of this
+ * engine's is dropped on its inspect's 404 (not for missing from the registry). */
+START_TEST(journal_shared_between_engines)
+{
+	struct msbd_proc d = { 0 };
+
+	dirs_once();
+	ck_assert(mkdir(journal_dir, 0700) == 0 || errno == EEXIST);
+	journal_put(OTHER_TMP, NO_SUCH_ID "\n/maf-sandbox/work\n" OTHER_TMP "\n"
+		    "0000000000000000000000000000000000000000000000000000000000000000\n");
+	journal_put(GONE_TMP, NO_SUCH_ID "\n/maf-sandbox/work\n" GONE_TMP "\n");
+	daemon_up(&d, "archive", NULL);
+	for (long t0 = now_ms(); journal_has(GONE_TMP) && now_ms() - t0 < WAIT_MS;)
+		usleep(50000);
+	ck_assert_msg(!journal_has(GONE_TMP), "an entry of a container this engine says is gone was kept");
+	ck_assert_msg(journal_has(OTHER_TMP), "another engine's journal entry was dropped");
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
 /* ---- a long removal yields to other clients --------------------------------------- */
 
 #define BIG_DIRS 20000                  /* a removal of ~20 slices */
@@ -536,5 +583,6 @@ TCase *hostile_files_tcase(void)
 	tcase_add_test(tc, reclaims_share_the_fd_budget);
 	tcase_add_test(tc, archive_write_as_nonroot_cleans_up);
 	tcase_add_test(tc, status_answered_during_reclaim);
+	tcase_add_test(tc, journal_shared_between_engines);
 	return tc;
 }
