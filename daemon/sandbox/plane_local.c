@@ -1114,7 +1114,7 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 {
 	const char *rel = plan->target.rel;
 	json_t **items = NULL, *list;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, scanned = 0;
 	struct dirent *de;
 	DIR *dir;
 	int fd, r = 0;
@@ -1135,6 +1135,16 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
+		/* Every entry read counts, listed or not. */
+		if (++scanned > max_entries + PLOCAL_LIST_SCAN_SLACK) {
+			msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:s, s:I}", "path", *rel ? rel : ".", "limit",
+						(json_int_t)(max_entries + PLOCAL_LIST_SCAN_SLACK)),
+				      "the directory holds more than %zu entries, temporary files included",
+				      max_entries + PLOCAL_LIST_SCAN_SLACK);
+			r = -EFBIG;
+			break;
+		}
 		/* The daemon's own temporaries (a write in progress) are never listed. */
 		if (plocal_name_is_temp(de->d_name))
 			continue;

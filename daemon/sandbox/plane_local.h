@@ -83,6 +83,11 @@
 #define PLOCAL_REMOVE_SLICE       1024
 /* Default ceiling of entries one listing returns (files.list_max_entries). */
 #define PLOCAL_LIST_MAX_ENTRIES   10000
+/* Entries a listing reads beyond its ceiling (the daemon's temporaries,
+ * which it never lists): past max_entries + this, the listing is refused
+ * like one over its ceiling (a guest's flood of temporary-looking names is
+ * never scanned whole). */
+#define PLOCAL_LIST_SCAN_SLACK    1024
 /* Times a resolution is retried when the kernel answers EAGAIN (a rename
  * or mount raced a lookup). */
 #define PLOCAL_EAGAIN_RETRIES     8

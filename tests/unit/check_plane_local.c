@@ -1911,6 +1911,36 @@ START_TEST(test_list_skips_temps)
 }
 END_TEST
 
+/* Temporary-looking names count against the listing's scan bound (cap +
+ * PLOCAL_LIST_SCAN_SLACK): a flood of them is refused, never scanned whole. */
+START_TEST(test_list_scan_bound)
+{
+	struct msb_error e = { 0 };
+	json_t *list = NULL;
+
+	mkdir_ok("/w/flood", 0755);
+	put_s("/w/flood/a", "a");
+	put_s("/w/flood/b", "b");
+	for (int i = 0; i < PLOCAL_LIST_SCAN_SLACK; i++) {
+		char p[96];
+
+		snprintf(p, sizeof(p), "/w/flood/.maf-sandbox-%016x.tmp", (unsigned)i);
+		put_s(p, "");
+	}
+	/* Exactly at the bound: listed (the two). */
+	ck_assert_int_eq(do_list("/w", "flood", &guest_root, 2, &list, &e), 0);
+	ck_assert_uint_eq(json_array_size(list), 2);
+	json_decref(list);
+	list = NULL;
+	put_s("/w/flood/.maf-sandbox-ffffffffffffffff.tmp", "");
+	ck_assert_int_eq(do_list("/w", "flood", &guest_root, 2, &list, &e), -EFBIG);
+	ck_assert_ptr_null(list);
+	ck_assert_int_eq(e.code, MSB_ERR_TRANSFER_CAP_EXCEEDED);
+	ck_assert_int_eq(json_integer_value(json_object_get(e.data, "limit")), 2 + PLOCAL_LIST_SCAN_SLACK);
+	msb_error_clear(&e);
+}
+END_TEST
+
 /* The journal: an entry exists (locked) while the write runs and is gone
  * after; a dead writer's entry is taken and names the temporary; a live
  * one's is refused (EBUSY). */
@@ -2463,6 +2493,7 @@ static Suite *plane_local_suite(void)
 	tcase_add_test(tc, test_rm_moved_under_it);
 	tcase_add_test(tc, test_temp_names);
 	tcase_add_test(tc, test_list_skips_temps);
+	tcase_add_test(tc, test_list_scan_bound);
 	tcase_add_test(tc, test_journal);
 	tcase_add_test(tc, test_temp_remove);
 	suite_add_tcase(s, tc);
