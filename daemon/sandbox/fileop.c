@@ -103,6 +103,7 @@ struct fileop_table {
 	TAILQ_HEAD(, fileop) fd_waiters;   /* FIFO */
 	int journal_fd;              /* files.journal_dir, once opened (-1: not yet, or none) */
 	bool journal_tried;
+	struct fop_replayer *replayer;   /* the journal's replay in progress, or NULL */
 };
 
 static const char *const kind_names[_FILEOP_KIND_MAX] = {
@@ -1683,19 +1684,38 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 
 /* ---- the journal, replayed at start ------------------------------------------ */
 
+/* The replay: entries read a few at a time (FILEOP_REPLAY_BATCH in flight),
+ * the next read as one ends, so a large journal never floods the engine. */
+struct fop_replayer {
+	struct msbd *d;
+	DIR *dir;
+	size_t inflight;
+	bool stopped;                /* the daemon is stopping (a request cancelled): start nothing new */
+	char ours[SHA256_HEX_BYTES];
+	bool has_ours;
+};
+
 struct fop_replay {
 	struct msbd *d;
+	struct fop_replayer *rr;
 	struct plocal_journal_entry e;
 };
+
+static void fop_replay_next(struct fop_replayer *rr);
 
 static void fop_replay_free(struct fop_replay *rp, bool done)
 {
 	int jfd = rp->d->fileops ? rp->d->fileops->journal_fd : -1;
+	struct fop_replayer *rr = rp->rr;
 
 	if (done && jfd >= 0 && unlinkat(jfd, rp->e.tmp, 0) < 0 && errno != ENOENT)
 		log_warnx("files: cannot remove the journal entry %s: %s", rp->e.tmp, strerror(errno));
 	plocal_journal_entry_release(&rp->e);
 	free(rp);
+	if (rr) {
+		rr->inflight--;
+		fop_replay_next(rr);
+	}
 }
 
 static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
@@ -1703,6 +1723,8 @@ static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
 	struct fop_replay *rp = arg;
 	bool ok = r->error == 0 && r->exit_code == 0;
 
+	if (r->error == -ECANCELED && rp->rr)
+		rp->rr->stopped = true;
 	if (!ok)
 		log_warnx("sandbox %.12s: a temporary a killed daemon left (%s/%s) could not be removed",
 			  rp->e.id, rp->e.parent, rp->e.tmp);
@@ -1719,6 +1741,8 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 	struct plocal_pin pin;
 	int root = -1, rc;
 
+	if (r->error == -ECANCELED && rp->rr)
+		rp->rr->stopped = true;
 	if (r->error == 0 && r->status == 404) {
 		fop_replay_free(rp, true);       /* gone, and its temporary with it */
 		return;
@@ -1757,24 +1781,13 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 	}
 }
 
-void fileop_journal_replay(struct msbd *d)
+static void fop_replay_next(struct fop_replayer *rr)
 {
-	int jfd = fop_journal_fd(d->fileops, d->config);
-	char eng[SHA256_HEX_BYTES];
-	const char *ours = fop_engine_ident(d, eng);
-	struct dirent *de;
-	DIR *dir;
-	int dfd;
+	struct msbd *d = rr->d;
+	int jfd = d->fileops ? d->fileops->journal_fd : -1;
+	struct dirent *de = NULL;
 
-	if (jfd < 0 || (dfd = dup(jfd)) < 0)
-		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
-	rewinddir(dir);
-	while ((de = readdir(dir))) {
+	while (jfd >= 0 && !rr->stopped && rr->inflight < FILEOP_REPLAY_BATCH && (de = readdir(rr->dir))) {
 		struct plocal_journal_entry e = { .lock_fd = -1 };
 		struct fop_replay *rp;
 		int r;
@@ -1789,7 +1802,7 @@ void fileop_journal_replay(struct msbd *d)
 				unlinkat(jfd, de->d_name, 0);   /* cut short before the temporary existed */
 			continue;
 		}
-		if (e.engine && (!ours || strcmp(e.engine, ours) != 0)) {
+		if (e.engine && (!rr->has_ours || strcmp(e.engine, rr->ours) != 0)) {
 			/* Another engine's (a daemon sharing the journal): its daemon's to replay. */
 			plocal_journal_entry_release(&e);
 			continue;
@@ -1799,8 +1812,70 @@ void fileop_journal_replay(struct msbd *d)
 		rp = xcalloc(1, sizeof(*rp));
 		rp->d = d;
 		rp->e = e;
-		if (docker_container_inspect(d->engine, e.id, fop_replay_inspect_cb, rp, NULL) < 0)
-			fop_replay_free(rp, false);
+		rp->rr = rr;
+		rr->inflight++;
+		if (docker_container_inspect(d->engine, e.id, fop_replay_inspect_cb, rp, NULL) < 0) {
+			plocal_journal_entry_release(&rp->e);
+			free(rp);
+			rr->inflight--;
+		}
+	}
+	if (rr->inflight == 0 && (jfd < 0 || !de || rr->stopped)) {
+		closedir(rr->dir);
+		if (d->fileops && d->fileops->replayer == rr)
+			d->fileops->replayer = NULL;
+		free(rr);
+	}
+}
+
+void fileop_journal_replay(struct msbd *d)
+{
+	int jfd = fop_journal_fd(d->fileops, d->config);
+	struct fop_replayer *rr;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || d->fileops->replayer || (dfd = dup(jfd)) < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	rewinddir(dir);
+	rr = xcalloc(1, sizeof(*rr));
+	rr->d = d;
+	rr->dir = dir;
+	rr->has_ours = fop_engine_ident(d, rr->ours) != NULL;
+	d->fileops->replayer = rr;
+	fop_replay_next(rr);
+}
+
+void fileop_journal_forget(struct msbd *d, const char *id)
+{
+	int jfd = d && d->fileops ? d->fileops->journal_fd : -1;
+	char ours[SHA256_HEX_BYTES];
+	bool has_ours = fop_engine_ident(d, ours) != NULL;
+	struct dirent *de;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || !id || (dfd = dup(jfd)) < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct plocal_journal_entry e = { .lock_fd = -1 };
+
+		if (!plocal_name_is_temp(de->d_name) || plocal_journal_take(jfd, de->d_name, &e) < 0)
+			continue;
+		if (strcmp(e.id, id) == 0 && (!e.engine || (has_ours && strcmp(e.engine, ours) == 0)))
+			unlinkat(jfd, de->d_name, 0);    /* its container gone, its temporary with it */
+		plocal_journal_entry_release(&e);
 	}
 	closedir(dir);
 }

@@ -207,6 +207,11 @@ size_t fileop_table_fds_in_use(const struct fileop_table *t);
  * with the daemon's authority and the guest's resolution rules; archive
  * plane: rm in the guest), then its entry. */
 void fileop_journal_replay(struct msbd *d);
+/* Journal entries the replay has in flight at once (an inspect, then an rm). */
+#define FILEOP_REPLAY_BATCH 4
+/* A sandbox's container is gone (disposed): its journal entries no live
+ * daemon holds, of this engine (or of no named engine), are dropped. */
+void fileop_journal_forget(struct msbd *d, const char *id);
 
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */

@@ -502,6 +502,28 @@ START_TEST(journal_shared_between_engines)
 }
 END_TEST
 
+/* A disposed sandbox's journal entries go with it. */
+START_TEST(journal_entries_dropped_on_dispose)
+{
+	struct msbd_proc d = { 0 };
+	char text[256], *id, *full;
+
+	daemon_up(&d, "archive", NULL);
+	id = acquire(&d, "hf-forget", "archive");
+	full = sh_out("docker inspect -f '{{.Id}}' %s", id);
+	ck_assert_int_eq(strlen(full), 64);
+	/* An entry a failed cleanup would leave (written after this daemon's replay). */
+	snprintf(text, sizeof(text), "%s\n/maf-sandbox/work\n%s\n", full, GONE_TMP);
+	journal_put(GONE_TMP, text);
+	dispose(&d, "hf-forget");
+	ck_assert_msg(!journal_has(GONE_TMP), "the disposed sandbox's journal entry stayed");
+	free(full);
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
 /* ---- a long removal yields to other clients --------------------------------------- */
 
 #define BIG_DIRS 20000                  /* a removal of ~20 slices */
@@ -584,5 +606,6 @@ TCase *hostile_files_tcase(void)
 	tcase_add_test(tc, archive_write_as_nonroot_cleans_up);
 	tcase_add_test(tc, status_answered_during_reclaim);
 	tcase_add_test(tc, journal_shared_between_engines);
+	tcase_add_test(tc, journal_entries_dropped_on_dispose);
 	return tc;
 }
