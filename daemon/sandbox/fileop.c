@@ -625,12 +625,52 @@ static void fop_tmps_forget(struct fileop *op, bool removed)
 	op->n_tmps = 0;
 }
 
+/* Entries of container id in the journal no live writer holds. */
+static size_t fop_journal_count(int jfd, const char *id)
+{
+	struct dirent *de;
+	size_t n = 0;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || (dfd = dup(jfd)) < 0)
+		return 0;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return 0;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct plocal_journal_entry e = { .lock_fd = -1 };
+
+		if (!plocal_name_is_temp(de->d_name) || plocal_journal_take(jfd, de->d_name, &e) < 0)
+			continue;
+		n += strcmp(e.id, id) == 0;
+		plocal_journal_entry_release(&e);
+	}
+	closedir(dir);
+	return n;
+}
+
 static void fop_clean_cb(const struct execrun_result *r, void *arg)
 {
 	struct fileop *op = arg;
 	bool ok = r->error == 0 && r->exit_code == 0;
 
 	op->clean = NULL;
+	if (!ok && op->table && op->table->journal_fd >= 0) {
+		size_t waiting = fop_journal_count(op->table->journal_fd, op->id);
+
+		if (waiting >= FILEOP_JOURNAL_MAX_PER_SANDBOX) {
+			/* The sandbox's share of the journal is full: these temporaries
+			 * stay, unjournalled (logged), never a journal without end. */
+			log_warnx("file write on %.12s: %zu temporaries of this sandbox already wait in the "
+				  "journal (%d at most): the ones of this write are not journalled", op->id,
+				  waiting, FILEOP_JOURNAL_MAX_PER_SANDBOX);
+			fop_tmps_forget(op, true);
+		}
+	}
 	if (!ok)
 		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s); "
 			  "the next start of the daemon tries again%s", op->id,

@@ -207,6 +207,9 @@ size_t fileop_table_fds_in_use(const struct fileop_table *t);
  * with the daemon's authority and the guest's resolution rules; archive
  * plane: rm in the guest), then its entry. */
 void fileop_journal_replay(struct msbd *d);
+/* Entries one sandbox may leave in the journal (its writes' temporaries
+ * that could not be removed); past it a write's are not journalled. */
+#define FILEOP_JOURNAL_MAX_PER_SANDBOX 64
 /* Journal entries the replay has in flight at once (an inspect, then an rm). */
 #define FILEOP_REPLAY_BATCH 4
 /* A sandbox's container is gone (disposed): its journal entries no live

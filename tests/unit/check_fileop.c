@@ -778,6 +778,50 @@ START_TEST(test_write_sequence)
 }
 END_TEST
 
+/* A sandbox's share of the journal is capped: with
+ * FILEOP_JOURNAL_MAX_PER_SANDBOX entries of it waiting, a write whose
+ * cleanup fails leaves no new entry. */
+START_TEST(test_write_journal_capped)
+{
+	struct fileop *op;
+	int dfd = open(journal_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int n = 0;
+	DIR *d;
+	struct dirent *de;
+
+	ck_assert_int_ge(dfd, 0);
+	for (int i = 0; i < FILEOP_JOURNAL_MAX_PER_SANDBOX; i++) {
+		char name[64], text[256];
+		int fd;
+
+		snprintf(name, sizeof(name), ".maf-sandbox-%016x.tmp", (unsigned)i);
+		snprintf(text, sizeof(text), "%s\n%s\n%s\n", ID, WD, name);
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+		close(fd);
+	}
+	close(dfd);
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_absent(WD "/a.txt");
+	sc_put(200, NULL);
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_WRITE);
+	ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
+	fileop_set_owner(op, GUEST_UID, GUEST_GID);
+	op_run(op);
+	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
+	d = opendir(journal_dir);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	ck_assert_int_eq(n, FILEOP_JOURNAL_MAX_PER_SANDBOX);
+}
+END_TEST
+
 /* The archive plane's mount rule: lexical, before any engine request. */
 static const struct {
 	enum fileop_kind kind;
@@ -2187,6 +2231,7 @@ static Suite *fileop_suite(void)
 	tc = fixture_tcase("mounts");
 	tcase_add_loop_test(tc, test_archive_mount_rule, 0, (int)ELEMENTSOF(mount_rows));
 	tcase_add_test(tc, test_archive_mount_rule_init);
+	tcase_add_test(tc, test_write_journal_capped);
 	tcase_add_test(tc, test_archive_write_over_mount_asks_nothing);
 	suite_add_tcase(s, tc);
 
