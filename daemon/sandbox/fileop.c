@@ -1654,6 +1654,7 @@ static void fop_pin_cb(const struct docker_reply *r, void *arg)
 			 strerror(-rc));
 		if (sb)
 			sb->plane = SANDBOX_PLANE_ARCHIVE;
+		fop_fd_release(op);      /* the archive plane holds no descriptor of it */
 		fop_archive_begin(op);
 		return;
 	}
