@@ -2061,11 +2061,13 @@ END_TEST
 
 static int budget_calls;
 static char budget_trace[3][TRACE_MAX];
+static intptr_t budget_order[3];     /* which op (its cb arg) ended n-th */
 
 static void budget_cb(struct fileop *op, const struct msb_error *err, void *arg)
 {
 	(void)op, (void)err, (void)arg;
 	ck_assert_int_lt(budget_calls, 3);
+	budget_order[budget_calls] = (intptr_t)arg;
 	snprintf(budget_trace[budget_calls++], TRACE_MAX, "%s", trace());
 }
 
@@ -2086,7 +2088,7 @@ START_TEST(test_removals_wait_for_fds)
 	for (int i = 0; i < 3; i++) {
 		ops[i] = op_new(FILEOP_RECLAIM);
 		fileop_add(ops[i], plan_in(PATHS_OP_RECLAIM, WD "/tree", NULL), NULL, 0);
-		fileop_start(ops[i], budget_cb, NULL);
+		fileop_start(ops[i], budget_cb, (void *)(intptr_t)(i + 1));
 	}
 	/* One holds its share; two wait, having asked nothing. */
 	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 4);
@@ -2095,6 +2097,10 @@ START_TEST(test_removals_wait_for_fds)
 	ck_assert_str_eq(budget_trace[0], "inspect;");
 	ck_assert_str_eq(budget_trace[1], "inspect;inspect;");
 	ck_assert_str_eq(budget_trace[2], "inspect;inspect;inspect;");
+	/* First come, first served: the ops end in the order they started. */
+	ck_assert_int_eq(budget_order[0], 1);
+	ck_assert_int_eq(budget_order[1], 2);
+	ck_assert_int_eq(budget_order[2], 3);
 	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 0);
 	daemon_ctx.plane_local = false;
 }
