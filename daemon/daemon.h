@@ -34,6 +34,7 @@ struct msbd {
 	struct egress *egress;              /* allowlist: proxy image, networks, proxies, decisions */
 	bool registry_synced;               /* a listing has been read since the last resync */
 	bool journal_replayed;              /* files.journal_dir was replayed (once, at the first listing) */
+	size_t orphan_thaws;                /* thaws of a dead daemon's freezes in flight (the replay waits) */
 	uint64_t resync_gen;                /* the resync a listing reply belongs to */
 	struct event *resync_timer;         /* retries a failed listing */
 	long resync_backoff_ms;

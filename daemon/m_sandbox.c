@@ -18,6 +18,7 @@
 #include "msb-limits.h"
 #include "names.h"
 #include "reap.h"
+#include "fileop.h"
 #include "registry.h"
 #include "sandbox.h"
 #include "xmalloc.h"
@@ -385,9 +386,11 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 		op->disposed++;
 		if (sb)
 			registry_remove(op->d->registry, sb);
+		fileop_journal_forget(op->d, ref);
 	} else if (r->error == 0 && r->status == 404) {
 		if (sb)
 			registry_remove(op->d->registry, sb);  /* silently absent: not counted */
+		fileop_journal_forget(op->d, ref);
 	} else if (r->error == -ETIMEDOUT) {
 		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", ref);
 	} else if (r->error) {
@@ -683,6 +686,7 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	sb = registry_find_id(op->d->registry, op->id);
 	if (sb)
 		registry_remove(op->d->registry, sb);
+	fileop_journal_forget(op->d, op->id);
 	rpc_call_reply(op->call, json_null());
 	instance_free(op);
 }

@@ -160,11 +160,21 @@ static void engine_state_changed_cb(struct engine *e, enum engine_state old_stat
 
 /* ---- the registry: listed at each (re)connection, then followed ------ */
 
+struct orphan_thaw {
+	struct msbd *d;
+	char *id;
+};
+
+static void journal_replay_once(struct msbd *d);
+
 static void thaw_done_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f,
 			 void *arg)
 {
-	char *id = arg;
+	struct orphan_thaw *ot = arg;
+	struct msbd *d = ot->d;
+	char *id = ot->id;
 
+	free(ot);
 	(void)claim;
 	if (error == 0)
 		log_info("sandbox %.12s: thawed; a previous daemon left it frozen", id);
@@ -174,6 +184,8 @@ static void thaw_done_cb(struct freeze_claim *claim, int error, const struct fre
 	else if (error != -ECANCELED)
 		log_warnx("%s", f && f->message ? f->message : strerror(-error));
 	free(id);
+	if (d->orphan_thaws && --d->orphan_thaws == 0 && error != -ECANCELED)
+		journal_replay_once(d);     /* its rm execs never meet a container still paused */
 }
 
 /* A container found paused that no claim of ours holds, and no other live
@@ -182,6 +194,7 @@ static void thaw_done_cb(struct freeze_claim *claim, int error, const struct fre
 static void thaw_orphans(struct msbd *d)
 {
 	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
+		struct orphan_thaw *ot;
 		char *id;
 		int r;
 
@@ -189,12 +202,27 @@ static void thaw_orphans(struct msbd *d)
 		    freeze_is_held(d->freezes, sb->id))
 			continue;
 		id = xstrdup(sb->id);
-		r = freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, id, NULL);
-		if (r == -EAGAIN || r == -ENOLCK)
-			thaw_done_cb(NULL, r, NULL, id);   /* the host lock refused it: say so */
-		else if (r < 0)
+		ot = xmalloc(sizeof(*ot));
+		*ot = (struct orphan_thaw){ d, id };
+		d->orphan_thaws++;
+		r = freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, ot, NULL);
+		if (r == -EAGAIN || r == -ENOLCK) {
+			thaw_done_cb(NULL, r, NULL, ot);   /* the host lock refused it: say so */
+		} else if (r < 0) {
+			d->orphan_thaws--;
 			free(id);
+			free(ot);
+		}
 	}
+}
+
+/* The journal's replay, once, after the first listing's orphan thaws end. */
+static void journal_replay_once(struct msbd *d)
+{
+	if (d->journal_replayed || d->orphan_thaws)
+		return;
+	d->journal_replayed = true;
+	fileop_journal_replay(d);
 }
 
 struct registry_listing {
@@ -229,10 +257,7 @@ static void registry_listed_cb(const struct docker_reply *r, void *arg)
 	d->registry_synced = true;
 	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
 	thaw_orphans(d);
-	if (!d->journal_replayed) {
-		d->journal_replayed = true;
-		fileop_journal_replay(d);
-	}
+	journal_replay_once(d);
 }
 
 static void registry_list(struct msbd *d)

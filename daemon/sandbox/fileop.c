@@ -16,6 +16,7 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "docker.h"
+#include "engine.h"
 #include "errmap.h"
 #include "execrun.h"
 #include "fileop.h"
@@ -23,6 +24,7 @@
 #include "log.h"
 #include "plane_local.h"
 #include "registry.h"
+#include "sha256.h"
 #include "tarball.h"
 #include "xmalloc.h"
 
@@ -101,6 +103,7 @@ struct fileop_table {
 	TAILQ_HEAD(, fileop) fd_waiters;   /* FIFO */
 	int journal_fd;              /* files.journal_dir, once opened (-1: not yet, or none) */
 	bool journal_tried;
+	struct fop_replayer *replayer;   /* the journal's replay in progress, or NULL */
 };
 
 static const char *const kind_names[_FILEOP_KIND_MAX] = {
@@ -584,6 +587,19 @@ static int fop_journal_fd(struct fileop_table *t, const struct msbd_config *c)
 	return fd;
 }
 
+/* This daemon's engine, as journal entries name it (sha256 hex of its
+ * endpoint): daemons sharing files.journal_dir on other engines never take
+ * each other's entries. NULL when the endpoint is not known. */
+static const char *fop_engine_ident(const struct msbd *d, char buf[SHA256_HEX_BYTES])
+{
+	const struct engine_endpoint *ep = d && d->engine ? engine_get_endpoint(d->engine) : NULL;
+
+	if (!ep || !ep->host)
+		return NULL;
+	sha256_hex(ep->host, strlen(ep->host), buf);
+	return buf;
+}
+
 /* Ends the journal entries of op's archive temporaries: removed (the
  * temporaries are gone) or only unlocked (left for the next start). */
 static void fop_tmps_forget(struct fileop *op, bool removed)
@@ -594,7 +610,7 @@ static void fop_tmps_forget(struct fileop *op, bool removed)
 		if (op->jfds[i] < 0)
 			continue;
 		if (removed && jfd >= 0) {
-			const struct plocal_journal j = { jfd, op->id };
+			const struct plocal_journal j = { jfd, op->id, NULL };
 
 			plocal_journal_end(&j, strrchr(op->tmps[i], '/') + 1, op->jfds[i]);
 		} else {
@@ -609,32 +625,76 @@ static void fop_tmps_forget(struct fileop *op, bool removed)
 	op->n_tmps = 0;
 }
 
+/* Entries of container id in the journal no live writer holds. */
+static size_t fop_journal_count(int jfd, const char *id)
+{
+	struct dirent *de;
+	size_t n = 0;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || (dfd = dup(jfd)) < 0)
+		return 0;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return 0;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct plocal_journal_entry e = { .lock_fd = -1 };
+
+		if (!plocal_name_is_temp(de->d_name) || plocal_journal_take(jfd, de->d_name, &e) < 0)
+			continue;
+		n += strcmp(e.id, id) == 0;
+		plocal_journal_entry_release(&e);
+	}
+	closedir(dir);
+	return n;
+}
+
 static void fop_clean_cb(const struct execrun_result *r, void *arg)
 {
 	struct fileop *op = arg;
 	bool ok = r->error == 0 && r->exit_code == 0;
 
 	op->clean = NULL;
+	if (!ok && op->table && op->table->journal_fd >= 0) {
+		size_t waiting = fop_journal_count(op->table->journal_fd, op->id);
+
+		if (waiting >= FILEOP_JOURNAL_MAX_PER_SANDBOX) {
+			/* The sandbox's share of the journal is full: these temporaries
+			 * stay, unjournalled (logged), never a journal without end. */
+			log_warnx("file write on %.12s: %zu temporaries of this sandbox already wait in the "
+				  "journal (%d at most): the ones of this write are not journalled", op->id,
+				  waiting, FILEOP_JOURNAL_MAX_PER_SANDBOX);
+			fop_tmps_forget(op, true);
+		}
+	}
 	if (!ok)
 		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s); "
-			  "the next start of the daemon tries again", op->id,
-			  r->error ? strerror(-r->error) : "rm failed");
+			  "the next start of the daemon tries again%s", op->id,
+			  r->error ? strerror(-r->error) : "rm failed",
+			  r->error == 0 && (r->exit_code == 126 || r->exit_code == 127)
+				  ? " (the image has no usable " FILEOP_CLEAN_RM ": give it one)" : "");
 	fop_tmps_forget(op, ok);
 	fop_done(op);
 }
 
-/* rm -f of the temporaries, in the guest, as the guest's uid:gid. */
+/* rm -f of the temporaries, in the guest, with the authority that wrote
+ * them (the engine's archive API writes as root, whoever the guest is: a
+ * non-root guest could not remove a temporary in a root-owned directory),
+ * by an absolute path (the guest's PATH never chooses the binary). */
 static void fop_clean_start(struct fileop *op)
 {
 	_cleanup_free_ const char **argv = xcalloc(op->n_tmps + 4, sizeof(*argv));
-	_cleanup_free_ char *user = xasprintf("%u:%u", (unsigned)op->p.uid, (unsigned)op->p.gid);
 	struct execrun_spec spec = {
-		.working_dir = "/", .user = user, .timeout_ms = op->d->config->files_timeout_ms,
+		.working_dir = "/", .user = FILEOP_CLEAN_USER, .timeout_ms = op->d->config->files_timeout_ms,
 		.max_output = 4096,
 	};
 	int r;
 
-	argv[0] = "rm";
+	argv[0] = FILEOP_CLEAN_RM;
 	argv[1] = "-f";
 	argv[2] = "--";
 	for (size_t i = 0; i < op->n_tmps; i++)
@@ -699,6 +759,31 @@ int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const ch
 		}
 	}
 	return 0;
+}
+
+static bool fop_init_on(const struct fileop *op)
+{
+	return op->d->config && op->d->config->init;
+}
+
+/* The engine's bind of docker-init (HostConfig.Init, read-only): a mount of
+ * the daemon's sandboxes when sandbox.init is on. */
+#define ARCHIVE_INIT_MOUNT "/sbin/docker-init"
+
+int fileop_archive_mount_check_init(enum fileop_kind kind, const char *path, const char *rel, bool init,
+				    struct msb_error *reterr)
+{
+	const char *shown = rel && *rel ? rel : ".";
+
+	if (init && (kind == FILEOP_WRITE || kind == FILEOP_REMOVE || kind == FILEOP_RECLAIM) &&
+	    (strcmp(path, ARCHIVE_INIT_MOUNT) == 0 ||
+	     (kind != FILEOP_WRITE && path_is_at_or_under(ARCHIVE_INIT_MOUNT, path)))) {
+		msb_error_set(reterr, MSB_ERR_OS_ERROR,
+			      json_pack("{s:s, s:s, s:s}", "path", shown, "errno", "EBUSY", "mount", ARCHIVE_INIT_MOUNT),
+			      "%s is a mount point: file calls never replace or remove a mount", ARCHIVE_INIT_MOUNT);
+		return -EBUSY;
+	}
+	return fileop_archive_mount_check(kind, path, rel, reterr);
 }
 
 /* ---- walking ------------------------------------------------------------ */
@@ -942,7 +1027,8 @@ static void fop_tmps_name(struct fileop *op)
 		snprintf(op->tmps[i], sizeof(op->tmps[i]), "%.*s/%s", (int)plen, path, tmp);
 		op->jfds[i] = -1;
 		if (jfd >= 0) {
-			const struct plocal_journal j = { jfd, op->id };
+			char eng[SHA256_HEX_BYTES];
+			const struct plocal_journal j = { jfd, op->id, fop_engine_ident(op->d, eng) };
 			_cleanup_free_ char *parent = plen ? xstrndup(path, plen) : xstrdup("/");
 
 			op->jfds[i] = plocal_journal_begin(&j, parent, tmp);
@@ -1310,7 +1396,8 @@ static void fop_archive_begin(struct fileop *op)
 	for (size_t i = 0; i < op->n_items; i++) {
 		const struct paths_plan *pl = op->items[i].plan;
 
-		if (fileop_archive_mount_check(op->p.kind, pl->target.path, pl->target.rel, &op->err) < 0) {
+		if (fileop_archive_mount_check_init(op->p.kind, pl->target.path, pl->target.rel, fop_init_on(op),
+						    &op->err) < 0) {
 			fop_done(op);
 			return;
 		}
@@ -1398,7 +1485,14 @@ static void fop_local_slice(struct fileop *op)
 		return;
 	}
 	op->state = FOP_LOCAL;
-	event_active(op->slice_ev, EV_TIMEOUT, 0);
+	/* The next slice on the next pass of the loop, after its I/O (an
+	 * event_active would run it within this pass, and every slice after
+	 * it, starving the other clients until the removal ends). */
+	{
+		static const struct timeval now = { 0, 0 };
+
+		evtimer_add(op->slice_ev, &now);
+	}
 }
 
 static void fop_local_begin(struct fileop *op, struct sandbox *sb);
@@ -1439,7 +1533,8 @@ static void fop_local_run(struct fileop *op)
 			r = plocal_write_check(op->root, op->items[i].plan, &cred, &e);
 		for (size_t i = 0; r == 0 && i < op->n_items; i++) {
 			int jfd = fop_journal_fd(op->table, op->d->config);
-			const struct plocal_journal j = { jfd, op->id };
+			char eng[SHA256_HEX_BYTES];
+			const struct plocal_journal j = { jfd, op->id, fop_engine_ident(op->d, eng) };
 
 			r = plocal_write(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
 					 op->items[i].size, &e);
@@ -1462,8 +1557,8 @@ static void fop_local_run(struct fileop *op)
 		/* The container's known mount points, and directories holding one:
 		 * refused before anything is removed (a removal that meets any
 		 * other mount is refused where it meets it). */
-		r = fileop_archive_mount_check(op->p.kind, op->items[0].plan->target.path,
-					       op->items[0].plan->target.rel, &e);
+		r = fileop_archive_mount_check_init(op->p.kind, op->items[0].plan->target.path,
+						    op->items[0].plan->target.rel, fop_init_on(op), &e);
 		if (r < 0)
 			break;
 		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,
@@ -1559,6 +1654,7 @@ static void fop_pin_cb(const struct docker_reply *r, void *arg)
 			 strerror(-rc));
 		if (sb)
 			sb->plane = SANDBOX_PLANE_ARCHIVE;
+		fop_fd_release(op);      /* the archive plane holds no descriptor of it */
 		fop_archive_begin(op);
 		return;
 	}
@@ -1629,19 +1725,38 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 
 /* ---- the journal, replayed at start ------------------------------------------ */
 
+/* The replay: entries read a few at a time (FILEOP_REPLAY_BATCH in flight),
+ * the next read as one ends, so a large journal never floods the engine. */
+struct fop_replayer {
+	struct msbd *d;
+	DIR *dir;
+	size_t inflight;
+	bool stopped;                /* the daemon is stopping (a request cancelled): start nothing new */
+	char ours[SHA256_HEX_BYTES];
+	bool has_ours;
+};
+
 struct fop_replay {
 	struct msbd *d;
+	struct fop_replayer *rr;
 	struct plocal_journal_entry e;
 };
+
+static void fop_replay_next(struct fop_replayer *rr);
 
 static void fop_replay_free(struct fop_replay *rp, bool done)
 {
 	int jfd = rp->d->fileops ? rp->d->fileops->journal_fd : -1;
+	struct fop_replayer *rr = rp->rr;
 
 	if (done && jfd >= 0 && unlinkat(jfd, rp->e.tmp, 0) < 0 && errno != ENOENT)
 		log_warnx("files: cannot remove the journal entry %s: %s", rp->e.tmp, strerror(errno));
 	plocal_journal_entry_release(&rp->e);
 	free(rp);
+	if (rr) {
+		rr->inflight--;
+		fop_replay_next(rr);
+	}
 }
 
 static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
@@ -1649,6 +1764,8 @@ static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
 	struct fop_replay *rp = arg;
 	bool ok = r->error == 0 && r->exit_code == 0;
 
+	if (r->error == -ECANCELED && rp->rr)
+		rp->rr->stopped = true;
 	if (!ok)
 		log_warnx("sandbox %.12s: a temporary a killed daemon left (%s/%s) could not be removed",
 			  rp->e.id, rp->e.parent, rp->e.tmp);
@@ -1665,6 +1782,8 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 	struct plocal_pin pin;
 	int root = -1, rc;
 
+	if (r->error == -ECANCELED && rp->rr)
+		rp->rr->stopped = true;
 	if (r->error == 0 && r->status == 404) {
 		fop_replay_free(rp, true);       /* gone, and its temporary with it */
 		return;
@@ -1691,11 +1810,11 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 		fop_replay_free(rp, rc == 0);
 		return;
 	}
-	/* The archive plane: rm in the guest, as the image's user. */
+	/* The archive plane: rm in the guest, as the write's authority. */
 	{
 		_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
-		const char *argv[] = { "rm", "-f", "--", path, NULL };
-		struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+		const char *argv[] = { FILEOP_CLEAN_RM, "-f", "--", path, NULL };
+		struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = FILEOP_CLEAN_USER,
 					     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
 
 		if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)
@@ -1703,22 +1822,13 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 	}
 }
 
-void fileop_journal_replay(struct msbd *d)
+static void fop_replay_next(struct fop_replayer *rr)
 {
-	int jfd = fop_journal_fd(d->fileops, d->config);
-	struct dirent *de;
-	DIR *dir;
-	int dfd;
+	struct msbd *d = rr->d;
+	int jfd = d->fileops ? d->fileops->journal_fd : -1;
+	struct dirent *de = NULL;
 
-	if (jfd < 0 || (dfd = dup(jfd)) < 0)
-		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
-	rewinddir(dir);
-	while ((de = readdir(dir))) {
+	while (jfd >= 0 && !rr->stopped && rr->inflight < FILEOP_REPLAY_BATCH && (de = readdir(rr->dir))) {
 		struct plocal_journal_entry e = { .lock_fd = -1 };
 		struct fop_replay *rp;
 		int r;
@@ -1733,17 +1843,80 @@ void fileop_journal_replay(struct msbd *d)
 				unlinkat(jfd, de->d_name, 0);   /* cut short before the temporary existed */
 			continue;
 		}
-		if (!d->registry || !registry_find_id(d->registry, e.id)) {
-			/* No such sandbox on this engine any more: nothing to remove. */
-			unlinkat(jfd, de->d_name, 0);
+		if (e.engine && (!rr->has_ours || strcmp(e.engine, rr->ours) != 0)) {
+			/* Another engine's (a daemon sharing the journal): its daemon's to replay. */
 			plocal_journal_entry_release(&e);
 			continue;
 		}
+		/* Dropped only on this engine's own word (an inspect's 404), never
+		 * for not being in this daemon's registry. */
 		rp = xcalloc(1, sizeof(*rp));
 		rp->d = d;
 		rp->e = e;
-		if (docker_container_inspect(d->engine, e.id, fop_replay_inspect_cb, rp, NULL) < 0)
-			fop_replay_free(rp, false);
+		rp->rr = rr;
+		rr->inflight++;
+		if (docker_container_inspect(d->engine, e.id, fop_replay_inspect_cb, rp, NULL) < 0) {
+			plocal_journal_entry_release(&rp->e);
+			free(rp);
+			rr->inflight--;
+		}
+	}
+	if (rr->inflight == 0 && (jfd < 0 || !de || rr->stopped)) {
+		closedir(rr->dir);
+		if (d->fileops && d->fileops->replayer == rr)
+			d->fileops->replayer = NULL;
+		free(rr);
+	}
+}
+
+void fileop_journal_replay(struct msbd *d)
+{
+	int jfd = fop_journal_fd(d->fileops, d->config);
+	struct fop_replayer *rr;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || d->fileops->replayer || (dfd = dup(jfd)) < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	rewinddir(dir);
+	rr = xcalloc(1, sizeof(*rr));
+	rr->d = d;
+	rr->dir = dir;
+	rr->has_ours = fop_engine_ident(d, rr->ours) != NULL;
+	d->fileops->replayer = rr;
+	fop_replay_next(rr);
+}
+
+void fileop_journal_forget(struct msbd *d, const char *id)
+{
+	int jfd = d && d->fileops ? d->fileops->journal_fd : -1;
+	char ours[SHA256_HEX_BYTES];
+	bool has_ours = fop_engine_ident(d, ours) != NULL;
+	struct dirent *de;
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || !id || (dfd = dup(jfd)) < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct plocal_journal_entry e = { .lock_fd = -1 };
+
+		if (!plocal_name_is_temp(de->d_name) || plocal_journal_take(jfd, de->d_name, &e) < 0)
+			continue;
+		if (strcmp(e.id, id) == 0 && (!e.engine || (has_ours && strcmp(e.engine, ours) == 0)))
+			unlinkat(jfd, de->d_name, 0);    /* its container gone, its temporary with it */
+		plocal_journal_entry_release(&e);
 	}
 	closedir(dir);
 }

@@ -13,8 +13,9 @@
  *      │                 → ACT (WRITE/PREPARE: one PUT of one tar at "/";
  *      │                      READ: one GET per item, streamed and capped)
  *      └─ refused ─→ DONE       → THAW (always, whatever happened)
- *                                  → CLEAN (WRITE: rm -f of its temporaries in
- *                                     the guest, as the guest) → DONE
+ *                                  → CLEAN (WRITE: /bin/rm -f of its temporaries
+ *                                     in the guest, as root: the authority that
+ *                                     wrote them) → DONE
  *
  * A WRITE's tar holds each file's content under a temporary name in its
  * final directory, then a hard link entry putting it at the final name (the
@@ -185,6 +186,18 @@ void fileop_error_no_listing(struct msb_error *reterr);
 int fileop_archive_mount_check(enum fileop_kind kind, const char *path, const char *rel,
 			       struct msb_error *reterr);
 
+/* fileop_archive_mount_check, and the engine's bind of /sbin/docker-init
+ * (a mount point when init: sandbox.init, HostConfig.Init). */
+int fileop_archive_mount_check_init(enum fileop_kind kind, const char *path, const char *rel, bool init,
+				    struct msb_error *reterr);
+
+/* The archive plane's removal of a write's temporaries (after the write,
+ * and in the journal's replay): this binary, as this user (the authority
+ * the engine's archive API wrote them with, whoever the guest is). An
+ * image without it keeps the temporaries (the log says so). */
+#define FILEOP_CLEAN_RM   "/bin/rm"
+#define FILEOP_CLEAN_USER "0:0"
+
 /* Descriptors of files.removal_fd_budget the removals in progress hold. */
 size_t fileop_table_fds_in_use(const struct fileop_table *t);
 
@@ -194,6 +207,14 @@ size_t fileop_table_fds_in_use(const struct fileop_table *t);
  * with the daemon's authority and the guest's resolution rules; archive
  * plane: rm in the guest), then its entry. */
 void fileop_journal_replay(struct msbd *d);
+/* Entries one sandbox may leave in the journal (its writes' temporaries
+ * that could not be removed); past it a write's are not journalled. */
+#define FILEOP_JOURNAL_MAX_PER_SANDBOX 64
+/* Journal entries the replay has in flight at once (an inspect, then an rm). */
+#define FILEOP_REPLAY_BATCH 4
+/* A sandbox's container is gone (disposed): its journal entries no live
+ * daemon holds, of this engine (or of no named engine), are dropped. */
+void fileop_journal_forget(struct msbd *d, const char *id);
 
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */

@@ -899,26 +899,56 @@ int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cr
 
 /* ---- the journal of temporaries --------------------------------------------- */
 
-/* An entry is a file named after the temporary, holding "id\nparent\ntmp\n";
- * its writer holds an exclusive flock on it while the write runs, so a
- * live daemon's entry is never taken for a dead one's. */
+/* An entry is a file named after the temporary, holding
+ * "id\nparent\ntmp\n" and then "engine\n" when the writer knows its
+ * engine; its writer holds an exclusive flock on it while the write runs,
+ * so a live daemon's entry is never taken for a dead one's. It is written
+ * and locked unnamed, then linked at its name: never seen empty or
+ * unlocked. Without O_TMPFILE (some filesystems), under a name no taker
+ * reads, renamed once locked and whole. */
 int plocal_journal_begin(const struct plocal_journal *j, const char *parent, const char *tmp)
 {
-	_cleanup_free_ char *text = xasprintf("%s\n%s\n%s\n", j->id, parent, tmp);
-	int fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	int r;
+	_cleanup_free_ char *text = NULL;
+	_cleanup_free_ char *side = NULL;
+	char proc[64];
+	int fd, r;
 
-	if (fd < 0)
+	if (j->engine && (strchr(j->engine, '\n') || !*j->engine))
+		return -EINVAL;
+	text = j->engine ? xasprintf("%s\n%s\n%s\n%s\n", j->id, parent, tmp, j->engine)
+			 : xasprintf("%s\n%s\n%s\n", j->id, parent, tmp);
+	fd = openat(j->dirfd, ".", O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+	if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
 		return -errno;
+	if (fd < 0) {
+		side = xasprintf("journal-%s", tmp);     /* not a temporary's name: never taken */
+		fd = openat(j->dirfd, side, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -errno;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		r = -errno;
 		goto fail;
 	}
 	r = write_all(fd, (const uint8_t *)text, strlen(text));
-	if (r == 0)
+	if (r < 0)
+		goto fail;
+	if (side) {
+		if (renameat(j->dirfd, side, j->dirfd, tmp) < 0) {
+			r = -errno;
+			goto fail;
+		}
 		return fd;
+	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (linkat(AT_FDCWD, proc, j->dirfd, tmp, AT_SYMLINK_FOLLOW) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	return fd;
 fail:
-	unlinkat(j->dirfd, tmp, 0);
+	if (side)
+		unlinkat(j->dirfd, side, 0);
 	close(fd);
 	return r;
 }
@@ -933,15 +963,23 @@ void plocal_journal_end(const struct plocal_journal *j, const char *tmp, int fd)
 
 int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry *ret)
 {
-	char buf[PLOCAL_JOURNAL_ENTRY_MAX + 1], *nl1, *nl2, *nl3;
+	char buf[PLOCAL_JOURNAL_ENTRY_MAX + 1], *nl1, *nl2, *nl3, *nl4;
 	_cleanup_close_ int fd = -1;
 	size_t len = 0;
 
 	if (!plocal_name_is_temp(name))
 		return -EINVAL;
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
+	{
+		struct stat sb;
+
+		if (fstat(fd, &sb) < 0)
+			return -errno;
+		if (!S_ISREG(sb.st_mode))
+			return -EBADMSG;          /* a FIFO, a device...: not an entry */
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
 		return errno == EWOULDBLOCK ? -EBUSY : -errno;
 	while (len < sizeof(buf) - 1) {
@@ -959,13 +997,17 @@ int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry
 	nl1 = strchr(buf, '\n');
 	nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
 	nl3 = nl2 ? strchr(nl2 + 1, '\n') : NULL;
-	if (!nl3 || nl3[1] != '\0')
+	nl4 = nl3 && nl3[1] ? strchr(nl3 + 1, '\n') : NULL;     /* the engine line, when there is one */
+	if (!nl3 || (nl3[1] != '\0' && (!nl4 || nl4[1] != '\0' || nl4 == nl3 + 1)))
 		return -EBADMSG;
 	*nl1 = *nl2 = *nl3 = '\0';
+	if (nl4)
+		*nl4 = '\0';
 	if (nl2 + 1 == nl3 || buf[0] == '\0' || nl1[1] != '/' || strcmp(nl2 + 1, name) != 0)
 		return -EBADMSG;
 	*ret = (struct plocal_journal_entry){ .id = xstrdup(buf), .parent = xstrdup(nl1 + 1),
-					      .tmp = xstrdup(nl2 + 1), .lock_fd = TAKE_FD(fd) };
+					      .tmp = xstrdup(nl2 + 1), .engine = nl4 ? xstrdup(nl3 + 1) : NULL,
+					      .lock_fd = TAKE_FD(fd) };
 	return 0;
 }
 
@@ -974,6 +1016,7 @@ void plocal_journal_entry_release(struct plocal_journal_entry *e)
 	free(e->id);
 	free(e->parent);
 	free(e->tmp);
+	free(e->engine);
 	if (e->lock_fd >= 0)
 		close(e->lock_fd);
 	*e = (struct plocal_journal_entry){ .lock_fd = -1 };
@@ -1071,7 +1114,7 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 {
 	const char *rel = plan->target.rel;
 	json_t **items = NULL, *list;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, scanned = 0;
 	struct dirent *de;
 	DIR *dir;
 	int fd, r = 0;
@@ -1092,6 +1135,16 @@ static int do_list(int root, const struct paths_plan *plan, size_t max_entries, 
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
+		/* Every entry read counts, listed or not. */
+		if (++scanned > max_entries + PLOCAL_LIST_SCAN_SLACK) {
+			msb_error_set(err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:s, s:I}", "path", *rel ? rel : ".", "limit",
+						(json_int_t)(max_entries + PLOCAL_LIST_SCAN_SLACK)),
+				      "the directory holds more than %zu entries, temporary files included",
+				      max_entries + PLOCAL_LIST_SCAN_SLACK);
+			r = -EFBIG;
+			break;
+		}
 		/* The daemon's own temporaries (a write in progress) are never listed. */
 		if (plocal_name_is_temp(de->d_name))
 			continue;

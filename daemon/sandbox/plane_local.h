@@ -83,6 +83,11 @@
 #define PLOCAL_REMOVE_SLICE       1024
 /* Default ceiling of entries one listing returns (files.list_max_entries). */
 #define PLOCAL_LIST_MAX_ENTRIES   10000
+/* Entries a listing reads beyond its ceiling (the daemon's temporaries,
+ * which it never lists): past max_entries + this, the listing is refused
+ * like one over its ceiling (a guest's flood of temporary-looking names is
+ * never scanned whole). */
+#define PLOCAL_LIST_SCAN_SLACK    1024
 /* Times a resolution is retried when the kernel answers EAGAIN (a rename
  * or mount raced a lookup). */
 #define PLOCAL_EAGAIN_RETRIES     8
@@ -155,8 +160,8 @@ int plocal_read(int root, const struct paths_plan *plan, const struct plocal_cre
 #define PLOCAL_TEMP_PREFIX        ".maf-sandbox-"
 #define PLOCAL_TEMP_SUFFIX        ".tmp"
 #define PLOCAL_TEMP_NAME_MAX      64
-/* Bytes of one journal entry (id, parent path, temporary name). */
-#define PLOCAL_JOURNAL_ENTRY_MAX  (4096 + 256)
+/* Bytes of one journal entry (id, parent path, temporary name, engine). */
+#define PLOCAL_JOURNAL_ENTRY_MAX  (4096 + 256 + 128)
 void plocal_temp_name(char *buf, size_t size);
 bool plocal_name_is_temp(const char *name);
 
@@ -165,6 +170,7 @@ bool plocal_name_is_temp(const char *name);
 struct plocal_journal {
 	int dirfd;
 	const char *id;
+	const char *engine;   /* the engine's identity (no newline), or NULL */
 };
 
 /* WRITE: missing parents made (mode 0755), the file (mode 0644) replaced
@@ -178,7 +184,9 @@ int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cr
 
 /* Journal entries, one file per temporary named after it. begin → an fd
  * holding the entry's lock (pass it to end), or -errno; end removes the
- * entry and closes fd. */
+ * entry and closes fd. An entry is published whole and locked (written
+ * unnamed, O_TMPFILE, then linked at its name): a taker never sees it
+ * empty nor unlocked while its writer lives. */
 int plocal_journal_begin(const struct plocal_journal *j, const char *parent, const char *tmp);
 void plocal_journal_end(const struct plocal_journal *j, const char *tmp, int fd);
 /* A dead writer's entry name in dirfd, read and locked: -EBUSY while a live
@@ -188,6 +196,7 @@ struct plocal_journal_entry {
 	char *id;
 	char *parent;      /* the temporary's directory, absolute in the guest */
 	char *tmp;
+	char *engine;      /* the writer's engine identity; NULL in an entry of an older daemon */
 	int lock_fd;
 };
 int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry *ret);

@@ -735,9 +735,9 @@ START_TEST(test_write_sequence)
 	assert_thawed_before_cb();
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/a.txt 0644 1000:1001 hello");
-	/* After the thaw, the temporary is removed by rm in the guest, as the
-	 * guest's uid:gid (this fake engine refuses the exec: logged, the
-	 * write stands). */
+	/* After the thaw, the temporary is removed by /bin/rm in the guest, as
+	 * root: the authority that wrote it, whoever the guest is (this fake
+	 * engine refuses the exec: logged, the write stands). */
 	{
 		const struct fake_request *q = NULL;
 		json_auto_t *body = NULL;
@@ -752,13 +752,13 @@ START_TEST(test_write_sequence)
 		ck_assert_ptr_nonnull(body);
 		cmd = json_object_get(body, "Cmd");
 		ck_assert_uint_eq(json_array_size(cmd), 4);
-		ck_assert_str_eq(json_string_value(json_array_get(cmd, 0)), "rm");
+		ck_assert_str_eq(json_string_value(json_array_get(cmd, 0)), "/bin/rm");
 		ck_assert_str_eq(json_string_value(json_array_get(cmd, 1)), "-f");
 		ck_assert_str_eq(json_string_value(json_array_get(cmd, 2)), "--");
 		tmp = json_string_value(json_array_get(cmd, 3));
 		ck_assert_int_eq(strncmp(tmp, WD "/", strlen(WD) + 1), 0);
 		ck_assert(plocal_name_is_temp(tmp + strlen(WD) + 1));
-		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "1000:1001");
+		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "0:0");   /* the write's authority */
 	}
 	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
 	/* Its journal entry stays, unlocked, for the next start to finish. */
@@ -775,6 +775,50 @@ START_TEST(test_write_sequence)
 		plocal_journal_entry_release(&je);
 		close(dfd);
 	}
+}
+END_TEST
+
+/* A sandbox's share of the journal is capped: with
+ * FILEOP_JOURNAL_MAX_PER_SANDBOX entries of it waiting, a write whose
+ * cleanup fails leaves no new entry. */
+START_TEST(test_write_journal_capped)
+{
+	struct fileop *op;
+	int dfd = open(journal_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int n = 0;
+	DIR *d;
+	struct dirent *de;
+
+	ck_assert_int_ge(dfd, 0);
+	for (int i = 0; i < FILEOP_JOURNAL_MAX_PER_SANDBOX; i++) {
+		char name[64], text[256];
+		int fd;
+
+		snprintf(name, sizeof(name), ".maf-sandbox-%016x.tmp", (unsigned)i);
+		snprintf(text, sizeof(text), "%s\n%s\n%s\n", ID, WD, name);
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+		close(fd);
+	}
+	close(dfd);
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_absent(WD "/a.txt");
+	sc_put(200, NULL);
+	sc_unpause(0);
+	start();
+	op = op_new(FILEOP_WRITE);
+	ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
+	fileop_set_owner(op, GUEST_UID, GUEST_GID);
+	op_run(op);
+	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
+	d = opendir(journal_dir);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	ck_assert_int_eq(n, FILEOP_JOURNAL_MAX_PER_SANDBOX);
 }
 END_TEST
 
@@ -827,6 +871,32 @@ START_TEST(test_archive_mount_rule)
 	ck_assert_str_eq(json_string_value(json_object_get(data, "mount")), mount_rows[_i].mount);
 	ck_assert_str_eq(json_string_value(json_object_get(data, "path")), "given");
 	json_decref(data);
+	msb_error_clear(&e);
+}
+END_TEST
+
+/* /sbin/docker-init: the engine's read-only bind when sandbox.init is on. */
+START_TEST(test_archive_mount_rule_init)
+{
+	struct msb_error e = { 0 };
+	json_t *data;
+	char type[64];
+
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/docker-init", "given", false, &e), 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/x", "given", true, &e), 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_READ, "/sbin/docker-init", "given", true, &e), 0);
+	ck_assert_int_eq(e.code, 0);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/sbin/docker-init", "given", true, &e),
+			 -EBUSY);
+	data = wire_data(&e, type, sizeof(type));
+	ck_assert_str_eq(type, "OSError");
+	ck_assert_str_eq(json_string_value(json_object_get(data, "mount")), "/sbin/docker-init");
+	json_decref(data);
+	msb_error_clear(&e);
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_RECLAIM, "/sbin", "given", true, &e), -EBUSY);
+	msb_error_clear(&e);
+	/* The static list still applies. */
+	ck_assert_int_eq(fileop_archive_mount_check_init(FILEOP_WRITE, "/etc/hosts", "given", true, &e), -EBUSY);
 	msb_error_clear(&e);
 }
 END_TEST
@@ -1991,11 +2061,13 @@ END_TEST
 
 static int budget_calls;
 static char budget_trace[3][TRACE_MAX];
+static intptr_t budget_order[3];     /* which op (its cb arg) ended n-th */
 
 static void budget_cb(struct fileop *op, const struct msb_error *err, void *arg)
 {
 	(void)op, (void)err, (void)arg;
 	ck_assert_int_lt(budget_calls, 3);
+	budget_order[budget_calls] = (intptr_t)arg;
 	snprintf(budget_trace[budget_calls++], TRACE_MAX, "%s", trace());
 }
 
@@ -2016,7 +2088,7 @@ START_TEST(test_removals_wait_for_fds)
 	for (int i = 0; i < 3; i++) {
 		ops[i] = op_new(FILEOP_RECLAIM);
 		fileop_add(ops[i], plan_in(PATHS_OP_RECLAIM, WD "/tree", NULL), NULL, 0);
-		fileop_start(ops[i], budget_cb, NULL);
+		fileop_start(ops[i], budget_cb, (void *)(intptr_t)(i + 1));
 	}
 	/* One holds its share; two wait, having asked nothing. */
 	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 4);
@@ -2025,6 +2097,10 @@ START_TEST(test_removals_wait_for_fds)
 	ck_assert_str_eq(budget_trace[0], "inspect;");
 	ck_assert_str_eq(budget_trace[1], "inspect;inspect;");
 	ck_assert_str_eq(budget_trace[2], "inspect;inspect;inspect;");
+	/* First come, first served: the ops end in the order they started. */
+	ck_assert_int_eq(budget_order[0], 1);
+	ck_assert_int_eq(budget_order[1], 2);
+	ck_assert_int_eq(budget_order[2], 3);
 	ck_assert_uint_eq(fileop_table_fds_in_use(daemon_ctx.fileops), 0);
 	daemon_ctx.plane_local = false;
 }
@@ -2160,6 +2236,8 @@ static Suite *fileop_suite(void)
 
 	tc = fixture_tcase("mounts");
 	tcase_add_loop_test(tc, test_archive_mount_rule, 0, (int)ELEMENTSOF(mount_rows));
+	tcase_add_test(tc, test_archive_mount_rule_init);
+	tcase_add_test(tc, test_write_journal_capped);
 	tcase_add_test(tc, test_archive_write_over_mount_asks_nothing);
 	suite_add_tcase(s, tc);
 

@@ -1911,6 +1911,36 @@ START_TEST(test_list_skips_temps)
 }
 END_TEST
 
+/* Temporary-looking names count against the listing's scan bound (cap +
+ * PLOCAL_LIST_SCAN_SLACK): a flood of them is refused, never scanned whole. */
+START_TEST(test_list_scan_bound)
+{
+	struct msb_error e = { 0 };
+	json_t *list = NULL;
+
+	mkdir_ok("/w/flood", 0755);
+	put_s("/w/flood/a", "a");
+	put_s("/w/flood/b", "b");
+	for (int i = 0; i < PLOCAL_LIST_SCAN_SLACK; i++) {
+		char p[96];
+
+		snprintf(p, sizeof(p), "/w/flood/.maf-sandbox-%016x.tmp", (unsigned)i);
+		put_s(p, "");
+	}
+	/* Exactly at the bound: listed (the two). */
+	ck_assert_int_eq(do_list("/w", "flood", &guest_root, 2, &list, &e), 0);
+	ck_assert_uint_eq(json_array_size(list), 2);
+	json_decref(list);
+	list = NULL;
+	put_s("/w/flood/.maf-sandbox-ffffffffffffffff.tmp", "");
+	ck_assert_int_eq(do_list("/w", "flood", &guest_root, 2, &list, &e), -EFBIG);
+	ck_assert_ptr_null(list);
+	ck_assert_int_eq(e.code, MSB_ERR_TRANSFER_CAP_EXCEEDED);
+	ck_assert_int_eq(json_integer_value(json_object_get(e.data, "limit")), 2 + PLOCAL_LIST_SCAN_SLACK);
+	msb_error_clear(&e);
+}
+END_TEST
+
 /* The journal: an entry exists (locked) while the write runs and is gone
  * after; a dead writer's entry is taken and names the temporary; a live
  * one's is refused (EBUSY). */
@@ -1928,7 +1958,7 @@ START_TEST(test_journal)
 	ck_assert_ptr_nonnull(mkdtemp(jdir));
 	dfd = open(jdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ck_assert_int_ge(dfd, 0);
-	j = (struct plocal_journal){ dfd, "0123456789abcdef0123" };
+	j = (struct plocal_journal){ dfd, "0123456789abcdef0123", "engine-one" };
 	/* A write journals and forgets. */
 	p = plan_of(PATHS_OP_WRITE, "/w", "journalled.txt");
 	ck_assert_int_eq(plocal_write(root, p, &guest_root, &j, (const uint8_t *)"j\n", 2, &e), 0);
@@ -1956,9 +1986,45 @@ START_TEST(test_journal)
 	ck_assert_str_eq(je.id, "0123456789abcdef0123");
 	ck_assert_str_eq(je.parent, "/w/real");
 	ck_assert_str_eq(je.tmp, tmp);
+	ck_assert_str_eq(je.engine, "engine-one");       /* the writer's engine */
 	plocal_journal_entry_release(&je);
 	ck_assert_int_eq(plocal_journal_take(dfd, "not-an-entry", &je), -EINVAL);
 	ck_assert_int_eq(unlinkat(dfd, tmp, 0), 0);
+	/* An older daemon's entry (no engine line): taken, engine NULL. */
+	{
+		char text[256];
+		int fd;
+
+		snprintf(text, sizeof(text), "0123456789abcdef0123\n/w\n%s\n", tmp);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+		close(fd);
+		ck_assert_int_eq(plocal_journal_take(dfd, tmp, &je), 0);
+		ck_assert_ptr_null(je.engine);
+		plocal_journal_entry_release(&je);
+		ck_assert_int_eq(unlinkat(dfd, tmp, 0), 0);
+	}
+	/* A FIFO with an entry's name: refused at once (never a blocking open). */
+	ck_assert_int_eq(mkfifoat(dfd, tmp, 0600), 0);
+	ck_assert_int_eq(plocal_journal_take(dfd, tmp, &je), -EBADMSG);
+	ck_assert_int_eq(unlinkat(dfd, tmp, 0), 0);
+	/* A begin publishes its entry whole and locked, and leaves nothing else. */
+	lock = plocal_journal_begin(&j, "/w", tmp);
+	ck_assert_int_ge(lock, 0);
+	{
+		DIR *d = opendir(jdir);
+		struct dirent *de;
+		int n = 0;
+
+		ck_assert_ptr_nonnull(d);
+		while ((de = readdir(d)))
+			n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+		closedir(d);
+		ck_assert_int_eq(n, 1);
+	}
+	ck_assert_int_eq(plocal_journal_take(dfd, tmp, &je), -EBUSY);
+	plocal_journal_end(&j, tmp, lock);
 	ck_assert_int_eq(rmdir(jdir), 0);
 }
 END_TEST
@@ -2427,6 +2493,7 @@ static Suite *plane_local_suite(void)
 	tcase_add_test(tc, test_rm_moved_under_it);
 	tcase_add_test(tc, test_temp_names);
 	tcase_add_test(tc, test_list_skips_temps);
+	tcase_add_test(tc, test_list_scan_bound);
 	tcase_add_test(tc, test_journal);
 	tcase_add_test(tc, test_temp_remove);
 	suite_add_tcase(s, tc);

@@ -96,13 +96,18 @@ static void daemon_up(struct msbd_proc *d, const char *plane, const char *extra)
 	ck_abort_msg("the daemon never read the engine's sandboxes");
 }
 
-static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
+/* image: NULL for the run's own. */
+static char *acquire_image(const struct msbd_proc *d, const char *scope, const char *want_plane, const char *image)
 {
 	json_t *key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "agent");
+	json_t *spec = hostile_spec();
 	int code = 0;
 	char *type = NULL, *id;
-	json_t *r = call(d->sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", hostile_spec()),
-			 &code, &type);
+	json_t *r;
+
+	if (image)
+		json_object_set_new(spec, "image", json_string(image));
+	r = call(d->sock, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key, "spec", spec), &code, &type);
 
 	ck_assert_msg(r, "acquire failed: %d %s", code, type ? type : "");
 	free(type);
@@ -112,6 +117,11 @@ static char *acquire(const struct msbd_proc *d, const char *scope, const char *w
 		      jstr(r, "file_plane") ? jstr(r, "file_plane") : "(none)", want_plane);
 	json_decref(r);
 	return id;
+}
+
+static char *acquire(const struct msbd_proc *d, const char *scope, const char *want_plane)
+{
+	return acquire_image(d, scope, want_plane, NULL);
 }
 
 static void dispose(const struct msbd_proc *d, const char *scope)
@@ -176,8 +186,15 @@ static void mounts_on(const char *plane)
 	call_refused(&d, "files.remove",
 		     json_pack("{s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path", "etc/hosts"),
 		     "EBUSY", "hosts");
-	out = guest_out(id, "grep -c -E \" /etc/(resolv.conf|hosts) \" /proc/self/mountinfo");
-	ck_assert_msg(atoi(out) == 2, "the container's mounts changed: %s", out);
+	/* docker-init: the engine's read-only bind (sandbox.init, on by default). */
+	call_refused(&d, "files.write",
+		     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path",
+			       "sbin/docker-init", "content_text", "#!/bin/sh\n"), "EBUSY", "docker-init");
+	call_refused(&d, "files.remove",
+		     json_pack("{s:s, s:s, s:s}", "sandbox", id, "working_directory", "/", "path", "sbin/docker-init"),
+		     "EBUSY", "docker-init");
+	out = guest_out(id, "grep -c -E \" /(etc/resolv.conf|etc/hosts|sbin/docker-init) \" /proc/self/mountinfo");
+	ck_assert_msg(atoi(out) == 3, "the container's mounts changed: %s", out);
 	free(out);
 	out = guest_out(id, "grep -c 192.0.2.1 /etc/resolv.conf");
 	ck_assert_int_eq(atoi(out), 0);
@@ -326,6 +343,59 @@ START_TEST(kill9_mid_write_archive)
 }
 END_TEST
 
+/* ---- a non-root guest's archive write: its temporary removed ----------------------- */
+
+/* Journal entries left in the test's journal dir. */
+static int journal_entries(void)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *dir = opendir(journal_dir);
+
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)))
+		n += strncmp(de->d_name, ".maf-sandbox-", 13) == 0;
+	closedir(dir);
+	return n;
+}
+
+START_TEST(archive_write_as_nonroot_cleans_up)
+{
+	struct msbd_proc d = { 0 };
+	char image[160], *id, *out;
+	json_t *r;
+	int code = 0;
+	char *type = NULL;
+
+	/* The run's image with USER 1000:1000: a guest that cannot write /etc. */
+	snprintf(image, sizeof(image), "msb-it-hostile-u1000:%s", hostile_run_id);
+	out = sh_out("cid=$(docker create %s /bin/true) && docker commit --change 'USER 1000:1000' $cid %s >/dev/null "
+		     "&& docker rm $cid >/dev/null && echo made", hostile_image, image);
+	ck_assert_msg(strstr(out, "made"), "the USER 1000 image was not made: %s", out);
+	free(out);
+	daemon_up(&d, "archive", NULL);
+	id = acquire_image(&d, "hf-nonroot", "archive", image);
+	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", id, "working_directory", "/",
+						  "path", "etc/x.conf", "content_text", "x=1\n"), &code, &type);
+	ck_assert_msg(r, "files.write failed: %d %s", code, type ? type : "");
+	json_decref(r);
+	/* No temporary in /etc, the file has one name, no journal entry left. */
+	out = guest_out(id, "ls -a /etc | grep -c maf-sandbox");
+	ck_assert_msg(atoi(out) == 0, "the write's temporary is still in /etc (%s)", out);
+	free(out);
+	out = guest_out(id, "stat -c %h /etc/x.conf");
+	ck_assert_msg(atoi(out) == 1, "/etc/x.conf has %s names", out);
+	free(out);
+	ck_assert_int_eq(journal_entries(), 0);
+	dispose(&d, "hf-nonroot");
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	free(sh_out("docker rmi -f %s >/dev/null 2>&1", image));
+	dirs_remove();
+}
+END_TEST
+
 /* ---- the removal fd budget -------------------------------------------------------- */
 
 START_TEST(reclaims_share_the_fd_budget)
@@ -385,6 +455,145 @@ START_TEST(reclaims_share_the_fd_budget)
 }
 END_TEST
 
+/* ---- daemons sharing a journal ------------------------------------------------------ */
+
+#define NO_SUCH_ID "fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff0"
+#define OTHER_TMP  ".maf-sandbox-00000000000000a1.tmp"
+#define GONE_TMP   ".maf-sandbox-00000000000000a2.tmp"
+
+static void journal_put(const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", journal_dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static bool journal_has(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", journal_dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/* Another engine's entry is never this daemon's to drop; an entry of this
+ * engine's is dropped on its inspect's 404 (not for missing from the registry). */
+START_TEST(journal_shared_between_engines)
+{
+	struct msbd_proc d = { 0 };
+
+	dirs_once();
+	ck_assert(mkdir(journal_dir, 0700) == 0 || errno == EEXIST);
+	journal_put(OTHER_TMP, NO_SUCH_ID "\n/maf-sandbox/work\n" OTHER_TMP "\n"
+		    "0000000000000000000000000000000000000000000000000000000000000000\n");
+	journal_put(GONE_TMP, NO_SUCH_ID "\n/maf-sandbox/work\n" GONE_TMP "\n");
+	daemon_up(&d, "archive", NULL);
+	for (long t0 = now_ms(); journal_has(GONE_TMP) && now_ms() - t0 < WAIT_MS;)
+		usleep(50000);
+	ck_assert_msg(!journal_has(GONE_TMP), "an entry of a container this engine says is gone was kept");
+	ck_assert_msg(journal_has(OTHER_TMP), "another engine's journal entry was dropped");
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
+/* A disposed sandbox's journal entries go with it. */
+START_TEST(journal_entries_dropped_on_dispose)
+{
+	struct msbd_proc d = { 0 };
+	char text[256], *id, *full;
+
+	daemon_up(&d, "archive", NULL);
+	id = acquire(&d, "hf-forget", "archive");
+	full = sh_out("docker inspect -f '{{.Id}}' %s", id);
+	ck_assert_int_eq(strlen(full), 64);
+	/* An entry a failed cleanup would leave (written after this daemon's replay). */
+	snprintf(text, sizeof(text), "%s\n/maf-sandbox/work\n%s\n", full, GONE_TMP);
+	journal_put(GONE_TMP, text);
+	dispose(&d, "hf-forget");
+	ck_assert_msg(!journal_has(GONE_TMP), "the disposed sandbox's journal entry stayed");
+	free(full);
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
+/* ---- a long removal yields to other clients --------------------------------------- */
+
+#define BIG_DIRS 20000                  /* a removal of ~20 slices */
+
+/* Entries of the sandbox's work/big seen from the host; -1 once it is gone. */
+static int big_entries(pid_t cpid)
+{
+	char path[96];
+	struct dirent *de;
+	int n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/root/maf-sandbox/work/big", (int)cpid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while ((de = readdir(dir)))
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+START_TEST(status_answered_during_reclaim)
+{
+	struct msbd_proc d = { 0 };
+	char *id, *out;
+	int fr, fs, n = BIG_DIRS;
+	struct pollfd pfd;
+	json_t *r;
+	pid_t cpid;
+
+	daemon_up(&d, "local", NULL);
+	id = acquire(&d, "hf-yield", "local");
+	out = guest_out(id, "mkdir /maf-sandbox/work/big && cd /maf-sandbox/work/big && seq 20000 | xargs mkdir && "
+			    "echo made");
+	ck_assert_msg(strstr(out, "made"), "the tree was not made: %s", out);
+	free(out);
+	cpid = container_pid(id);
+	ck_assert_int_gt(cpid, 0);
+	ck_assert_int_eq(big_entries(cpid), BIG_DIRS);
+	fr = raw_connect(d.sock);
+	fs = raw_connect(d.sock);
+	ck_assert(fr >= 0 && fs >= 0);
+	raw_request_send(fr, 1, "files.reclaim", json_pack("{s:s, s:s}", "sandbox", id, "directory", "big"));
+	/* The removal under way (some entries gone, not all), then a status. */
+	for (long t0 = now_ms(); n == BIG_DIRS && now_ms() - t0 < WAIT_MS;)
+		n = big_entries(cpid);
+	ck_assert_msg(n >= 0 && n < BIG_DIRS, "the reclaim was never seen under way (%d entries)", n);
+	raw_request_send(fs, 2, "daemon.status", json_object());
+	r = raw_recv(fs, WAIT_MS);
+	ck_assert_msg(r && json_object_get(r, "result"), "daemon.status was not answered");
+	json_decref(r);
+	/* Answered while the reclaim still runs: its call has not returned, its tree is still there. */
+	pfd = (struct pollfd){ .fd = fr, .events = POLLIN };
+	ck_assert_msg(poll(&pfd, 1, 0) == 0, "daemon.status was answered only after the reclaim returned");
+	n = big_entries(cpid);
+	ck_assert_msg(n >= 0, "daemon.status was answered only once the tree was gone");
+	r = raw_recv(fr, 4 * WAIT_MS);
+	ck_assert_msg(r && json_object_get(r, "result"), "the reclaim failed");
+	json_decref(r);
+	ck_assert_int_eq(big_entries(cpid), -1);
+	close(fr);
+	close(fs);
+	dispose(&d, "hf-yield");
+	free(id);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+	dirs_remove();
+}
+END_TEST
+
 TCase *hostile_files_tcase(void)
 {
 	TCase *tc = tcase_create("files");
@@ -394,5 +603,9 @@ TCase *hostile_files_tcase(void)
 	tcase_add_test(tc, kill9_mid_write_local);
 	tcase_add_test(tc, kill9_mid_write_archive);
 	tcase_add_test(tc, reclaims_share_the_fd_budget);
+	tcase_add_test(tc, archive_write_as_nonroot_cleans_up);
+	tcase_add_test(tc, status_answered_during_reclaim);
+	tcase_add_test(tc, journal_shared_between_engines);
+	tcase_add_test(tc, journal_entries_dropped_on_dispose);
 	return tc;
 }
