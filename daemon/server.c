@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -310,14 +311,27 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
 }
 
+static bool conn_may_read(const struct conn *c);
+
+/* Bytes the client sent that the kernel still holds for the daemon. */
+static bool conn_has_unread(const struct conn *c)
+{
+	int n = 0;
+
+	return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Nothing under way: no call (in flight or parked for the reply budget),
- * no output, no partial frame, no subscription. */
+ * no output, no partial frame, no subscription; and nothing the client
+ * sent waits unread: the daemon reads it (a paused connection may hold a
+ * whole request in its socket) and its socket holds no byte. */
 static bool conn_is_idle(const struct conn *c)
 {
 	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 && !c->rb_is_parked &&
 	       c->sub_types == 0 && frame_buf_pending(&c->in) == 0 &&
 	       evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
-	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	       conn_may_read(c) && !conn_has_unread(c);
 }
 
 /* The idle timer runs while the connection is idle, from when it became so. */
@@ -643,12 +657,14 @@ static bool conn_may_read(const struct conn *c)
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
 
-/* Reading on or off as conn_may_read says; the frame deadline follows. */
+/* Reading on or off as conn_may_read says; the frame deadline and the
+ * idle timer follow (pausing stops the idle timer, resuming re-arms it). */
 static void conn_update_read(struct conn *c)
 {
 	if (c->dead)
 		return;
 	conn_update_frame_timer(c, 0);
+	conn_update_idle(c);
 	if (conn_may_read(c)) {
 		bufferevent_enable(c->bev, EV_READ);
 		if (c->closed_ev)

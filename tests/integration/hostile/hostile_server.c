@@ -727,6 +727,93 @@ START_TEST(fair_frame_share)
 }
 END_TEST
 
+/* ---- a whole request the daemon holds back is not idle ---- */
+
+#define FAIR_HELD_PAD  (40 * 1024)
+
+/* Child, as A with limits.max_connections_per_uid=3: two 40 KiB partial
+ * frames put A over its buffer share (48 KiB), so a third connection's
+ * whole daemon.status waits unread in its socket; past the idle timeout
+ * and the eviction age a fourth connection of A comes. The held one must
+ * be neither closed idle nor evicted, and is answered once A's first frame
+ * is finished. Returns 0 or the failed check. */
+static int fair_held_child(const char *sock)
+{
+	static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\",\"params\":{\"pad\":\"";
+	static const char tail[] = "\"}}\n";
+	static const char status_req[] = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"daemon.status\"}\n";
+	char *frame = malloc(FAIR_HELD_PAD);
+	struct pollfd pfd;
+	int c1, c2, c3, c4, rc = 0;
+	json_t *r;
+
+	if (!frame || !fair_become(FAIR_UID_A))
+		return 1;
+	memset(frame, 'a', FAIR_HELD_PAD);
+	memcpy(frame, head, sizeof(head) - 1);
+	c1 = raw_connect(sock), c2 = raw_connect(sock), c3 = raw_connect(sock);
+	if (c1 < 0 || c2 < 0 || c3 < 0)
+		return 2;
+	if (fair_write_some(c1, frame, FAIR_HELD_PAD) != FAIR_HELD_PAD)
+		return 3;
+	(void)fair_write_some(c2, frame, FAIR_HELD_PAD);
+	free(frame);
+	/* Let the daemon read what it takes of them (a wait, not a check). */
+	fair_sleep_ms(300);
+	if (!fair_send(c3, status_req, sizeof(status_req) - 1))
+		return 4;
+	/* Past limits.idle_timeout_ms and limits.idle_evict_ms... */
+	fair_sleep_ms(1800);
+	/* ...and at A's connection cap: an idle connection of A would go now. */
+	c4 = raw_connect(sock);
+	if (c4 >= 0)
+		json_decref(raw_recv(c4, FAIR_WAIT_MS));
+	pfd = (struct pollfd){ .fd = c3, .events = POLLIN };
+	if (poll(&pfd, 1, 0) != 0) {
+		/* Answered before it was held (the precondition failed: 5), or closed (6). */
+		r = raw_recv(c3, 0);
+		rc = r && json_object_get(r, "result") ? 5 : 6;
+		json_decref(r);
+		return rc;
+	}
+	if (!fair_send(c1, tail, sizeof(tail) - 1))
+		return 7;
+	json_decref(raw_recv(c1, FAIR_WAIT_MS));
+	r = raw_recv(c3, FAIR_WAIT_MS);
+	if (!r || !json_object_get(r, "result"))
+		rc = 8;
+	json_decref(r);
+	close(c1), close(c2), close(c3);
+	if (c4 >= 0)
+		close(c4);
+	return rc;
+}
+
+/* A whole request held unread (its uid over its buffer share) is neither
+ * closed as idle nor evicted, and gets its answer. */
+START_TEST(fair_held_request_not_idle)
+{
+	struct msbd_proc d = { 0 };
+	pid_t pid;
+	json_t *st;
+
+	fair_start(&d, (const char *const[]){ "limits.max_frame_bytes=48K",
+		"limits.buffer_budget_bytes=64K", "limits.idle_timeout_ms=1000",
+		"limits.idle_evict_ms=200", "limits.max_connections_per_uid=3",
+		"limits.frame_timeout_ms=60000", NULL });
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fair_held_child(d.sock));
+	ck_assert_int_eq(fair_wait_child(pid), 0);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	ck_assert_ptr_nonnull(st);
+	ck_assert_int_eq(jint(st, "connections.evicted"), 0);
+	json_decref(st);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 #define MIB (1024L * 1024)
 #define MEM_ENGINE_WAIT_MS 15000
 #define MEM_STATE_WAIT_MS  120000   /* hang guard: a state the daemon must reach */
@@ -1246,6 +1333,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_idle_timeout);
 	tcase_add_test(tc, fair_inflight_per_uid);
 	tcase_add_test(tc, fair_frame_share);
+	tcase_add_test(tc, fair_held_request_not_idle);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
