@@ -89,6 +89,15 @@ struct uid_share {
 	LIST_ENTRY(uid_share) entry;
 };
 
+/* A call still running after its connection closed: counted against its
+ * uid's limits.max_inflight_per_uid until it finishes. */
+struct server_orphan {
+	struct server *srv;
+	struct uid_share *share;    /* a reference */
+	struct rpc_call *call;
+	LIST_ENTRY(server_orphan) entry;
+};
+
 /* One published event, kept for subscribers that ask for a replay. */
 struct server_event {
 	uint32_t type;
@@ -121,6 +130,7 @@ struct server {
 	struct server_stats stats;
 	TAILQ_HEAD(, conn) conns;
 	LIST_HEAD(, uid_share) shares;
+	LIST_HEAD(, server_orphan) orphans;  /* calls of closed connections, running */
 	/* The reply budgets: connections with a parked request, oldest first. */
 	TAILQ_HEAD(, conn) rb_parked_q;
 	struct event *rb_unpark_ev;
@@ -292,12 +302,13 @@ static void conn_fair_call_start(struct conn *c)
 		c->share->inflight++;
 }
 
-/* Takes the calls of the connection off its uid's count; when the uid was
- * at limits.max_inflight_per_uid, its other connections take held frames. */
-static void conn_fair_calls_end(struct conn *c, unsigned n)
+/* Takes n calls off the uid's count; when the uid was at
+ * limits.max_inflight_per_uid, its connections (but except) take held
+ * frames. */
+static void server_share_calls_end(struct server *srv, struct uid_share *s, unsigned n,
+				   const struct conn *except)
 {
-	struct uid_share *s = c->share;
-	unsigned cap = (unsigned)c->srv->d->config->max_inflight_per_uid;
+	unsigned cap = (unsigned)srv->d->config->max_inflight_per_uid;
 	struct conn *o;
 
 	if (!s || n == 0)
@@ -306,9 +317,57 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 	s->inflight -= n;
 	if (s->inflight + n < cap || s->inflight >= cap)
 		return;
-	TAILQ_FOREACH(o, &c->srv->conns, entry)
-		if (o->share == s && o != c && !o->dead)
+	TAILQ_FOREACH(o, &srv->conns, entry)
+		if (o->share == s && o != except && !o->dead)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* Takes the calls of the connection off its uid's count. */
+static void conn_fair_calls_end(struct conn *c, unsigned n)
+{
+	server_share_calls_end(c->srv, c->share, n, c);
+}
+
+static void server_orphan_done(void *arg)
+{
+	struct server_orphan *o = arg;
+
+	server_share_calls_end(o->srv, o->share, 1, NULL);
+	server_share_put(o->share);
+	LIST_REMOVE(o, entry);
+	free(o);
+}
+
+/* The call of a closing connection (counted in the uid's in_flight) runs
+ * on detached: it stays counted until it finishes. */
+static void conn_fair_orphan(struct conn *c, struct rpc_call *call)
+{
+	struct server_orphan *o;
+
+	if (!c->share) {
+		rpc_call_detach(call);
+		return;
+	}
+	o = xcalloc(1, sizeof(*o));
+	o->srv = c->srv;
+	o->share = c->share;
+	o->share->refs++;
+	o->call = call;
+	LIST_INSERT_HEAD(&c->srv->orphans, o, entry);
+	rpc_call_orphan(call, server_orphan_done, o);
+}
+
+/* The daemon stops: calls still running are no longer counted. */
+static void server_orphans_free(struct server *srv)
+{
+	struct server_orphan *o;
+
+	while ((o = LIST_FIRST(&srv->orphans))) {
+		rpc_call_orphan(o->call, NULL, NULL);
+		server_share_put(o->share);
+		LIST_REMOVE(o, entry);
+		free(o);
+	}
 }
 
 static bool conn_may_read(const struct conn *c);
@@ -397,7 +456,9 @@ static void conn_fair_closing(struct conn *c)
 	c->share->conns--;
 	if (c->share->reader == c)
 		c->share->reader = NULL;
-	conn_fair_calls_end(c, c->inflight);
+	/* Its pending calls run on as orphans, still counted (conn_fair_orphan). */
+	assert(c->inflight >= c->n_calls);
+	conn_fair_calls_end(c, c->inflight - (unsigned)c->n_calls);
 }
 
 /* The longest-idle connection, idle at least limits.idle_evict_ms, of uid
@@ -532,14 +593,15 @@ json_t *server_fair_status(const struct server *srv, size_t max_uids)
 	const struct uid_share *prev = NULL;
 	size_t n_uids = 0;
 
+	/* A uid shows while it has connections or calls running (orphans). */
 	LIST_FOREACH(s, &srv->shares, entry)
-		if (s->conns > 0)
+		if (s->conns > 0 || s->inflight > 0)
 			n_uids++;
 	/* The top max_uids by connections, then buffered bytes (selection: n is small). */
 	for (size_t i = 0; i < max_uids; i++) {
 		best = NULL;
 		LIST_FOREACH(s, &srv->shares, entry) {
-			if (s->conns == 0 || (prev && !fair_share_before(prev, s)))
+			if ((s->conns == 0 && s->inflight == 0) || (prev && !fair_share_before(prev, s)))
 				continue;
 			if (!best || fair_share_before(s, best))
 				best = s;
@@ -842,8 +904,11 @@ static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t ch
 	call = rpc_dispatch(msbd_methods, msbd_n_methods, req, &c->peer, srv->d, &conn_call_ops, c);
 	c->rb_dispatching = false;
 	if (call && c->dead) {
-		/* Closed while the call started: it may not call back into c. */
-		rpc_call_detach(call);
+		/* Closed while the call started: it may not call back into c.
+		 * It runs on, counted against its uid again. */
+		if (c->share)
+			c->share->inflight++;
+		conn_fair_orphan(c, call);
 		call = NULL;
 	}
 	if (call) {
@@ -1050,7 +1115,7 @@ static void conn_close(struct conn *c, const char *reason)
 		srv->budget_reader = NULL;
 	c->partial_seq = 0;
 	for (size_t i = 0; i < c->n_calls; i++)
-		rpc_call_detach(c->calls[i]);
+		conn_fair_orphan(c, c->calls[i]);
 	srv->stats.requests_in_flight -= c->inflight;
 	c->inflight = 0;
 	c->n_calls = 0;
@@ -1486,6 +1551,7 @@ struct server *server_new(struct msbd *d)
 	srv->d = d;
 	TAILQ_INIT(&srv->conns);
 	LIST_INIT(&srv->shares);
+	LIST_INIT(&srv->orphans);
 	srv->accept_retry_ev = evtimer_new(d->base, server_accept_retry_cb, srv);
 	srv->drained_ev = event_new(d->base, -1, 0, server_drained_cb, srv);
 	TAILQ_INIT(&srv->rb_parked_q);
@@ -1716,6 +1782,7 @@ struct server *server_free(struct server *srv)
 		conn_close(c, "daemon stopping");
 		conn_free_cb(-1, 0, c);
 	}
+	server_orphans_free(srv);
 	if (srv->listener)
 		evconnlistener_free(srv->listener);
 	/* Unlink only the file we bound, not one a successor put there. */

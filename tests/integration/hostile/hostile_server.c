@@ -814,6 +814,150 @@ START_TEST(fair_held_request_not_idle)
 }
 END_TEST
 
+/* ---- calls of closed connections stay counted: fair_orphans_counted ---- */
+
+#define FAIR_ORPHAN_CONNS 5
+#define FAIR_ORPHAN_CAP   2
+/* Each exec marks itself running in /tmp/fo, notes how many run, sleeps. */
+#define FAIR_ORPHAN_SCRIPT "mkdir /tmp/fo 2>/dev/null; touch /tmp/fo/$$; ls /tmp/fo | wc -l >> /tmp/fo.n; " \
+			   "sleep 2; rm /tmp/fo/$$"
+
+/* Reads fd until the daemon closes it (EOF or reset); false after guard_ms. */
+static bool fair_drain_closed(int fd, long guard_ms)
+{
+	long end = fair_now_ms() + guard_ms;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		char buf[4096];
+		ssize_t k;
+		long left = end - fair_now_ms();
+
+		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+			return false;
+		k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+			return true;
+	}
+}
+
+/* Child, as A with limits.max_inflight_per_uid=2: FAIR_ORPHAN_CONNS
+ * connections each send a slow exec then a frame over max_frame_bytes (the
+ * daemon closes them, their calls run on). All execs must run, never more
+ * than the cap at once (counted inside the sandbox). Returns 0 or the
+ * failed check. */
+static int fair_orphan_child(const char *sock)
+{
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL;
+	char scope[64], *junk, *text;
+	int fds[FAIR_ORPHAN_CONNS], rc = 0, lines = 0, max = 0;
+	long end;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-orphan", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	junk = malloc(8192);
+	if (!junk)
+		return 3;
+	memset(junk, 'x', 8192);
+	{
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sh", "-c",
+					FAIR_ORPHAN_SCRIPT, "timeout_seconds", 30);
+
+		text = json_dumps(req, JSON_COMPACT);
+		json_decref(req);
+	}
+	if (!text)
+		return 4;
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++) {
+		fds[i] = raw_connect(sock);
+		if (fds[i] < 0 || !fair_send(fds[i], text, strlen(text)) || !fair_send(fds[i], "\n", 1))
+			return 5;
+	}
+	/* The execs taken first (a wait, not a check: were they not, fewer
+	 * would run and the count below fails)... */
+	fair_sleep_ms(300);
+	/* ...then a frame over limits.max_frame_bytes (4 KiB): FrameTooLarge, closed. */
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++)
+		(void)fair_send(fds[i], junk, 8192);
+	free(junk);
+	free(text);
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++) {
+		if (!fair_drain_closed(fds[i], 30000))
+			rc = rc ? rc : 6;
+		close(fds[i]);
+	}
+	/* Every exec ran (five lines), each seeing how many ran with it. */
+	for (end = fair_now_ms() + 60000; !rc;) {
+		json_t *x = NULL;
+		const char *out;
+
+		if (msb_call(mc, "sandbox.exec", json_pack("{s:s, s:[s, s, s], s:i, s:b}", "sandbox",
+			     json_string_value(json_object_get(r, "sandbox")), "command", "sh", "-c",
+			     "cat /tmp/fo.n 2>/dev/null", "timeout_seconds", 10, "text", 1), &x) != MSB_OK) {
+			fprintf(stderr, "fair_orphans: exec failed: %s\n", msb_last_error_message(mc));
+			rc = 7;
+			break;
+		}
+		out = json_string_value(json_object_get(x, "stdout_text"));
+		lines = 0, max = 0;
+		for (const char *p = out ? out : ""; *p; ) {
+			int n = atoi(p);
+
+			lines++;
+			max = n > max ? n : max;
+			p = strchr(p, '\n');
+			p = p ? p + 1 : "";
+		}
+		json_decref(x);
+		if (lines >= FAIR_ORPHAN_CONNS)
+			break;
+		if (fair_now_ms() > end) {
+			rc = 8;
+			break;
+		}
+		fair_sleep_ms(200);
+	}
+	if (!rc && max > FAIR_ORPHAN_CAP)
+		rc = 20 + max;
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 9;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* limits.max_inflight_per_uid holds for calls whose connection the daemon
+ * closed (FrameTooLarge after a slow exec): they run on, counted against
+ * the uid until they finish. */
+START_TEST(fair_orphans_counted)
+{
+	struct msbd_proc d = { 0 };
+	pid_t pid;
+	int rc;
+
+	fair_start(&d, (const char *const[]){ "limits.max_inflight_per_uid=2", "limits.max_frame_bytes=4K",
+		NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fair_orphan_child(d.sock));
+	rc = fair_wait_child(pid);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d (20 + n: n execs of A ran at once)", rc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 #define MIB (1024L * 1024)
 #define MEM_ENGINE_WAIT_MS 15000
 #define MEM_STATE_WAIT_MS  120000   /* hang guard: a state the daemon must reach */
@@ -1334,6 +1478,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_inflight_per_uid);
 	tcase_add_test(tc, fair_frame_share);
 	tcase_add_test(tc, fair_held_request_not_idle);
+	tcase_add_test(tc, fair_orphans_counted);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
