@@ -280,20 +280,29 @@ static void conn_fair_account(struct conn *c, size_t was, size_t now)
 		server_update_budget(c->srv);
 }
 
-/* A frame of a uid over its share is the cause of its wait: its deadline
- * runs from its first byte whatever holds it back, never renewed. Returns
- * true when it set the deadline so. */
-static bool conn_fair_frame_deadline(struct conn *c)
+/* Sets the frame deadline at limits.frame_timeout_ms after the partial
+ * frame's first byte. Returns false when there is no partial frame. */
+static bool conn_frame_deadline_from_first(struct conn *c)
 {
 	int64_t left;
 	struct timeval tv;
 
-	if (!c->share || !c->share->over || c->partial_seq == 0)
+	if (c->partial_seq == 0)
 		return false;
 	left = c->srv->d->config->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
 	fair_timeval(left, &tv);
 	evtimer_add(c->frame_ev, &tv);
 	return true;
+}
+
+/* A frame of a uid over its share is the cause of its wait: its deadline
+ * runs from its first byte whatever holds it back, never renewed. Returns
+ * true when it set the deadline so. */
+static bool conn_fair_frame_deadline(struct conn *c)
+{
+	if (!c->share || !c->share->over)
+		return false;
+	return conn_frame_deadline_from_first(c);
 }
 
 static void conn_fair_call_start(struct conn *c)
@@ -691,14 +700,21 @@ static void server_check_drained(struct server *srv)
 	event_active(srv->drained_ev, EV_TIMEOUT, 0);
 }
 
-/* May the connection dispatch frames it already holds? */
-static bool conn_may_take(const struct conn *c)
+/* Would the connection dispatch frames it holds, but for its uid's
+ * limits.max_inflight_per_uid? */
+static bool conn_may_take_but_uid_cap(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
 	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
-	       c->inflight < (unsigned)cfg->max_inflight && conn_fair_may_take(c) &&
+	       c->inflight < (unsigned)cfg->max_inflight &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
+}
+
+/* May the connection dispatch frames it already holds? */
+static bool conn_may_take(const struct conn *c)
+{
+	return conn_may_take_but_uid_cap(c) && conn_fair_may_take(c);
 }
 
 /* May it read more bytes from its socket? While the budget is spent only
@@ -792,14 +808,20 @@ static void conn_account(struct conn *c)
  * the buffer budget spent and another connection's frame read first) there
  * is no deadline: under a burst of large frames the client that sent its
  * whole frame is not the one to blame. When reading resumes, and when a
- * frame restarts (frames were taken in this pass), it gets a fresh one. */
+ * frame restarts (frames were taken in this pass), it gets a fresh one.
+ * A wait the uid causes itself is no such reason: held only by its own
+ * limits.max_inflight_per_uid, or over its buffer share, the frame's
+ * deadline runs from its first byte, never renewed. */
 static void conn_update_frame_timer(struct conn *c, unsigned taken)
 {
 	struct timeval tv;
 	long ms = c->srv->d->config->frame_timeout_ms;
+	bool live = !c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in);
 
-	if (!c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in) && conn_may_take(c) &&
-	    conn_fair_frame_deadline(c))
+	if (live && conn_may_take_but_uid_cap(c) && !conn_fair_may_take(c) &&
+	    conn_frame_deadline_from_first(c))
+		return;
+	if (live && conn_may_take(c) && conn_fair_frame_deadline(c))
 		return;
 	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c) ||
 	    !conn_may_read(c)) {

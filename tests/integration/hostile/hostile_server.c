@@ -958,6 +958,144 @@ START_TEST(fair_orphans_counted)
 }
 END_TEST
 
+/* ---- a uid at its own in-flight cap: fair_capped_frame_deadline ---- */
+
+/* Child, as A with limits.max_inflight_per_uid=1, frame_timeout_ms=2000:
+ * part of a frame on c2 (seen buffered), then a slow exec on c1 puts A at
+ * its cap. c2's frame must meet its deadline from its first byte while
+ * the exec is still in flight (its reply not yet come). Returns 0 or the
+ * failed check. */
+static int fair_capped_child(const char *sock, int ready_fd, int go_fd)
+{
+	static const char part[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\",\"params\":{\"pad\":\"aaaa";
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL, *st = NULL, *a;
+	char scope[64], buf[4096];
+	struct pollfd pfd;
+	int c1, c2, rc = 0;
+	bool said = false;
+	long end;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-capped", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	c1 = raw_connect(sock);
+	c2 = raw_connect(sock);
+	if (c1 < 0 || c2 < 0 || !fair_send(c2, part, sizeof(part) - 1))
+		return 3;
+	/* The daemon holds c2's partial frame (A's buffered bytes; hang guard). */
+	for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		if (msb_call(mc, "daemon.status", NULL, &st) != MSB_OK)
+			return 4;
+		a = fair_by_uid(st, FAIR_UID_A);
+		if (a && jint(a, "buffered_bytes") >= (json_int_t)(sizeof(part) - 1))
+			break;
+		json_decref(st);
+		if (fair_now_ms() > end)
+			return 5;
+		fair_sleep_ms(50);
+	}
+	json_decref(st);
+	{
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "12",
+					"timeout_seconds", 30);
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		if (!text || !fair_send(c1, text, strlen(text)) || !fair_send(c1, "\n", 1))
+			return 6;
+		free(text);
+	}
+	/* Once the parent saw the exec in flight (A at its cap), one more byte
+	 * on c2 makes the daemon look at it again. */
+	if (write(ready_fd, "E", 1) != 1 || read(go_fd, buf, 1) != 1 || !fair_send(c2, "a", 1))
+		return 11;
+	/* c2 closed with FrameTimeout (hang guard: the exec's own end)... */
+	for (end = fair_now_ms() + 30000;;) {
+		ssize_t k;
+
+		pfd = (struct pollfd){ .fd = c2, .events = POLLIN };
+		if (poll(&pfd, 1, (int)(end - fair_now_ms())) <= 0) {
+			rc = 7;
+			break;
+		}
+		k = recv(c2, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		if (k > 0) {
+			buf[k] = '\0';
+			said |= strstr(buf, "1304") != NULL;
+			continue;
+		}
+		if (k < 0 && errno == EAGAIN)
+			continue;
+		break;
+	}
+	if (!rc && !said)
+		rc = 8;
+	/* ...while A's exec was still in flight: no reply on c1 yet. */
+	pfd = (struct pollfd){ .fd = c1, .events = POLLIN };
+	if (!rc && poll(&pfd, 1, 0) != 0)
+		rc = 9;
+	json_decref(raw_recv(c1, 30000));
+	close(c1), close(c2);
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 10;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* A partial frame of a uid held only by the uid's own
+ * limits.max_inflight_per_uid keeps its deadline from its first byte. */
+START_TEST(fair_capped_frame_deadline)
+{
+	struct msbd_proc d = { 0 };
+	int ready[2], go[2], rc;
+	long end;
+	pid_t pid;
+	char c;
+
+	fair_start(&d, (const char *const[]){ "limits.max_inflight_per_uid=1", "limits.frame_timeout_ms=2000",
+		NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_capped_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* A's exec in flight: A at its cap (root is answered meanwhile). */
+		for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+			json_t *st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+			json_t *a = fair_by_uid(st, FAIR_UID_A);
+			bool seen = a && jint(a, "in_flight") == 1;
+
+			json_decref(st);
+			if (seen)
+				break;
+			ck_assert_msg(fair_now_ms() < end, "A's exec was never seen in flight");
+			fair_sleep_ms(50);
+		}
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 #define MIB (1024L * 1024)
 #define MEM_ENGINE_WAIT_MS 15000
 #define MEM_STATE_WAIT_MS  120000   /* hang guard: a state the daemon must reach */
@@ -1479,6 +1617,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_frame_share);
 	tcase_add_test(tc, fair_held_request_not_idle);
 	tcase_add_test(tc, fair_orphans_counted);
+	tcase_add_test(tc, fair_capped_frame_deadline);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
