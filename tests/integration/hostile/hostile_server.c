@@ -1610,16 +1610,16 @@ TCase *hostile_server_tcase(void)
 	TCase *tc = tcase_create("server");
 
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, fair_uid_caps);
-	tcase_add_test(tc, fair_idle_eviction);
-	tcase_add_test(tc, fair_idle_timeout);
-	tcase_add_test(tc, fair_inflight_per_uid);
-	tcase_add_test(tc, fair_frame_share);
-	tcase_add_test(tc, fair_held_request_not_idle);
-	tcase_add_test(tc, fair_orphans_counted);
-	tcase_add_test(tc, fair_capped_frame_deadline);
-	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
-	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
-	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
+	if (!getenv("FF") || strstr("fair_uid_caps", getenv("FF"))) tcase_add_test(tc, fair_uid_caps);
+	if (!getenv("FF") || strstr("fair_idle_eviction", getenv("FF"))) tcase_add_test(tc, fair_idle_eviction);
+	if (!getenv("FF") || strstr("fair_idle_timeout", getenv("FF"))) tcase_add_test(tc, fair_idle_timeout);
+	if (!getenv("FF") || strstr("fair_inflight_per_uid", getenv("FF"))) tcase_add_test(tc, fair_inflight_per_uid);
+	if (!getenv("FF") || strstr("fair_frame_share", getenv("FF"))) tcase_add_test(tc, fair_frame_share);
+	if (!getenv("FF") || strstr("fair_held_request_not_idle", getenv("FF"))) tcase_add_test(tc, fair_held_request_not_idle);
+	if (!getenv("FF") || strstr("fair_orphans_counted", getenv("FF"))) tcase_add_test(tc, fair_orphans_counted);
+	if (!getenv("FF") || strstr("fair_capped_frame_deadline", getenv("FF"))) tcase_add_test(tc, fair_capped_frame_deadline);
+	if (!getenv("FF") || strstr("mem_local_reads_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_local_reads_held_to_the_budget);
+	if (!getenv("FF") || strstr("mem_archive_reads_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
+	if (!getenv("FF") || strstr("mem_exec_replies_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
 	return tc;
 }
