@@ -585,6 +585,20 @@ static void server_fair_config_changed(struct server *srv)
 	server_update_budget(srv);
 }
 
+static size_t conn_rb_total(const struct conn *c);
+
+/* What the uid's connections are charged of the reply budget. */
+static size_t server_share_rb_total(const struct server *srv, const struct uid_share *s)
+{
+	const struct conn *c;
+	size_t n = 0;
+
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (c->share == s && !c->dead)
+			n += conn_rb_total(c);
+	return n;
+}
+
 /* Order of daemon.status's by_uid: most connections, then most bytes, then uid. */
 static bool fair_share_before(const struct uid_share *a, const struct uid_share *b)
 {
@@ -617,10 +631,10 @@ json_t *server_fair_status(const struct server *srv, size_t max_uids)
 		}
 		if (!best)
 			break;
-		json_array_append_new(by_uid, json_pack("{s:I, s:I, s:I, s:I, s:b}",
+		json_array_append_new(by_uid, json_pack("{s:I, s:I, s:I, s:I, s:b, s:I}",
 			"uid", (json_int_t)best->uid, "connections", (json_int_t)best->conns,
 			"in_flight", (json_int_t)best->inflight, "buffered_bytes", (json_int_t)best->buffered,
-			"over_share", best->over));
+			"over_share", best->over, "reply_bytes", (json_int_t)server_share_rb_total(srv, best)));
 		prev = best;
 	}
 	return json_pack("{s:I, s:I, s:I, s:I, s:o}",
@@ -1215,6 +1229,25 @@ static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_inf
 		server_rb_freed(srv, info->n_deleted);
 }
 
+/* What the connections of c's uid are charged together. */
+static size_t conn_rb_uid_total(const struct conn *c)
+{
+	return server_share_rb_total(c->srv, c->share);
+}
+
+/* Does a call charged charge bytes fit in the share of c's uid
+ * (limits.uid_reply_budget_bytes)? Administrators are exempt, and a uid
+ * with nothing charged always fits (the share admits the largest reply). */
+static bool conn_rb_uid_fits(const struct conn *c, size_t charge)
+{
+	size_t share = config_uid_reply_budget_bytes(c->srv->d->config), uid;
+
+	if (c->peer.admin || !c->share)
+		return true;
+	uid = conn_rb_uid_total(c);
+	return uid == 0 || (charge <= share && uid <= share - charge);
+}
+
 /* May c start a call charged charge bytes now? queued: c is the parked
  * connection being served (others do not overtake the parked ones). */
 static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
@@ -1229,6 +1262,8 @@ static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
 	if (!queued && !TAILQ_EMPTY(&c->srv->rb_parked_q))
 		return false;
 	if (mine > 0 && (charge > cfg->conn_reply_budget_bytes || mine > cfg->conn_reply_budget_bytes - charge))
+		return false;
+	if (!conn_rb_uid_fits(c, charge))
 		return false;
 	return charge <= cfg->reply_budget_bytes && all <= cfg->reply_budget_bytes - charge;
 }
@@ -1292,6 +1327,10 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 				continue;
 			if (mine > 0 && (mine > cfg->conn_reply_budget_bytes ||
 					 charge > cfg->conn_reply_budget_bytes - mine))
+				continue;
+			/* Its uid holds its share: it waits for that uid's
+			 * clients, and does not hold up other uids. */
+			if (!conn_rb_uid_fits(c, charge))
 				continue;
 			if (!conn_rb_admits(c, charge, true))
 				break;

@@ -1605,21 +1605,186 @@ START_TEST(mem_exec_replies_held_to_the_budget)
 }
 END_TEST
 
+/* ---- one uid's share of the reply budget: fair_uid_reply_share ---- */
+
+#define FAIR_RS_FILE   (1024 * 1024)
+#define FAIR_RS_CONNS  6
+#define FAIR_RS_SHARE  (4 * 1024 * 1024)   /* auto: half of the 8 MiB reply budget */
+
+/* In a child, as uid: acquires a sandbox (agent agent) and writes a file
+ * of FAIR_RS_FILE bytes into it; *ret_sb, *ret_key set. Returns 0 or a
+ * failed check. */
+static int fair_rs_prepare(struct msb_conn *mc, const char *agent, json_t **ret_sb, json_t **ret_key)
+{
+	unsigned char *content = malloc(FAIR_RS_FILE);
+	json_t *key, *r = NULL;
+	char *b64;
+	int rc = 0;
+
+	if (!content)
+		return 30;
+	for (long i = 0; i < FAIR_RS_FILE; i++)
+		content[i] = (unsigned char)(i * 131 + (i >> 12));
+	b64 = harness_b64_encode(content, FAIR_RS_FILE);
+	free(content);
+	key = json_pack("{s:s, s:s, s:s}", "scope", hostile_run_id, "thread_id", "fair-rs", "agent_dir", agent);
+	if (msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		rc = 31;
+	else if (msb_call(mc, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox",
+			  json_string_value(json_object_get(r, "sandbox")), "path", "big.bin",
+			  "content_b64", b64), NULL) != MSB_OK)
+		rc = 32;
+	free(b64);
+	*ret_sb = json_incref(json_object_get(r, "sandbox"));
+	*ret_key = key;
+	json_decref(r);
+	return rc;
+}
+
+/* Child, as A: FAIR_RS_CONNS connections (small receive buffers) each
+ * pipeline files.read of the file and never read; says 'A' on ready_fd,
+ * then holds them until go_fd. Returns 0 or a failed check. */
+static int fair_rs_hog(const char *sock, int ready_fd, int go_fd)
+{
+	struct msb_conn *mc = NULL;
+	json_t *sb = NULL, *key = NULL;
+	int fds[FAIR_RS_CONNS], rc, sz = 4096;
+	char c;
+
+	if (!fair_become(FAIR_UID_A) || msb_connect(sock, &mc) != MSB_OK)
+		return 1;
+	rc = fair_rs_prepare(mc, "a", &sb, &key);
+	if (rc)
+		return rc;
+	for (int i = 0; i < FAIR_RS_CONNS; i++) {
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:O, s:s}}", "jsonrpc", "2.0", "id", 1,
+					"method", "files.read", "params", "sandbox", sb, "path", "big.bin");
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		fds[i] = raw_connect(sock);
+		if (fds[i] < 0 || !text || setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz)) < 0)
+			return 2;
+		for (int k = 0; k < 4; k++)
+			if (!fair_send(fds[i], text, strlen(text)) || !fair_send(fds[i], "\n", 1))
+				return 3;
+		free(text);
+	}
+	if (write(ready_fd, "A", 1) != 1 || read(go_fd, &c, 1) != 1)
+		rc = 4;
+	for (int i = 0; i < FAIR_RS_CONNS; i++)
+		close(fds[i]);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 5;
+	json_decref(sb);
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* Child, as B: prepares its sandbox, says 'B', and once told (go_fd) reads
+ * its file in one call, which must be answered whole. Returns 0 or a
+ * failed check. */
+static int fair_rs_reader(const char *sock, int ready_fd, int go_fd)
+{
+	struct msb_conn *mc = NULL;
+	json_t *sb = NULL, *key = NULL, *r = NULL;
+	int rc;
+	char c;
+
+	if (!fair_become(FAIR_UID_B) || msb_connect(sock, &mc) != MSB_OK)
+		return 1;
+	rc = fair_rs_prepare(mc, "b", &sb, &key);
+	if (rc)
+		return rc;
+	if (write(ready_fd, "B", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 10;
+	/* Hang guard: A never reads (write_timeout_ms is 10 min). */
+	msb_set_timeout(mc, 60000);
+	if (msb_call(mc, "files.read", json_pack("{s:O, s:s}", "sandbox", sb, "path", "big.bin"), &r) != MSB_OK)
+		rc = 11;
+	else if (!jstr(r, "content_b64") || strlen(jstr(r, "content_b64")) != (FAIR_RS_FILE + 2) / 3 * 4)
+		rc = 12;
+	json_decref(r);
+	msb_set_timeout(mc, 0);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 13;
+	json_decref(sb);
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* One uid filling its share of the reply budget with connections that
+ * never read does not hold up another uid's large call. */
+START_TEST(fair_uid_reply_share)
+{
+	struct msbd_proc d = { 0 };
+	int ra[2], ga[2], rb[2], gb[2], rc;
+	pid_t pa, pb;
+	json_t *st, *a;
+	long end;
+	char c;
+
+	fair_start(&d, (const char *const[]){ "files.max_file_bytes=1M", "files.max_total_bytes=1M", "files.max_files=4",
+		"exec.max_output_bytes=64K", "limits.max_frame_bytes=2M", "limits.buffer_budget_bytes=4M",
+		"limits.conn_reply_budget_bytes=4M", "limits.reply_budget_bytes=8M",
+		"limits.write_timeout_ms=600000", NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert(pipe(ra) == 0 && pipe(ga) == 0 && pipe(rb) == 0 && pipe(gb) == 0);
+	pb = fork();
+	ck_assert_int_ge(pb, 0);
+	if (pb == 0)
+		_exit(fair_rs_reader(d.sock, rb[1], gb[0]));
+	ck_assert_int_eq(read(rb[0], &c, 1), 1);
+	pa = fork();
+	ck_assert_int_ge(pa, 0);
+	if (pa == 0)
+		_exit(fair_rs_hog(d.sock, ra[1], ga[0]));
+	ck_assert_int_eq(read(ra[0], &c, 1), 1);
+	/* A holds its share: calls charged and some parked (hang guard). */
+	for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+		a = fair_by_uid(st, FAIR_UID_A);
+		if (a && jint(a, "reply_bytes") >= FAIR_RS_SHARE / 2 && jint(st, "memory.parked_calls") >= 1)
+			break;
+		json_decref(st);
+		ck_assert_msg(fair_now_ms() < end, "A never filled its reply share");
+		fair_sleep_ms(100);
+	}
+	ck_assert_int_eq(jint(st, "memory.uid_reply_budget_bytes"), FAIR_RS_SHARE);
+	json_decref(st);
+	/* B's large read is admitted and answered while A still holds. */
+	ck_assert_int_eq(write(gb[1], "G", 1), 1);
+	rc = fair_wait_child(pb);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	a = fair_by_uid(st, FAIR_UID_A);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_le(jint(a, "reply_bytes"), FAIR_RS_SHARE);
+	json_decref(st);
+	ck_assert_int_eq(write(ga[1], "G", 1), 1);
+	ck_assert_msg(rc == 0, "B failed check %d", rc);
+	ck_assert_int_eq(fair_wait_child(pa), 0);
+	close(ra[0]), close(ra[1]), close(ga[0]), close(ga[1]);
+	close(rb[0]), close(rb[1]), close(gb[0]), close(gb[1]);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 TCase *hostile_server_tcase(void)
 {
 	TCase *tc = tcase_create("server");
 
 	tcase_set_timeout(tc, 300);
-	if (!getenv("FF") || strstr("fair_uid_caps", getenv("FF"))) tcase_add_test(tc, fair_uid_caps);
-	if (!getenv("FF") || strstr("fair_idle_eviction", getenv("FF"))) tcase_add_test(tc, fair_idle_eviction);
-	if (!getenv("FF") || strstr("fair_idle_timeout", getenv("FF"))) tcase_add_test(tc, fair_idle_timeout);
-	if (!getenv("FF") || strstr("fair_inflight_per_uid", getenv("FF"))) tcase_add_test(tc, fair_inflight_per_uid);
-	if (!getenv("FF") || strstr("fair_frame_share", getenv("FF"))) tcase_add_test(tc, fair_frame_share);
-	if (!getenv("FF") || strstr("fair_held_request_not_idle", getenv("FF"))) tcase_add_test(tc, fair_held_request_not_idle);
-	if (!getenv("FF") || strstr("fair_orphans_counted", getenv("FF"))) tcase_add_test(tc, fair_orphans_counted);
-	if (!getenv("FF") || strstr("fair_capped_frame_deadline", getenv("FF"))) tcase_add_test(tc, fair_capped_frame_deadline);
-	if (!getenv("FF") || strstr("mem_local_reads_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_local_reads_held_to_the_budget);
-	if (!getenv("FF") || strstr("mem_archive_reads_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
-	if (!getenv("FF") || strstr("mem_exec_replies_held_to_the_budget", getenv("FF"))) tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
+	tcase_add_test(tc, fair_uid_caps);
+	tcase_add_test(tc, fair_idle_eviction);
+	tcase_add_test(tc, fair_idle_timeout);
+	tcase_add_test(tc, fair_inflight_per_uid);
+	tcase_add_test(tc, fair_frame_share);
+	tcase_add_test(tc, fair_held_request_not_idle);
+	tcase_add_test(tc, fair_orphans_counted);
+	tcase_add_test(tc, fair_capped_frame_deadline);
+	tcase_add_test(tc, fair_uid_reply_share);
+	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
+	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
+	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
 	return tc;
 }
