@@ -491,6 +491,21 @@ static struct conn *server_evictable(const struct server *srv, bool of_uid, uid_
 	return best;
 }
 
+/* How many connections server_evictable could offer, one after another. */
+static unsigned server_count_evictable(const struct server *srv, bool of_uid, uid_t uid)
+{
+	long min = srv->d->config->idle_evict_ms;
+	const struct conn *c;
+	unsigned n = 0;
+
+	if (min == 0)
+		return 0;
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (conn_idle_ms(c) >= min && !(of_uid ? c->peer.uid != uid : c->peer.admin))
+			n++;
+	return n;
+}
+
 static void server_evict(struct server *srv, struct conn *victim, const char *why)
 {
 	log_info("connection %llu (uid %u pid %d): idle %lld ms, closed to make room (%s)",
@@ -536,27 +551,31 @@ static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *
 	long reserve = cfg->admin_reserved_connections < cfg->max_connections ?
 		cfg->admin_reserved_connections : cfg->max_connections - 1;
 	long total = peer->admin ? cfg->max_connections : cfg->max_connections - reserve;
+	unsigned uid_conns = peer->admin ? 0 : server_share_conns(srv, peer->uid);
+	unsigned cur = srv->stats.connections_current;
+	/* Evictions needed under each limit (after a SIGHUP lowered one, more
+	 * than one); an eviction for the uid also frees a daemon-wide place. */
+	unsigned need_uid = !peer->admin && uid_conns >= (unsigned)per_uid ? uid_conns - (unsigned)per_uid + 1 : 0;
+	unsigned need_all = cur >= (unsigned)total ? cur - (unsigned)total + 1 : 0;
 	struct conn *victim;
 
-	if (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid) {
-		victim = server_evictable(srv, true, peer->uid);
-		if (!victim) {
-			server_fair_reject(srv, fd, peer, "uid", "limits.max_connections_per_uid", per_uid);
-			return -EUSERS;
-		}
+	/* Decided before any eviction, so none is made for a refusal. */
+	if (need_uid > server_count_evictable(srv, true, peer->uid)) {
+		server_fair_reject(srv, fd, peer, "uid", "limits.max_connections_per_uid", per_uid);
+		return -EUSERS;
+	}
+	if ((need_all > need_uid ? need_all : need_uid) > server_count_evictable(srv, false, 0)) {
+		server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
+				   "limits.max_connections" :
+				   "limits.max_connections less limits.admin_reserved_connections",
+				   total);
+		return -EUSERS;
+	}
+	while (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid &&
+	       (victim = server_evictable(srv, true, peer->uid)))
 		server_evict(srv, victim, "limits.max_connections_per_uid");
-	}
-	if (srv->stats.connections_current >= (unsigned)total) {
-		victim = server_evictable(srv, false, 0);
-		if (!victim) {
-			server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
-					   "limits.max_connections" :
-					   "limits.max_connections less limits.admin_reserved_connections",
-					   total);
-			return -EUSERS;
-		}
+	while (srv->stats.connections_current >= (unsigned)total && (victim = server_evictable(srv, false, 0)))
 		server_evict(srv, victim, "limits.max_connections");
-	}
 	return 0;
 }
 
@@ -583,6 +602,11 @@ static void server_fair_config_changed(struct server *srv)
 	LIST_FOREACH(s, &srv->shares, entry)
 		server_share_update(srv, s);
 	server_update_budget(srv);
+	/* Frames held back under the old limits (a raised
+	 * limits.max_inflight_per_uid) are taken at the loop boundary. */
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead)
+			event_active(c->resume_ev, EV_TIMEOUT, 0);
 }
 
 static size_t conn_rb_total(const struct conn *c);

@@ -1605,6 +1605,128 @@ START_TEST(mem_exec_replies_held_to_the_budget)
 }
 END_TEST
 
+/* ---- a reload raising the uid's cap: fair_reload_takes_held ---- */
+
+/* Child, as A (limits.max_inflight_per_uid=1 from the file): a slow exec
+ * and a daemon.status in one write, the status held by A's cap; says 'E';
+ * once the parent raised the cap (go_fd), the status must be answered
+ * before the exec. */
+static int fair_reload_child(const char *sock, int ready_fd, int go_fd)
+{
+	static const char status_req[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\"}\n";
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL, *x;
+	char scope[64], c, *both;
+	int c1, rc = 0;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-reload", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	c1 = raw_connect(sock);
+	if (c1 < 0)
+		return 3;
+	{
+		/* Both frames in one write: read together, the exec taken, the
+		 * status held by A's cap. */
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "15",
+					"timeout_seconds", 30);
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		if (!text || asprintf(&both, "%s\n%s", text, status_req) < 0 || !fair_send(c1, both, strlen(both)))
+			return 4;
+		free(text);
+		free(both);
+	}
+	if (write(ready_fd, "E", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 5;
+	/* The status is answered first, while the exec is in flight. */
+	x = raw_recv(c1, 30000);
+	if (!x || jint(x, "id") != 7 || !json_object_get(x, "result"))
+		rc = 7;
+	json_decref(x);
+	json_decref(raw_recv(c1, 30000));
+	close(c1);
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 9;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* Waits (hang guard) until A's by_uid entry satisfies in_flight >= inf and
+ * buffered_bytes >= buf. */
+static void fair_wait_a(const char *sock, long inf, long buf)
+{
+	for (long end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		json_t *st = call(sock, "daemon.status", NULL, NULL, NULL);
+		json_t *a = fair_by_uid(st, FAIR_UID_A);
+		bool seen = a && jint(a, "in_flight") >= inf && jint(a, "buffered_bytes") >= buf;
+
+		json_decref(st);
+		if (seen)
+			return;
+		if (fair_now_ms() >= end) {
+			st = call(sock, "daemon.status", NULL, NULL, NULL);
+			ck_abort_msg("A never reached in_flight %ld, buffered %ld: %s", inf, buf,
+				     json_dumps(json_object_get(st, "connections"), JSON_COMPACT));
+		}
+		fair_sleep_ms(50);
+	}
+}
+
+/* A SIGHUP raising limits.max_inflight_per_uid takes the frames it held. */
+START_TEST(fair_reload_takes_held)
+{
+	struct msbd_proc d = { 0 };
+	char path[200];
+	int ready[2], go[2], rc;
+	pid_t pid;
+	FILE *f;
+	char c;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("limits.max_inflight_per_uid = 1\n", f);
+	fclose(f);
+	msbd_start(&d, (const char *[]){ "-f", path, "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert(pipe(ready) == 0 && pipe(go) == 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_reload_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* The exec in flight, the status held by A's cap (read, not taken). */
+		fair_wait_a(d.sock, 1, 40);
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs("limits.max_inflight_per_uid = 2\n", f);
+		fclose(f);
+		msbd_signal(&d, SIGHUP);
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- one uid's share of the reply budget: fair_uid_reply_share ---- */
 
 #define FAIR_RS_FILE   (1024 * 1024)
@@ -1783,6 +1905,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_orphans_counted);
 	tcase_add_test(tc, fair_capped_frame_deadline);
 	tcase_add_test(tc, fair_uid_reply_share);
+	tcase_add_test(tc, fair_reload_takes_held);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
