@@ -42,6 +42,8 @@ struct msb_conn {
 	bool told_why;          /* the daemon sent an error for no request, or
 				 * ShuttingDown (it hangs up after it): an EOF
 				 * then is no idle close */
+	bool subscribed;        /* events.subscribe succeeded: a close loses
+				 * events, so it is never replaced silently */
 };
 
 static const char *const error_strings[] = {
@@ -392,6 +394,11 @@ static int conn_revive(struct msb_conn *conn)
 
 	if (!conn_closed_idle(conn))
 		return MSB_OK;
+	if (conn->subscribed) {
+		/* Its subscription (and the events since) went with it: say so. */
+		conn_close(conn);
+		return MSB_E_CLOSED;
+	}
 	fd = socket_connect(conn->path);
 	conn_close(conn);
 	if (fd < 0)
@@ -442,6 +449,8 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 		return r;
 	}
 	r = call_checked(conn, method, params, ret_result);
+	if (r == MSB_OK && strcmp(method, "events.subscribe") == 0)
+		conn->subscribed = true;
 	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED)
 		conn_close(conn);
 	return r;

@@ -21,7 +21,9 @@
  * fail, msb_call() returns MSB_E_CONNECT and the connection is unusable.
  * A connection the daemon closed during a call, or after it said why (an
  * error with id null, or ShuttingDown), is not replaced (the call fails, as
- * above): a call is never sent twice.
+ * above): a call is never sent twice. Nor is one that subscribed to events
+ * (events.subscribe succeeded on it): its subscription, and any events
+ * meanwhile, went with it, so the next msb_call() returns MSB_E_CLOSED.
  *
  * Small allocations abort on out-of-memory (as everywhere in maf-sandbox);
  * MSB_E_NOMEM reports a JSON value that could not be built or encoded.

@@ -471,6 +471,7 @@ START_TEST(test_idle_close_reconnects)
 	json_t *r = NULL;
 	char c;
 
+	/* _i: 0 replaced, 1 the reconnect fails, 2 after ShuttingDown, 3 subscribed. */
 	t = (struct idle_fake){ .f = { .script = &script }, .stop_listening = _i == 1, .shutting_down = _i == 2 };
 	tmpdir_make(t.f.dir, sizeof(t.f.dir));
 	snprintf(t.f.path, sizeof(t.f.path), "%s/d.sock", t.f.dir);
@@ -478,7 +479,8 @@ START_TEST(test_idle_close_reconnects)
 	ck_assert_int_eq(pipe2(t.closed_pipe, O_CLOEXEC), 0);
 	ck_assert_int_eq(pthread_create(&t.f.thread, NULL, idle_fake_main, &t), 0);
 	ck_assert_int_eq(msb_connect(t.f.path, &conn), MSB_OK);
-	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), _i == 2 ? MSB_E_REMOTE : MSB_OK);
+	ck_assert_int_eq(msb_call(conn, _i == 3 ? "events.subscribe" : "daemon.status", NULL, NULL),
+			 _i == 2 ? MSB_E_REMOTE : MSB_OK);
 	ck_assert_int_eq(read(t.closed_pipe[0], &c, 1), 1);
 	if (_i == 0) {
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, &r), MSB_OK);
@@ -488,7 +490,8 @@ START_TEST(test_idle_close_reconnects)
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CONNECT);
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	} else {
-		/* After ShuttingDown the close is no idle close: not replaced. */
+		/* After ShuttingDown the close is no idle close; a subscribed
+		 * connection lost its events: neither is replaced. */
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	}
 	ck_assert_ptr_null(msb_conn_free(conn));
@@ -2212,7 +2215,7 @@ static Suite *client_suite(void)
 
 	tc = tcase_create("reports_daemon_close");
 	tcase_add_loop_test(tc, test_daemon_closes, 0, ELEMENTSOF(closed_rows));
-	tcase_add_loop_test(tc, test_idle_close_reconnects, 0, 3);
+	tcase_add_loop_test(tc, test_idle_close_reconnects, 0, 4);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reports_remote_error");
