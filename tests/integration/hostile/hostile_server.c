@@ -480,7 +480,7 @@ static int fair_inflight_child(const char *sock, int ready_fd, int go_fd)
 	{
 		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
 					"method", "sandbox.exec", "params", "sandbox",
-					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "3",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "6",
 					"timeout_seconds", 30);
 		char *text = json_dumps(req, JSON_COMPACT);
 
@@ -494,6 +494,14 @@ static int fair_inflight_child(const char *sock, int ready_fd, int go_fd)
 		return 5;
 	if (!fair_send(c2, status_req, sizeof(status_req) - 1))
 		return 6;
+	{
+		/* The exec was still in flight when the status was sent (no reply
+		 * on c1 yet): so the status, answered with in_flight 1, waited for it. */
+		struct pollfd pfd = { .fd = c1, .events = POLLIN };
+
+		if (poll(&pfd, 1, 0) != 0)
+			return 10;
+	}
 	r = raw_recv(c1, 30000);
 	if (!r || !json_object_get(r, "result"))
 		rc = 7;
