@@ -1735,6 +1735,123 @@ START_TEST(fair_reload_takes_held)
 }
 END_TEST
 
+/* ---- admission decides before evicting: fair_admit_decides_first ---- */
+
+/* Child, as A (limits.max_connections_per_uid=2): two connections, each
+ * answered once (idle from then); says 'I'; once told (after a SIGHUP
+ * lowered limits.max_connections under what is open), a third: it must be
+ * refused by the daemon-wide limit, and neither idle one evicted for it. */
+static int fair_admit_child(const char *sock, int ready_fd, int go_fd)
+{
+	json_t *r;
+	int a1, a2, a3, rc = 0;
+	char c;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	a1 = raw_connect(sock);
+	a2 = raw_connect(sock);
+	if (a1 < 0 || a2 < 0)
+		return 2;
+	for (int *fd = (int[]){ a1, a2, -1 }; *fd >= 0; fd++) {
+		r = fair_status_on(*fd);
+		if (!r || !json_object_get(r, "result"))
+			return 3;
+		json_decref(r);
+	}
+	if (write(ready_fd, "I", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 4;
+	a3 = raw_connect(sock);
+	r = a3 < 0 ? NULL : fair_status_on(a3);
+	if (!r || !json_object_get(r, "error") || !jstr(json_object_get(r, "error"), "data.scope") ||
+	    strcmp(jstr(json_object_get(r, "error"), "data.scope"), "daemon") != 0)
+		rc = 5;
+	json_decref(r);
+	if (!rc && (raw_is_closed(a1, 0) || raw_is_closed(a2, 0)))
+		rc = 6;
+	close(a1), close(a2);
+	if (a3 >= 0)
+		close(a3);
+	return rc;
+}
+
+static void fair_write_conf(const char *path, long max_conns, long max_inflight)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "limits.max_connections = %ld\nlimits.admin_reserved_connections = 0\n"
+		"limits.max_connections_per_uid = 2\nlimits.idle_evict_ms = 300\n"
+		"limits.frame_timeout_ms = 60000\nlimits.max_inflight = %ld\n", max_conns, max_inflight);
+	fclose(f);
+}
+
+/* A connection that two limits would both have to make room for, when
+ * not enough are idle (a SIGHUP lowered limits.max_connections), is
+ * refused without evicting anyone. */
+START_TEST(fair_admit_decides_first)
+{
+	struct msbd_proc d = { 0 };
+	int busy[3], q, ready[2], go[2], rc;
+	char path[200], c;
+	json_t *r;
+	pid_t pid;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	fair_write_conf(path, 8, 16);
+	msbd_start(&d, (const char *[]){ "-f", path, "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	/* Root: three connections with a partial frame (never idle), one to ask. */
+	for (int i = 0; i < 3; i++) {
+		busy[i] = raw_connect(d.sock);
+		ck_assert(busy[i] >= 0 && fair_send(busy[i], "{", 1));
+	}
+	q = raw_connect(d.sock);
+	ck_assert_int_ge(q, 0);
+	ck_assert(pipe(ready) == 0 && pipe(go) == 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_admit_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* 6 open; the limit lowered to 3: room for the next needs 4 evictions. */
+		fair_write_conf(path, 3, 17);
+		msbd_signal(&d, SIGHUP);
+		for (long end = fair_now_ms() + FAIR_WAIT_MS;;) {
+			json_t *desc;
+
+			fair_send_request(q, 1, "daemon.describe", json_object());
+			desc = raw_recv(q, FAIR_WAIT_MS);
+			if (jint(json_object_get(desc, "result"), "wire.max_inflight") == 17) {
+				json_decref(desc);
+				break;
+			}
+			json_decref(desc);
+			ck_assert_msg(fair_now_ms() < end, "SIGHUP did not reload the configuration");
+			fair_sleep_ms(50);
+		}
+		fair_sleep_ms(600);     /* A's two past limits.idle_evict_ms (a wait, not a check) */
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
+	fair_send_request(q, 2, "daemon.status", json_object());
+	r = raw_recv(q, FAIR_WAIT_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(json_object_get(r, "result"), "connections.evicted"), 0);
+	json_decref(r);
+	for (int i = 0; i < 3; i++)
+		close(busy[i]);
+	close(q);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- one uid's share of the reply budget: fair_uid_reply_share ---- */
 
 #define FAIR_RS_FILE   (1024 * 1024)
@@ -1914,6 +2031,7 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_capped_frame_deadline);
 	tcase_add_test(tc, fair_uid_reply_share);
 	tcase_add_test(tc, fair_reload_takes_held);
+	tcase_add_test(tc, fair_admit_decides_first);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
