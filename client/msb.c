@@ -4,6 +4,7 @@
 #include "msb-build.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,6 +43,8 @@ struct msb_conn {
 	bool told_why;          /* the daemon sent an error for no request, or
 				 * ShuttingDown (it hangs up after it): an EOF
 				 * then is no idle close */
+	bool subscribed;        /* events.subscribe succeeded: a close loses
+				 * events, so it is never replaced silently */
 };
 
 static const char *const error_strings[] = {
@@ -198,6 +201,60 @@ static int wait_fd(int fd, short events, int64_t deadline, bool stop_on_signal)
 		if (errno != EINTR)
 			return MSB_E_IO;
 	}
+}
+
+/* Connects as socket_connect does, but gives up at deadline (ms, 0 =
+ * none): non-blocking, since a Unix socket whose backlog is full refuses
+ * such a connect (EAGAIN) instead of waiting, it is retried every few ms
+ * until then. The fd returned is blocking. Returns the fd, MSB_E_TIMEOUT
+ * or MSB_E_CONNECT. */
+static int socket_connect_until(const char *path, int64_t deadline)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(path);
+	int fd, err = 0, flags;
+	socklen_t elen = sizeof(err);
+
+	if (!deadline)
+		return socket_connect(path);
+	if (n == 0 || n >= sizeof(sa.sun_path))
+		return MSB_E_INVAL;
+	memcpy(sa.sun_path, path, n + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return MSB_E_CONNECT;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		struct timespec ts = { 0, 5 * 1000000 };
+
+		if (errno == EINTR)
+			continue;
+		if (errno == EINPROGRESS) {
+			int r = wait_fd(fd, POLLOUT, deadline, false);
+
+			if (r == MSB_OK && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0 || err != 0))
+				r = MSB_E_CONNECT;
+			if (r < 0) {
+				close(fd);
+				return r == MSB_E_TIMEOUT ? r : MSB_E_CONNECT;
+			}
+			break;
+		}
+		if (errno != EAGAIN) {
+			close(fd);
+			return MSB_E_CONNECT;
+		}
+		if (now_ms() >= deadline) {
+			close(fd);
+			return MSB_E_TIMEOUT;
+		}
+		nanosleep(&ts, NULL);
+	}
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+		close(fd);
+		return MSB_E_CONNECT;
+	}
+	return fd;
 }
 
 static bool errno_is_closed(void)
@@ -386,26 +443,30 @@ static bool conn_closed_idle(const struct msb_conn *conn)
 /* Before a call: replaces a connection the daemon closed while idle by a
  * new one to the same socket (never while a call is in flight: calls are
  * synchronous, so none is). MSB_OK, or MSB_E_CONNECT (conn then closed). */
-static int conn_revive(struct msb_conn *conn)
+static int conn_revive(struct msb_conn *conn, int64_t deadline)
 {
 	int fd;
 
 	if (!conn_closed_idle(conn))
 		return MSB_OK;
-	fd = socket_connect(conn->path);
+	if (conn->subscribed) {
+		/* Its subscription (and the events since) went with it: say so. */
+		conn_close(conn);
+		return MSB_E_CLOSED;
+	}
+	fd = socket_connect_until(conn->path, deadline);
 	conn_close(conn);
 	if (fd < 0)
-		return MSB_E_CONNECT;
+		return fd == MSB_E_TIMEOUT ? MSB_E_TIMEOUT : MSB_E_CONNECT;
 	conn->fd = fd;
 	frame_buf_init(&conn->in, MSB_FRAME_MAX_BYTES);
 	return MSB_OK;
 }
 
 static int call_checked(struct msb_conn *conn, const char *method, json_t *params,
-			json_t **ret_result)
+			int64_t deadline, json_t **ret_result)
 {
 	_cleanup_free_ char *frame = NULL;
-	int64_t deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
 	json_int_t id = conn->next_id;
 	size_t len;
 	int r;
@@ -424,6 +485,7 @@ static int call_checked(struct msb_conn *conn, const char *method, json_t *param
 
 int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result)
 {
+	int64_t deadline;
 	int r;
 
 	if (!conn || conn->in_notify || !method || (params && !json_is_object(params))) {
@@ -436,12 +498,16 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 		json_decref(params);
 		return MSB_E_CLOSED;
 	}
-	r = conn_revive(conn);
+	/* The call's deadline covers a reconnect too. */
+	deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
+	r = conn_revive(conn, deadline);
 	if (r < 0) {
 		json_decref(params);
 		return r;
 	}
-	r = call_checked(conn, method, params, ret_result);
+	r = call_checked(conn, method, params, deadline, ret_result);
+	if (r == MSB_OK && strcmp(method, "events.subscribe") == 0)
+		conn->subscribed = true;
 	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED)
 		conn_close(conn);
 	return r;

@@ -63,6 +63,7 @@ static const struct config_key config_keys[] = {
 	K("limits.max_inflight_per_uid", CONFIG_LONG, max_inflight_per_uid, 1, 1048576, false, "requests in flight of one uid over all its connections (admins exempt)"),
 	K("limits.idle_timeout_ms", CONFIG_LONG, idle_timeout_ms, 0, 86400000, false, "close a connection with nothing under way after this long (0: never)"),
 	K("limits.idle_evict_ms", CONFIG_LONG, idle_evict_ms, 0, 86400000, false, "at a connection limit, close the longest-idle connection idle this long instead of refusing (0: refuse)"),
+	K("limits.uid_reply_budget_bytes", CONFIG_SIZE, uid_reply_budget_bytes, 0, 1LL << 40, false, "reply bytes charged to one uid's connections together (0: half the reply budget, at least the largest reply)"),
 	K("limits.uid_buffer_bytes", CONFIG_SIZE, uid_buffer_bytes, 0, 1LL << 40, false, "bytes buffered from one uid's connections (0: half the buffer budget, at least one frame)"),
 	K("shutdown.drain_ms", CONFIG_LONG, drain_ms, 0, 3600000, false, "time given to requests in flight on SIGTERM"),
 	K("log.debug", CONFIG_BOOL, debug, 0, 1, false, "debug logging"),
@@ -441,6 +442,34 @@ size_t config_uid_buffer_bytes(const struct msbd_config *cfg)
 	return half > cfg->max_frame_bytes ? half : cfg->max_frame_bytes;
 }
 
+size_t config_uid_reply_budget_bytes(const struct msbd_config *cfg)
+{
+	size_t half = cfg->reply_budget_bytes / 2, need = replybound_max(cfg);
+
+	if (cfg->uid_reply_budget_bytes)
+		return cfg->uid_reply_budget_bytes;
+	if (half < need)
+		half = need;
+	return half < cfg->reply_budget_bytes ? half : cfg->reply_budget_bytes;
+}
+
+/* limits.uid_reply_budget_bytes, unless 0, admits the largest reply and is
+ * within the daemon-wide budget. */
+static int config_check_uid_reply_budget(const struct msbd_config *cfg, char **reterr_message)
+{
+	size_t need = replybound_max(cfg);
+
+	if (cfg->uid_reply_budget_bytes &&
+	    (cfg->uid_reply_budget_bytes < need || cfg->uid_reply_budget_bytes > cfg->reply_budget_bytes)) {
+		*reterr_message = xasprintf("limits.uid_reply_budget_bytes (%zu) must be 0 (auto) or from the "
+					    "largest single reply the files.* and exec.* caps allow (%zu) to "
+					    "limits.reply_budget_bytes (%zu)",
+					    cfg->uid_reply_budget_bytes, need, cfg->reply_budget_bytes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The per-uid limits against the daemon-wide ones. */
 static int config_check_fairness(const struct msbd_config *cfg, char **reterr_message)
 {
@@ -510,6 +539,8 @@ int config_validate(const struct msbd_config *cfg, char **reterr_message)
 	if (config_check_reply_budgets(cfg, reterr_message) < 0)
 		return -EINVAL;
 	if (config_check_fairness(cfg, reterr_message) < 0)
+		return -EINVAL;
+	if (config_check_uid_reply_budget(cfg, reterr_message) < 0)
 		return -EINVAL;
 	if (cfg->engine_reconnect_min_ms > cfg->engine_reconnect_max_ms) {
 		*reterr_message = xasprintf("engine.reconnect_min_ms (%ld) is above "

@@ -68,6 +68,7 @@ struct msbd_config {
 	char *freeze_lock_file;     /* freeze.lock_file: the host-wide freeze lock (hostlock.h) */
 	size_t reply_budget_bytes;  /* limits.reply_budget_bytes: replies charged, daemon-wide */
 	size_t conn_reply_budget_bytes; /* limits.conn_reply_budget_bytes: replies charged, one connection */
+	size_t uid_reply_budget_bytes; /* limits.uid_reply_budget_bytes: 0 = auto (config_uid_reply_budget_bytes) */
 	bool debug;                 /* log.debug */
 	char *file;                 /* the file read, or NULL */
 };
@@ -109,6 +110,11 @@ struct msbd_cmdline {
 /* The per-uid share of the buffer budget limits.uid_buffer_bytes gives
  * (0: half the budget, at least one frame). */
 size_t config_uid_buffer_bytes(const struct msbd_config *cfg);
+
+/* The per-uid share of the reply budget limits.uid_reply_budget_bytes gives
+ * (0: half of limits.reply_budget_bytes, at least the largest reply, at
+ * most the budget). */
+size_t config_uid_reply_budget_bytes(const struct msbd_config *cfg);
 
 /* Builds a configuration: defaults, then the file (the cmdline's, or
  * MSB_DEFAULT_CONFIG_FILE if it exists), then the cmdline's sets, then

@@ -159,7 +159,7 @@ static json_t *status_engine(const struct engine *e)
 /* The request and reply budgets, what they hold now (issue 17). */
 static json_t *status_memory(const struct server_stats *s, const struct msbd_config *cfg)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	json_t *m = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			 "buffered_bytes", (json_int_t)s->buffered_bytes,
 			 "buffer_budget_bytes", (json_int_t)cfg->buffer_budget_bytes,
 			 "reply_reserved_bytes", (json_int_t)s->reply_reserved_bytes,
@@ -170,6 +170,11 @@ static json_t *status_memory(const struct server_stats *s, const struct msbd_con
 			 "parked_total", (json_int_t)s->parked_total,
 			 "replies_over_bound", (json_int_t)s->replies_over_bound,
 			 "malloc_trims", (json_int_t)s->malloc_trims);
+
+	if (m)
+		json_object_set_new(m, "uid_reply_budget_bytes",
+				    json_integer((json_int_t)config_uid_reply_budget_bytes(cfg)));
+	return m;
 }
 
 /* daemon.status's connections.by_uid lists at most this many uids. */

@@ -25,6 +25,8 @@ struct rpc_call {
 	void *ctx;
 	const struct rpc_call_ops *ops;  /* NULL once detached */
 	void *ops_arg;
+	rpc_orphan_fn *orphan_done;      /* detached: told when it finishes */
+	void *orphan_arg;
 	bool pending;
 };
 
@@ -79,6 +81,8 @@ static void rpc_call_finish(struct rpc_call *call, json_t *result, json_t *error
 		log_debug("rpc", "%s: call %llu (%s) finished after its client left, reply dropped",
 			  __func__, (unsigned long long)call->seq, call->method ? call->method->name : "?");
 		json_decref(reply);
+		if (call->orphan_done)
+			call->orphan_done(call->orphan_arg);
 	}
 	rpc_call_free(call);
 }
@@ -179,6 +183,13 @@ void rpc_call_detach(struct rpc_call *call)
 {
 	call->ops = NULL;
 	call->ops_arg = NULL;
+}
+
+void rpc_call_orphan(struct rpc_call *call, rpc_orphan_fn *done, void *arg)
+{
+	rpc_call_detach(call);
+	call->orphan_done = done;
+	call->orphan_arg = arg;
 }
 
 bool rpc_call_is_detached(const struct rpc_call *call)

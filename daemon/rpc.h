@@ -127,6 +127,11 @@ const json_t *rpc_call_id(const struct rpc_call *call);
 
 /* The client left: drop the reply when it comes. */
 void rpc_call_detach(struct rpc_call *call);
+/* Told once when a detached call finishes (its reply dropped). */
+typedef void rpc_orphan_fn(void *arg);
+/* Detaches the call, and done(arg) runs when it finishes (NULL: no longer
+ * told). The caller keeps arg alive until then or until it unhooks it. */
+void rpc_call_orphan(struct rpc_call *call, rpc_orphan_fn *done, void *arg);
 /* The ops_arg the call was dispatched with, if it is still attached through
  * ops (the server's connection); else NULL. */
 void *rpc_call_transport(const struct rpc_call *call, const struct rpc_call_ops *ops);

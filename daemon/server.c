@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -88,6 +89,15 @@ struct uid_share {
 	LIST_ENTRY(uid_share) entry;
 };
 
+/* A call still running after its connection closed: counted against its
+ * uid's limits.max_inflight_per_uid until it finishes. */
+struct server_orphan {
+	struct server *srv;
+	struct uid_share *share;    /* a reference */
+	struct rpc_call *call;
+	LIST_ENTRY(server_orphan) entry;
+};
+
 /* One published event, kept for subscribers that ask for a replay. */
 struct server_event {
 	uint32_t type;
@@ -120,6 +130,7 @@ struct server {
 	struct server_stats stats;
 	TAILQ_HEAD(, conn) conns;
 	LIST_HEAD(, uid_share) shares;
+	LIST_HEAD(, server_orphan) orphans;  /* calls of closed connections, running */
 	/* The reply budgets: connections with a parked request, oldest first. */
 	TAILQ_HEAD(, conn) rb_parked_q;
 	struct event *rb_unpark_ev;
@@ -269,20 +280,29 @@ static void conn_fair_account(struct conn *c, size_t was, size_t now)
 		server_update_budget(c->srv);
 }
 
-/* A frame of a uid over its share is the cause of its wait: its deadline
- * runs from its first byte whatever holds it back, never renewed. Returns
- * true when it set the deadline so. */
-static bool conn_fair_frame_deadline(struct conn *c)
+/* Sets the frame deadline at limits.frame_timeout_ms after the partial
+ * frame's first byte. Returns false when there is no partial frame. */
+static bool conn_frame_deadline_from_first(struct conn *c)
 {
 	int64_t left;
 	struct timeval tv;
 
-	if (!c->share || !c->share->over || c->partial_seq == 0)
+	if (c->partial_seq == 0)
 		return false;
 	left = c->srv->d->config->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
 	fair_timeval(left, &tv);
 	evtimer_add(c->frame_ev, &tv);
 	return true;
+}
+
+/* A frame of a uid over its share is the cause of its wait: its deadline
+ * runs from its first byte whatever holds it back, never renewed. Returns
+ * true when it set the deadline so. */
+static bool conn_fair_frame_deadline(struct conn *c)
+{
+	if (!c->share || !c->share->over)
+		return false;
+	return conn_frame_deadline_from_first(c);
 }
 
 static void conn_fair_call_start(struct conn *c)
@@ -291,12 +311,13 @@ static void conn_fair_call_start(struct conn *c)
 		c->share->inflight++;
 }
 
-/* Takes the calls of the connection off its uid's count; when the uid was
- * at limits.max_inflight_per_uid, its other connections take held frames. */
-static void conn_fair_calls_end(struct conn *c, unsigned n)
+/* Takes n calls off the uid's count; when the uid was at
+ * limits.max_inflight_per_uid, its connections (but except) take held
+ * frames. */
+static void server_share_calls_end(struct server *srv, struct uid_share *s, unsigned n,
+				   const struct conn *except)
 {
-	struct uid_share *s = c->share;
-	unsigned cap = (unsigned)c->srv->d->config->max_inflight_per_uid;
+	unsigned cap = (unsigned)srv->d->config->max_inflight_per_uid;
 	struct conn *o;
 
 	if (!s || n == 0)
@@ -305,19 +326,80 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 	s->inflight -= n;
 	if (s->inflight + n < cap || s->inflight >= cap)
 		return;
-	TAILQ_FOREACH(o, &c->srv->conns, entry)
-		if (o->share == s && o != c && !o->dead)
+	TAILQ_FOREACH(o, &srv->conns, entry)
+		if (o->share == s && o != except && !o->dead)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
 }
 
+/* Takes the calls of the connection off its uid's count. */
+static void conn_fair_calls_end(struct conn *c, unsigned n)
+{
+	server_share_calls_end(c->srv, c->share, n, c);
+}
+
+static void server_orphan_done(void *arg)
+{
+	struct server_orphan *o = arg;
+
+	server_share_calls_end(o->srv, o->share, 1, NULL);
+	server_share_put(o->share);
+	LIST_REMOVE(o, entry);
+	free(o);
+}
+
+/* The call of a closing connection (counted in the uid's in_flight) runs
+ * on detached: it stays counted until it finishes. */
+static void conn_fair_orphan(struct conn *c, struct rpc_call *call)
+{
+	struct server_orphan *o;
+
+	if (!c->share) {
+		rpc_call_detach(call);
+		return;
+	}
+	o = xcalloc(1, sizeof(*o));
+	o->srv = c->srv;
+	o->share = c->share;
+	o->share->refs++;
+	o->call = call;
+	LIST_INSERT_HEAD(&c->srv->orphans, o, entry);
+	rpc_call_orphan(call, server_orphan_done, o);
+}
+
+/* The daemon stops: calls still running are no longer counted. */
+static void server_orphans_free(struct server *srv)
+{
+	struct server_orphan *o;
+
+	while ((o = LIST_FIRST(&srv->orphans))) {
+		rpc_call_orphan(o->call, NULL, NULL);
+		server_share_put(o->share);
+		LIST_REMOVE(o, entry);
+		free(o);
+	}
+}
+
+static bool conn_may_read(const struct conn *c);
+
+/* Bytes the client sent that the kernel still holds for the daemon. */
+static bool conn_has_unread(const struct conn *c)
+{
+	int n = 0;
+
+	return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Nothing under way: no call (in flight or parked for the reply budget),
- * no output, no partial frame, no subscription. */
+ * no output, no partial frame, no subscription; and nothing the client
+ * sent waits unread: the daemon reads it (a paused connection may hold a
+ * whole request in its socket) and its socket holds no byte. */
 static bool conn_is_idle(const struct conn *c)
 {
 	return !c->dead && !c->closing && !c->eof && c->inflight == 0 && c->n_calls == 0 && !c->rb_is_parked &&
 	       c->sub_types == 0 && frame_buf_pending(&c->in) == 0 &&
 	       evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
-	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+	       evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	       conn_may_read(c) && !conn_has_unread(c);
 }
 
 /* The idle timer runs while the connection is idle, from when it became so. */
@@ -383,7 +465,9 @@ static void conn_fair_closing(struct conn *c)
 	c->share->conns--;
 	if (c->share->reader == c)
 		c->share->reader = NULL;
-	conn_fair_calls_end(c, c->inflight);
+	/* Its pending calls run on as orphans, still counted (conn_fair_orphan). */
+	assert(c->inflight >= c->n_calls);
+	conn_fair_calls_end(c, c->inflight - (unsigned)c->n_calls);
 }
 
 /* The longest-idle connection, idle at least limits.idle_evict_ms, of uid
@@ -405,6 +489,21 @@ static struct conn *server_evictable(const struct server *srv, bool of_uid, uid_
 			best = c, best_ms = idle;
 	}
 	return best;
+}
+
+/* How many connections server_evictable could offer, one after another. */
+static unsigned server_count_evictable(const struct server *srv, bool of_uid, uid_t uid)
+{
+	long min = srv->d->config->idle_evict_ms;
+	const struct conn *c;
+	unsigned n = 0;
+
+	if (min == 0)
+		return 0;
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (conn_idle_ms(c) >= min && !(of_uid ? c->peer.uid != uid : c->peer.admin))
+			n++;
+	return n;
 }
 
 static void server_evict(struct server *srv, struct conn *victim, const char *why)
@@ -452,27 +551,31 @@ static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *
 	long reserve = cfg->admin_reserved_connections < cfg->max_connections ?
 		cfg->admin_reserved_connections : cfg->max_connections - 1;
 	long total = peer->admin ? cfg->max_connections : cfg->max_connections - reserve;
+	unsigned uid_conns = peer->admin ? 0 : server_share_conns(srv, peer->uid);
+	unsigned cur = srv->stats.connections_current;
+	/* Evictions needed under each limit (after a SIGHUP lowered one, more
+	 * than one); an eviction for the uid also frees a daemon-wide place. */
+	unsigned need_uid = !peer->admin && uid_conns >= (unsigned)per_uid ? uid_conns - (unsigned)per_uid + 1 : 0;
+	unsigned need_all = cur >= (unsigned)total ? cur - (unsigned)total + 1 : 0;
 	struct conn *victim;
 
-	if (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid) {
-		victim = server_evictable(srv, true, peer->uid);
-		if (!victim) {
-			server_fair_reject(srv, fd, peer, "uid", "limits.max_connections_per_uid", per_uid);
-			return -EUSERS;
-		}
+	/* Decided before any eviction, so none is made for a refusal. */
+	if (need_uid > server_count_evictable(srv, true, peer->uid)) {
+		server_fair_reject(srv, fd, peer, "uid", "limits.max_connections_per_uid", per_uid);
+		return -EUSERS;
+	}
+	if ((need_all > need_uid ? need_all : need_uid) > server_count_evictable(srv, false, 0)) {
+		server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
+				   "limits.max_connections" :
+				   "limits.max_connections less limits.admin_reserved_connections",
+				   total);
+		return -EUSERS;
+	}
+	while (!peer->admin && server_share_conns(srv, peer->uid) >= (unsigned)per_uid &&
+	       (victim = server_evictable(srv, true, peer->uid)))
 		server_evict(srv, victim, "limits.max_connections_per_uid");
-	}
-	if (srv->stats.connections_current >= (unsigned)total) {
-		victim = server_evictable(srv, false, 0);
-		if (!victim) {
-			server_fair_reject(srv, fd, peer, "daemon", peer->admin || reserve == 0 ?
-					   "limits.max_connections" :
-					   "limits.max_connections less limits.admin_reserved_connections",
-					   total);
-			return -EUSERS;
-		}
+	while (srv->stats.connections_current >= (unsigned)total && (victim = server_evictable(srv, false, 0)))
 		server_evict(srv, victim, "limits.max_connections");
-	}
 	return 0;
 }
 
@@ -499,6 +602,25 @@ static void server_fair_config_changed(struct server *srv)
 	LIST_FOREACH(s, &srv->shares, entry)
 		server_share_update(srv, s);
 	server_update_budget(srv);
+	/* Frames held back under the old limits (a raised
+	 * limits.max_inflight_per_uid) are taken at the loop boundary. */
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead)
+			event_active(c->resume_ev, EV_TIMEOUT, 0);
+}
+
+static size_t conn_rb_total(const struct conn *c);
+
+/* What the uid's connections are charged of the reply budget. */
+static size_t server_share_rb_total(const struct server *srv, const struct uid_share *s)
+{
+	const struct conn *c;
+	size_t n = 0;
+
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (c->share == s && !c->dead)
+			n += conn_rb_total(c);
+	return n;
 }
 
 /* Order of daemon.status's by_uid: most connections, then most bytes, then uid. */
@@ -518,24 +640,25 @@ json_t *server_fair_status(const struct server *srv, size_t max_uids)
 	const struct uid_share *prev = NULL;
 	size_t n_uids = 0;
 
+	/* A uid shows while it has connections or calls running (orphans). */
 	LIST_FOREACH(s, &srv->shares, entry)
-		if (s->conns > 0)
+		if (s->conns > 0 || s->inflight > 0)
 			n_uids++;
 	/* The top max_uids by connections, then buffered bytes (selection: n is small). */
 	for (size_t i = 0; i < max_uids; i++) {
 		best = NULL;
 		LIST_FOREACH(s, &srv->shares, entry) {
-			if (s->conns == 0 || (prev && !fair_share_before(prev, s)))
+			if ((s->conns == 0 && s->inflight == 0) || (prev && !fair_share_before(prev, s)))
 				continue;
 			if (!best || fair_share_before(s, best))
 				best = s;
 		}
 		if (!best)
 			break;
-		json_array_append_new(by_uid, json_pack("{s:I, s:I, s:I, s:I, s:b}",
+		json_array_append_new(by_uid, json_pack("{s:I, s:I, s:I, s:I, s:b, s:I}",
 			"uid", (json_int_t)best->uid, "connections", (json_int_t)best->conns,
 			"in_flight", (json_int_t)best->inflight, "buffered_bytes", (json_int_t)best->buffered,
-			"over_share", best->over));
+			"over_share", best->over, "reply_bytes", (json_int_t)server_share_rb_total(srv, best)));
 		prev = best;
 	}
 	return json_pack("{s:I, s:I, s:I, s:I, s:o}",
@@ -615,14 +738,21 @@ static void server_check_drained(struct server *srv)
 	event_active(srv->drained_ev, EV_TIMEOUT, 0);
 }
 
-/* May the connection dispatch frames it already holds? */
-static bool conn_may_take(const struct conn *c)
+/* Would the connection dispatch frames it holds, but for its uid's
+ * limits.max_inflight_per_uid? */
+static bool conn_may_take_but_uid_cap(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
 	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
-	       c->inflight < (unsigned)cfg->max_inflight && conn_fair_may_take(c) &&
+	       c->inflight < (unsigned)cfg->max_inflight &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
+}
+
+/* May the connection dispatch frames it already holds? */
+static bool conn_may_take(const struct conn *c)
+{
+	return conn_may_take_but_uid_cap(c) && conn_fair_may_take(c);
 }
 
 /* May it read more bytes from its socket? While the budget is spent only
@@ -643,12 +773,14 @@ static bool conn_may_read(const struct conn *c)
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
 
-/* Reading on or off as conn_may_read says; the frame deadline follows. */
+/* Reading on or off as conn_may_read says; the frame deadline and the
+ * idle timer follow (pausing stops the idle timer, resuming re-arms it). */
 static void conn_update_read(struct conn *c)
 {
 	if (c->dead)
 		return;
 	conn_update_frame_timer(c, 0);
+	conn_update_idle(c);
 	if (conn_may_read(c)) {
 		bufferevent_enable(c->bev, EV_READ);
 		if (c->closed_ev)
@@ -714,14 +846,20 @@ static void conn_account(struct conn *c)
  * the buffer budget spent and another connection's frame read first) there
  * is no deadline: under a burst of large frames the client that sent its
  * whole frame is not the one to blame. When reading resumes, and when a
- * frame restarts (frames were taken in this pass), it gets a fresh one. */
+ * frame restarts (frames were taken in this pass), it gets a fresh one.
+ * A wait the uid causes itself is no such reason: held only by its own
+ * limits.max_inflight_per_uid, or over its buffer share, the frame's
+ * deadline runs from its first byte, never renewed. */
 static void conn_update_frame_timer(struct conn *c, unsigned taken)
 {
 	struct timeval tv;
 	long ms = c->srv->d->config->frame_timeout_ms;
+	bool live = !c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in);
 
-	if (!c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in) && conn_may_take(c) &&
-	    conn_fair_frame_deadline(c))
+	if (live && conn_may_take_but_uid_cap(c) && !conn_fair_may_take(c) &&
+	    conn_frame_deadline_from_first(c))
+		return;
+	if (live && conn_may_take(c) && conn_fair_frame_deadline(c))
 		return;
 	if (c->dead || c->closing || c->eof || !frame_buf_in_frame(&c->in) || !conn_may_take(c) ||
 	    !conn_may_read(c)) {
@@ -826,8 +964,11 @@ static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t ch
 	call = rpc_dispatch(msbd_methods, msbd_n_methods, req, &c->peer, srv->d, &conn_call_ops, c);
 	c->rb_dispatching = false;
 	if (call && c->dead) {
-		/* Closed while the call started: it may not call back into c. */
-		rpc_call_detach(call);
+		/* Closed while the call started: it may not call back into c.
+		 * It runs on, counted against its uid again. */
+		if (c->share)
+			c->share->inflight++;
+		conn_fair_orphan(c, call);
 		call = NULL;
 	}
 	if (call) {
@@ -1034,7 +1175,7 @@ static void conn_close(struct conn *c, const char *reason)
 		srv->budget_reader = NULL;
 	c->partial_seq = 0;
 	for (size_t i = 0; i < c->n_calls; i++)
-		rpc_call_detach(c->calls[i]);
+		conn_fair_orphan(c, c->calls[i]);
 	srv->stats.requests_in_flight -= c->inflight;
 	c->inflight = 0;
 	c->n_calls = 0;
@@ -1112,6 +1253,25 @@ static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_inf
 		server_rb_freed(srv, info->n_deleted);
 }
 
+/* What the connections of c's uid are charged together. */
+static size_t conn_rb_uid_total(const struct conn *c)
+{
+	return server_share_rb_total(c->srv, c->share);
+}
+
+/* Does a call charged charge bytes fit in the share of c's uid
+ * (limits.uid_reply_budget_bytes)? Administrators are exempt, and a uid
+ * with nothing charged always fits (the share admits the largest reply). */
+static bool conn_rb_uid_fits(const struct conn *c, size_t charge)
+{
+	size_t share = config_uid_reply_budget_bytes(c->srv->d->config), uid;
+
+	if (c->peer.admin || !c->share)
+		return true;
+	uid = conn_rb_uid_total(c);
+	return uid == 0 || (charge <= share && uid <= share - charge);
+}
+
 /* May c start a call charged charge bytes now? queued: c is the parked
  * connection being served (others do not overtake the parked ones). */
 static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
@@ -1126,6 +1286,8 @@ static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
 	if (!queued && !TAILQ_EMPTY(&c->srv->rb_parked_q))
 		return false;
 	if (mine > 0 && (charge > cfg->conn_reply_budget_bytes || mine > cfg->conn_reply_budget_bytes - charge))
+		return false;
+	if (!conn_rb_uid_fits(c, charge))
 		return false;
 	return charge <= cfg->reply_budget_bytes && all <= cfg->reply_budget_bytes - charge;
 }
@@ -1189,6 +1351,10 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 				continue;
 			if (mine > 0 && (mine > cfg->conn_reply_budget_bytes ||
 					 charge > cfg->conn_reply_budget_bytes - mine))
+				continue;
+			/* Its uid holds its share: it waits for that uid's
+			 * clients, and does not hold up other uids. */
+			if (!conn_rb_uid_fits(c, charge))
 				continue;
 			if (!conn_rb_admits(c, charge, true))
 				break;
@@ -1470,6 +1636,7 @@ struct server *server_new(struct msbd *d)
 	srv->d = d;
 	TAILQ_INIT(&srv->conns);
 	LIST_INIT(&srv->shares);
+	LIST_INIT(&srv->orphans);
 	srv->accept_retry_ev = evtimer_new(d->base, server_accept_retry_cb, srv);
 	srv->drained_ev = event_new(d->base, -1, 0, server_drained_cb, srv);
 	TAILQ_INIT(&srv->rb_parked_q);
@@ -1700,6 +1867,7 @@ struct server *server_free(struct server *srv)
 		conn_close(c, "daemon stopping");
 		conn_free_cb(-1, 0, c);
 	}
+	server_orphans_free(srv);
 	if (srv->listener)
 		evconnlistener_free(srv->listener);
 	/* Unlink only the file we bound, not one a successor put there. */

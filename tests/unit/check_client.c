@@ -429,6 +429,8 @@ struct idle_fake {
 	bool shutting_down;     /* answer the first call ShuttingDown: no idle close then */
 	char *second;           /* the request read on the second connection */
 	int second_conns;       /* connections accepted after the first */
+	bool backlog_full;      /* after that close, fill the backlog and accept no more */
+	int fillers[8];         /* the connections that fill it (-1: none) */
 };
 
 static void *idle_fake_main(void *arg)
@@ -445,6 +447,26 @@ static void *idle_fake_main(void *arg)
 	else
 		fake_send(fd, REPLY_OK(1), strlen(REPLY_OK(1)));
 	close(fd);   /* idle: nothing in flight */
+	if (t->backlog_full) {
+		/* A connect to it now waits (blocking) or is refused EAGAIN. */
+		if (listen(t->f.lfd, 0) < 0)
+			return NULL;
+		for (size_t i = 0; i < sizeof(t->fillers) / sizeof(t->fillers[0]); i++) {
+			struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+			if (strlen(t->f.path) >= sizeof(sa.sun_path))
+				return NULL;
+			memcpy(sa.sun_path, t->f.path, strlen(t->f.path) + 1);
+			t->fillers[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+			if (connect(t->fillers[i], (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EAGAIN) {
+				close(t->fillers[i]);
+				t->fillers[i] = -1;
+				break;
+			}
+		}
+		(void)!write(t->closed_pipe[1], "x", 1);
+		return NULL;
+	}
 	if (t->stop_listening) {
 		close(t->f.lfd);
 		unlink(t->f.path);
@@ -471,28 +493,43 @@ START_TEST(test_idle_close_reconnects)
 	json_t *r = NULL;
 	char c;
 
-	t = (struct idle_fake){ .f = { .script = &script }, .stop_listening = _i == 1, .shutting_down = _i == 2 };
+	/* _i: 0 replaced, 1 the reconnect fails, 2 after ShuttingDown, 3 subscribed,
+	 * 4 the reconnect meets a full backlog. */
+	t = (struct idle_fake){ .f = { .script = &script }, .stop_listening = _i == 1, .shutting_down = _i == 2,
+				.backlog_full = _i == 4 };
+	for (size_t i = 0; i < sizeof(t.fillers) / sizeof(t.fillers[0]); i++)
+		t.fillers[i] = -1;
 	tmpdir_make(t.f.dir, sizeof(t.f.dir));
 	snprintf(t.f.path, sizeof(t.f.path), "%s/d.sock", t.f.dir);
 	t.f.lfd = socket_at(t.f.path, true);
 	ck_assert_int_eq(pipe2(t.closed_pipe, O_CLOEXEC), 0);
 	ck_assert_int_eq(pthread_create(&t.f.thread, NULL, idle_fake_main, &t), 0);
 	ck_assert_int_eq(msb_connect(t.f.path, &conn), MSB_OK);
-	ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), _i == 2 ? MSB_E_REMOTE : MSB_OK);
+	ck_assert_int_eq(msb_call(conn, _i == 3 ? "events.subscribe" : "daemon.status", NULL, NULL),
+			 _i == 2 ? MSB_E_REMOTE : MSB_OK);
 	ck_assert_int_eq(read(t.closed_pipe[0], &c, 1), 1);
 	if (_i == 0) {
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, &r), MSB_OK);
 		ck_assert(json_is_true(json_object_get(r, "ok")));
 		json_decref(r);
+	} else if (_i == 4) {
+		/* The reconnect meets a full backlog: it ends at the call's timeout. */
+		msb_set_timeout(conn, 300);
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_TIMEOUT);
+		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	} else if (_i == 1) {
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CONNECT);
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	} else {
-		/* After ShuttingDown the close is no idle close: not replaced. */
+		/* After ShuttingDown the close is no idle close; a subscribed
+		 * connection lost its events: neither is replaced. */
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	}
 	ck_assert_ptr_null(msb_conn_free(conn));
 	pthread_join(t.f.thread, NULL);
+	for (size_t i = 0; i < sizeof(t.fillers) / sizeof(t.fillers[0]); i++)
+		if (t.fillers[i] >= 0)
+			close(t.fillers[i]);
 	/* One request on each connection: nothing was sent twice. */
 	ck_assert_ptr_nonnull(t.f.request[0]);
 	ck_assert_int_eq(t.second_conns, _i == 0 ? 1 : 0);
@@ -2212,7 +2249,7 @@ static Suite *client_suite(void)
 
 	tc = tcase_create("reports_daemon_close");
 	tcase_add_loop_test(tc, test_daemon_closes, 0, ELEMENTSOF(closed_rows));
-	tcase_add_loop_test(tc, test_idle_close_reconnects, 0, 3);
+	tcase_add_loop_test(tc, test_idle_close_reconnects, 0, 5);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reports_remote_error");

@@ -480,7 +480,7 @@ static int fair_inflight_child(const char *sock, int ready_fd, int go_fd)
 	{
 		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
 					"method", "sandbox.exec", "params", "sandbox",
-					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "3",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "6",
 					"timeout_seconds", 30);
 		char *text = json_dumps(req, JSON_COMPACT);
 
@@ -494,6 +494,14 @@ static int fair_inflight_child(const char *sock, int ready_fd, int go_fd)
 		return 5;
 	if (!fair_send(c2, status_req, sizeof(status_req) - 1))
 		return 6;
+	{
+		/* The exec was still in flight when the status was sent (no reply
+		 * on c1 yet): so the status, answered with in_flight 1, waited for it. */
+		struct pollfd pfd = { .fd = c1, .events = POLLIN };
+
+		if (poll(&pfd, 1, 0) != 0)
+			return 10;
+	}
 	r = raw_recv(c1, 30000);
 	if (!r || !json_object_get(r, "result"))
 		rc = 7;
@@ -723,6 +731,375 @@ START_TEST(fair_frame_share)
 	ck_assert_ptr_null(fair_by_uid(s, FAIR_UID_A));
 	json_decref(s);
 	close(ready[0]), close(out[0]);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- a whole request the daemon holds back is not idle ---- */
+
+#define FAIR_HELD_PAD  (40 * 1024)
+
+/* Child, as A with limits.max_connections_per_uid=3: two 40 KiB partial
+ * frames put A over its buffer share (48 KiB), so a third connection's
+ * whole daemon.status waits unread in its socket; past the idle timeout
+ * and the eviction age a fourth connection of A comes. The held one must
+ * be neither closed idle nor evicted, and is answered once A's first frame
+ * is finished. Returns 0 or the failed check. */
+static int fair_held_child(const char *sock)
+{
+	static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\",\"params\":{\"pad\":\"";
+	static const char tail[] = "\"}}\n";
+	static const char status_req[] = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"daemon.status\"}\n";
+	char *frame = malloc(FAIR_HELD_PAD);
+	struct pollfd pfd;
+	int c1, c2, c3, c4, rc = 0;
+	json_t *r;
+
+	if (!frame || !fair_become(FAIR_UID_A))
+		return 1;
+	memset(frame, 'a', FAIR_HELD_PAD);
+	memcpy(frame, head, sizeof(head) - 1);
+	c1 = raw_connect(sock), c2 = raw_connect(sock), c3 = raw_connect(sock);
+	if (c1 < 0 || c2 < 0 || c3 < 0)
+		return 2;
+	if (fair_write_some(c1, frame, FAIR_HELD_PAD) != FAIR_HELD_PAD)
+		return 3;
+	(void)fair_write_some(c2, frame, FAIR_HELD_PAD);
+	free(frame);
+	/* Let the daemon read what it takes of them (a wait, not a check). */
+	fair_sleep_ms(300);
+	if (!fair_send(c3, status_req, sizeof(status_req) - 1))
+		return 4;
+	/* Past limits.idle_timeout_ms and limits.idle_evict_ms... */
+	fair_sleep_ms(1800);
+	/* ...and at A's connection cap: an idle connection of A would go now. */
+	c4 = raw_connect(sock);
+	if (c4 >= 0)
+		json_decref(raw_recv(c4, FAIR_WAIT_MS));
+	pfd = (struct pollfd){ .fd = c3, .events = POLLIN };
+	if (poll(&pfd, 1, 0) != 0) {
+		/* Answered before it was held (the precondition failed: 5), or closed (6). */
+		r = raw_recv(c3, 0);
+		rc = r && json_object_get(r, "result") ? 5 : 6;
+		json_decref(r);
+		return rc;
+	}
+	if (!fair_send(c1, tail, sizeof(tail) - 1))
+		return 7;
+	json_decref(raw_recv(c1, FAIR_WAIT_MS));
+	r = raw_recv(c3, FAIR_WAIT_MS);
+	if (!r || !json_object_get(r, "result"))
+		rc = 8;
+	json_decref(r);
+	close(c1), close(c2), close(c3);
+	if (c4 >= 0)
+		close(c4);
+	return rc;
+}
+
+/* A whole request held unread (its uid over its buffer share) is neither
+ * closed as idle nor evicted, and gets its answer. */
+START_TEST(fair_held_request_not_idle)
+{
+	struct msbd_proc d = { 0 };
+	pid_t pid;
+	json_t *st;
+
+	fair_start(&d, (const char *const[]){ "limits.max_frame_bytes=48K",
+		"limits.buffer_budget_bytes=64K", "limits.idle_timeout_ms=1000",
+		"limits.idle_evict_ms=200", "limits.max_connections_per_uid=3",
+		"limits.frame_timeout_ms=60000", NULL });
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fair_held_child(d.sock));
+	ck_assert_int_eq(fair_wait_child(pid), 0);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	ck_assert_ptr_nonnull(st);
+	ck_assert_int_eq(jint(st, "connections.evicted"), 0);
+	json_decref(st);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- calls of closed connections stay counted: fair_orphans_counted ---- */
+
+#define FAIR_ORPHAN_CONNS 5
+#define FAIR_ORPHAN_CAP   2
+/* Each exec marks itself running in /tmp/fo, notes how many run, sleeps. */
+#define FAIR_ORPHAN_SCRIPT "mkdir /tmp/fo 2>/dev/null; touch /tmp/fo/$$; ls /tmp/fo | wc -l >> /tmp/fo.n; " \
+			   "sleep 2; rm /tmp/fo/$$"
+
+/* Reads fd until the daemon closes it (EOF or reset); false after guard_ms. */
+static bool fair_drain_closed(int fd, long guard_ms)
+{
+	long end = fair_now_ms() + guard_ms;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		char buf[4096];
+		ssize_t k;
+		long left = end - fair_now_ms();
+
+		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+			return false;
+		k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+			return true;
+	}
+}
+
+/* Child, as A with limits.max_inflight_per_uid=2: FAIR_ORPHAN_CONNS
+ * connections each send a slow exec then a frame over max_frame_bytes (the
+ * daemon closes them, their calls run on). All execs must run, never more
+ * than the cap at once (counted inside the sandbox). Returns 0 or the
+ * failed check. */
+static int fair_orphan_child(const char *sock)
+{
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL;
+	char scope[64], *junk, *text;
+	int fds[FAIR_ORPHAN_CONNS], rc = 0, lines = 0, max = 0;
+	long end;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-orphan", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	junk = malloc(8192);
+	if (!junk)
+		return 3;
+	memset(junk, 'x', 8192);
+	{
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sh", "-c",
+					FAIR_ORPHAN_SCRIPT, "timeout_seconds", 30);
+
+		text = json_dumps(req, JSON_COMPACT);
+		json_decref(req);
+	}
+	if (!text)
+		return 4;
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++) {
+		fds[i] = raw_connect(sock);
+		if (fds[i] < 0 || !fair_send(fds[i], text, strlen(text)) || !fair_send(fds[i], "\n", 1))
+			return 5;
+	}
+	/* The execs taken first (a wait, not a check: were they not, fewer
+	 * would run and the count below fails)... */
+	fair_sleep_ms(300);
+	/* ...then a frame over limits.max_frame_bytes (4 KiB): FrameTooLarge, closed. */
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++)
+		(void)fair_send(fds[i], junk, 8192);
+	free(junk);
+	free(text);
+	for (int i = 0; i < FAIR_ORPHAN_CONNS; i++) {
+		if (!fair_drain_closed(fds[i], 30000))
+			rc = rc ? rc : 6;
+		close(fds[i]);
+	}
+	/* Every exec ran (five lines), each seeing how many ran with it. */
+	for (end = fair_now_ms() + 60000; !rc;) {
+		json_t *x = NULL;
+		const char *out;
+
+		if (msb_call(mc, "sandbox.exec", json_pack("{s:s, s:[s, s, s], s:i, s:b}", "sandbox",
+			     json_string_value(json_object_get(r, "sandbox")), "command", "sh", "-c",
+			     "cat /tmp/fo.n 2>/dev/null", "timeout_seconds", 10, "text", 1), &x) != MSB_OK) {
+			fprintf(stderr, "fair_orphans: exec failed: %s\n", msb_last_error_message(mc));
+			rc = 7;
+			break;
+		}
+		out = json_string_value(json_object_get(x, "stdout_text"));
+		lines = 0, max = 0;
+		for (const char *p = out ? out : ""; *p; ) {
+			int n = atoi(p);
+
+			lines++;
+			max = n > max ? n : max;
+			p = strchr(p, '\n');
+			p = p ? p + 1 : "";
+		}
+		json_decref(x);
+		if (lines >= FAIR_ORPHAN_CONNS)
+			break;
+		if (fair_now_ms() > end) {
+			rc = 8;
+			break;
+		}
+		fair_sleep_ms(200);
+	}
+	if (!rc && max > FAIR_ORPHAN_CAP)
+		rc = 20 + max;
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 9;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* limits.max_inflight_per_uid holds for calls whose connection the daemon
+ * closed (FrameTooLarge after a slow exec): they run on, counted against
+ * the uid until they finish. */
+START_TEST(fair_orphans_counted)
+{
+	struct msbd_proc d = { 0 };
+	pid_t pid;
+	int rc;
+
+	fair_start(&d, (const char *const[]){ "limits.max_inflight_per_uid=2", "limits.max_frame_bytes=4K",
+		NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fair_orphan_child(d.sock));
+	rc = fair_wait_child(pid);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d (20 + n: n execs of A ran at once)", rc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- a uid at its own in-flight cap: fair_capped_frame_deadline ---- */
+
+/* Child, as A with limits.max_inflight_per_uid=1, frame_timeout_ms=2000:
+ * part of a frame on c2 (seen buffered), then a slow exec on c1 puts A at
+ * its cap. c2's frame must meet its deadline from its first byte while
+ * the exec is still in flight (its reply not yet come). Returns 0 or the
+ * failed check. */
+static int fair_capped_child(const char *sock, int ready_fd, int go_fd)
+{
+	static const char part[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\",\"params\":{\"pad\":\"aaaa";
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL, *st = NULL, *a;
+	char scope[64], buf[4096];
+	struct pollfd pfd;
+	int c1, c2, rc = 0;
+	bool said = false;
+	long end;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-capped", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	c1 = raw_connect(sock);
+	c2 = raw_connect(sock);
+	if (c1 < 0 || c2 < 0 || !fair_send(c2, part, sizeof(part) - 1))
+		return 3;
+	/* The daemon holds c2's partial frame (A's buffered bytes; hang guard). */
+	for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		if (msb_call(mc, "daemon.status", NULL, &st) != MSB_OK)
+			return 4;
+		a = fair_by_uid(st, FAIR_UID_A);
+		if (a && jint(a, "buffered_bytes") >= (json_int_t)(sizeof(part) - 1))
+			break;
+		json_decref(st);
+		if (fair_now_ms() > end)
+			return 5;
+		fair_sleep_ms(50);
+	}
+	json_decref(st);
+	{
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "12",
+					"timeout_seconds", 30);
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		if (!text || !fair_send(c1, text, strlen(text)) || !fair_send(c1, "\n", 1))
+			return 6;
+		free(text);
+	}
+	/* Once the parent saw the exec in flight (A at its cap), one more byte
+	 * on c2 makes the daemon look at it again. */
+	if (write(ready_fd, "E", 1) != 1 || read(go_fd, buf, 1) != 1 || !fair_send(c2, "a", 1))
+		return 11;
+	/* c2 closed with FrameTimeout (hang guard: the exec's own end)... */
+	for (end = fair_now_ms() + 30000;;) {
+		ssize_t k;
+
+		pfd = (struct pollfd){ .fd = c2, .events = POLLIN };
+		if (poll(&pfd, 1, (int)(end - fair_now_ms())) <= 0) {
+			rc = 7;
+			break;
+		}
+		k = recv(c2, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		if (k > 0) {
+			buf[k] = '\0';
+			said |= strstr(buf, "1304") != NULL;
+			continue;
+		}
+		if (k < 0 && errno == EAGAIN)
+			continue;
+		break;
+	}
+	if (!rc && !said)
+		rc = 8;
+	/* ...while A's exec was still in flight: no reply on c1 yet. */
+	pfd = (struct pollfd){ .fd = c1, .events = POLLIN };
+	if (!rc && poll(&pfd, 1, 0) != 0)
+		rc = 9;
+	json_decref(raw_recv(c1, 30000));
+	close(c1), close(c2);
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 10;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* A partial frame of a uid held only by the uid's own
+ * limits.max_inflight_per_uid keeps its deadline from its first byte. */
+START_TEST(fair_capped_frame_deadline)
+{
+	struct msbd_proc d = { 0 };
+	int ready[2], go[2], rc;
+	long end;
+	pid_t pid;
+	char c;
+
+	fair_start(&d, (const char *const[]){ "limits.max_inflight_per_uid=1", "limits.frame_timeout_ms=2000",
+		NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_capped_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* A's exec in flight: A at its cap (root is answered meanwhile). */
+		for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+			json_t *st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+			json_t *a = fair_by_uid(st, FAIR_UID_A);
+			bool seen = a && jint(a, "in_flight") == 1;
+
+			json_decref(st);
+			if (seen)
+				break;
+			ck_assert_msg(fair_now_ms() < end, "A's exec was never seen in flight");
+			fair_sleep_ms(50);
+		}
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
 	ck_assert_int_eq(msbd_stop(&d), 0);
 }
 END_TEST
@@ -1236,6 +1613,409 @@ START_TEST(mem_exec_replies_held_to_the_budget)
 }
 END_TEST
 
+/* ---- a reload raising the uid's cap: fair_reload_takes_held ---- */
+
+/* Child, as A (limits.max_inflight_per_uid=1 from the file): a slow exec
+ * and a daemon.status in one write, the status held by A's cap; says 'E';
+ * once the parent raised the cap (go_fd), the status must be answered
+ * before the exec. */
+static int fair_reload_child(const char *sock, int ready_fd, int go_fd)
+{
+	static const char status_req[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\"}\n";
+	struct msb_conn *mc = NULL;
+	json_t *key, *r = NULL, *x;
+	char scope[64], c, *both;
+	int c1, rc = 0;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	snprintf(scope, sizeof(scope), "%s-fair-reload", hostile_run_id);
+	key = json_pack("{s:s, s:s, s:s}", "scope", scope, "thread_id", "t", "agent_dir", "a");
+	if (msb_connect(sock, &mc) != MSB_OK ||
+	    msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		return 2;
+	c1 = raw_connect(sock);
+	if (c1 < 0)
+		return 3;
+	{
+		/* Both frames in one write: read together, the exec taken, the
+		 * status held by A's cap. */
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:[s, s], s:i}}", "jsonrpc", "2.0", "id", 1,
+					"method", "sandbox.exec", "params", "sandbox",
+					json_string_value(json_object_get(r, "sandbox")), "command", "sleep", "15",
+					"timeout_seconds", 30);
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		if (!text || asprintf(&both, "%s\n%s", text, status_req) < 0 || !fair_send(c1, both, strlen(both)))
+			return 4;
+		free(text);
+		free(both);
+	}
+	if (write(ready_fd, "E", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 5;
+	/* The status is answered first, while the exec is in flight. */
+	x = raw_recv(c1, 30000);
+	if (!x || jint(x, "id") != 7 || !json_object_get(x, "result"))
+		rc = 7;
+	json_decref(x);
+	json_decref(raw_recv(c1, 30000));
+	close(c1);
+	json_decref(r);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 9;
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* Waits (hang guard) until A's by_uid entry satisfies in_flight >= inf and
+ * buffered_bytes >= buf. */
+static void fair_wait_a(const char *sock, long inf, long buf)
+{
+	for (long end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		json_t *st = call(sock, "daemon.status", NULL, NULL, NULL);
+		json_t *a = fair_by_uid(st, FAIR_UID_A);
+		bool seen = a && jint(a, "in_flight") >= inf && jint(a, "buffered_bytes") >= buf;
+
+		json_decref(st);
+		if (seen)
+			return;
+		if (fair_now_ms() >= end) {
+			st = call(sock, "daemon.status", NULL, NULL, NULL);
+			ck_abort_msg("A never reached in_flight %ld, buffered %ld: %s", inf, buf,
+				     json_dumps(json_object_get(st, "connections"), JSON_COMPACT));
+		}
+		fair_sleep_ms(50);
+	}
+}
+
+/* A SIGHUP raising limits.max_inflight_per_uid takes the frames it held. */
+START_TEST(fair_reload_takes_held)
+{
+	struct msbd_proc d = { 0 };
+	char path[200];
+	int ready[2], go[2], rc;
+	pid_t pid;
+	FILE *f;
+	char c;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("limits.max_inflight_per_uid = 1\n", f);
+	fclose(f);
+	msbd_start(&d, (const char *[]){ "-f", path, "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert(pipe(ready) == 0 && pipe(go) == 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_reload_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* The exec in flight, the status held by A's cap (read, not taken). */
+		fair_wait_a(d.sock, 1, 40);
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs("limits.max_inflight_per_uid = 2\n", f);
+		fclose(f);
+		msbd_signal(&d, SIGHUP);
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	if (rc)
+		msbd_dump_log(&d);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- admission decides before evicting: fair_admit_decides_first ---- */
+
+/* Child, as A (limits.max_connections_per_uid=2): two connections, each
+ * answered once (idle from then); says 'I'; once told (after a SIGHUP
+ * lowered limits.max_connections under what is open), a third: it must be
+ * refused by the daemon-wide limit, and neither idle one evicted for it. */
+static int fair_admit_child(const char *sock, int ready_fd, int go_fd)
+{
+	json_t *r;
+	int a1, a2, a3, rc = 0;
+	char c;
+
+	if (!fair_become(FAIR_UID_A))
+		return 1;
+	a1 = raw_connect(sock);
+	a2 = raw_connect(sock);
+	if (a1 < 0 || a2 < 0)
+		return 2;
+	for (int *fd = (int[]){ a1, a2, -1 }; *fd >= 0; fd++) {
+		r = fair_status_on(*fd);
+		if (!r || !json_object_get(r, "result"))
+			return 3;
+		json_decref(r);
+	}
+	if (write(ready_fd, "I", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 4;
+	a3 = raw_connect(sock);
+	r = a3 < 0 ? NULL : fair_status_on(a3);
+	if (!r || !json_object_get(r, "error") || !jstr(json_object_get(r, "error"), "data.scope") ||
+	    strcmp(jstr(json_object_get(r, "error"), "data.scope"), "daemon") != 0)
+		rc = 5;
+	json_decref(r);
+	if (!rc && (raw_is_closed(a1, 0) || raw_is_closed(a2, 0)))
+		rc = 6;
+	close(a1), close(a2);
+	if (a3 >= 0)
+		close(a3);
+	return rc;
+}
+
+static void fair_write_conf(const char *path, long max_conns, long max_inflight)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "limits.max_connections = %ld\nlimits.admin_reserved_connections = 0\n"
+		"limits.max_connections_per_uid = 2\nlimits.idle_evict_ms = 300\n"
+		"limits.frame_timeout_ms = 60000\nlimits.max_inflight = %ld\n", max_conns, max_inflight);
+	fclose(f);
+}
+
+/* A connection that two limits would both have to make room for, when
+ * not enough are idle (a SIGHUP lowered limits.max_connections), is
+ * refused without evicting anyone. */
+START_TEST(fair_admit_decides_first)
+{
+	struct msbd_proc d = { 0 };
+	int busy[3], q, ready[2], go[2], rc;
+	char path[200], c;
+	json_t *r;
+	pid_t pid;
+
+	msbd_prepare(&d);
+	snprintf(path, sizeof(path), "%s/maf.conf", d.dir);
+	fair_write_conf(path, 8, 16);
+	msbd_start(&d, (const char *[]){ "-f", path, "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	/* Root: three connections with a partial frame (never idle), one to ask. */
+	for (int i = 0; i < 3; i++) {
+		busy[i] = raw_connect(d.sock);
+		ck_assert(busy[i] >= 0 && fair_send(busy[i], "{", 1));
+	}
+	q = raw_connect(d.sock);
+	ck_assert_int_ge(q, 0);
+	ck_assert(pipe(ready) == 0 && pipe(go) == 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(ready[0]), close(go[1]);
+		_exit(fair_admit_child(d.sock, ready[1], go[0]));
+	}
+	close(ready[1]), close(go[0]);
+	if (read(ready[0], &c, 1) == 1) {
+		/* 6 open; the limit lowered to 3: room for the next needs 4 evictions. */
+		fair_write_conf(path, 3, 17);
+		msbd_signal(&d, SIGHUP);
+		for (long end = fair_now_ms() + FAIR_WAIT_MS;;) {
+			json_t *desc;
+
+			fair_send_request(q, 1, "daemon.describe", json_object());
+			desc = raw_recv(q, FAIR_WAIT_MS);
+			if (jint(json_object_get(desc, "result"), "wire.max_inflight") == 17) {
+				json_decref(desc);
+				break;
+			}
+			json_decref(desc);
+			ck_assert_msg(fair_now_ms() < end, "SIGHUP did not reload the configuration");
+			fair_sleep_ms(50);
+		}
+		fair_sleep_ms(600);     /* A's two past limits.idle_evict_ms (a wait, not a check) */
+		ck_assert_int_eq(write(go[1], "G", 1), 1);
+	}
+	rc = fair_wait_child(pid);
+	close(ready[0]), close(go[1]);
+	ck_assert_msg(rc == 0, "child failed check %d", rc);
+	fair_send_request(q, 2, "daemon.status", json_object());
+	r = raw_recv(q, FAIR_WAIT_MS);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(jint(json_object_get(r, "result"), "connections.evicted"), 0);
+	json_decref(r);
+	for (int i = 0; i < 3; i++)
+		close(busy[i]);
+	close(q);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
+/* ---- one uid's share of the reply budget: fair_uid_reply_share ---- */
+
+#define FAIR_RS_FILE   (1024 * 1024)
+#define FAIR_RS_CONNS  6
+#define FAIR_RS_SHARE  (4 * 1024 * 1024)   /* auto: half of the 8 MiB reply budget */
+
+/* In a child, as uid: acquires a sandbox (agent agent) and writes a file
+ * of FAIR_RS_FILE bytes into it; *ret_sb, *ret_key set. Returns 0 or a
+ * failed check. */
+static int fair_rs_prepare(struct msb_conn *mc, const char *agent, json_t **ret_sb, json_t **ret_key)
+{
+	unsigned char *content = malloc(FAIR_RS_FILE);
+	json_t *key, *r = NULL;
+	char *b64;
+	int rc = 0;
+
+	if (!content)
+		return 30;
+	for (long i = 0; i < FAIR_RS_FILE; i++)
+		content[i] = (unsigned char)(i * 131 + (i >> 12));
+	b64 = harness_b64_encode(content, FAIR_RS_FILE);
+	free(content);
+	key = json_pack("{s:s, s:s, s:s}", "scope", hostile_run_id, "thread_id", "fair-rs", "agent_dir", agent);
+	if (msb_call(mc, "sandbox.acquire", json_pack("{s:O, s:o}", "key", key, "spec", hostile_spec()), &r) != MSB_OK)
+		rc = 31;
+	else if (msb_call(mc, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox",
+			  json_string_value(json_object_get(r, "sandbox")), "path", "big.bin",
+			  "content_b64", b64), NULL) != MSB_OK)
+		rc = 32;
+	free(b64);
+	*ret_sb = json_incref(json_object_get(r, "sandbox"));
+	*ret_key = key;
+	json_decref(r);
+	return rc;
+}
+
+/* Child, as A: FAIR_RS_CONNS connections (small receive buffers) each
+ * pipeline files.read of the file and never read; says 'A' on ready_fd,
+ * then holds them until go_fd. Returns 0 or a failed check. */
+static int fair_rs_hog(const char *sock, int ready_fd, int go_fd)
+{
+	struct msb_conn *mc = NULL;
+	json_t *sb = NULL, *key = NULL;
+	int fds[FAIR_RS_CONNS], rc, sz = 4096;
+	char c;
+
+	if (!fair_become(FAIR_UID_A) || msb_connect(sock, &mc) != MSB_OK)
+		return 1;
+	rc = fair_rs_prepare(mc, "a", &sb, &key);
+	if (rc)
+		return rc;
+	for (int i = 0; i < FAIR_RS_CONNS; i++) {
+		json_t *req = json_pack("{s:s, s:i, s:s, s:{s:O, s:s}}", "jsonrpc", "2.0", "id", 1,
+					"method", "files.read", "params", "sandbox", sb, "path", "big.bin");
+		char *text = json_dumps(req, JSON_COMPACT);
+
+		json_decref(req);
+		fds[i] = raw_connect(sock);
+		if (fds[i] < 0 || !text || setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz)) < 0)
+			return 2;
+		for (int k = 0; k < 4; k++)
+			if (!fair_send(fds[i], text, strlen(text)) || !fair_send(fds[i], "\n", 1))
+				return 3;
+		free(text);
+	}
+	if (write(ready_fd, "A", 1) != 1 || read(go_fd, &c, 1) != 1)
+		rc = 4;
+	for (int i = 0; i < FAIR_RS_CONNS; i++)
+		close(fds[i]);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 5;
+	json_decref(sb);
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* Child, as B: prepares its sandbox, says 'B', and once told (go_fd) reads
+ * its file in one call, which must be answered whole. Returns 0 or a
+ * failed check. */
+static int fair_rs_reader(const char *sock, int ready_fd, int go_fd)
+{
+	struct msb_conn *mc = NULL;
+	json_t *sb = NULL, *key = NULL, *r = NULL;
+	int rc;
+	char c;
+
+	if (!fair_become(FAIR_UID_B) || msb_connect(sock, &mc) != MSB_OK)
+		return 1;
+	rc = fair_rs_prepare(mc, "b", &sb, &key);
+	if (rc)
+		return rc;
+	if (write(ready_fd, "B", 1) != 1 || read(go_fd, &c, 1) != 1)
+		return 10;
+	/* Hang guard: A never reads (write_timeout_ms is 10 min). */
+	msb_set_timeout(mc, 60000);
+	if (msb_call(mc, "files.read", json_pack("{s:O, s:s}", "sandbox", sb, "path", "big.bin"), &r) != MSB_OK)
+		rc = 11;
+	else if (!jstr(r, "content_b64") || strlen(jstr(r, "content_b64")) != (FAIR_RS_FILE + 2) / 3 * 4)
+		rc = 12;
+	json_decref(r);
+	msb_set_timeout(mc, 0);
+	if (msb_call(mc, "sandbox.dispose", json_pack("{s:o}", "key", key), NULL) != MSB_OK && !rc)
+		rc = 13;
+	json_decref(sb);
+	msb_conn_free(mc);
+	return rc;
+}
+
+/* One uid filling its share of the reply budget with connections that
+ * never read does not hold up another uid's large call. */
+START_TEST(fair_uid_reply_share)
+{
+	struct msbd_proc d = { 0 };
+	int ra[2], ga[2], rb[2], gb[2], rc;
+	pid_t pa, pb;
+	json_t *st, *a;
+	long end;
+	char c;
+
+	fair_start(&d, (const char *const[]){ "files.max_file_bytes=1M", "files.max_total_bytes=1M", "files.max_files=4",
+		"exec.max_output_bytes=64K", "limits.max_frame_bytes=2M", "limits.buffer_budget_bytes=4M",
+		"limits.conn_reply_budget_bytes=4M", "limits.reply_budget_bytes=8M",
+		"limits.write_timeout_ms=600000", NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
+	ck_assert(pipe(ra) == 0 && pipe(ga) == 0 && pipe(rb) == 0 && pipe(gb) == 0);
+	pb = fork();
+	ck_assert_int_ge(pb, 0);
+	if (pb == 0)
+		_exit(fair_rs_reader(d.sock, rb[1], gb[0]));
+	ck_assert_int_eq(read(rb[0], &c, 1), 1);
+	pa = fork();
+	ck_assert_int_ge(pa, 0);
+	if (pa == 0)
+		_exit(fair_rs_hog(d.sock, ra[1], ga[0]));
+	ck_assert_int_eq(read(ra[0], &c, 1), 1);
+	/* A holds its share: calls charged and some parked (hang guard). */
+	for (end = fair_now_ms() + FAIR_WAIT_MS;;) {
+		st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+		a = fair_by_uid(st, FAIR_UID_A);
+		if (a && jint(a, "reply_bytes") >= FAIR_RS_SHARE / 2 && jint(st, "memory.parked_calls") >= 1)
+			break;
+		json_decref(st);
+		ck_assert_msg(fair_now_ms() < end, "A never filled its reply share");
+		fair_sleep_ms(100);
+	}
+	ck_assert_int_eq(jint(st, "memory.uid_reply_budget_bytes"), FAIR_RS_SHARE);
+	json_decref(st);
+	/* B's large read is admitted and answered while A still holds. */
+	ck_assert_int_eq(write(gb[1], "G", 1), 1);
+	rc = fair_wait_child(pb);
+	st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+	a = fair_by_uid(st, FAIR_UID_A);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_le(jint(a, "reply_bytes"), FAIR_RS_SHARE);
+	json_decref(st);
+	ck_assert_int_eq(write(ga[1], "G", 1), 1);
+	ck_assert_msg(rc == 0, "B failed check %d", rc);
+	ck_assert_int_eq(fair_wait_child(pa), 0);
+	close(ra[0]), close(ra[1]), close(ga[0]), close(ga[1]);
+	close(rb[0]), close(rb[1]), close(gb[0]), close(gb[1]);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 TCase *hostile_server_tcase(void)
 {
 	TCase *tc = tcase_create("server");
@@ -1246,6 +2026,12 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, fair_idle_timeout);
 	tcase_add_test(tc, fair_inflight_per_uid);
 	tcase_add_test(tc, fair_frame_share);
+	tcase_add_test(tc, fair_held_request_not_idle);
+	tcase_add_test(tc, fair_orphans_counted);
+	tcase_add_test(tc, fair_capped_frame_deadline);
+	tcase_add_test(tc, fair_uid_reply_share);
+	tcase_add_test(tc, fair_reload_takes_held);
+	tcase_add_test(tc, fair_admit_decides_first);
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
