@@ -167,7 +167,7 @@ static bool is_execs(const struct execkill_proc *procs, size_t n, const struct e
 		if (root_ok && q->pid == t->root)
 			return true;
 		if (q->pid == t->init)
-			return p->start >= t->since;
+			return p->start >= t->since && (t->until == 0 || p->start < t->until);
 		q = find_proc(procs, n, q->ppid);
 	}
 	return false;   /* another exec's tree (its root's parent is outside) */
@@ -306,8 +306,11 @@ static int pids_from_pidns(const char *proc_root, pid_t init, pid_t **ret, size_
 	return 0;
 }
 
-int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
-		  size_t *ret_n, bool *ret_by_cgroup)
+/* execkill_scan, and how many listed pids had no readable stat (gone
+ * between the list and the read, or a pid the list names but /proc has not
+ * got: a fork-hopper's generation). */
+static int scan_counted(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
+			size_t *ret_n, bool *ret_by_cgroup, size_t *ret_unreadable)
 {
 	_cleanup_free_ pid_t *pids = NULL;
 	_cleanup_free_ struct execkill_proc *procs = NULL;
@@ -332,7 +335,16 @@ int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, st
 	*ret = TAKE_PTR(procs);
 	*ret_n = k;
 	*ret_by_cgroup = by_cgroup;
+	*ret_unreadable = n - k;
 	return 0;
+}
+
+int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
+		  size_t *ret_n, bool *ret_by_cgroup)
+{
+	size_t unreadable;
+
+	return scan_counted(proc_root, cgroup_root, init, ret, ret_n, ret_by_cgroup, &unreadable);
 }
 
 /* ---- killing ------------------------------------------------------------------------ */
@@ -376,10 +388,10 @@ int execkill_run(const char *proc_root, const char *cgroup_root, const struct ex
 	for (unsigned round = 0; round < EXECKILL_MAX_ROUNDS; round++) {
 		_cleanup_free_ struct execkill_proc *procs = NULL;
 		_cleanup_free_ pid_t *sel = NULL;
-		size_t n = 0, k, fresh = 0;
+		size_t n = 0, k, fresh = 0, unreadable = 0;
 		bool by_cgroup;
 
-		r = execkill_scan(proc_root, cgroup_root, t->init, &procs, &n, &by_cgroup);
+		r = scan_counted(proc_root, cgroup_root, t->init, &procs, &n, &by_cgroup, &unreadable);
 		if (r < 0)
 			break;
 		sel = xcalloc(n ? n : 1, sizeof(*sel));
@@ -395,7 +407,10 @@ int execkill_run(const char *proc_root, const char *cgroup_root, const struct ex
 				done[n_done++] = (struct killed){ p->pid, p->start };
 			}
 		}
-		if (fresh == 0) {
+		/* A listed pid whose stat could not be read may have been the
+		 * exec's, replaced meanwhile by a child the list did not have
+		 * yet (a fork-hopper): not finished, scan again. */
+		if (fresh == 0 && unreadable == 0) {
 			r = 0;
 			break;
 		}

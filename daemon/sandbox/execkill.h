@@ -15,7 +15,11 @@
  * is the exec's when, following parents from P,
  *   - the exec's own process (root, the engine's exec Pid) is met: its tree;
  *   - or the container's init is met (P or an ancestor was orphaned: a
- *     daemonized child) and P started at or after the exec did (since);
+ *     daemonized child) and P started at or after the exec did (since)
+ *     and before the next exec of the daemon in that container started
+ *     (until, when there is one: an orphan started later may be that
+ *     exec's, e.g. its `server &`, and is spared — so is a fork-hopper's
+ *     generation started after it);
  * and it is never the init itself. A chain that ends at another process
  * whose parent is outside the container (another exec's process: the
  * engine starts each exec from outside) is another exec's tree, spared.
@@ -24,7 +28,16 @@
  * (pidfd_open), its start time read again, and only the same process is
  * signalled (pidfd_send_signal SIGKILL), so a recycled pid is never hit.
  * The scan is repeated until a scan finds nothing it has not signalled
- * already (a guest forking meanwhile), at most EXECKILL_MAX_ROUNDS times.
+ * already (a guest forking meanwhile) and every pid the list named had a
+ * readable stat (a listed pid gone before its stat was read may have been
+ * a fork-hopper's generation, its child not in the list yet), at most
+ * EXECKILL_MAX_ROUNDS times. A guest forking faster than a scan (each
+ * generation forks and exits) is only caught in a consistent snapshot: the
+ * daemon runs execkill_run while the container is frozen (m_exec.c), where
+ * the first round selects and signals all (the kills take effect on the
+ * thaw) and the second finds nothing new; unfrozen (the freeze refused)
+ * the rounds above are the best effort, and running out of them is
+ * reported (-EAGAIN).
  *
  * Synchronous (a few reads of /proc per process), no logging, no engine.
  * proc_root and cgroup_root are "/proc" and "/sys/fs/cgroup" in the daemon
@@ -53,6 +66,7 @@ struct execkill_target {
 	pid_t init;                   /* the container's init (State.Pid) */
 	pid_t root;                   /* the exec's process (the exec's Pid); 0: unknown */
 	unsigned long long since;     /* the exec's start, clock ticks since boot */
+	unsigned long long until;     /* the next exec's start in the container; 0: none */
 };
 
 /* The current CLOCK_BOOTTIME in clock ticks (sysconf(_SC_CLK_TCK)), rounded

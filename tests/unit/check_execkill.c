@@ -79,13 +79,17 @@ static const struct {
 	struct execkill_target t;
 	pid_t want[8];        /* 0-terminated, in box's order */
 } select_rows[] = {
-	{ "X: its tree and the orphan started since", { 100, 200, 1000 }, { 200, 201, 202, 204 } },
-	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000 }, { 202 } },
-	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000 }, { 202 } },
-	{ "X, its root named as the init: never the init", { 100, 100, 1000 }, { 202 } },
-	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500 }, { 300, 301 } },
-	{ "an exec older than everything: every process under the init", { 100, 0, 0 }, { 101, 150, 202 } },
-	{ "an exec started after everything: nothing", { 100, 999, 99999 }, { 0 } },
+	{ "X: its tree and the orphan started since", { 100, 200, 1000, 0 }, { 200, 201, 202, 204 } },
+	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000, 0 }, { 202 } },
+	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000, 0 }, { 202 } },
+	{ "X, its root named as the init: never the init", { 100, 100, 1000, 0 }, { 202 } },
+	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500, 0 }, { 300, 301 } },
+	{ "an exec older than everything: every process under the init", { 100, 0, 0, 0 }, { 101, 150, 202 } },
+	{ "X, a later exec started at 1002: the orphan started then is that exec's, spared",
+	  { 100, 200, 1000, 1002 }, { 200, 201, 204 } },
+	{ "an exec older than everything, the next at 501: the orphans before it only",
+	  { 100, 0, 0, 501 }, { 101, 150 } },
+	{ "an exec started after everything: nothing", { 100, 999, 99999, 0 }, { 0 } },
 };
 
 START_TEST(test_select)
@@ -108,7 +112,7 @@ START_TEST(test_select_loop)
 	static const struct execkill_proc loop[] = {
 		{ 100, 50, 'S', 10 }, { 500, 501, 'S', 2000 }, { 501, 500, 'S', 2000 },
 	};
-	struct execkill_target t = { 100, 0, 1000 };
+	struct execkill_target t = { 100, 0, 1000, 0 };
 	pid_t got[3];
 
 	ck_assert_uint_eq(execkill_select(loop, ELEMENTSOF(loop), &t, got), 0);
@@ -206,7 +210,7 @@ static char *box_procs(void)
 static void check_scan(struct tree *t, bool want_cgroup)
 {
 	_cleanup_free_ struct execkill_proc *procs = NULL;
-	struct execkill_target x = { 100, 200, 1000 };
+	struct execkill_target x = { 100, 200, 1000, 0 };
 	pid_t got[32];
 	size_t n = 0;
 	bool by_cgroup = !want_cgroup;
@@ -288,7 +292,7 @@ END_TEST
 START_TEST(test_run_nothing)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 999, 99999 };
+	struct execkill_target x = { 100, 999, 99999, 0 };
 	size_t killed = 1;
 
 	tree_new(&t);
@@ -303,7 +307,7 @@ END_TEST
 START_TEST(test_run_bounded)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 0, 1000 };
+	struct execkill_target x = { 100, 0, 1000, 0 };
 	struct execkill_proc ghost = { 0, 100, 'R', 2000 };
 	_cleanup_free_ char *cgf = NULL;
 	size_t killed = 1;
@@ -322,6 +326,31 @@ START_TEST(test_run_bounded)
 	add_proc(&t, &ghost, "pid:[4026532000]");
 	cgf = xasprintf("%s/100/cgroup", t.proc);
 	put(cgf, "9:pids:/docker/gone\n");   /* by the pid namespace */
+	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), -EAGAIN);
+	ck_assert_uint_eq(killed, 0);
+	tree_free(&t);
+}
+END_TEST
+
+/* A listed pid with no readable stat (a fork-hopper's generation gone
+ * between the list and the read; its child not listed yet) is not a
+ * finished scan: the rounds go on and run out (-EAGAIN), never 0. */
+START_TEST(test_run_unreadable)
+{
+	struct tree t;
+	struct execkill_target x = { 100, 0, 1000, 0 };
+	_cleanup_free_ char *cgf = NULL, *dir = NULL;
+	size_t killed = 1;
+
+	tree_empty(&t);
+	add_proc(&t, &box[0], "pid:[4026532000]");
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/abc\n");
+	dir = xasprintf("%s/pids/docker/abc", t.cg);
+	mkdirs(dir);
+	free(cgf);
+	cgf = xasprintf("%s/cgroup.procs", dir);
+	put(cgf, "100\n555\n");
 	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), -EAGAIN);
 	ck_assert_uint_eq(killed, 0);
 	tree_free(&t);
@@ -370,6 +399,7 @@ static Suite *execkill_suite(void)
 	tcase_add_test(tc, test_scan_init_gone);
 	tcase_add_test(tc, test_run_nothing);
 	tcase_add_test(tc, test_run_bounded);
+	tcase_add_test(tc, test_run_unreadable);
 	suite_add_tcase(s, tc);
 	return s;
 }

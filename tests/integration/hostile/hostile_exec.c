@@ -19,6 +19,7 @@
  * Each test starts its own daemon(s), uses sandboxes labelled with the
  * run's id, disposes them and asserts the daemon exits 0. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "cleanup.h"
 #include "harness.h"
 #include "hostile.h"
+#include "xmalloc.h"
 
 #define ENGINE_WAIT_MS 15000
 #define ERR_CONFINEMENT 1200
@@ -202,6 +204,12 @@ static void escape_on(const char *plane)
 		int code = 0;
 		json_t *r = exec_sh(&p, sb, escapes[i], ESCAPE_TIMEOUT_S, &code, &type);
 
+		if (r || code != ERR_TIMEOUT) {
+			_cleanup_free_ char *dump = r ? json_dumps(r, 0) : NULL;
+
+			fprintf(stderr, "%s (%s): %s\n", escapes[i], plane, dump ? dump : "(error)");
+			msbd_dump_log(&p);
+		}
 		ck_assert_msg(!r && code == ERR_TIMEOUT, "%s (%s): %d, want TimeoutError", escapes[i], plane, code);
 		ck_assert_str_eq(type, "TimeoutError");
 		ck_assert_msg(now_ms() - t0 < REPLY_GUARD_MS, "%s: the reply hung", escapes[i]);
@@ -233,6 +241,113 @@ END_TEST
 START_TEST(test_exec_kill_escapes_local)
 {
 	escape_on("local");
+}
+END_TEST
+
+/* ---- the fork-hopper: each generation forks and exits --------------------------- */
+
+/* Busy: this many long-lived processes (started before the exec, so not
+ * its own) make one scan of the container slower. */
+#define HOPPER_BUSY 1000
+#define HOPPER_PIDS_LIMIT "sandbox.pids_limit=1100"
+/* The daemon's record (log.debug) that the kill scanned a frozen container. */
+#define HOPPER_FROZEN_LOG "killed from the host (frozen)"
+
+/* Whether the daemon's log holds s. */
+static bool log_has(const struct msbd_proc *p, const char *s)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f = fopen(p->log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (!found && getline(&buf, &cap, f) > 0)
+		found = strstr(buf, s) != NULL;
+	fclose(f);
+	return found;
+}
+#define HOPPER_MARKER "./hopper"
+/* The hopper: no libc, each generation forks and exits at once, so a pid
+ * read from cgroup.procs is gone before its stat is read. */
+static const char hopper_src[] =
+	"#include <sys/syscall.h>\n"
+	"static long sc(long n, long a) { long r; __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(n), \"D\"(a)"
+	" : \"rcx\", \"r11\", \"memory\"); return r; }\n"
+	"void _start(void) { for (;;) if (sc(SYS_fork, 0) > 0) sc(SYS_exit, 0); }\n";
+
+/* The hopper, built static on this host: base64 of it (malloc'd). */
+static char *hopper_b64(void)
+{
+	char dir[] = "/tmp/hostile-hopper-XXXXXX", cmd[512], *out = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "%s/h.c", dir);
+	f = fopen(cmd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(hopper_src, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd),
+		 "gcc -static -nostdlib -Os -s -fno-stack-protector -o %s/h %s/h.c >&2 && base64 -w0 %s/h; rm -rf %s",
+		 dir, dir, dir, dir);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_gt(getline(&out, &cap, f), 0);
+	ck_assert_int_eq(pclose(f), 0);
+	return out;
+}
+
+/* A process whose generations each fork the next and exit (no mark: env -i)
+ * escaped the kill: the scan read cgroup.procs and then each stat, by
+ * which time the listed pid was gone and its child not listed. The kill
+ * scans the container frozen; nothing of the hopper is left, the older
+ * processes are spared. */
+START_TEST(test_exec_kill_hopper)
+{
+	struct msbd_proc p = { 0 };
+	char sb[80];
+	_cleanup_free_ char *busy = NULL, *bin = NULL;
+	char *t = NULL;
+	_cleanup_free_ char *type = NULL;
+	int code = 0;
+	long deadline;
+	json_t *r;
+	static const char *const args[] = { "--set", HOPPER_PIDS_LIMIT, "--set", "log.debug=true", NULL };
+
+#ifndef __x86_64__
+	return;   /* the hopper is x86-64 code */
+#endif
+	bin = hopper_b64();
+	daemon_up(&p, "archive", args);
+	acquire(&p, "hopper", "archive", hostile_spec(), sb);
+	busy = xasprintf("i=0; while [ $i -lt %d ]; do sleep 3000 >/dev/null 2>&1 & i=$((i+1)); done", HOPPER_BUSY);
+	free(exec_out(&p, sb, busy));
+	r = call(p.sock, "files.write",
+		 json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "hopper", "content_b64", bin), &code, NULL);
+	ck_assert_msg(r, "files.write of the hopper failed: %d", code);
+	json_decref(r);
+	free(exec_out(&p, sb, "chmod 755 " HOPPER_MARKER));
+	r = exec_sh(&p, sb, "env -i " HOPPER_MARKER " & exec sleep 1020", ESCAPE_TIMEOUT_S, &code, &type);
+	ck_assert_msg(!r && code == ERR_TIMEOUT, "the hopper's exec: %d, want TimeoutError", code);
+	for (deadline = now_ms() + GONE_GUARD_MS; now_ms() < deadline; usleep(POLL_MS * 1000)) {
+		free(t);
+		t = top(sb);
+		if (!strstr(t, HOPPER_MARKER) && !strstr(t, "sleep 1020"))
+			break;
+	}
+	if (strstr(t, HOPPER_MARKER))
+		msbd_dump_log(&p);
+	ck_assert_msg(!strstr(t, HOPPER_MARKER), "the fork-hopper outlived its exec's deadline");
+	ck_assert_msg(!strstr(t, "sleep 1020"), "the exec's own process outlived its deadline");
+	/* The busy processes were not the exec's: spared. */
+	ck_assert_msg(strstr(t, "sleep 3000"), "processes older than the exec were killed");
+	/* And the snapshot was a consistent one: taken frozen. */
+	ck_assert_msg(log_has(&p, HOPPER_FROZEN_LOG), "the kill did not scan the container frozen");
+	free(t);
+	dispose(&p, "hopper", "archive");
+	ck_assert_int_eq(msbd_stop(&p), 0);
 }
 END_TEST
 
@@ -351,6 +466,7 @@ TCase *hostile_exec_tcase(void)
 	tcase_add_unchecked_fixture(tc, NULL, user_image_teardown);
 	tcase_add_test(tc, test_exec_kill_escapes_archive);
 	tcase_add_test(tc, test_exec_kill_escapes_local);
+	tcase_add_test(tc, test_exec_kill_hopper);
 	tcase_add_test(tc, test_identity_drift);
 	tcase_add_test(tc, test_exec_wd_pseudo);
 	return tc;
