@@ -57,6 +57,8 @@
 	"done\n" \
 	"exit 1\n"
 #define EXEC_KILL_TIMEOUT_MS 5000
+/* Who runs the killer (exec_mark_kill). */
+#define EXEC_KILL_USER "0:0"
 /* The kill from the host waits at most this long for its freeze (file
  * calls ahead of it, exec starts of ours deferring it); then it scans the
  * container running. */
@@ -341,8 +343,14 @@ static void exec_disposed_cb(const struct docker_reply *r, void *arg)
 static void exec_mark_kill(struct exec_req *x)
 {
 	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
-	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .timeout_ms = EXEC_KILL_TIMEOUT_MS,
-				     .max_output = 4096 };
+	/* As root in the container (0:0, numeric), not Config.User by name: it
+	 * reads every process's /proc/<pid>/environ and signals them, whatever
+	 * uid the command became (a setuid binary, a guest that rewrote its
+	 * /etc/passwd), which only root there can; and no name the guest can
+	 * redefine is looked up. The container's own confinement (its
+	 * capabilities, user namespace) bounds it as it bounds the guest. */
+	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = EXEC_KILL_USER,
+				     .timeout_ms = EXEC_KILL_TIMEOUT_MS, .max_output = 4096 };
 
 	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
 		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);

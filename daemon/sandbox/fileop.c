@@ -1691,11 +1691,14 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 		fop_replay_free(rp, rc == 0);
 		return;
 	}
-	/* The archive plane: rm in the guest, as the image's user. */
+	/* The archive plane: rm in the guest, as the sandbox's fixed uid:gid
+	 * (guest.h; numeric, never Config.User by name), else the image's user. */
 	{
 		_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
 		const char *argv[] = { "rm", "-f", "--", path, NULL };
+		char user[IDENTITY_USER_STRING_MAX];
 		struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+					     .user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
 					     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
 
 		if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)

@@ -34,6 +34,7 @@
 #define ENGINE_WAIT_MS 15000
 #define ERR_CONFINEMENT 1200
 #define ERR_TIMEOUT 1205
+#define ERR_OS 1203
 /* The deadline of the escaping execs, and the hang guard on their reply
  * (the client's own wait is 30 s). */
 #define ESCAPE_TIMEOUT_S 2
@@ -363,7 +364,8 @@ static void user_image_build(void)
 
 	snprintf(user_image, sizeof(user_image), "msb-it-hostile-user:%s", hostile_run_id);
 	out = sh_out("printf 'FROM %s\\nRUN echo tester:x:" USER_UID ":" USER_UID "::/tmp:/bin/sh >> /etc/passwd "
-		     "&& echo tester:x:" USER_UID ": >> /etc/group && chmod 666 /etc/passwd\\nUSER tester\\n' | "
+		     "&& echo tester:x:" USER_UID ": >> /etc/group && chmod 666 /etc/passwd "
+		     "&& mkdir /keep && touch /keep/x\\nUSER tester\\n' | "
 		     "timeout 120 docker build -q -t %s - >/dev/null 2>&1 && echo built",
 		     hostile_image, user_image);
 	ck_assert_msg(strcmp(out, "built") == 0, "cannot build %s", user_image);
@@ -406,6 +408,12 @@ static void drift_on(const char *plane)
 	json_decref(r);
 	owner = exec_out(&p, sb, "stat -c %u:%g drift.txt");
 	ck_assert_msg(strcmp(owner, USER_UID ":" USER_UID "\n") == 0, "%s: the write landed as %s", plane, owner);
+	/* files.remove's rm (archive plane) runs as uid 1000 too, not as the
+	 * name "tester", which now says 0: root's /keep/x stays. */
+	r = call(p.sock, "files.remove",
+		 json_pack("{s:s, s:s, s:s}", "sandbox", sb, "working_directory", "/keep", "path", "x"), &code, NULL);
+	ck_assert_msg(!r && code == ERR_OS, "%s: files.remove of root's file: %d, want OSError", plane, code);
+	free(exec_out(&p, sb, "test -e /keep/x"));
 	dispose(&p, "drift", plane);
 	ck_assert_int_eq(msbd_stop(&p), 0);
 }
