@@ -619,12 +619,20 @@ static void exec_start_error(int r, struct msb_error *e)
 	else if (r == -EINVAL)
 		msb_error_set(e, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "command"),
 			      "the command is not valid");
+	else if (r == -ENOENT)
+		msb_error_set(e, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+	else if (r == -ENOKEY)
+		msb_error_set(e, MSB_ERR_CAPABILITY_NOT_SUPPORTED, json_pack("{s:s}", "capability", "exec"),
+			      "the sandbox's user (the image's Config.User) could not be resolved to a uid:gid, "
+			      "and a command is never run as a name the guest could redefine; try again (a "
+			      "passing failure is not kept), or use an image whose user is numeric");
 	else
 		msb_error_set(e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 }
 
-/* Starts the run, as the sandbox's fixed identity: User "uid:gid" (none
- * when it is unresolvable: then the engine runs the image's Config.User). */
+/* Starts the run, as the sandbox's fixed identity: User "uid:gid". None
+ * resolved → -ENOKEY: never the image's Config.User by name (the guest's
+ * /etc/passwd says what that name means). */
 static int exec_begin(struct exec_req *x)
 {
 	struct sandbox *sb = registry_find_id(x->d->registry, x->id);
@@ -633,6 +641,9 @@ static int exec_begin(struct exec_req *x)
 	struct execrun_spec spec;
 	size_t i;
 	json_t *v;
+
+	if (!sb || identity_fixed_user(&sb->guest, user) < 0)
+		return sb ? -ENOKEY : -ENOENT;
 
 	if (json_is_string(x->command)) {
 		argv = xcalloc(4, sizeof(*argv));
@@ -646,7 +657,7 @@ static int exec_begin(struct exec_req *x)
 	}
 	spec = (struct execrun_spec){
 		.argv = argv, .working_dir = x->working_dir, .env = (const char *const *)x->env,
-		.user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
+		.user = user,
 		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
 		.on_output = x->stream ? exec_output_cb : NULL, .output_arg = x,
 	};
@@ -797,7 +808,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	if (r < 0) {
 		struct msb_error e = { 0 };
 
-		if (sb->guest.known)
+		if (sb->guest.known || r == -ENOKEY)
 			exec_start_error(r, &e);
 		else
 			msb_error_set(&e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);

@@ -380,6 +380,7 @@ static void user_image_remove(void)
  * when the test failed before removing it. */
 static void user_image_teardown(void)
 {
+	free(sh_out("timeout 60 docker rmi -f msb-it-hostile-entry:%s >/dev/null 2>&1", hostile_run_id));
 	free(sh_out("timeout 60 docker rmi -f msb-it-hostile-user:%s >/dev/null 2>&1", hostile_run_id));
 }
 
@@ -423,6 +424,68 @@ START_TEST(test_identity_drift)
 	user_image_build();
 	drift_on("archive");
 	drift_on("local");
+	user_image_remove();
+}
+END_TEST
+
+/* ---- finding 7's own scenario: the entrypoint rewrites /etc/passwd -------------- */
+
+static char entry_image[128];
+
+/* The user image with an ENTRYPOINT that makes tester uid 0 in
+ * /etc/passwd before it execs the command: before any acquire can resolve
+ * the name. */
+static void entry_image_build(void)
+{
+	char dir[] = "/tmp/hostile-entry-XXXXXX", path[64];
+	_cleanup_free_ char *out = NULL;
+	FILE *f;
+
+	snprintf(entry_image, sizeof(entry_image), "msb-it-hostile-entry:%s", hostile_run_id);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/Dockerfile", dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "FROM %s\n"
+		"ENTRYPOINT [\"/bin/sh\", \"-c\", \"printf 'root:x:0:0:root:/root:/bin/sh\\\\ntester:x:0:0::/tmp:/bin/sh"
+		"\\\\n' > /etc/passwd; exec \\\"$@\\\"\", \"sh\"]\n", user_image);
+	fclose(f);
+	out = sh_out("timeout 120 docker build -q -t %s %s >/dev/null 2>&1 && echo built; rm -rf %s", entry_image,
+		     dir, dir);
+	ck_assert_msg(strcmp(out, "built") == 0, "cannot build %s", entry_image);
+}
+
+static void entry_on(const char *plane)
+{
+	struct msbd_proc p = { 0 }, q = { 0 };
+	json_t *spec = hostile_spec();
+	char sb[80];
+	_cleanup_free_ char *passwd = NULL, *ids = NULL, *again = NULL;
+
+	daemon_up(&p, plane, NULL);
+	json_object_set_new(spec, "image", json_string(entry_image));
+	acquire(&p, "entry", plane, spec, sb);
+	ids = exec_out(&p, sb, "id -u; id -g");
+	passwd = exec_out(&p, sb, "grep ^tester: /etc/passwd");
+	ck_assert_msg(strstr(passwd, "tester:x:0:0:"), "the entrypoint's rewrite did not take: %s", passwd);
+	ck_assert_msg(strcmp(ids, USER_UID "\n" USER_UID "\n") == 0, "%s: the exec runs as %s", plane, ids);
+	/* A restarted daemon serves the rewritten guest the same way. */
+	ck_assert_int_eq(msbd_stop(&p), 0);
+	daemon_up(&q, plane, NULL);
+	again = exec_out(&q, sb, "id -u; id -g");
+	ck_assert_msg(strcmp(again, USER_UID "\n" USER_UID "\n") == 0, "%s, after a restart: the exec runs as %s",
+		      plane, again);
+	dispose(&q, "entry", plane);
+	ck_assert_int_eq(msbd_stop(&q), 0);
+}
+
+START_TEST(test_identity_entrypoint)
+{
+	user_image_build();
+	entry_image_build();
+	entry_on("archive");
+	entry_on("local");
+	free(sh_out("timeout 60 docker rmi -f %s >/dev/null 2>&1", entry_image));
 	user_image_remove();
 }
 END_TEST
@@ -476,6 +539,7 @@ TCase *hostile_exec_tcase(void)
 	tcase_add_test(tc, test_exec_kill_escapes_local);
 	tcase_add_test(tc, test_exec_kill_hopper);
 	tcase_add_test(tc, test_identity_drift);
+	tcase_add_test(tc, test_identity_entrypoint);
 	tcase_add_test(tc, test_exec_wd_pseudo);
 	return tc;
 }
