@@ -78,7 +78,9 @@ unsigned long long execkill_now_ticks(void);
 int execkill_parse_stat(const char *buf, size_t len, struct execkill_proc *ret);
 
 /* Pure: the pids of procs[0..n) the rule above selects, into ret (room for
- * n), in procs' order. Returns how many. */
+ * n), in procs' order. Returns how many. O(n log n): the processes are
+ * found by binary search over a pid order, and what each parent chain meets
+ * is kept per process, so every chain is walked once. */
 size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
 		       pid_t *ret);
 

@@ -357,6 +357,68 @@ START_TEST(test_run_unreadable)
 }
 END_TEST
 
+/* EXECKILL_MAX_PROCS processes, each the parent of the next (a chain as
+ * deep as the bound), in a fake /proc listed by cgroup.procs: the
+ * selection walks every chain once (memoized, found by binary search), so
+ * the run ends at once (the check's timeout is the hang guard). None is
+ * selected: all started before the exec, and their pids are past pid_max
+ * (no real process is ever signalled). */
+START_TEST(test_run_many)
+{
+	struct tree t;
+	struct execkill_target x = { 100, 0, 1000, 0 };
+	_cleanup_free_ char *cgf = NULL, *dir = NULL;
+	size_t killed = 1;
+	FILE *f = fopen("/proc/sys/kernel/pid_max", "r"), *procs;
+	long max = 0;
+	pid_t base;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%ld", &max), 1);
+	fclose(f);
+	ck_assert_int_lt(max, INT_MAX - EXECKILL_MAX_PROCS - 10);
+	base = (pid_t)(max + 5);
+	tree_empty(&t);
+	add_proc(&t, &box[0], "pid:[4026532000]");
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/abc\n");
+	dir = xasprintf("%s/pids/docker/abc", t.cg);
+	mkdirs(dir);
+	free(cgf);
+	cgf = xasprintf("%s/cgroup.procs", dir);
+	procs = fopen(cgf, "w");
+	ck_assert_ptr_nonnull(procs);
+	fprintf(procs, "100\n");
+	for (int i = 0; i < EXECKILL_MAX_PROCS - 1; i++) {
+		struct execkill_proc p = { base + i, i ? base + i - 1 : 100, 'S', 500 };
+
+		add_proc(&t, &p, "pid:[4026532000]");
+		fprintf(procs, "%d\n", (int)p.pid);
+	}
+	fclose(procs);
+	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), 0);
+	ck_assert_uint_eq(killed, 0);
+	tree_free(&t);
+}
+END_TEST
+
+/* The same chain in memory, the orphan rule selecting every one of it. */
+START_TEST(test_select_deep)
+{
+	size_t n = EXECKILL_MAX_PROCS;
+	_cleanup_free_ struct execkill_proc *procs = xcalloc(n, sizeof(*procs));
+	_cleanup_free_ pid_t *got = xcalloc(n, sizeof(*got));
+	struct execkill_target x = { 100, 0, 1000, 0 };
+
+	procs[0] = (struct execkill_proc){ 100, 50, 'S', 10 };
+	/* In reverse pid order: the deepest first, each walk the longest. */
+	for (size_t i = 1; i < n; i++)
+		procs[i] = (struct execkill_proc){ (pid_t)(200000 - i), i == n - 1 ? 100 : (pid_t)(200000 - i - 1),
+						   'S', 2000 };
+	ck_assert_uint_eq(execkill_select(procs, n, &x, got), n - 1);
+}
+END_TEST
+
 START_TEST(test_now_ticks)
 {
 	unsigned long long a = execkill_now_ticks(), b;
@@ -400,6 +462,8 @@ static Suite *execkill_suite(void)
 	tcase_add_test(tc, test_run_nothing);
 	tcase_add_test(tc, test_run_bounded);
 	tcase_add_test(tc, test_run_unreadable);
+	tcase_add_test(tc, test_run_many);
+	tcase_add_test(tc, test_select_deep);
 	suite_add_tcase(s, tc);
 	return s;
 }
