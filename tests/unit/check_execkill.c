@@ -462,6 +462,11 @@ static Suite *execkill_suite(void)
 	tcase_add_test(tc, test_run_nothing);
 	tcase_add_test(tc, test_run_bounded);
 	tcase_add_test(tc, test_run_unreadable);
+	suite_add_tcase(s, tc);
+
+	/* 16384 processes: writing the fake tree takes most of it. */
+	tc = tcase_create("many");
+	tcase_set_timeout(tc, 100);
 	tcase_add_test(tc, test_run_many);
 	tcase_add_test(tc, test_select_deep);
 	suite_add_tcase(s, tc);
