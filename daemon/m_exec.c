@@ -143,6 +143,7 @@ struct exec_req {
 	char *exec_id;              /* the engine's, once known */
 	pid_t init;                 /* the container's init */
 	pid_t root;                 /* the exec's process; 0: unknown */
+	unsigned long long root_by; /* the tick the engine reported root at */
 	struct engine_req *req;     /* an inspect in flight */
 	struct freeze_claim *claim; /* the container frozen for the scan (freeze.h) */
 	struct event *claim_ev;     /* bounds the wait for that freeze */
@@ -384,7 +385,7 @@ static unsigned long long exec_next_start(const struct exec_req *x)
 static void exec_host_kill_scan(struct exec_req *x, bool frozen)
 {
 	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since,
-				     .until = exec_next_start(x) };
+				     .until = exec_next_start(x), .root_by = x->root_by };
 	size_t killed = 0;
 	int r = execkill_run("/proc", "/sys/fs/cgroup", &t, &killed);
 
@@ -479,6 +480,9 @@ static void exec_host_root_cb(const struct docker_reply *r, void *arg)
 	if (r->error == 0 && r->status == 200 && json_is_integer(pid) && json_integer_value(pid) > 0 &&
 	    json_integer_value(pid) <= INT32_MAX)
 		x->root = (pid_t)json_integer_value(pid);
+	/* The exec's process started before the engine reported it: a
+	 * process under that pid that started later is a recycled pid. */
+	x->root_by = execkill_now_ticks();
 	exec_host_kill_run(x);
 }
 

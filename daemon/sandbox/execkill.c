@@ -238,7 +238,8 @@ size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct
 {
 	const struct execkill_proc *root = t->root > 0 ? find_proc(procs, n, t->root) : NULL;
 	/* A root that started before the exec is a recycled pid: not the exec's. */
-	bool root_ok = root && root->start >= t->since && root->pid != t->init;
+	bool root_ok = root && root->start >= t->since && (t->root_by == 0 || root->start <= t->root_by) &&
+		       root->pid != t->init;
 	struct chains c = { .procs = procs, .n = n };
 	size_t k = 0;
 

@@ -20,7 +20,9 @@
  *     (until, when there is one: an orphan started later may be that
  *     exec's, e.g. its `server &`, and is spared — so is a fork-hopper's
  *     generation started after it);
- * and it is never the init itself. A chain that ends at another process
+ * and it is never the init itself. The root counts only when it started
+ * within [since, root_by] (a pid the engine reported, recycled before or
+ * after, is not the exec's process). A chain that ends at another process
  * whose parent is outside the container (another exec's process: the
  * engine starts each exec from outside) is another exec's tree, spared.
  *
@@ -67,6 +69,8 @@ struct execkill_target {
 	pid_t root;                   /* the exec's process (the exec's Pid); 0: unknown */
 	unsigned long long since;     /* the exec's start, clock ticks since boot */
 	unsigned long long until;     /* the next exec's start in the container; 0: none */
+	unsigned long long root_by;   /* root started at or before this tick (when the engine
+				       * reported it); 0: unbounded */
 };
 
 /* The current CLOCK_BOOTTIME in clock ticks (sysconf(_SC_CLK_TCK)), rounded

@@ -79,17 +79,21 @@ static const struct {
 	struct execkill_target t;
 	pid_t want[8];        /* 0-terminated, in box's order */
 } select_rows[] = {
-	{ "X: its tree and the orphan started since", { 100, 200, 1000, 0 }, { 200, 201, 202, 204 } },
-	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000, 0 }, { 202 } },
-	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000, 0 }, { 202 } },
-	{ "X, its root named as the init: never the init", { 100, 100, 1000, 0 }, { 202 } },
-	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500, 0 }, { 300, 301 } },
-	{ "an exec older than everything: every process under the init", { 100, 0, 0, 0 }, { 101, 150, 202 } },
+	{ "X: its tree and the orphan started since", { 100, 200, 1000, 0, 0 }, { 200, 201, 202, 204 } },
+	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000, 0, 0 }, { 202 } },
+	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000, 0, 0 }, { 202 } },
+	{ "X, its root named as the init: never the init", { 100, 100, 1000, 0, 0 }, { 202 } },
+	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500, 0, 0 }, { 300, 301 } },
+	{ "an exec older than everything: every process under the init", { 100, 0, 0, 0, 0 }, { 101, 150, 202 } },
 	{ "X, a later exec started at 1002: the orphan started then is that exec's, spared",
-	  { 100, 200, 1000, 1002 }, { 200, 201, 204 } },
+	  { 100, 200, 1000, 1002, 0 }, { 200, 201, 204 } },
 	{ "an exec older than everything, the next at 501: the orphans before it only",
-	  { 100, 0, 0, 501 }, { 101, 150 } },
-	{ "an exec started after everything: nothing", { 100, 999, 99999, 0 }, { 0 } },
+	  { 100, 0, 0, 501, 0 }, { 101, 150 } },
+	{ "an exec started after everything: nothing", { 100, 999, 99999, 0, 0 }, { 0 } },
+	{ "X, its root reported at tick 999 (before 200 started: recycled): as unknown",
+	  { 100, 200, 1000, 0, 999 }, { 202 } },
+	{ "X, its root reported at its own start tick: its tree", { 100, 200, 1000, 0, 1000 },
+	  { 200, 201, 202, 204 } },
 };
 
 START_TEST(test_select)
@@ -112,7 +116,7 @@ START_TEST(test_select_loop)
 	static const struct execkill_proc loop[] = {
 		{ 100, 50, 'S', 10 }, { 500, 501, 'S', 2000 }, { 501, 500, 'S', 2000 },
 	};
-	struct execkill_target t = { 100, 0, 1000, 0 };
+	struct execkill_target t = { 100, 0, 1000, 0, 0 };
 	pid_t got[3];
 
 	ck_assert_uint_eq(execkill_select(loop, ELEMENTSOF(loop), &t, got), 0);
@@ -210,7 +214,7 @@ static char *box_procs(void)
 static void check_scan(struct tree *t, bool want_cgroup)
 {
 	_cleanup_free_ struct execkill_proc *procs = NULL;
-	struct execkill_target x = { 100, 200, 1000, 0 };
+	struct execkill_target x = { 100, 200, 1000, 0, 0 };
 	pid_t got[32];
 	size_t n = 0;
 	bool by_cgroup = !want_cgroup;
@@ -292,7 +296,7 @@ END_TEST
 START_TEST(test_run_nothing)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 999, 99999, 0 };
+	struct execkill_target x = { 100, 999, 99999, 0, 0 };
 	size_t killed = 1;
 
 	tree_new(&t);
@@ -307,7 +311,7 @@ END_TEST
 START_TEST(test_run_bounded)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 0, 1000, 0 };
+	struct execkill_target x = { 100, 0, 1000, 0, 0 };
 	struct execkill_proc ghost = { 0, 100, 'R', 2000 };
 	_cleanup_free_ char *cgf = NULL;
 	size_t killed = 1;
@@ -338,7 +342,7 @@ END_TEST
 START_TEST(test_run_unreadable)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 0, 1000, 0 };
+	struct execkill_target x = { 100, 0, 1000, 0, 0 };
 	_cleanup_free_ char *cgf = NULL, *dir = NULL;
 	size_t killed = 1;
 
@@ -366,7 +370,7 @@ END_TEST
 START_TEST(test_run_many)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 0, 1000, 0 };
+	struct execkill_target x = { 100, 0, 1000, 0, 0 };
 	_cleanup_free_ char *cgf = NULL, *dir = NULL;
 	size_t killed = 1;
 	FILE *f = fopen("/proc/sys/kernel/pid_max", "r"), *procs;
@@ -408,7 +412,7 @@ START_TEST(test_select_deep)
 	size_t n = EXECKILL_MAX_PROCS;
 	_cleanup_free_ struct execkill_proc *procs = xcalloc(n, sizeof(*procs));
 	_cleanup_free_ pid_t *got = xcalloc(n, sizeof(*got));
-	struct execkill_target x = { 100, 0, 1000, 0 };
+	struct execkill_target x = { 100, 0, 1000, 0, 0 };
 
 	procs[0] = (struct execkill_proc){ 100, 50, 'S', 10 };
 	/* In reverse pid order: the deepest first, each walk the longest. */
