@@ -385,7 +385,7 @@ static unsigned long long exec_next_start(const struct exec_req *x)
 static void exec_host_kill_scan(struct exec_req *x, bool frozen)
 {
 	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since,
-				     .until = exec_next_start(x), .root_by = x->root_by };
+				     .until = exec_next_start(x), .root_by = x->root_by, .id = x->id };
 	size_t killed = 0;
 	int r = execkill_run("/proc", "/sys/fs/cgroup", &t, &killed);
 

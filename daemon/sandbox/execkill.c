@@ -289,10 +289,33 @@ static bool list_has(const char *s, size_t n, const char *word)
 	return false;
 }
 
-/* The cgroup.procs of init's cgroup: the v1 pids hierarchy's, else the v2
- * one. NULL when /proc/<init>/cgroup names neither. */
-static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, pid_t init, int *reterr)
+/* Whether a cgroup path (from /proc/<pid>/cgroup) may be followed: absolute,
+ * not "/", no "." or ".." component, no backslash, and naming id when
+ * given. */
+static bool cgroup_path_ok(const char *path, const char *id)
 {
+	const char *p = path;
+
+	if (path[0] != '/' || path[1] == '\0' || strchr(path, '\\'))
+		return false;
+	while (*p) {
+		const char *c = p + 1, *e = strchr(c, '/');
+		size_t len = e ? (size_t)(e - c) : strlen(c);
+
+		if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		p = e ? e : c + len;
+	}
+	return !id || strstr(path, id) != NULL;
+}
+
+/* The cgroup.procs of init's cgroup: the v1 pids hierarchy's, else the v2
+ * one. NULL when /proc/<init>/cgroup names neither (-ENOENT), or, id
+ * given, when no line names it (-ESRCH: not the container's init). */
+static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			       int *reterr)
+{
+	bool named = false;
 	_cleanup_free_ char *path = xasprintf("%s/%d/cgroup", proc_root, (int)init);
 	_cleanup_free_ char *buf = NULL, *v2 = NULL;
 	size_t len;
@@ -304,22 +327,24 @@ static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, p
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 
-		if (!c2 || c2[1] != '/' || strstr(c2 + 1, "/../") || strstr(c2 + 1, "\\"))
+		if (c2 && id && strstr(c2 + 1, id))
+			named = true;
+		if (!c2 || !cgroup_path_ok(c2 + 1, id))
 			continue;
 		if (list_has(c1 + 1, (size_t)(c2 - c1 - 1), "pids"))
 			return xasprintf("%s/pids%s/cgroup.procs", cgroup_root, c2 + 1);
 		if (!v2 && c1 - line == 1 && line[0] == '0' && c2 == c1 + 1)
 			v2 = xasprintf("%s%s/cgroup.procs", cgroup_root, c2 + 1);
 	}
-	*reterr = v2 ? 0 : -ENOENT;
+	*reterr = v2 ? 0 : id && !named ? -ESRCH : -ENOENT;
 	return TAKE_PTR(v2);
 }
 
-static int pids_from_cgroup(const char *proc_root, const char *cgroup_root, pid_t init, pid_t **ret,
-			    size_t *ret_n)
+static int pids_from_cgroup(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			    pid_t **ret, size_t *ret_n)
 {
 	int r;
-	_cleanup_free_ char *path = cgroup_procs_path(proc_root, cgroup_root, init, &r);
+	_cleanup_free_ char *path = cgroup_procs_path(proc_root, cgroup_root, init, id, &r);
 	_cleanup_free_ char *buf = NULL;
 	_cleanup_free_ pid_t *pids = NULL;
 	size_t len, n = 0;
@@ -390,19 +415,25 @@ static int pids_from_pidns(const char *proc_root, pid_t init, pid_t **ret, size_
 /* execkill_scan, and how many listed pids had no readable stat (gone
  * between the list and the read, or a pid the list names but /proc has not
  * got: a fork-hopper's generation). */
-static int scan_counted(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
-			size_t *ret_n, bool *ret_by_cgroup, size_t *ret_unreadable)
+static int scan_counted(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup, size_t *ret_unreadable)
 {
+	char want[64], have[64], init_s[16], pid_s[16];
 	_cleanup_free_ pid_t *pids = NULL;
 	_cleanup_free_ struct execkill_proc *procs = NULL;
 	struct execkill_proc self;
-	size_t n = 0, k = 0;
+	size_t n = 0, k = 0, n_foreign = 0;
 	bool by_cgroup = true;
 	int r;
 
 	if (read_stat(proc_root, init, &self) < 0)
 		return -ESRCH;
-	r = pids_from_cgroup(proc_root, cgroup_root, init, &pids, &n);
+	r = pids_from_cgroup(proc_root, cgroup_root, init, id, &pids, &n);
+	if (r == -ESRCH)
+		return r;   /* the init's cgroups do not name the container */
+	snprintf(init_s, sizeof(init_s), "%d", (int)init);
+	if (r == 0 && ns_of(proc_root, init_s, want, sizeof(want)) < 0)
+		return -ESRCH;
 	if (r < 0) {
 		by_cgroup = false;
 		r = pids_from_pidns(proc_root, init, &pids, &n);
@@ -410,22 +441,40 @@ static int scan_counted(const char *proc_root, const char *cgroup_root, pid_t in
 	if (r < 0)
 		return r;
 	procs = n ? xcalloc(n, sizeof(*procs)) : NULL;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (by_cgroup) {
+			/* Only the init's pid namespace: a cgroup the guest
+			 * could share is not a licence to signal outside it. */
+			snprintf(pid_s, sizeof(pid_s), "%d", (int)pids[i]);
+			if (ns_of(proc_root, pid_s, have, sizeof(have)) < 0)
+				continue;   /* gone: counted unreadable */
+			if (strcmp(have, want) != 0) {
+				n_foreign++;
+				continue;
+			}
+		}
 		if (read_stat(proc_root, pids[i], &procs[k]) == 0)
 			k++;
+	}
 	*ret = TAKE_PTR(procs);
 	*ret_n = k;
 	*ret_by_cgroup = by_cgroup;
-	*ret_unreadable = n - k;
+	*ret_unreadable = n - k - n_foreign;
 	return 0;
+}
+
+int execkill_scan_id(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+		     struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup)
+{
+	size_t unreadable;
+
+	return scan_counted(proc_root, cgroup_root, init, id, ret, ret_n, ret_by_cgroup, &unreadable);
 }
 
 int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
 		  size_t *ret_n, bool *ret_by_cgroup)
 {
-	size_t unreadable;
-
-	return scan_counted(proc_root, cgroup_root, init, ret, ret_n, ret_by_cgroup, &unreadable);
+	return execkill_scan_id(proc_root, cgroup_root, init, NULL, ret, ret_n, ret_by_cgroup);
 }
 
 /* ---- killing ------------------------------------------------------------------------ */
@@ -479,18 +528,30 @@ int execkill_run(const char *proc_root, const char *cgroup_root, const struct ex
 		 size_t *ret_killed)
 {
 	_cleanup_free_ struct killed *done = NULL;
+	struct execkill_proc init0, init_now;
 	size_t n_done = 0;
 	int r = -EAGAIN;
 
+	/* The init as it is now: after each scan it must still be this one. */
+	if (read_stat(proc_root, t->init, &init0) < 0) {
+		if (ret_killed)
+			*ret_killed = 0;
+		return -ESRCH;
+	}
 	for (unsigned round = 0; round < EXECKILL_MAX_ROUNDS; round++) {
 		_cleanup_free_ struct execkill_proc *procs = NULL;
 		_cleanup_free_ pid_t *sel = NULL;
 		size_t n = 0, k, fresh = 0, unreadable = 0;
 		bool by_cgroup;
 
-		r = scan_counted(proc_root, cgroup_root, t->init, &procs, &n, &by_cgroup, &unreadable);
+		r = scan_counted(proc_root, cgroup_root, t->init, t->id, &procs, &n, &by_cgroup, &unreadable);
 		if (r < 0)
 			break;
+		if (read_stat(proc_root, t->init, &init_now) < 0 || init_now.start != init0.start ||
+		    is_gone(&init_now)) {
+			r = -ESRCH;   /* the init went (or its pid is another's now) */
+			break;
+		}
 		size_t n_sorted = n_done;
 
 		sel = xcalloc(n ? n : 1, sizeof(*sel));

@@ -70,7 +70,8 @@ struct execkill_target {
 	unsigned long long since;     /* the exec's start, clock ticks since boot */
 	unsigned long long until;     /* the next exec's start in the container; 0: none */
 	unsigned long long root_by;   /* root started at or before this tick (when the engine
-				       * reported it); 0: unbounded */
+				       * reported it); 0: unbounded */	const char *id;               /* the container's id: the init's cgroup path must name
+				       * it (NULL: not checked) */
 };
 
 /* The current CLOCK_BOOTTIME in clock ticks (sysconf(_SC_CLK_TCK)), rounded
@@ -87,6 +88,18 @@ int execkill_parse_stat(const char *buf, size_t len, struct execkill_proc *ret);
  * is kept per process, so every chain is walked once. */
 size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
 		       pid_t *ret);
+
+/* A cgroup path of /proc/<init>/cgroup is used only when it is absolute,
+ * not "/", has no ".." component and (id given) holds the container's id;
+ * when none of the init's lines holds the id, the init is not the
+ * container's: -ESRCH, no scan. Processes listed by the cgroup are kept
+ * only in the init's pid namespace. While execkill_run runs, the init is
+ * held by a pidfd (its start read once) and checked alive after each scan
+ * (-ESRCH: a recycled pid is never scanned).
+ *
+ * execkill_scan_id: as execkill_scan, with that check of id (NULL: none). */
+int execkill_scan_id(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+		     struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup);
 
 /* Lists the processes of init's container (see above): *ret (malloc'd, may
  * be NULL when *ret_n is 0). -ESRCH when init is gone, -errno when neither
