@@ -25,6 +25,7 @@
 #include "execkill.h"
 #include "execrun.h"
 #include "fileop.h"
+#include "freeze.h"
 #include "guest.h"
 #include "log.h"
 #include "m_exec.h"
@@ -56,6 +57,12 @@
 	"done\n" \
 	"exit 1\n"
 #define EXEC_KILL_TIMEOUT_MS 5000
+/* Who runs the killer (exec_mark_kill). */
+#define EXEC_KILL_USER "0:0"
+/* The kill from the host waits at most this long for its freeze (file
+ * calls ahead of it, exec starts of ours deferring it); then it scans the
+ * container running. */
+#define EXEC_KILL_FREEZE_WAIT_MS 5000
 
 static int check_timeout(const json_t *v, char **reterr_message)
 {
@@ -132,10 +139,16 @@ struct exec_req {
 	bool stream;
 	/* The kill from the host (execkill.h). */
 	unsigned long long since;   /* the run's start, clock ticks since boot */
+	uint64_t start_seq;         /* its place in the sandbox's exec_starts */
 	char *exec_id;              /* the engine's, once known */
 	pid_t init;                 /* the container's init */
 	pid_t root;                 /* the exec's process; 0: unknown */
+	unsigned long long root_by; /* the tick the engine reported root at */
 	struct engine_req *req;     /* an inspect in flight */
+	struct freeze_claim *claim; /* the container frozen for the scan (freeze.h) */
+	struct event *claim_ev;     /* bounds the wait for that freeze */
+	bool claim_timed_out;       /* the wait ran out: freeze_cancel was ours */
+	bool freeing;               /* exec_req_free runs: a callback is a no-op */
 };
 
 static long since_ms(const struct timespec *t)
@@ -279,6 +292,14 @@ static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, voi
 
 static void exec_req_free(struct exec_req *x)
 {
+	if (x->claim_ev)
+		event_free(x->claim_ev);
+	if (x->claim) {
+		struct freeze_claim *c = TAKE_PTR(x->claim);
+
+		x->freeing = true;
+		freeze_cancel(c);   /* a granted callback owed fires now: a no-op */
+	}
 	if (x->flush_ev)
 		event_free(x->flush_ev);
 	free(x->pending[0].data);
@@ -335,8 +356,14 @@ static void exec_disposed_cb(const struct docker_reply *r, void *arg)
 static void exec_mark_kill(struct exec_req *x)
 {
 	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
-	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .timeout_ms = EXEC_KILL_TIMEOUT_MS,
-				     .max_output = 4096 };
+	/* As root in the container (0:0, numeric), not Config.User by name: it
+	 * reads every process's /proc/<pid>/environ and signals them, whatever
+	 * uid the command became (a setuid binary, a guest that rewrote its
+	 * /etc/passwd), which only root there can; and no name the guest can
+	 * redefine is looked up. The container's own confinement (its
+	 * capabilities, user namespace) bounds it as it bounds the guest. */
+	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = EXEC_KILL_USER,
+				     .timeout_ms = EXEC_KILL_TIMEOUT_MS, .max_output = 4096 };
 
 	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
 		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
@@ -346,24 +373,110 @@ static void exec_mark_kill(struct exec_req *x)
 
 /* ---- the kill from the host (execkill.h) --------------------------------- */
 
-/* Init and (when known) the exec's process found: scan and kill. The
- * exec's own tree is found by its mark too when its process is unknown. */
-static void exec_host_kill_run(struct exec_req *x)
+/* The start of the first exec of ours in x's sandbox after x's (0: none
+ * known): x's orphans started before it. When x's own start has left the
+ * ring, the ring's earliest is still no later than that first one. */
+static unsigned long long exec_next_start(const struct exec_req *x)
 {
-	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since };
+	const struct sandbox *sb = registry_find_id(x->d->registry, x->id);
+	unsigned long long until = 0;
+
+	if (!sb || x->start_seq == 0)
+		return 0;
+	for (size_t i = 0; i < SANDBOX_EXEC_STARTS; i++) {
+		const struct sandbox_exec_start *e = &sb->exec_starts[i];
+
+		if (e->seq > x->start_seq && (until == 0 || e->tick < until))
+			until = e->tick;
+	}
+	return until;
+}
+
+/* Scans and kills (frozen: while the container is paused by us). The
+ * exec's own tree is found by its mark too when its process is unknown. */
+static void exec_host_kill_scan(struct exec_req *x, bool frozen)
+{
+	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since,
+				     .until = exec_next_start(x), .root_by = x->root_by, .id = x->id };
 	size_t killed = 0;
 	int r = execkill_run("/proc", "/sys/fs/cgroup", &t, &killed);
 
 	if (r < 0)
-		log_warnx("exec in %.12s: the kill from the host %s (%zu killed); killing by the mark", x->id,
-			  r == -EAGAIN ? "ran out of rounds" : strerror(-r), killed);
+		log_warnx("exec in %.12s: the kill from the host %s (%zu killed%s); killing by the mark", x->id,
+			  r == -EAGAIN ? "ran out of rounds" : strerror(-r), killed, frozen ? "" : ", not frozen");
 	else
-		log_debug("op", "exec in %.12s: %zu processes killed from the host", x->id, killed);
+		log_debug("op", "exec in %.12s: %zu processes killed from the host%s", x->id, killed,
+			  frozen ? " (frozen)" : " (not frozen)");
+	if (x->claim) {
+		/* The kills are pending in the frozen guest: they take effect on
+		 * the thaw. */
+		freeze_release(TAKE_PTR(x->claim));
+	}
 	if (r < 0 || x->root <= 0) {
 		exec_mark_kill(x);
 		return;
 	}
 	exec_req_free(x);
+}
+
+static void exec_host_frozen_cb(struct freeze_claim *claim, int error, const struct freeze_failure *failure,
+				void *arg)
+{
+	struct exec_req *x = arg;
+
+	(void)claim;
+	if (x->freeing)
+		return;
+	if (x->claim_ev)
+		event_del(x->claim_ev);
+	if (error == 0) {
+		exec_host_kill_scan(x, true);
+		return;
+	}
+	x->claim = NULL;   /* a failed claim is the table's */
+	if (error == -ECANCELED && !x->claim_timed_out) {
+		exec_req_free(x);   /* the engine goes away: the daemon stops */
+		return;
+	}
+	/* Paused by someone else, held by another daemon, the engine's
+	 * refusal, or the wait ran out (exec starts keep deferring it): the
+	 * scan goes on unfrozen, round after round. */
+	log_info("exec in %.12s: the container could not be frozen for the kill (%s); scanning it running",
+		 x->id, x->claim_timed_out ? "waited too long" : failure ? freeze_reason_to_string(failure->reason)
+								    : strerror(-error));
+	exec_host_kill_scan(x, false);
+}
+
+static void exec_host_freeze_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_req *x = arg;
+
+	(void)fd;
+	(void)what;
+	if (!x->claim)
+		return;
+	x->claim_timed_out = true;
+	freeze_cancel(x->claim);   /* granted fires now with -ECANCELED: scanned unfrozen */
+}
+
+/* Init and (when known) the exec's process found: freeze the container
+ * (freeze.h: queued behind file calls, never into an exec start of ours,
+ * the host lock), then scan and kill in one consistent snapshot — a guest
+ * whose processes fork and exit faster than a scan reads /proc cannot
+ * slip between the list and the reads (execkill.h). The wait for the
+ * freeze is bounded by EXEC_KILL_FREEZE_WAIT_MS. */
+static void exec_host_kill_run(struct exec_req *x)
+{
+	struct timeval tv = { EXEC_KILL_FREEZE_WAIT_MS / 1000, (EXEC_KILL_FREEZE_WAIT_MS % 1000) * 1000 };
+
+	if (!x->d->freezes ||
+	    freeze_acquire(x->d->freezes, x->d->engine, x->id, exec_host_frozen_cb, x, &x->claim) < 0) {
+		x->claim = NULL;
+		exec_host_kill_scan(x, false);
+		return;
+	}
+	x->claim_ev = evtimer_new(x->d->base, exec_host_freeze_timeout_cb, x);
+	evtimer_add(x->claim_ev, &tv);
 }
 
 static void exec_host_root_cb(const struct docker_reply *r, void *arg)
@@ -379,6 +492,9 @@ static void exec_host_root_cb(const struct docker_reply *r, void *arg)
 	if (r->error == 0 && r->status == 200 && json_is_integer(pid) && json_integer_value(pid) > 0 &&
 	    json_integer_value(pid) <= INT32_MAX)
 		x->root = (pid_t)json_integer_value(pid);
+	/* The exec's process started before the engine reported it: a
+	 * process under that pid that started later is a recycled pid. */
+	x->root_by = execkill_now_ticks();
 	exec_host_kill_run(x);
 }
 
@@ -519,20 +635,31 @@ static void exec_start_error(int r, struct msb_error *e)
 	else if (r == -EINVAL)
 		msb_error_set(e, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "command"),
 			      "the command is not valid");
+	else if (r == -ENOENT)
+		msb_error_set(e, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+	else if (r == -ENOKEY)
+		msb_error_set(e, MSB_ERR_CAPABILITY_NOT_SUPPORTED, json_pack("{s:s}", "capability", "exec"),
+			      "the sandbox's user (the image's Config.User) could not be resolved to a uid:gid, "
+			      "and a command is never run as a name the guest could redefine; try again (a "
+			      "passing failure is not kept), or use an image whose user is numeric");
 	else
 		msb_error_set(e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 }
 
-/* Starts the run, as the sandbox's fixed identity: User "uid:gid" (none
- * when it is unresolvable: then the engine runs the image's Config.User). */
+/* Starts the run, as the sandbox's fixed identity: User "uid:gid". None
+ * resolved → -ENOKEY: never the image's Config.User by name (the guest's
+ * /etc/passwd says what that name means). */
 static int exec_begin(struct exec_req *x)
 {
-	const struct sandbox *sb = registry_find_id(x->d->registry, x->id);
+	struct sandbox *sb = registry_find_id(x->d->registry, x->id);
 	char user[IDENTITY_USER_STRING_MAX];
 	_cleanup_free_ const char **argv = NULL;
 	struct execrun_spec spec;
 	size_t i;
 	json_t *v;
+
+	if (!sb || identity_fixed_user(&sb->guest, user) < 0)
+		return sb ? -ENOKEY : -ENOENT;
 
 	if (json_is_string(x->command)) {
 		argv = xcalloc(4, sizeof(*argv));
@@ -546,12 +673,17 @@ static int exec_begin(struct exec_req *x)
 	}
 	spec = (struct execrun_spec){
 		.argv = argv, .working_dir = x->working_dir, .env = (const char *const *)x->env,
-		.user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
+		.user = user,
 		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
 		.on_output = x->stream ? exec_output_cb : NULL, .output_arg = x,
 	};
 	clock_gettime(CLOCK_MONOTONIC, &x->started);
 	x->since = execkill_now_ticks();
+	if (sb) {
+		x->start_seq = ++sb->exec_start_seq;
+		sb->exec_starts[x->start_seq % SANDBOX_EXEC_STARTS] =
+			(struct sandbox_exec_start){ x->start_seq, x->since };
+	}
 	return execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_done_cb, x, NULL);
 }
 
@@ -692,7 +824,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	if (r < 0) {
 		struct msb_error e = { 0 };
 
-		if (sb->guest.known)
+		if (sb->guest.known || r == -ENOKEY)
 			exec_start_error(r, &e);
 		else
 			msb_error_set(&e, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);

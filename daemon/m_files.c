@@ -580,8 +580,13 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 static void files_rm_start(struct files_req *fr)
 {
 	const char *argv[] = { "rm", fr->recursive ? "-rf" : "-f", "--", fr->target, NULL };
+	const struct sandbox *sb = registry_find_id(fr->d->registry, fr->id);
+	char user[IDENTITY_USER_STRING_MAX];
+	/* As the sandbox's fixed uid:gid (guest.h), never Config.User by name:
+	 * a guest that rewrote its /etc/passwd does not change who removes. */
 	struct execrun_spec spec = {
 		.argv = argv, .working_dir = "/",
+		.user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
 		.timeout_ms = fr->timeout_ms ? fr->timeout_ms : fr->d->config->files_timeout_ms,
 		.max_output = 64 * 1024,
 	};

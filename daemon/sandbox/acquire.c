@@ -236,7 +236,9 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      json_pack("{s:[ss]}", "missing", "files_out", "host_tools"),
 			      "the image's user could not be resolved, which files_out, host_tools need. "
 			      "Give the image a numeric uid:gid in Config.User, a readable /etc/passwd, or an "
-			      "`id` it can run. Unresolved identities are retried on the next acquire.");
+			      "`id` it can run. One left unresolved by a passing failure (a timeout, the "
+			      "engine) is resolved again by the next acquire; one the image cannot give "
+			      "is kept for the container's life: dispose it once the image is fixed.");
 		return;
 	}
 	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && !fileop_plane_local(op->d, sb)) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,23 +155,82 @@ static bool is_gone(const struct execkill_proc *p)
 	return p->state == 'Z' || p->state == 'X' || p->state == 'x';
 }
 
-/* Whether p is the exec's (execkill.h). */
-static bool is_execs(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
-		     const struct execkill_proc *p, bool root_ok)
-{
-	const struct execkill_proc *q = p;
+/* What a parent chain meets first, memoized per process: the selection is
+ * O(n log n) whatever the chains (a scan is on the event loop). */
+enum chain_class {
+	CHAIN_UNKNOWN = 0,
+	CHAIN_VISITING,   /* on the path being walked: met again, a loop */
+	CHAIN_ROOT,       /* the exec's own process */
+	CHAIN_INIT,       /* the container's init: an orphan */
+	CHAIN_OTHER,      /* a parent outside the container, or a loop */
+};
 
-	if (p->pid == t->init || is_gone(p))
-		return false;
-	/* A chain is at most n long; a longer one has a loop (a scan that raced). */
-	for (size_t steps = 0; q && steps <= n; steps++) {
-		if (root_ok && q->pid == t->root)
-			return true;
-		if (q->pid == t->init)
-			return p->start >= t->since;
-		q = find_proc(procs, n, q->ppid);
+struct chains {
+	const struct execkill_proc *procs;
+	size_t n;
+	size_t *by_pid;   /* indices into procs, sorted by pid */
+	uint8_t *cls;     /* enum chain_class, per index */
+	size_t *path;     /* scratch: the path being walked */
+};
+
+static int cmp_by_pid(const void *a, const void *b, void *arg)
+{
+	const struct execkill_proc *procs = arg;
+	pid_t x = procs[*(const size_t *)a].pid, y = procs[*(const size_t *)b].pid;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The index of pid in c, or SIZE_MAX. */
+static size_t chains_find(const struct chains *c, pid_t pid)
+{
+	size_t lo = 0, hi = c->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		pid_t m = c->procs[c->by_pid[mid]].pid;
+
+		if (m == pid)
+			return c->by_pid[mid];
+		if (m < pid)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	return false;   /* another exec's tree (its root's parent is outside) */
+	return SIZE_MAX;
+}
+
+/* What the chain from procs[i] meets first; every process on the walked
+ * path gets the same answer, so each is walked once. */
+static enum chain_class chain_of(struct chains *c, const struct execkill_target *t, bool root_ok, size_t i)
+{
+	enum chain_class res = CHAIN_OTHER;
+	size_t k = 0, cur = i;
+
+	while (cur != SIZE_MAX) {
+		const struct execkill_proc *q = &c->procs[cur];
+
+		if (c->cls[cur] == CHAIN_VISITING)
+			break;   /* a loop (a scan that raced): CHAIN_OTHER */
+		if (c->cls[cur] != CHAIN_UNKNOWN) {
+			res = (enum chain_class)c->cls[cur];
+			break;
+		}
+		if (root_ok && q->pid == t->root) {
+			res = c->cls[cur] = CHAIN_ROOT;
+			break;
+		}
+		if (q->pid == t->init) {
+			res = c->cls[cur] = CHAIN_INIT;
+			break;
+		}
+		c->cls[cur] = CHAIN_VISITING;
+		c->path[k++] = cur;
+		cur = chains_find(c, q->ppid);
+	}
+	while (k > 0)
+		c->cls[c->path[--k]] = (uint8_t)res;
+	return (enum chain_class)c->cls[i] == CHAIN_UNKNOWN ? res : (enum chain_class)c->cls[i];
 }
 
 size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
@@ -178,12 +238,33 @@ size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct
 {
 	const struct execkill_proc *root = t->root > 0 ? find_proc(procs, n, t->root) : NULL;
 	/* A root that started before the exec is a recycled pid: not the exec's. */
-	bool root_ok = root && root->start >= t->since && root->pid != t->init;
+	bool root_ok = root && root->start >= t->since && (t->root_by == 0 || root->start <= t->root_by) &&
+		       root->pid != t->init;
+	struct chains c = { .procs = procs, .n = n };
 	size_t k = 0;
 
+	if (n == 0)
+		return 0;
+	c.by_pid = xcalloc(n, sizeof(*c.by_pid));
+	c.cls = xcalloc(n, sizeof(*c.cls));
+	c.path = xcalloc(n, sizeof(*c.path));
 	for (size_t i = 0; i < n; i++)
-		if (is_execs(procs, n, t, &procs[i], root_ok))
-			ret[k++] = procs[i].pid;
+		c.by_pid[i] = i;
+	qsort_r(c.by_pid, n, sizeof(*c.by_pid), cmp_by_pid, (void *)procs);
+	for (size_t i = 0; i < n; i++) {
+		const struct execkill_proc *p = &procs[i];
+		enum chain_class cl;
+
+		if (p->pid == t->init || is_gone(p))
+			continue;
+		cl = chain_of(&c, t, root_ok, i);
+		if (cl == CHAIN_ROOT ||
+		    (cl == CHAIN_INIT && p->start >= t->since && (t->until == 0 || p->start < t->until)))
+			ret[k++] = p->pid;
+	}
+	free(c.by_pid);
+	free(c.cls);
+	free(c.path);
 	return k;
 }
 
@@ -208,10 +289,33 @@ static bool list_has(const char *s, size_t n, const char *word)
 	return false;
 }
 
-/* The cgroup.procs of init's cgroup: the v1 pids hierarchy's, else the v2
- * one. NULL when /proc/<init>/cgroup names neither. */
-static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, pid_t init, int *reterr)
+/* Whether a cgroup path (from /proc/<pid>/cgroup) may be followed: absolute,
+ * not "/", no "." or ".." component, no backslash, and naming id when
+ * given. */
+static bool cgroup_path_ok(const char *path, const char *id)
 {
+	const char *p = path;
+
+	if (path[0] != '/' || path[1] == '\0' || strchr(path, '\\'))
+		return false;
+	while (*p) {
+		const char *c = p + 1, *e = strchr(c, '/');
+		size_t len = e ? (size_t)(e - c) : strlen(c);
+
+		if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		p = e ? e : c + len;
+	}
+	return !id || strstr(path, id) != NULL;
+}
+
+/* The cgroup.procs of init's cgroup: the v1 pids hierarchy's, else the v2
+ * one. NULL when /proc/<init>/cgroup names neither (-ENOENT), or, id
+ * given, when no line names it (-ESRCH: not the container's init). */
+static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			       int *reterr)
+{
+	bool named = false;
 	_cleanup_free_ char *path = xasprintf("%s/%d/cgroup", proc_root, (int)init);
 	_cleanup_free_ char *buf = NULL, *v2 = NULL;
 	size_t len;
@@ -223,22 +327,24 @@ static char *cgroup_procs_path(const char *proc_root, const char *cgroup_root, p
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 
-		if (!c2 || c2[1] != '/' || strstr(c2 + 1, "/../") || strstr(c2 + 1, "\\"))
+		if (c2 && id && strstr(c2 + 1, id))
+			named = true;
+		if (!c2 || !cgroup_path_ok(c2 + 1, id))
 			continue;
 		if (list_has(c1 + 1, (size_t)(c2 - c1 - 1), "pids"))
 			return xasprintf("%s/pids%s/cgroup.procs", cgroup_root, c2 + 1);
 		if (!v2 && c1 - line == 1 && line[0] == '0' && c2 == c1 + 1)
 			v2 = xasprintf("%s%s/cgroup.procs", cgroup_root, c2 + 1);
 	}
-	*reterr = v2 ? 0 : -ENOENT;
+	*reterr = v2 ? 0 : id && !named ? -ESRCH : -ENOENT;
 	return TAKE_PTR(v2);
 }
 
-static int pids_from_cgroup(const char *proc_root, const char *cgroup_root, pid_t init, pid_t **ret,
-			    size_t *ret_n)
+static int pids_from_cgroup(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			    pid_t **ret, size_t *ret_n)
 {
 	int r;
-	_cleanup_free_ char *path = cgroup_procs_path(proc_root, cgroup_root, init, &r);
+	_cleanup_free_ char *path = cgroup_procs_path(proc_root, cgroup_root, init, id, &r);
 	_cleanup_free_ char *buf = NULL;
 	_cleanup_free_ pid_t *pids = NULL;
 	size_t len, n = 0;
@@ -306,19 +412,28 @@ static int pids_from_pidns(const char *proc_root, pid_t init, pid_t **ret, size_
 	return 0;
 }
 
-int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
-		  size_t *ret_n, bool *ret_by_cgroup)
+/* execkill_scan, and how many listed pids had no readable stat (gone
+ * between the list and the read, or a pid the list names but /proc has not
+ * got: a fork-hopper's generation). */
+static int scan_counted(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+			struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup, size_t *ret_unreadable)
 {
+	char want[64], have[64], init_s[16], pid_s[16];
 	_cleanup_free_ pid_t *pids = NULL;
 	_cleanup_free_ struct execkill_proc *procs = NULL;
 	struct execkill_proc self;
-	size_t n = 0, k = 0;
+	size_t n = 0, k = 0, n_foreign = 0;
 	bool by_cgroup = true;
 	int r;
 
 	if (read_stat(proc_root, init, &self) < 0)
 		return -ESRCH;
-	r = pids_from_cgroup(proc_root, cgroup_root, init, &pids, &n);
+	r = pids_from_cgroup(proc_root, cgroup_root, init, id, &pids, &n);
+	if (r == -ESRCH)
+		return r;   /* the init's cgroups do not name the container */
+	snprintf(init_s, sizeof(init_s), "%d", (int)init);
+	if (r == 0 && ns_of(proc_root, init_s, want, sizeof(want)) < 0)
+		return -ESRCH;
 	if (r < 0) {
 		by_cgroup = false;
 		r = pids_from_pidns(proc_root, init, &pids, &n);
@@ -326,13 +441,40 @@ int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, st
 	if (r < 0)
 		return r;
 	procs = n ? xcalloc(n, sizeof(*procs)) : NULL;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (by_cgroup) {
+			/* Only the init's pid namespace: a cgroup the guest
+			 * could share is not a licence to signal outside it. */
+			snprintf(pid_s, sizeof(pid_s), "%d", (int)pids[i]);
+			if (ns_of(proc_root, pid_s, have, sizeof(have)) < 0)
+				continue;   /* gone: counted unreadable */
+			if (strcmp(have, want) != 0) {
+				n_foreign++;
+				continue;
+			}
+		}
 		if (read_stat(proc_root, pids[i], &procs[k]) == 0)
 			k++;
+	}
 	*ret = TAKE_PTR(procs);
 	*ret_n = k;
 	*ret_by_cgroup = by_cgroup;
+	*ret_unreadable = n - k - n_foreign;
 	return 0;
+}
+
+int execkill_scan_id(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+		     struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup)
+{
+	size_t unreadable;
+
+	return scan_counted(proc_root, cgroup_root, init, id, ret, ret_n, ret_by_cgroup, &unreadable);
+}
+
+int execkill_scan(const char *proc_root, const char *cgroup_root, pid_t init, struct execkill_proc **ret,
+		  size_t *ret_n, bool *ret_by_cgroup)
+{
+	return execkill_scan_id(proc_root, cgroup_root, init, NULL, ret, ret_n, ret_by_cgroup);
 }
 
 /* ---- killing ------------------------------------------------------------------------ */
@@ -358,44 +500,84 @@ struct killed {
 	unsigned long long start;
 };
 
-static bool was_killed(const struct killed *k, size_t n, const struct execkill_proc *p)
+static int cmp_killed(const void *a, const void *b)
 {
-	for (size_t i = 0; i < n; i++)
-		if (k[i].pid == p->pid && k[i].start == p->start)
-			return true;
-	return false;
+	const struct killed *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int cmp_proc_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct execkill_proc *)a)->pid, y = ((const struct execkill_proc *)b)->pid;
+
+	return x < y ? -1 : x > y;
+}
+
+/* done[0..n) is sorted (cmp_killed). */
+static bool was_killed(const struct killed *done, size_t n, const struct execkill_proc *p)
+{
+	struct killed key = { p->pid, p->start };
+
+	return n > 0 && bsearch(&key, done, n, sizeof(*done), cmp_killed) != NULL;
 }
 
 int execkill_run(const char *proc_root, const char *cgroup_root, const struct execkill_target *t,
 		 size_t *ret_killed)
 {
 	_cleanup_free_ struct killed *done = NULL;
+	struct execkill_proc init0, init_now;
 	size_t n_done = 0;
 	int r = -EAGAIN;
 
+	/* The init as it is now: after each scan it must still be this one. */
+	if (read_stat(proc_root, t->init, &init0) < 0) {
+		if (ret_killed)
+			*ret_killed = 0;
+		return -ESRCH;
+	}
 	for (unsigned round = 0; round < EXECKILL_MAX_ROUNDS; round++) {
 		_cleanup_free_ struct execkill_proc *procs = NULL;
 		_cleanup_free_ pid_t *sel = NULL;
-		size_t n = 0, k, fresh = 0;
+		size_t n = 0, k, fresh = 0, unreadable = 0;
 		bool by_cgroup;
 
-		r = execkill_scan(proc_root, cgroup_root, t->init, &procs, &n, &by_cgroup);
+		r = scan_counted(proc_root, cgroup_root, t->init, t->id, &procs, &n, &by_cgroup, &unreadable);
 		if (r < 0)
 			break;
+		if (read_stat(proc_root, t->init, &init_now) < 0 || init_now.start != init0.start ||
+		    is_gone(&init_now)) {
+			r = -ESRCH;   /* the init went (or its pid is another's now) */
+			break;
+		}
+		size_t n_sorted = n_done;
+
 		sel = xcalloc(n ? n : 1, sizeof(*sel));
 		k = execkill_select(procs, n, t, sel);
+		/* By pid, to find each selected one (the selection keeps none of
+		 * procs' order that matters here). */
+		if (n > 1)
+			qsort(procs, n, sizeof(*procs), cmp_proc_pid);
+		if (k > 0)
+			done = xrealloc(done, (n_done + k) * sizeof(*done));
 		for (size_t i = 0; i < k; i++) {
-			const struct execkill_proc *p = find_proc(procs, n, sel[i]);
+			struct execkill_proc key = { .pid = sel[i] };
+			const struct execkill_proc *p = bsearch(&key, procs, n, sizeof(*procs), cmp_proc_pid);
 
-			if (was_killed(done, n_done, p))
+			if (!p || was_killed(done, n_sorted, p))
 				continue;
 			fresh++;
-			if (kill_same(proc_root, p->pid, p->start)) {
-				done = xrealloc(done, (n_done + 1) * sizeof(*done));
+			if (kill_same(proc_root, p->pid, p->start))
 				done[n_done++] = (struct killed){ p->pid, p->start };
-			}
 		}
-		if (fresh == 0) {
+		if (n_done > n_sorted)
+			qsort(done, n_done, sizeof(*done), cmp_killed);
+		/* A listed pid whose stat could not be read may have been the
+		 * exec's, replaced meanwhile by a child the list did not have
+		 * yet (a fork-hopper): not finished, scan again. */
+		if (fresh == 0 && unreadable == 0) {
 			r = 0;
 			break;
 		}

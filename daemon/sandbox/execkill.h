@@ -15,8 +15,14 @@
  * is the exec's when, following parents from P,
  *   - the exec's own process (root, the engine's exec Pid) is met: its tree;
  *   - or the container's init is met (P or an ancestor was orphaned: a
- *     daemonized child) and P started at or after the exec did (since);
- * and it is never the init itself. A chain that ends at another process
+ *     daemonized child) and P started at or after the exec did (since)
+ *     and before the next exec of the daemon in that container started
+ *     (until, when there is one: an orphan started later may be that
+ *     exec's, e.g. its `server &`, and is spared — so is a fork-hopper's
+ *     generation started after it);
+ * and it is never the init itself. The root counts only when it started
+ * within [since, root_by] (a pid the engine reported, recycled before or
+ * after, is not the exec's process). A chain that ends at another process
  * whose parent is outside the container (another exec's process: the
  * engine starts each exec from outside) is another exec's tree, spared.
  *
@@ -24,7 +30,16 @@
  * (pidfd_open), its start time read again, and only the same process is
  * signalled (pidfd_send_signal SIGKILL), so a recycled pid is never hit.
  * The scan is repeated until a scan finds nothing it has not signalled
- * already (a guest forking meanwhile), at most EXECKILL_MAX_ROUNDS times.
+ * already (a guest forking meanwhile) and every pid the list named had a
+ * readable stat (a listed pid gone before its stat was read may have been
+ * a fork-hopper's generation, its child not in the list yet), at most
+ * EXECKILL_MAX_ROUNDS times. A guest forking faster than a scan (each
+ * generation forks and exits) is only caught in a consistent snapshot: the
+ * daemon runs execkill_run while the container is frozen (m_exec.c), where
+ * the first round selects and signals all (the kills take effect on the
+ * thaw) and the second finds nothing new; unfrozen (the freeze refused)
+ * the rounds above are the best effort, and running out of them is
+ * reported (-EAGAIN).
  *
  * Synchronous (a few reads of /proc per process), no logging, no engine.
  * proc_root and cgroup_root are "/proc" and "/sys/fs/cgroup" in the daemon
@@ -53,6 +68,10 @@ struct execkill_target {
 	pid_t init;                   /* the container's init (State.Pid) */
 	pid_t root;                   /* the exec's process (the exec's Pid); 0: unknown */
 	unsigned long long since;     /* the exec's start, clock ticks since boot */
+	unsigned long long until;     /* the next exec's start in the container; 0: none */
+	unsigned long long root_by;   /* root started at or before this tick (when the engine
+				       * reported it); 0: unbounded */	const char *id;               /* the container's id: the init's cgroup path must name
+				       * it (NULL: not checked) */
 };
 
 /* The current CLOCK_BOOTTIME in clock ticks (sysconf(_SC_CLK_TCK)), rounded
@@ -64,9 +83,23 @@ unsigned long long execkill_now_ticks(void);
 int execkill_parse_stat(const char *buf, size_t len, struct execkill_proc *ret);
 
 /* Pure: the pids of procs[0..n) the rule above selects, into ret (room for
- * n), in procs' order. Returns how many. */
+ * n), in procs' order. Returns how many. O(n log n): the processes are
+ * found by binary search over a pid order, and what each parent chain meets
+ * is kept per process, so every chain is walked once. */
 size_t execkill_select(const struct execkill_proc *procs, size_t n, const struct execkill_target *t,
 		       pid_t *ret);
+
+/* A cgroup path of /proc/<init>/cgroup is used only when it is absolute,
+ * not "/", has no ".." component and (id given) holds the container's id;
+ * when none of the init's lines holds the id, the init is not the
+ * container's: -ESRCH, no scan. Processes listed by the cgroup are kept
+ * only in the init's pid namespace. While execkill_run runs, the init is
+ * held by a pidfd (its start read once) and checked alive after each scan
+ * (-ESRCH: a recycled pid is never scanned).
+ *
+ * execkill_scan_id: as execkill_scan, with that check of id (NULL: none). */
+int execkill_scan_id(const char *proc_root, const char *cgroup_root, pid_t init, const char *id,
+		     struct execkill_proc **ret, size_t *ret_n, bool *ret_by_cgroup);
 
 /* Lists the processes of init's container (see above): *ret (malloc'd, may
  * be NULL when *ret_n is 0). -ESRCH when init is gone, -errno when neither

@@ -1,6 +1,11 @@
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -13,8 +18,13 @@
 #include "guest.h"
 #include "identity.h"
 #include "log.h"
+#include "plane_local.h"
 #include "registry.h"
 #include "xmalloc.h"
+
+/* /proc/<pid>/status is read up to this much (its Uid and Gid lines come
+ * early). */
+#define GUEST_STATUS_MAX 8192
 
 enum guest_state {
 	GUEST_INSPECT,
@@ -31,6 +41,8 @@ struct guest_req {
 	struct identity_user user;
 	struct identity ident;
 	bool user_ok;               /* Config.User parsed */
+	bool transient;             /* a lookup failed for a passing reason (a timeout, the
+				     * engine): an unresolved result is then not fixed */
 	struct engine_req *req;
 	struct fileop *fop;
 	struct execrun *exec;
@@ -56,6 +68,15 @@ static void guest_fix(struct guest_req *g, struct guest_identity *id)
 {
 	struct sandbox *sb = g->d->registry ? registry_find_id(g->d->registry, g->id) : NULL;
 
+	if (sb && sb->guest.known) {
+		*id = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+		return;
+	}
+	if (!id->resolved && g->transient) {
+		log_warnx("the guest user of %.12s could not be resolved for now (a lookup timed out or the "
+			  "engine failed); not fixed: the next call tries again", g->id);
+		return;
+	}
 	if (sb && !identity_fixed_set(&sb->guest, id->resolved, id->uid, id->gid)) {
 		*id = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
 		return;
@@ -64,7 +85,7 @@ static void guest_fix(struct guest_req *g, struct guest_identity *id)
 		log_debug("op", "guest of %.12s is %u:%u, fixed", g->id, (unsigned)id->uid, (unsigned)id->gid);
 	else
 		log_warnx("the guest user of %.12s could not be resolved; FILES_OUT and HOST_TOOLS "
-			  "workloads are refused, inputs land root-owned, execs run as the image's user", g->id);
+			  "workloads are refused, inputs land root-owned, execs are refused", g->id);
 }
 
 static void guest_finish_cb(evutil_socket_t fd, short what, void *arg)
@@ -113,6 +134,7 @@ static void guest_next_exec(struct guest_req *g)
 	}
 	r = execrun_start(g->d->base, g->d->engine, g->d->freezes, g->id, &spec, guest_exec_cb, g, &g->exec);
 	if (r < 0) {
+		g->transient = true;
 		log_warnx("guest %.12s: cannot run `id`: %s", g->id, strerror(-r));
 		guest_done(g);
 	}
@@ -144,6 +166,8 @@ static void guest_exec_cb(const struct execrun_result *r, void *arg)
 			g->ident.gid = (gid_t)v;
 		}
 	} else {
+		if (r->error)
+			g->transient = true;   /* it did not run to its end: not an answer */
 		log_warnx("guest %.12s: `id %s` failed (%s, exit %d)", g->id, g->state == GUEST_ID_U ? "-u" : "-g",
 			  r->error ? strerror(-r->error) : "ran", r->error ? -1 : r->exit_code);
 		if (g->state == GUEST_ID_U) {
@@ -167,6 +191,9 @@ static void guest_db_cb(struct fileop *op, const struct msb_error *err, void *ar
 		return;
 	}
 	if (err) {
+		if (err->code == MSB_ERR_TIMEOUT || err->code == MSB_ERR_ENGINE_TIMEOUT ||
+		    err->code == MSB_ERR_ENGINE_ERROR || err->code == MSB_ERR_FREEZE_FAILED)
+			g->transient = true;
 		log_warnx("guest %.12s: cannot read its user database: %s", g->id,
 			  err->message ? err->message : msb_error_name(err->code));
 	} else {
@@ -227,10 +254,95 @@ static void guest_from_user(struct guest_req *g, const char *config_user)
 	fileop_start(g->fop, guest_db_cb, g);
 }
 
+/* The container's init (State.Pid of inspect), when it can be read from
+ * here: 0 and *ret_pid, else -ESRCH. */
+static int guest_init_pid(const json_t *inspect, pid_t *ret_pid)
+{
+	const json_t *pid = json_object_get(json_object_get(inspect, "State"), "Pid");   /* borrows */
+
+	if (!json_is_integer(pid) || json_integer_value(pid) <= 0 || json_integer_value(pid) > INT32_MAX)
+		return -ESRCH;
+	*ret_pid = (pid_t)json_integer_value(pid);
+	return 0;
+}
+
+/* On a local engine (d->exec_host_kill: the engine's processes are this
+ * host's, the daemon is root): the real uid and gid the runtime gave the
+ * container's init. The runtime resolved Config.User against the image's
+ * /etc/passwd before any guest code ran, so an ENTRYPOINT that rewrites
+ * the file, or a rewrite before a daemon restart, changes nothing. The pid
+ * is pinned as this container's (plane_local.h: its cgroup names the
+ * container; a user namespace that remaps ids is refused, -EOPNOTSUPP) and
+ * still alive after the read, so the status read was the init's. 0, or
+ * -errno: then the ids are resolved by name as on a remote engine. */
+static int guest_ids_of_init(const char *id, pid_t pid, uid_t *ret_uid, gid_t *ret_gid)
+{
+	struct plocal_pin pin = PLOCAL_PIN_INIT;
+	char path[64], buf[GUEST_STATUS_MAX];
+	size_t len = 0;
+	struct pollfd pfd;
+	int fd, r;
+
+	r = plocal_pin_open(pid, id, &pin);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		plocal_pin_close(&pin);
+		return r;
+	}
+	while (len < sizeof(buf)) {
+		ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	r = identity_parse_proc_status(buf, len, ret_uid, ret_gid);
+	/* A pidfd polls readable once its process has exited: alive after the
+	 * read, the pid named the pinned init all along. */
+	pfd = (struct pollfd){ .fd = pin.pidfd, .events = POLLIN };
+	if (r == 0 && poll(&pfd, 1, 0) != 0)
+		r = -ESRCH;
+	plocal_pin_close(&pin);
+	return r;
+}
+
+/* From the container's inspect: the init's ids on a local engine, else
+ * Config.User resolved. */
+static void guest_from_inspect(struct guest_req *g, const json_t *inspect)
+{
+	const json_t *user = json_object_get(json_object_get(inspect, "Config"), "User");
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	int r;
+
+	if (g->d->exec_host_kill && guest_init_pid(inspect, &pid) == 0) {
+		r = guest_ids_of_init(g->id, pid, &uid, &gid);
+		if (r == 0) {
+			g->ident.uid_known = g->ident.gid_known = true;
+			g->ident.uid = uid;
+			g->ident.gid = gid;
+			log_debug("op", "guest of %.12s: %u:%u from its init's credentials", g->id, (unsigned)uid,
+				  (unsigned)gid);
+			guest_done(g);
+			return;
+		}
+		log_info("guest %.12s: its init's credentials cannot be read (%s); resolving Config.User", g->id,
+			 strerror(-r));
+	}
+	guest_from_user(g, json_string_value(user));
+}
+
 static void guest_inspect_cb(const struct docker_reply *r, void *arg)
 {
 	struct guest_req *g = arg;
-	const json_t *user;
 
 	g->req = NULL;
 	if (r->error == 0 && r->status == 404) {
@@ -243,14 +355,14 @@ static void guest_inspect_cb(const struct docker_reply *r, void *arg)
 		guest_done(g);
 		return;
 	}
-	user = json_object_get(json_object_get(r->body, "Config"), "User");
-	guest_from_user(g, json_string_value(user));
+	guest_from_inspect(g, r->body);
 }
 
 int guest_identity_start(struct msbd *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
 			 struct guest_req **ret)
 {
 	struct guest_req *g = xcalloc(1, sizeof(*g));
+	pid_t pid;
 	int r;
 
 	g->d = d;
@@ -260,10 +372,10 @@ int guest_identity_start(struct msbd *d, const char *id, const json_t *inspect, 
 	g->finish_ev = event_new(d->base, -1, 0, guest_finish_cb, g);
 	if (!g->finish_ev)
 		fatalx("%s: cannot create an event", __func__);
-	if (inspect) {
-		const json_t *user = json_object_get(json_object_get(inspect, "Config"), "User");
-
-		guest_from_user(g, json_string_value(user));
+	/* The caller's inspect serves unless the init's ids are wanted and it
+	 * has no init (taken before the start): then a fresh one. */
+	if (inspect && (!d->exec_host_kill || guest_init_pid(inspect, &pid) == 0)) {
+		guest_from_inspect(g, inspect);
 	} else {
 		g->state = GUEST_INSPECT;
 		r = docker_container_inspect(d->engine, id, guest_inspect_cb, g, &g->req);

@@ -11,8 +11,16 @@
  * replaced; a later resolution hands its callback the stored identity.
  * Callers look at sb->guest first and resolve only when it is not known.
  *
+ * On a local engine (d->exec_host_kill) the ids come first from the
+ * container's init instead: the real Uid and Gid of /proc/<State.Pid>/status,
+ * the pid pinned as the container's (plane_local.h) and alive after the
+ * read — what the runtime resolved before any guest code ran; only when
+ * that cannot be read is Config.User resolved as above.
+ *
  * Failures of the lookups are not errors: they leave the identity
- * unresolved (logged). Only a gone container, an unreachable engine or the
+ * unresolved (logged). An unresolved result is fixed only when no lookup
+ * failed for a passing reason (a timeout, the engine's failure, a refused
+ * freeze): else nothing is stored and the next call resolves again. Only a gone container, an unreachable engine or the
  * daemon stopping fail the resolution. The callback fires exactly once,
  * from the loop; guest_identity_abandon() stops it from firing (the work
  * in flight still ends cleanly: a freeze is always released). */

@@ -239,6 +239,41 @@ int identity_parse_id_output(const char *buf, size_t len, unsigned long *ret)
 	return parse_id(buf, len, ret) ? 0 : -EINVAL;
 }
 
+/* The first field after "key:" on a line of a status body. */
+static bool status_field(const char *buf, size_t len, const char *key, unsigned long *ret)
+{
+	size_t k = strlen(key);
+	const char *p = buf, *end = buf + len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *le = nl ? nl : end;
+
+		if ((size_t)(le - p) > k && memcmp(p, key, k) == 0) {
+			const char *f = p + k, *fe;
+
+			while (f < le && (*f == '\t' || *f == ' '))
+				f++;
+			for (fe = f; fe < le && *fe != '\t' && *fe != ' '; fe++)
+				;
+			return parse_id(f, (size_t)(fe - f), ret);
+		}
+		p = nl ? nl + 1 : end;
+	}
+	return false;
+}
+
+int identity_parse_proc_status(const char *buf, size_t len, uid_t *ret_uid, gid_t *ret_gid)
+{
+	unsigned long u, g;
+
+	if (!status_field(buf, len, "Uid:", &u) || !status_field(buf, len, "Gid:", &g))
+		return -EINVAL;
+	*ret_uid = (uid_t)u;
+	*ret_gid = (gid_t)g;
+	return 0;
+}
+
 bool identity_finish(struct identity *id)
 {
 	if (id->uid_known && !id->gid_known) {

@@ -88,6 +88,12 @@ int identity_apply_group(const struct identity_user *u, const char *buf, size_t 
  * spaces; anything else or over IDENTITY_ID_MAX → -EINVAL. */
 int identity_parse_id_output(const char *buf, size_t len, unsigned long *ret);
 
+/* The real uid and gid of a process from its /proc/<pid>/status body
+ * (buf[0..len)): the first field of its "Uid:" and "Gid:" lines (tab or
+ * space separated, decimal, at most IDENTITY_ID_MAX). 0, or -EINVAL when
+ * either line is missing or malformed. */
+int identity_parse_proc_status(const char *buf, size_t len, uid_t *ret_uid, gid_t *ret_gid);
+
 /* Final rule: uid known and gid not → gid 0. Returns true when resolved
  * (uid known). */
 bool identity_finish(struct identity *id);

@@ -43,6 +43,9 @@ const char *sandbox_state_to_string(enum sandbox_state s);
 /* Docker's State.Status / list "State" string → state. */
 enum sandbox_state sandbox_state_from_docker(const char *s);
 
+/* Exec starts remembered per sandbox (the ring below). */
+#define SANDBOX_EXEC_STARTS 64
+
 struct sandbox {
 	char *id;              /* 64 hex */
 	char *name;            /* without a leading '/' */
@@ -64,6 +67,14 @@ struct sandbox {
 	 * serves it; dropped at every start, restart and death, so a new init
 	 * is looked up and pinned again. */
 	struct plocal_pin pin;
+	/* The starts of this daemon's latest sandbox.exec runs in it (m_exec.c:
+	 * a timed-out exec's orphans are only those started before the next
+	 * exec's start, execkill.h until): a ring, by sequence (0: unused). */
+	struct sandbox_exec_start {
+		uint64_t seq;
+		unsigned long long tick;   /* clock ticks since boot (execkill_now_ticks) */
+	} exec_starts[SANDBOX_EXEC_STARTS];
+	uint64_t exec_start_seq;   /* the last sequence given */
 	TAILQ_ENTRY(sandbox) entry;
 };
 

@@ -79,13 +79,21 @@ static const struct {
 	struct execkill_target t;
 	pid_t want[8];        /* 0-terminated, in box's order */
 } select_rows[] = {
-	{ "X: its tree and the orphan started since", { 100, 200, 1000 }, { 200, 201, 202, 204 } },
-	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000 }, { 202 } },
-	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000 }, { 202 } },
-	{ "X, its root named as the init: never the init", { 100, 100, 1000 }, { 202 } },
-	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500 }, { 300, 301 } },
-	{ "an exec older than everything: every process under the init", { 100, 0, 0 }, { 101, 150, 202 } },
-	{ "an exec started after everything: nothing", { 100, 999, 99999 }, { 0 } },
+	{ "X: its tree and the orphan started since", { 100, 200, 1000, 0, 0, NULL }, { 200, 201, 202, 204 } },
+	{ "X, its root unknown: the orphans started since only", { 100, 0, 1000, 0, 0, NULL }, { 202 } },
+	{ "X, its root a pid that started before it (recycled): as unknown", { 100, 150, 1000, 0, 0, NULL }, { 202 } },
+	{ "X, its root named as the init: never the init", { 100, 100, 1000, 0, 0, NULL }, { 202 } },
+	{ "Y: its tree; X's orphan started before Y, spared", { 100, 300, 1500, 0, 0, NULL }, { 300, 301 } },
+	{ "an exec older than everything: every process under the init", { 100, 0, 0, 0, 0, NULL }, { 101, 150, 202 } },
+	{ "X, a later exec started at 1002: the orphan started then is that exec's, spared",
+	  { 100, 200, 1000, 1002, 0, NULL }, { 200, 201, 204 } },
+	{ "an exec older than everything, the next at 501: the orphans before it only",
+	  { 100, 0, 0, 501, 0, NULL }, { 101, 150 } },
+	{ "an exec started after everything: nothing", { 100, 999, 99999, 0, 0, NULL }, { 0 } },
+	{ "X, its root reported at tick 999 (before 200 started: recycled): as unknown",
+	  { 100, 200, 1000, 0, 999, NULL }, { 202 } },
+	{ "X, its root reported at its own start tick: its tree", { 100, 200, 1000, 0, 1000, NULL },
+	  { 200, 201, 202, 204 } },
 };
 
 START_TEST(test_select)
@@ -108,7 +116,7 @@ START_TEST(test_select_loop)
 	static const struct execkill_proc loop[] = {
 		{ 100, 50, 'S', 10 }, { 500, 501, 'S', 2000 }, { 501, 500, 'S', 2000 },
 	};
-	struct execkill_target t = { 100, 0, 1000 };
+	struct execkill_target t = { 100, 0, 1000, 0, 0, NULL };
 	pid_t got[3];
 
 	ck_assert_uint_eq(execkill_select(loop, ELEMENTSOF(loop), &t, got), 0);
@@ -206,7 +214,7 @@ static char *box_procs(void)
 static void check_scan(struct tree *t, bool want_cgroup)
 {
 	_cleanup_free_ struct execkill_proc *procs = NULL;
-	struct execkill_target x = { 100, 200, 1000 };
+	struct execkill_target x = { 100, 200, 1000, 0, 0, NULL };
 	pid_t got[32];
 	size_t n = 0;
 	bool by_cgroup = !want_cgroup;
@@ -270,6 +278,81 @@ START_TEST(test_scan_pidns)
 }
 END_TEST
 
+/* The init's cgroup lines, hostile or odd, against container id "abc":
+ * followed only when absolute, not "/", free of "." and "..", naming the
+ * id; none naming it → not the container's init (-ESRCH, no scan). */
+static const struct {
+	const char *cgroup;
+	int want_r;
+	bool want_cgroup;
+} cgroup_rows[] = {
+	{ "9:pids:/docker/abc\n", 0, true },
+	{ "0::/system.slice/docker-abc.scope\n", 0, true },
+	{ "9:pids:/\n0::/\n", -ESRCH, false },
+	{ "9:pids:/..\n0::/..\n", -ESRCH, false },
+	{ "9:pids:/elsewhere\n0::/elsewhere\n", -ESRCH, false },
+	{ "9:pids:/docker/abc/..\n", 0, false },          /* named, not followed: the pid namespace */
+	{ "9:pids:/docker/./abc\n", 0, false },
+	{ "9:pids:/docker/abc\\x\n", 0, false },
+};
+
+START_TEST(test_scan_cgroup_lines)
+{
+	struct tree t;
+	_cleanup_free_ struct execkill_proc *procs = NULL;
+	_cleanup_free_ char *cgf = NULL, *procs_list = box_procs();
+	static const char *const dirs[] = { "pids/docker/abc", "system.slice/docker-abc.scope", "pids", "",
+					    "pids/elsewhere", "elsewhere" };
+	size_t n = 0;
+	bool by_cgroup = false;
+
+	tree_new(&t);
+	for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+		_cleanup_free_ char *d = xasprintf("%s/%s", t.cg, dirs[i]);
+		_cleanup_free_ char *f = xasprintf("%s/cgroup.procs", d);
+
+		mkdirs(d);
+		put(f, procs_list);
+	}
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, cgroup_rows[_i].cgroup);
+	ck_assert_int_eq(execkill_scan_id(t.proc, t.cg, 100, "abc", &procs, &n, &by_cgroup), cgroup_rows[_i].want_r);
+	if (cgroup_rows[_i].want_r == 0) {
+		ck_assert_msg(by_cgroup == cgroup_rows[_i].want_cgroup, "%s: by cgroup %d", cgroup_rows[_i].cgroup,
+			      by_cgroup);
+		ck_assert_uint_eq(n, ELEMENTSOF(box));
+	}
+	tree_free(&t);
+}
+END_TEST
+
+/* Listed by the cgroup but in another pid namespace: never a candidate. */
+START_TEST(test_scan_cgroup_foreign_ns)
+{
+	struct tree t;
+	_cleanup_free_ struct execkill_proc *procs = NULL;
+	_cleanup_free_ char *cgf = NULL, *dir = NULL, *body = NULL, *list = box_procs();
+	size_t n = 0;
+	bool by_cgroup = false;
+
+	tree_new(&t);
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/abc\n");
+	dir = xasprintf("%s/pids/docker/abc", t.cg);
+	mkdirs(dir);
+	free(cgf);
+	cgf = xasprintf("%s/cgroup.procs", dir);
+	body = xasprintf("%s7\n", list);   /* the host process 7 */
+	put(cgf, body);
+	ck_assert_int_eq(execkill_scan_id(t.proc, t.cg, 100, "abc", &procs, &n, &by_cgroup), 0);
+	ck_assert(by_cgroup);
+	ck_assert_uint_eq(n, ELEMENTSOF(box));
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_ne(procs[i].pid, 7);
+	tree_free(&t);
+}
+END_TEST
+
 /* The init gone: -ESRCH. */
 START_TEST(test_scan_init_gone)
 {
@@ -288,7 +371,7 @@ END_TEST
 START_TEST(test_run_nothing)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 999, 99999 };
+	struct execkill_target x = { 100, 999, 99999, 0, 0, NULL };
 	size_t killed = 1;
 
 	tree_new(&t);
@@ -303,7 +386,7 @@ END_TEST
 START_TEST(test_run_bounded)
 {
 	struct tree t;
-	struct execkill_target x = { 100, 0, 1000 };
+	struct execkill_target x = { 100, 0, 1000, 0, 0, NULL };
 	struct execkill_proc ghost = { 0, 100, 'R', 2000 };
 	_cleanup_free_ char *cgf = NULL;
 	size_t killed = 1;
@@ -325,6 +408,93 @@ START_TEST(test_run_bounded)
 	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), -EAGAIN);
 	ck_assert_uint_eq(killed, 0);
 	tree_free(&t);
+}
+END_TEST
+
+/* A listed pid with no readable stat (a fork-hopper's generation gone
+ * between the list and the read; its child not listed yet) is not a
+ * finished scan: the rounds go on and run out (-EAGAIN), never 0. */
+START_TEST(test_run_unreadable)
+{
+	struct tree t;
+	struct execkill_target x = { 100, 0, 1000, 0, 0, NULL };
+	_cleanup_free_ char *cgf = NULL, *dir = NULL;
+	size_t killed = 1;
+
+	tree_empty(&t);
+	add_proc(&t, &box[0], "pid:[4026532000]");
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/abc\n");
+	dir = xasprintf("%s/pids/docker/abc", t.cg);
+	mkdirs(dir);
+	free(cgf);
+	cgf = xasprintf("%s/cgroup.procs", dir);
+	put(cgf, "100\n555\n");
+	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), -EAGAIN);
+	ck_assert_uint_eq(killed, 0);
+	tree_free(&t);
+}
+END_TEST
+
+/* EXECKILL_MAX_PROCS processes, each the parent of the next (a chain as
+ * deep as the bound), in a fake /proc listed by cgroup.procs: the
+ * selection walks every chain once (memoized, found by binary search), so
+ * the run ends at once (the check's timeout is the hang guard). None is
+ * selected: all started before the exec, and their pids are past pid_max
+ * (no real process is ever signalled). */
+START_TEST(test_run_many)
+{
+	struct tree t;
+	struct execkill_target x = { 100, 0, 1000, 0, 0, NULL };
+	_cleanup_free_ char *cgf = NULL, *dir = NULL;
+	size_t killed = 1;
+	FILE *f = fopen("/proc/sys/kernel/pid_max", "r"), *procs;
+	long max = 0;
+	pid_t base;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%ld", &max), 1);
+	fclose(f);
+	ck_assert_int_lt(max, INT_MAX - EXECKILL_MAX_PROCS - 10);
+	base = (pid_t)(max + 5);
+	tree_empty(&t);
+	add_proc(&t, &box[0], "pid:[4026532000]");
+	cgf = xasprintf("%s/100/cgroup", t.proc);
+	put(cgf, "9:pids:/docker/abc\n");
+	dir = xasprintf("%s/pids/docker/abc", t.cg);
+	mkdirs(dir);
+	free(cgf);
+	cgf = xasprintf("%s/cgroup.procs", dir);
+	procs = fopen(cgf, "w");
+	ck_assert_ptr_nonnull(procs);
+	fprintf(procs, "100\n");
+	for (int i = 0; i < EXECKILL_MAX_PROCS - 1; i++) {
+		struct execkill_proc p = { base + i, i ? base + i - 1 : 100, 'S', 500 };
+
+		add_proc(&t, &p, "pid:[4026532000]");
+		fprintf(procs, "%d\n", (int)p.pid);
+	}
+	fclose(procs);
+	ck_assert_int_eq(execkill_run(t.proc, t.cg, &x, &killed), 0);
+	ck_assert_uint_eq(killed, 0);
+	tree_free(&t);
+}
+END_TEST
+
+/* The same chain in memory, the orphan rule selecting every one of it. */
+START_TEST(test_select_deep)
+{
+	size_t n = EXECKILL_MAX_PROCS;
+	_cleanup_free_ struct execkill_proc *procs = xcalloc(n, sizeof(*procs));
+	_cleanup_free_ pid_t *got = xcalloc(n, sizeof(*got));
+	struct execkill_target x = { 100, 0, 1000, 0, 0, NULL };
+
+	procs[0] = (struct execkill_proc){ 100, 50, 'S', 10 };
+	/* In reverse pid order: the deepest first, each walk the longest. */
+	for (size_t i = 1; i < n; i++)
+		procs[i] = (struct execkill_proc){ (pid_t)(200000 - i), i == n - 1 ? 100 : (pid_t)(200000 - i - 1),
+						   'S', 2000 };
+	ck_assert_uint_eq(execkill_select(procs, n, &x, got), n - 1);
 }
 END_TEST
 
@@ -368,8 +538,18 @@ static Suite *execkill_suite(void)
 	tcase_add_test(tc, test_scan_cgroup_v2);
 	tcase_add_test(tc, test_scan_pidns);
 	tcase_add_test(tc, test_scan_init_gone);
+	tcase_add_loop_test(tc, test_scan_cgroup_lines, 0, ELEMENTSOF(cgroup_rows));
+	tcase_add_test(tc, test_scan_cgroup_foreign_ns);
 	tcase_add_test(tc, test_run_nothing);
 	tcase_add_test(tc, test_run_bounded);
+	tcase_add_test(tc, test_run_unreadable);
+	suite_add_tcase(s, tc);
+
+	/* 16384 processes: writing the fake tree takes most of it. */
+	tc = tcase_create("many");
+	tcase_set_timeout(tc, 100);
+	tcase_add_test(tc, test_run_many);
+	tcase_add_test(tc, test_select_deep);
 	suite_add_tcase(s, tc);
 	return s;
 }

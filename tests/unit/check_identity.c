@@ -642,6 +642,37 @@ START_TEST(test_fixed_user_widest)
 }
 END_TEST
 
+/* /proc/<pid>/status: the real (first) ids of the Uid and Gid lines. */
+static const struct {
+	const char *body;
+	int want_r;
+	uid_t uid;
+	gid_t gid;
+} status_rows[] = {
+	{ "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t0\t0\t0\nGid:\t1000\t0\t0\t0\n"
+	  "Groups:\t1000 27\n", 0, 1000, 1000 },
+	{ "Uid: 0 0 0 0\nGid: 5 5 5 5", 0, 0, 5 },
+	{ "Name:\tx\nGid:\t1\t1\t1\t1\n", -EINVAL, 0, 0 },                 /* no Uid line */
+	{ "Uid:\t-1\t0\t0\t0\nGid:\t0\t0\t0\t0\n", -EINVAL, 0, 0 },        /* not decimal */
+	{ "Uid:\t4294967295\t0\t0\t0\nGid:\t0\t0\t0\t0\n", -EINVAL, 0, 0 }, /* over IDENTITY_ID_MAX */
+	{ "Uid:\t\nGid:\t0\n", -EINVAL, 0, 0 },                             /* empty field */
+	{ "XUid:\t7\nUid:\t8\t8\t8\t8\nGid:\t9\t9\t9\t9\n", 0, 8, 9 },     /* a line's start only */
+};
+
+START_TEST(test_proc_status)
+{
+	uid_t uid = 12345;
+	gid_t gid = 12345;
+	int r = identity_parse_proc_status(status_rows[_i].body, strlen(status_rows[_i].body), &uid, &gid);
+
+	ck_assert_int_eq(r, status_rows[_i].want_r);
+	if (r == 0) {
+		ck_assert_uint_eq(uid, status_rows[_i].uid);
+		ck_assert_uint_eq(gid, status_rows[_i].gid);
+	}
+}
+END_TEST
+
 static Suite *identity_suite(void)
 {
 	Suite *s = suite_create("identity");
@@ -689,6 +720,10 @@ static Suite *identity_suite(void)
 	tcase_add_test(tc, test_fixed_first_wins);
 	tcase_add_test(tc, test_fixed_unresolved);
 	tcase_add_test(tc, test_fixed_user_widest);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("the init's ids from /proc/<pid>/status");
+	tcase_add_loop_test(tc, test_proc_status, 0, ELEMENTSOF(status_rows));
 	suite_add_tcase(s, tc);
 	return s;
 }

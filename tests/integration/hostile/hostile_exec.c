@@ -19,6 +19,7 @@
  * Each test starts its own daemon(s), uses sandboxes labelled with the
  * run's id, disposes them and asserts the daemon exits 0. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +29,12 @@
 #include "cleanup.h"
 #include "harness.h"
 #include "hostile.h"
+#include "xmalloc.h"
 
 #define ENGINE_WAIT_MS 15000
 #define ERR_CONFINEMENT 1200
 #define ERR_TIMEOUT 1205
+#define ERR_OS 1203
 /* The deadline of the escaping execs, and the hang guard on their reply
  * (the client's own wait is 30 s). */
 #define ESCAPE_TIMEOUT_S 2
@@ -202,6 +205,12 @@ static void escape_on(const char *plane)
 		int code = 0;
 		json_t *r = exec_sh(&p, sb, escapes[i], ESCAPE_TIMEOUT_S, &code, &type);
 
+		if (r || code != ERR_TIMEOUT) {
+			_cleanup_free_ char *dump = r ? json_dumps(r, 0) : NULL;
+
+			fprintf(stderr, "%s (%s): %s\n", escapes[i], plane, dump ? dump : "(error)");
+			msbd_dump_log(&p);
+		}
 		ck_assert_msg(!r && code == ERR_TIMEOUT, "%s (%s): %d, want TimeoutError", escapes[i], plane, code);
 		ck_assert_str_eq(type, "TimeoutError");
 		ck_assert_msg(now_ms() - t0 < REPLY_GUARD_MS, "%s: the reply hung", escapes[i]);
@@ -236,6 +245,113 @@ START_TEST(test_exec_kill_escapes_local)
 }
 END_TEST
 
+/* ---- the fork-hopper: each generation forks and exits --------------------------- */
+
+/* Busy: this many long-lived processes (started before the exec, so not
+ * its own) make one scan of the container slower. */
+#define HOPPER_BUSY 1000
+#define HOPPER_PIDS_LIMIT "sandbox.pids_limit=1100"
+/* The daemon's record (log.debug) that the kill scanned a frozen container. */
+#define HOPPER_FROZEN_LOG "killed from the host (frozen)"
+
+/* Whether the daemon's log holds s. */
+static bool log_has(const struct msbd_proc *p, const char *s)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f = fopen(p->log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (!found && getline(&buf, &cap, f) > 0)
+		found = strstr(buf, s) != NULL;
+	fclose(f);
+	return found;
+}
+#define HOPPER_MARKER "./hopper"
+/* The hopper: no libc, each generation forks and exits at once, so a pid
+ * read from cgroup.procs is gone before its stat is read. */
+static const char hopper_src[] =
+	"#include <sys/syscall.h>\n"
+	"static long sc(long n, long a) { long r; __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(n), \"D\"(a)"
+	" : \"rcx\", \"r11\", \"memory\"); return r; }\n"
+	"void _start(void) { for (;;) if (sc(SYS_fork, 0) > 0) sc(SYS_exit, 0); }\n";
+
+/* The hopper, built static on this host: base64 of it (malloc'd). */
+static char *hopper_b64(void)
+{
+	char dir[] = "/tmp/hostile-hopper-XXXXXX", cmd[512], *out = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "%s/h.c", dir);
+	f = fopen(cmd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(hopper_src, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd),
+		 "gcc -static -nostdlib -Os -s -fno-stack-protector -o %s/h %s/h.c >&2 && base64 -w0 %s/h; rm -rf %s",
+		 dir, dir, dir, dir);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_gt(getline(&out, &cap, f), 0);
+	ck_assert_int_eq(pclose(f), 0);
+	return out;
+}
+
+/* A process whose generations each fork the next and exit (no mark: env -i)
+ * escaped the kill: the scan read cgroup.procs and then each stat, by
+ * which time the listed pid was gone and its child not listed. The kill
+ * scans the container frozen; nothing of the hopper is left, the older
+ * processes are spared. */
+START_TEST(test_exec_kill_hopper)
+{
+	struct msbd_proc p = { 0 };
+	char sb[80];
+	_cleanup_free_ char *busy = NULL, *bin = NULL;
+	char *t = NULL;
+	_cleanup_free_ char *type = NULL;
+	int code = 0;
+	long deadline;
+	json_t *r;
+	static const char *const args[] = { "--set", HOPPER_PIDS_LIMIT, "--set", "log.debug=true", NULL };
+
+#ifndef __x86_64__
+	return;   /* the hopper is x86-64 code */
+#endif
+	bin = hopper_b64();
+	daemon_up(&p, "archive", args);
+	acquire(&p, "hopper", "archive", hostile_spec(), sb);
+	busy = xasprintf("i=0; while [ $i -lt %d ]; do sleep 3000 >/dev/null 2>&1 & i=$((i+1)); done", HOPPER_BUSY);
+	free(exec_out(&p, sb, busy));
+	r = call(p.sock, "files.write",
+		 json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "hopper", "content_b64", bin), &code, NULL);
+	ck_assert_msg(r, "files.write of the hopper failed: %d", code);
+	json_decref(r);
+	free(exec_out(&p, sb, "chmod 755 " HOPPER_MARKER));
+	r = exec_sh(&p, sb, "env -i " HOPPER_MARKER " & exec sleep 1020", ESCAPE_TIMEOUT_S, &code, &type);
+	ck_assert_msg(!r && code == ERR_TIMEOUT, "the hopper's exec: %d, want TimeoutError", code);
+	for (deadline = now_ms() + GONE_GUARD_MS; now_ms() < deadline; usleep(POLL_MS * 1000)) {
+		free(t);
+		t = top(sb);
+		if (!strstr(t, HOPPER_MARKER) && !strstr(t, "sleep 1020"))
+			break;
+	}
+	if (strstr(t, HOPPER_MARKER))
+		msbd_dump_log(&p);
+	ck_assert_msg(!strstr(t, HOPPER_MARKER), "the fork-hopper outlived its exec's deadline");
+	ck_assert_msg(!strstr(t, "sleep 1020"), "the exec's own process outlived its deadline");
+	/* The busy processes were not the exec's: spared. */
+	ck_assert_msg(strstr(t, "sleep 3000"), "processes older than the exec were killed");
+	/* And the snapshot was a consistent one: taken frozen. */
+	ck_assert_msg(log_has(&p, HOPPER_FROZEN_LOG), "the kill did not scan the container frozen");
+	free(t);
+	dispose(&p, "hopper", "archive");
+	ck_assert_int_eq(msbd_stop(&p), 0);
+}
+END_TEST
+
 /* ---- finding 7: identity drift ------------------------------------------------ */
 
 static char user_image[128];
@@ -248,7 +364,8 @@ static void user_image_build(void)
 
 	snprintf(user_image, sizeof(user_image), "msb-it-hostile-user:%s", hostile_run_id);
 	out = sh_out("printf 'FROM %s\\nRUN echo tester:x:" USER_UID ":" USER_UID "::/tmp:/bin/sh >> /etc/passwd "
-		     "&& echo tester:x:" USER_UID ": >> /etc/group && chmod 666 /etc/passwd\\nUSER tester\\n' | "
+		     "&& echo tester:x:" USER_UID ": >> /etc/group && chmod 666 /etc/passwd "
+		     "&& mkdir /keep && touch /keep/x\\nUSER tester\\n' | "
 		     "timeout 120 docker build -q -t %s - >/dev/null 2>&1 && echo built",
 		     hostile_image, user_image);
 	ck_assert_msg(strcmp(out, "built") == 0, "cannot build %s", user_image);
@@ -263,6 +380,7 @@ static void user_image_remove(void)
  * when the test failed before removing it. */
 static void user_image_teardown(void)
 {
+	free(sh_out("timeout 60 docker rmi -f msb-it-hostile-entry:%s >/dev/null 2>&1", hostile_run_id));
 	free(sh_out("timeout 60 docker rmi -f msb-it-hostile-user:%s >/dev/null 2>&1", hostile_run_id));
 }
 
@@ -291,6 +409,12 @@ static void drift_on(const char *plane)
 	json_decref(r);
 	owner = exec_out(&p, sb, "stat -c %u:%g drift.txt");
 	ck_assert_msg(strcmp(owner, USER_UID ":" USER_UID "\n") == 0, "%s: the write landed as %s", plane, owner);
+	/* files.remove's rm (archive plane) runs as uid 1000 too, not as the
+	 * name "tester", which now says 0: root's /keep/x stays. */
+	r = call(p.sock, "files.remove",
+		 json_pack("{s:s, s:s, s:s}", "sandbox", sb, "working_directory", "/keep", "path", "x"), &code, NULL);
+	ck_assert_msg(!r && code == ERR_OS, "%s: files.remove of root's file: %d, want OSError", plane, code);
+	free(exec_out(&p, sb, "test -e /keep/x"));
 	dispose(&p, "drift", plane);
 	ck_assert_int_eq(msbd_stop(&p), 0);
 }
@@ -300,6 +424,68 @@ START_TEST(test_identity_drift)
 	user_image_build();
 	drift_on("archive");
 	drift_on("local");
+	user_image_remove();
+}
+END_TEST
+
+/* ---- finding 7's own scenario: the entrypoint rewrites /etc/passwd -------------- */
+
+static char entry_image[128];
+
+/* The user image with an ENTRYPOINT that makes tester uid 0 in
+ * /etc/passwd before it execs the command: before any acquire can resolve
+ * the name. */
+static void entry_image_build(void)
+{
+	char dir[] = "/tmp/hostile-entry-XXXXXX", path[64];
+	_cleanup_free_ char *out = NULL;
+	FILE *f;
+
+	snprintf(entry_image, sizeof(entry_image), "msb-it-hostile-entry:%s", hostile_run_id);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/Dockerfile", dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "FROM %s\n"
+		"ENTRYPOINT [\"/bin/sh\", \"-c\", \"printf 'root:x:0:0:root:/root:/bin/sh\\\\ntester:x:0:0::/tmp:/bin/sh"
+		"\\\\n' > /etc/passwd; exec \\\"$@\\\"\", \"sh\"]\n", user_image);
+	fclose(f);
+	out = sh_out("timeout 120 docker build -q -t %s %s >/dev/null 2>&1 && echo built; rm -rf %s", entry_image,
+		     dir, dir);
+	ck_assert_msg(strcmp(out, "built") == 0, "cannot build %s", entry_image);
+}
+
+static void entry_on(const char *plane)
+{
+	struct msbd_proc p = { 0 }, q = { 0 };
+	json_t *spec = hostile_spec();
+	char sb[80];
+	_cleanup_free_ char *passwd = NULL, *ids = NULL, *again = NULL;
+
+	daemon_up(&p, plane, NULL);
+	json_object_set_new(spec, "image", json_string(entry_image));
+	acquire(&p, "entry", plane, spec, sb);
+	ids = exec_out(&p, sb, "id -u; id -g");
+	passwd = exec_out(&p, sb, "grep ^tester: /etc/passwd");
+	ck_assert_msg(strstr(passwd, "tester:x:0:0:"), "the entrypoint's rewrite did not take: %s", passwd);
+	ck_assert_msg(strcmp(ids, USER_UID "\n" USER_UID "\n") == 0, "%s: the exec runs as %s", plane, ids);
+	/* A restarted daemon serves the rewritten guest the same way. */
+	ck_assert_int_eq(msbd_stop(&p), 0);
+	daemon_up(&q, plane, NULL);
+	again = exec_out(&q, sb, "id -u; id -g");
+	ck_assert_msg(strcmp(again, USER_UID "\n" USER_UID "\n") == 0, "%s, after a restart: the exec runs as %s",
+		      plane, again);
+	dispose(&q, "entry", plane);
+	ck_assert_int_eq(msbd_stop(&q), 0);
+}
+
+START_TEST(test_identity_entrypoint)
+{
+	user_image_build();
+	entry_image_build();
+	entry_on("archive");
+	entry_on("local");
+	free(sh_out("timeout 60 docker rmi -f %s >/dev/null 2>&1", entry_image));
 	user_image_remove();
 }
 END_TEST
@@ -351,7 +537,9 @@ TCase *hostile_exec_tcase(void)
 	tcase_add_unchecked_fixture(tc, NULL, user_image_teardown);
 	tcase_add_test(tc, test_exec_kill_escapes_archive);
 	tcase_add_test(tc, test_exec_kill_escapes_local);
+	tcase_add_test(tc, test_exec_kill_hopper);
 	tcase_add_test(tc, test_identity_drift);
+	tcase_add_test(tc, test_identity_entrypoint);
 	tcase_add_test(tc, test_exec_wd_pseudo);
 	return tc;
 }
