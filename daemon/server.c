@@ -763,6 +763,13 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 	struct server *srv = c->srv;
 
 	conn_forget_call(c, call);
+	if (c->dead) {
+		/* Closed inside its own dispatch (an events replay past
+		 * events.max_backlog_bytes): conn_close counted it out and
+		 * released its charge; nobody is left to answer. */
+		json_decref(reply);
+		return;
+	}
 	assert(c->inflight > 0 && srv->stats.requests_in_flight > 0);
 	c->inflight--;
 	srv->stats.requests_in_flight--;
