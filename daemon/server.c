@@ -29,6 +29,7 @@ struct conn_charge {
 	struct rpc_call *call;
 	size_t reply_left;          /* of its reply bound, not yet queued */
 	size_t request;             /* its request's bytes, held until it finishes */
+	size_t overtook;            /* of its charge, counted in rb_overtaking */
 };
 
 struct conn {
@@ -68,9 +69,11 @@ struct conn {
 	size_t rb_last_sent;        /* bytes the last conn_send queued */
 	struct evbuffer_cb_entry *rb_out_cb;
 	bool rb_is_parked;          /* a parsed request waits for budget */
+	size_t rb_admit_overtook;   /* set by conn_rb_admit: of its charge, overtaking */
 	struct jsonrpc_request rb_parked;
 	size_t rb_parked_charge;
-	size_t rb_parked_len;       /* its frame's bytes, counted in buffered_bytes */
+	size_t rb_parked_len;       /* its frame's bytes, counted in parked_bytes */
+	size_t rb_parked_accounted; /* of them, counted in srv->stats.parked_bytes */
 	TAILQ_ENTRY(conn) rb_park_entry;
 };
 
@@ -125,6 +128,8 @@ struct server {
 	struct event *rb_unpark_ev;
 	struct event *rb_trim_ev;
 	size_t rb_freed;            /* charged bytes freed since the last trim */
+	size_t rb_overtaking;       /* charges of small calls admitted before a parked one */
+	bool rb_pool_spent;         /* parked_bytes at limits.buffer_budget_bytes */
 	unsigned rb_trim_defers;
 };
 
@@ -138,7 +143,11 @@ static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, jso
 static void conn_rb_close(struct conn *c);
 static void conn_rb_refuse_parked(struct conn *c);
 static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge);
-static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len);
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
+			  size_t overtook);
+static bool conn_rb_may_take(const struct conn *c);
+static bool conn_rb_small_idle(const struct conn *c);
+static void server_rb_pool_update(struct server *srv);
 
 /* ---- fairness between uids -------------------------------------------- */
 
@@ -620,7 +629,7 @@ static bool conn_may_take(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
-	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
+	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked && conn_rb_may_take(c) &&
 	       c->inflight < (unsigned)cfg->max_inflight && conn_fair_may_take(c) &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
 }
@@ -637,8 +646,9 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && conn_fair_may_read(c) &&
-	       (!c->srv->budget_spent || c->srv->budget_reader == c);
+	return conn_may_take(c) && ((conn_fair_may_read(c) &&
+				     (!c->srv->budget_spent || c->srv->budget_reader == c)) ||
+				    conn_rb_small_idle(c));
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
@@ -700,12 +710,17 @@ static void server_update_budget(struct server *srv)
 
 static void conn_account(struct conn *c)
 {
-	size_t now = c->dead ? 0 : frame_buf_pending(&c->in) + c->rb_parked_len, was = c->accounted;
+	size_t now = c->dead ? 0 : frame_buf_pending(&c->in), was = c->accounted + c->rb_parked_accounted;
+	size_t parked = c->dead ? 0 : c->rb_parked_len;
 
 	c->srv->stats.buffered_bytes = c->srv->stats.buffered_bytes - c->accounted + now;
 	c->accounted = now;
+	/* A parked request is held apart from the reading gate (its own pool). */
+	c->srv->stats.parked_bytes = c->srv->stats.parked_bytes - c->rb_parked_accounted + parked;
+	c->rb_parked_accounted = parked;
 	server_update_budget(c->srv);
-	conn_fair_account(c, was, now);
+	server_rb_pool_update(c->srv);
+	conn_fair_account(c, was, now + parked);
 }
 
 /* The frame deadline runs only while the daemon waits on the client: part
@@ -812,19 +827,21 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 	/* Parked (req kept) until the reply budgets admit it. */
 	if (!conn_rb_admit(c, &req, len, &charge))
 		return;
-	conn_dispatch(c, &req, charge, len);
+	conn_dispatch(c, &req, charge, len, c->rb_admit_overtook);
 }
 
 /* Runs an admitted request charged charge bytes (len of them its own);
  * req released. */
-static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len)
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
+			  size_t overtook)
 {
 	struct server *srv = c->srv;
 	struct rpc_call *call;
 
 	c->rb_reserved += charge;
 	srv->stats.reply_reserved_bytes += charge;
-	c->rb_cur = (struct conn_charge){ .reply_left = charge - len, .request = len };
+	srv->rb_overtaking += overtook;
+	c->rb_cur = (struct conn_charge){ .reply_left = charge - len, .request = len, .overtook = overtook };
 	c->rb_dispatching = true;
 	c->rb_cur_done = false;
 	c->inflight++;
@@ -1068,7 +1085,26 @@ static void conn_close(struct conn *c, const char *reason)
  * limits.conn_reply_budget_bytes per connection and
  * limits.reply_budget_bytes for the daemon; a request that does not fit is
  * parked on its connection (one at most: nothing more is read or taken
- * from it) and dispatched, oldest first, when written bytes free enough. */
+ * from it) and dispatched, oldest first, when written bytes free enough.
+ *
+ * The parked calls do not block what fits: the head is the oldest parked
+ * call whose own connection has room for it (one that waits for its own
+ * client blocks nobody); a call that fits both budgets goes before it when
+ * it leaves the head's charge free in the daemon's budget, or when it is
+ * small (charge <= SERVER_REPLY_IDLE_BYTES) and the small calls gone
+ * before parked ones hold at most SERVER_RB_OVERTAKE_BYTES: the head waits
+ * only for the calls admitted before it and for that allowance, never
+ * forever (the budgets are at least SERVER_RB_OVERTAKE_BYTES above any
+ * charge the allowance applies to). Parked requests are counted in
+ * stats.parked_bytes, apart from the reading gate of buffered_bytes: while
+ * they hold limits.buffer_budget_bytes, connections with a call charged
+ * take no frame (nor read), so the pool passes it by one frame at most;
+ * a connection with nothing charged and less than SERVER_REPLY_IDLE_BYTES
+ * pending is read and served whatever the budgets (daemon.status always
+ * answers). */
+
+/* Small calls admitted before a parked call, all connections together. */
+#define SERVER_RB_OVERTAKE_BYTES (1024 * 1024)
 
 static size_t conn_rb_total(const struct conn *c)
 {
@@ -1119,22 +1155,89 @@ static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_inf
 		server_rb_freed(srv, info->n_deleted);
 }
 
-/* May c start a call charged charge bytes now? queued: c is the parked
- * connection being served (others do not overtake the parked ones). */
-static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
+/* Nothing charged, nothing in flight or parked, little pending: read and
+ * served whatever the budgets (its frames are small calls, or park within
+ * SERVER_REPLY_IDLE_BYTES). */
+static bool conn_rb_small_idle(const struct conn *c)
 {
-	const struct msbd_config *cfg = c->srv->d->config;
-	size_t mine = conn_rb_total(c), all = server_rb_total(c->srv);
+	return !c->dead && conn_rb_total(c) == 0 && !c->rb_is_parked && c->inflight == 0 && c->n_calls == 0 &&
+	       frame_buf_pending(&c->in) < SERVER_REPLY_IDLE_BYTES;
+}
 
+/* While parked requests hold limits.buffer_budget_bytes, only small idle
+ * connections take frames (any other might park one more). */
+static bool conn_rb_may_take(const struct conn *c)
+{
+	return !c->srv->rb_pool_spent || conn_rb_small_idle(c);
+}
+
+/* The parked pool was spent or is free again: reading follows. */
+static void server_rb_pool_update(struct server *srv)
+{
+	bool spent = srv->stats.parked_bytes >= srv->d->config->buffer_budget_bytes;
+	struct conn *c;
+
+	if (spent == srv->rb_pool_spent)
+		return;
+	srv->rb_pool_spent = spent;
+	if (spent)
+		log_warnx("parked requests hold %zu bytes (limits.buffer_budget_bytes): taking frames only "
+			  "from connections with nothing charged", srv->stats.parked_bytes);
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead) {
+			conn_update_read(c);
+			if (!spent)
+				event_active(c->resume_ev, EV_TIMEOUT, 0);
+		}
+}
+
+/* Has c's own connection budget room for charge? */
+static bool conn_rb_conn_fits(const struct conn *c, size_t charge)
+{
+	size_t mine = conn_rb_total(c), max = c->srv->d->config->conn_reply_budget_bytes;
+
+	return mine == 0 || (charge <= max && mine <= max - charge);
+}
+
+/* The oldest parked call its own connection has room for (the one the
+ * daemon's budget holds back); NULL if none. */
+static struct conn *server_rb_head(const struct server *srv)
+{
+	struct conn *c;
+
+	TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry)
+		if (!c->dead && conn_rb_conn_fits(c, c->rb_parked_charge))
+			return c;
+	return NULL;
+}
+
+/* May c start a call charged charge bytes now, the parked call head (NULL:
+ * none, or c's own) waiting? *ret_overtook: what of it counts against
+ * SERVER_RB_OVERTAKE_BYTES. */
+static bool conn_rb_admits(const struct conn *c, size_t charge, const struct conn *head, size_t *ret_overtook)
+{
+	const struct server *srv = c->srv;
+	size_t budget = srv->d->config->reply_budget_bytes;
+	size_t mine = conn_rb_total(c), all = server_rb_total(srv), h;
+
+	*ret_overtook = 0;
 	if (mine == 0 && charge <= SERVER_REPLY_IDLE_BYTES)
 		return true;    /* a small call of an idle connection: always */
 	if (all == 0)
 		return true;    /* any one call alone (the budgets admit the largest) */
-	if (!queued && !TAILQ_EMPTY(&c->srv->rb_parked_q))
+	if (!conn_rb_conn_fits(c, charge) || charge > budget || all > budget - charge)
 		return false;
-	if (mine > 0 && (charge > cfg->conn_reply_budget_bytes || mine > cfg->conn_reply_budget_bytes - charge))
-		return false;
-	return charge <= cfg->reply_budget_bytes && all <= cfg->reply_budget_bytes - charge;
+	if (!head || head == c)
+		return true;
+	h = head->rb_parked_charge;
+	if (h <= budget - charge - all)
+		return true;    /* the head's room stays free */
+	if (charge <= SERVER_REPLY_IDLE_BYTES && budget >= SERVER_RB_OVERTAKE_BYTES &&
+	    h <= budget - SERVER_RB_OVERTAKE_BYTES && srv->rb_overtaking + charge <= SERVER_RB_OVERTAKE_BYTES) {
+		*ret_overtook = charge;
+		return true;
+	}
+	return false;
 }
 
 /* Admits req (true: *ret_charge set, dispatch it) or parks it on c (false:
@@ -1144,7 +1247,7 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t le
 	struct server *srv = c->srv;
 	size_t charge = rpc_reply_bound(msbd_methods, msbd_n_methods, req, srv->d->config) + len;
 
-	if (conn_rb_admits(c, charge, false)) {
+	if (conn_rb_admits(c, charge, server_rb_head(srv), &c->rb_admit_overtook)) {
 		*ret_charge = charge;
 		return true;
 	}
@@ -1176,33 +1279,33 @@ static void conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret)
 
 /* Serves parked connections in arrival order: one whose own connection has
  * no room waits for its client (and is passed over); the first that the
- * daemon-wide budget cannot take stops the pass. */
+ * daemon-wide budget cannot take is the head, and those after it go as
+ * conn_rb_admits lets them overtake it. */
 static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
-	const struct msbd_config *cfg = srv->d->config;
 	bool again = true;
 
 	(void)fd, (void)what;
 	while (again) {
-		struct conn *c;
+		struct conn *c, *head = NULL;
 
 		again = false;
 		TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry) {
 			struct jsonrpc_request req;
-			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, mine = conn_rb_total(c);
+			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, overtook;
 
-			if (c->dead || srv->draining)
+			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge))
 				continue;
-			if (mine > 0 && (mine > cfg->conn_reply_budget_bytes ||
-					 charge > cfg->conn_reply_budget_bytes - mine))
+			if (!conn_rb_admits(c, charge, head, &overtook)) {
+				if (!head)
+					head = c;
 				continue;
-			if (!conn_rb_admits(c, charge, true))
-				break;
+			}
 			conn_rb_unpark(c, &req);
 			log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
 				  (unsigned long long)c->id, req.method);
-			conn_dispatch(c, &req, charge, len);
+			conn_dispatch(c, &req, charge, len, overtook);
 			if (!c->dead) {
 				conn_account(c);
 				event_active(c->resume_ev, EV_TIMEOUT, 0);
@@ -1239,6 +1342,8 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
 			  sent - ch->reply_left);
 	}
 	conn_rb_unreserve(c, ch->reply_left + ch->request);
+	assert(c->srv->rb_overtaking >= ch->overtook);
+	c->srv->rb_overtaking -= ch->overtook;
 	server_rb_freed(c->srv, ch->request);
 	if (ch == &c->rb_cur)
 		c->rb_cur_done = true;
@@ -1320,6 +1425,10 @@ static void conn_rb_close(struct conn *c)
 	srv->stats.reply_queued_bytes -= c->rb_queued;
 	c->rb_queued = 0;
 	conn_rb_unreserve(c, c->rb_reserved);
+	for (size_t i = 0; i < c->rb_n_charges; i++)
+		srv->rb_overtaking -= c->rb_charges[i].overtook;
+	if (c->rb_dispatching && !c->rb_cur_done)
+		srv->rb_overtaking -= c->rb_cur.overtook;
 	c->rb_n_charges = 0;
 	c->rb_cur_done = true;
 	server_rb_freed(srv, freed);

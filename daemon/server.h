@@ -8,7 +8,11 @@
  * bound (rpc_reply_bound) plus its own bytes before it is dispatched; one
  * that would pass the connection's or the daemon's reply budget is parked
  * (the connection is neither read nor served meanwhile) until written
- * replies free enough, parked connections in arrival order. A charge is
+ * replies free enough, parked connections in arrival order; a call that
+ * fits is not held behind them (server.c, "the reply budgets", says when
+ * it may go first). Parked requests are counted apart from the reading
+ * gate (stats.parked_bytes, under their own limits.buffer_budget_bytes),
+ * and a connection with nothing charged is always read. A charge is
  * released as the reply's bytes leave the output buffer. Protocol violations (an oversize
  * frame, a frame that does not arrive whole in time) get an error reply with
  * id null and close the connection; anything else gets a reply and the
@@ -65,6 +69,7 @@ struct server_stats {
 	/* The reply budgets (limits.reply_budget_bytes): */
 	size_t reply_reserved_bytes;    /* charged to calls admitted: reply bounds not yet queued, requests */
 	size_t reply_queued_bytes;      /* written to connections' output buffers, not yet sent */
+	size_t parked_bytes;            /* parked requests' frames (their own pool) */
 	unsigned parked_calls;          /* requests parsed and waiting for budget, one per connection at most */
 	uint64_t parked_total;          /* requests that ever waited for budget */
 	uint64_t replies_over_bound;    /* replies larger than their bound (counted at their real size) */

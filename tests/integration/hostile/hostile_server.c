@@ -1236,6 +1236,129 @@ START_TEST(mem_exec_replies_held_to_the_budget)
 }
 END_TEST
 
+/* ---- the parked calls block nobody else (review, HIGH 1) ---- */
+
+#define MEM_PROBE_WAIT_MS 20000     /* hang guard of a probe's reply */
+
+/* One request frame with pad bytes of JSON whitespace after its '{' (its
+ * size counts, its parse is small). params stolen. */
+static void mem_send_padded(int fd, json_int_t id, const char *method, json_t *params, size_t pad)
+{
+	json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
+				"params", params);
+	char *s = json_dumps(req, JSON_COMPACT), *f;
+	size_t sl = strlen(s);
+
+	f = malloc(sl + pad + 1);
+	f[0] = '{';
+	memset(f + 1, ' ', pad);
+	memcpy(f + 1 + pad, s + 1, sl - 1);
+	f[sl + pad] = '\n';
+	raw_send(fd, f, sl + pad + 1);
+	free(f);
+	free(s);
+	json_decref(req);
+}
+
+/* A fresh connection's daemon.status, answered within the guard. */
+static json_t *mem_probe_status(const struct msbd_proc *p)
+{
+	int fd = raw_connect(p->sock);
+	json_t *r;
+
+	ck_assert_int_ge(fd, 0);
+	raw_request_send(fd, 1, "daemon.status", json_object());
+	r = raw_recv(fd, MEM_PROBE_WAIT_MS);
+	close(fd);
+	ck_assert_msg(r && json_object_get(r, "result"), "a new connection's daemon.status was not answered "
+		      "while parked calls hold the budgets");
+	return r;
+}
+
+/* Two connections pipeline files.read and never read: the first holds the
+ * connection budget with one call parked behind it, the second's call is
+ * parked behind the daemon's budget (the head). A third connection with a
+ * call in flight sends a files.stat: it fits, and is answered though the
+ * head cannot go. Then two frames of 600 KB wait parked, more than
+ * limits.buffer_budget_bytes: a new connection's daemon.status is still
+ * read and answered. */
+START_TEST(mem_parked_calls_block_nobody_else)
+{
+	const long file = 512 * 1024, charge = (file + 2) / 3 * 4 + 600, budget = 4 * charge + charge / 4;
+	const struct mem_limits l = {
+		.file_bytes = file, .frame_bytes = 1 * MIB, .conn_budget = budget, .budget = budget,
+		.exec_output = 64 * 1024, .max_reply = 1 * MIB,
+	};
+	struct msbd_proc d = { 0 };
+	unsigned char *content = malloc((size_t)file);
+	int hog[4], probe, code = 0, got = 0;
+	char sb[96], *b64;
+	json_t *params, *st, *r;
+
+	memset(content, 0x5a, (size_t)file);
+	b64 = harness_b64_encode(content, (size_t)file);
+	mem_daemon_up(&d, "local", &l);
+	mem_acquire(&d, "parked", sb, sizeof(sb));
+	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "big.bin",
+						  "content_b64", b64), &code, NULL);
+	ck_assert_msg(r && code == 0, "files.write failed (%d)", code);
+	json_decref(r);
+
+	params = json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin");
+	for (int i = 0; i < 2; i++) {
+		hog[i] = mem_connect(&d);
+		mem_pipeline(hog[i], 8, "files.read", params);
+		st = mem_wait_parked(&d, i + 1, 2 * file);
+		json_decref(st);
+	}
+	st = mem_wait_parked(&d, 2, 3 * file);
+	ck_assert_int_eq(jint(st, "memory.parked_calls"), 2);
+	json_decref(st);
+
+	/* A call in flight, then a small files.stat behind it. */
+	probe = raw_connect(d.sock);
+	ck_assert_int_ge(probe, 0);
+	raw_request_send(probe, 1, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", "sleep 3", "timeout_seconds", 60));
+	raw_request_send(probe, 2, "files.stat", json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin"));
+	for (int i = 0; i < 2; i++) {
+		r = raw_recv(probe, MEM_PROBE_WAIT_MS);
+		ck_assert_msg(r, "the files.stat of a connection with a call in flight was not answered "
+			      "while a parked call waited for the daemon's budget");
+		ck_assert_msg(json_object_get(r, "result"), "an error: %s", json_dumps(r, JSON_COMPACT));
+		got |= 1 << jint(r, "id");
+		json_decref(r);
+	}
+	ck_assert_int_eq(got, 6);
+	close(probe);
+
+	/* Parked frames over limits.buffer_budget_bytes: fresh connections are
+	 * read all the same. */
+	for (int i = 2; i < 4; i++) {
+		hog[i] = mem_connect(&d);
+		mem_send_padded(hog[i], 1, "files.read", json_incref(params), 600 * 1024);
+	}
+	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+		st = mem_probe_status(&d);
+		if (jint(st, "result.memory.parked_calls") == 4)
+			break;
+		ck_assert_msg(mem_now_ms() < deadline, "the padded frames were not parked");
+		json_decref(st);
+		usleep(100 * 1000);
+	}
+	ck_assert_int_ge(jint(st, "result.memory.parked_bytes"), l.frame_bytes);
+	json_decref(st);
+	json_decref(mem_probe_status(&d));
+	json_decref(params);
+
+	for (int i = 0; i < 4; i++)
+		close(hog[i]);
+	mem_dispose(&d, "parked");
+	free(b64);
+	free(content);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 TCase *hostile_server_tcase(void)
 {
 	TCase *tc = tcase_create("server");
@@ -1249,5 +1372,6 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, mem_local_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
+	tcase_add_test(tc, mem_parked_calls_block_nobody_else);
 	return tc;
 }
