@@ -68,9 +68,9 @@ struct conn {
 	bool rb_cur_done;
 	size_t rb_last_sent;        /* bytes the last conn_send queued */
 	struct evbuffer_cb_entry *rb_out_cb;
-	bool rb_is_parked;          /* a parsed request waits for budget */
+	bool rb_is_parked;          /* a request waits for budget */
 	size_t rb_admit_overtook;   /* set by conn_rb_admit: of its charge, overtaking */
-	struct jsonrpc_request rb_parked;
+	char *rb_parked_frame;      /* its frame's bytes (the parse is freed; parsed again to run) */
 	size_t rb_parked_charge;
 	size_t rb_parked_len;       /* its frame's bytes, counted in parked_bytes */
 	size_t rb_parked_accounted; /* of them, counted in srv->stats.parked_bytes */
@@ -142,7 +142,8 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call);
 static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification);
 static void conn_rb_close(struct conn *c);
 static void conn_rb_refuse_parked(struct conn *c);
-static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge);
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const char *line, size_t len,
+			  size_t *ret_charge);
 static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
 			  size_t overtook);
 static bool conn_rb_may_take(const struct conn *c);
@@ -824,8 +825,8 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 		conn_send(c, err_reply);
 		return;
 	}
-	/* Parked (req kept) until the reply budgets admit it. */
-	if (!conn_rb_admit(c, &req, len, &charge))
+	/* Parked (its frame kept, req released) until the reply budgets admit it. */
+	if (!conn_rb_admit(c, &req, line, len, &charge))
 		return;
 	conn_dispatch(c, &req, charge, len, c->rb_admit_overtook);
 }
@@ -1241,8 +1242,10 @@ static bool conn_rb_admits(const struct conn *c, size_t charge, const struct con
 }
 
 /* Admits req (true: *ret_charge set, dispatch it) or parks it on c (false:
- * req is kept). */
-static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge)
+ * req released, its frame's bytes kept: a parse may cost many times its
+ * frame, so a parked request holds only what it is counted at). */
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const char *line, size_t len,
+			  size_t *ret_charge)
 {
 	struct server *srv = c->srv;
 	size_t charge = rpc_reply_bound(msbd_methods, msbd_n_methods, req, srv->d->config) + len;
@@ -1254,7 +1257,10 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t le
 	log_debug("conn", "connection %llu: %s charged %zu bytes waits for the reply budget "
 		  "(connection %zu, daemon %zu charged)", (unsigned long long)c->id, req->method, charge,
 		  conn_rb_total(c), server_rb_total(srv));
-	c->rb_parked = *req;
+	c->rb_parked_frame = xmalloc(len + 1);
+	memcpy(c->rb_parked_frame, line, len);
+	c->rb_parked_frame[len] = '\0';
+	jsonrpc_request_release(req);
 	c->rb_parked_charge = charge;
 	c->rb_parked_len = len;
 	c->rb_is_parked = true;
@@ -1266,15 +1272,23 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t le
 	return false;
 }
 
-/* Takes the parked request off c; *ret owned by the caller. */
-static void conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret)
+/* Takes the parked request off c, parsed again (it parsed when it came:
+ * the same bytes parse the same); *ret owned by the caller. Returns 0, or
+ * <0 with *reterr_reply to send. */
+static int conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret, json_t **reterr_reply)
 {
-	*ret = c->rb_parked;
-	c->rb_parked = (struct jsonrpc_request){ 0 };
+	int r = 0;
+
+	*reterr_reply = NULL;
+	if (ret)
+		r = jsonrpc_request_parse(c->rb_parked_frame, c->rb_parked_len, ret, reterr_reply);
+	free(c->rb_parked_frame);
+	c->rb_parked_frame = NULL;
 	c->rb_is_parked = false;
 	c->rb_parked_len = 0;
 	TAILQ_REMOVE(&c->srv->rb_parked_q, c, rb_park_entry);
 	c->srv->stats.parked_calls--;
+	return r;
 }
 
 /* Serves parked connections in arrival order: one whose own connection has
@@ -1294,6 +1308,7 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 		TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry) {
 			struct jsonrpc_request req;
 			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, overtook;
+			json_t *err;
 
 			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge))
 				continue;
@@ -1302,10 +1317,13 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 					head = c;
 				continue;
 			}
-			conn_rb_unpark(c, &req);
-			log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
-				  (unsigned long long)c->id, req.method);
-			conn_dispatch(c, &req, charge, len, overtook);
+			if (conn_rb_unpark(c, &req, &err) < 0) {
+				conn_send(c, err);
+			} else {
+				log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
+					  (unsigned long long)c->id, req.method);
+				conn_dispatch(c, &req, charge, len, overtook);
+			}
 			if (!c->dead) {
 				conn_account(c);
 				event_active(c->resume_ev, EV_TIMEOUT, 0);
@@ -1396,10 +1414,15 @@ static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, jso
 static void conn_rb_refuse_parked(struct conn *c)
 {
 	struct jsonrpc_request req;
+	json_t *err;
 
 	if (!c->rb_is_parked)
 		return;
-	conn_rb_unpark(c, &req);
+	if (conn_rb_unpark(c, &req, &err) < 0) {
+		conn_account(c);
+		conn_send(c, err);
+		return;
+	}
 	conn_account(c);
 	if (req.id)
 		conn_send(c, jsonrpc_reply_error(req.id, msb_error_object(MSB_ERR_SHUTTING_DOWN, NULL, NULL)));
@@ -1414,10 +1437,9 @@ static void conn_rb_close(struct conn *c)
 	size_t freed = c->rb_reserved + c->rb_queued;
 
 	if (c->rb_is_parked) {
-		struct jsonrpc_request req;
+		json_t *err;
 
-		conn_rb_unpark(c, &req);
-		jsonrpc_request_release(&req);
+		conn_rb_unpark(c, NULL, &err);
 	}
 	if (c->rb_out_cb)
 		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->rb_out_cb);

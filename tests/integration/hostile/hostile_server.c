@@ -1239,6 +1239,8 @@ END_TEST
 /* ---- the parked calls block nobody else (review, HIGH 1) ---- */
 
 #define MEM_PROBE_WAIT_MS 20000     /* hang guard of a probe's reply */
+#define MEM_ZERO_FRAMES   60000     /* zeros in a parked frame's array: 120 KB */
+#define MEM_ZERO_FRAMES_CONNS 24
 
 /* One request frame with pad bytes of JSON whitespace after its '{' (its
  * size counts, its parse is small). params stolen. */
@@ -1281,7 +1283,9 @@ static json_t *mem_probe_status(const struct msbd_proc *p)
  * call in flight sends a files.stat: it fits, and is answered though the
  * head cannot go. Then two frames of 600 KB wait parked, more than
  * limits.buffer_budget_bytes: a new connection's daemon.status is still
- * read and answered. */
+ * read and answered. Last, 24 connections with nothing charged park frames
+ * of 120 KB of zeros in an array: the daemon grows by about their bytes
+ * (a parked request keeps its frame, not its parse, 20 times larger). */
 START_TEST(mem_parked_calls_block_nobody_else)
 {
 	const long file = 512 * 1024, charge = (file + 2) / 3 * 4 + 600, budget = 4 * charge + charge / 4;
@@ -1291,9 +1295,10 @@ START_TEST(mem_parked_calls_block_nobody_else)
 	};
 	struct msbd_proc d = { 0 };
 	unsigned char *content = malloc((size_t)file);
-	int hog[4], probe, code = 0, got = 0;
+	int hog[4], zero[MEM_ZERO_FRAMES_CONNS], probe, code = 0, got = 0;
 	char sb[96], *b64;
-	json_t *params, *st, *r;
+	json_t *params, *st, *r, *zeros;
+	long rss, grew;
 
 	memset(content, 0x5a, (size_t)file);
 	b64 = harness_b64_encode(content, (size_t)file);
@@ -1348,8 +1353,37 @@ START_TEST(mem_parked_calls_block_nobody_else)
 	ck_assert_int_ge(jint(st, "result.memory.parked_bytes"), l.frame_bytes);
 	json_decref(st);
 	json_decref(mem_probe_status(&d));
+
+	/* Frames of 120 KB of zeros in an array (a parse of 20 times their
+	 * size) from connections with nothing charged, parked: each holds its
+	 * frame's bytes, not its parse. */
+	rss = mem_proc_kb(d.pid, "VmRSS");
+	json_object_set_new(params, "pad", zeros = json_array());
+	for (int i = 0; i < MEM_ZERO_FRAMES; i++)
+		json_array_append_new(zeros, json_integer(0));
+	for (int i = 0; i < MEM_ZERO_FRAMES_CONNS; i++) {
+		zero[i] = mem_connect(&d);
+		raw_request_send(zero[i], 1, "files.read", json_incref(params));
+	}
+	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+		st = mem_probe_status(&d);
+		if (jint(st, "result.memory.parked_calls") == 4 + MEM_ZERO_FRAMES_CONNS)
+			break;
+		ck_assert_msg(mem_now_ms() < deadline, "the frames of zeros were not parked");
+		json_decref(st);
+		usleep(100 * 1000);
+	}
+	grew = mem_proc_kb(d.pid, "VmRSS") - rss;
+	fprintf(stderr, "mem_parked: %d frames of %lld bytes parked, VmRSS grew %ld KiB\n", MEM_ZERO_FRAMES_CONNS,
+		(long long)jint(st, "result.memory.parked_bytes") / MEM_ZERO_FRAMES_CONNS, grew / 1024);
+	ck_assert_msg(grew <= 2 * jint(st, "result.memory.parked_bytes") + MEM_IDLE_SLACK,
+		      "parked frames of %lld bytes made VmRSS grow %ld KiB",
+		      (long long)jint(st, "result.memory.parked_bytes"), grew / 1024);
+	json_decref(st);
 	json_decref(params);
 
+	for (int i = 0; i < MEM_ZERO_FRAMES_CONNS; i++)
+		close(zero[i]);
 	for (int i = 0; i < 4; i++)
 		close(hog[i]);
 	mem_dispose(&d, "parked");
