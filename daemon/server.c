@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <malloc.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -70,6 +71,7 @@ struct conn {
 	struct evbuffer_cb_entry *rb_out_cb;
 	bool rb_is_parked;          /* a request waits for budget */
 	size_t rb_admit_overtook;   /* set by conn_rb_admit: of its charge, overtaking */
+	bool rb_peer_gone;          /* closed both ways: what would park is dropped */
 	char *rb_parked_frame;      /* its frame's bytes (the parse is freed; parsed again to run) */
 	size_t rb_parked_charge;
 	size_t rb_parked_len;       /* its frame's bytes, counted in parked_bytes */
@@ -141,6 +143,7 @@ static void conn_free_events(struct conn *c);
 static void conn_rb_release_call(struct conn *c, struct rpc_call *call);
 static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification);
 static void conn_rb_close(struct conn *c);
+static void conn_rb_peer_gone(struct conn *c);
 static void conn_rb_refuse_parked(struct conn *c);
 static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const char *line, size_t len,
 			  size_t *ret_charge);
@@ -982,6 +985,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 			log_debug("conn", "connection %llu: EOF inside a frame, ignoring its %zu bytes",
 				  (unsigned long long)c->id, c->in.tail);
 		frame_buf_drop_partial(&c->in);
+		conn_rb_peer_gone(c);
 		conn_process(c);
 	}
 }
@@ -1254,6 +1258,12 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const cha
 		*ret_charge = charge;
 		return true;
 	}
+	if (c->rb_peer_gone) {
+		log_debug("conn", "connection %llu: the client is gone, %s dropped instead of parked",
+			  (unsigned long long)c->id, req->method);
+		jsonrpc_request_release(req);
+		return false;
+	}
 	log_debug("conn", "connection %llu: %s charged %zu bytes waits for the reply budget "
 		  "(connection %zu, daemon %zu charged)", (unsigned long long)c->id, req->method, charge,
 		  conn_rb_total(c), server_rb_total(srv));
@@ -1408,6 +1418,26 @@ static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, jso
 		return;
 	}
 	buf = NULL;
+}
+
+/* At EOF: a peer that closed both ways (POLLHUP; one that only shut its
+ * writing side still reads) will read no reply: its parked request, and
+ * each later one that would park, is dropped, never run (what the budgets
+ * admit at once still runs, as before). */
+static void conn_rb_peer_gone(struct conn *c)
+{
+	struct pollfd pfd = { .fd = bufferevent_getfd(c->bev), .events = POLLOUT };
+	json_t *err;
+
+	if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLHUP | POLLERR)))
+		return;
+	c->rb_peer_gone = true;
+	if (!c->rb_is_parked)
+		return;
+	log_debug("conn", "connection %llu: the client is gone, its parked request dropped",
+		  (unsigned long long)c->id);
+	conn_rb_unpark(c, NULL, &err);
+	conn_account(c);
 }
 
 /* A parked request when the drain begins: answered ShuttingDown. */
