@@ -1320,7 +1320,9 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, overtook;
 			json_t *err;
 
-			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge))
+			/* Its uid at limits.max_inflight_per_uid: it stays parked
+			 * (a call of the uid ending frees budget and runs this again). */
+			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge) || !conn_fair_may_take(c))
 				continue;
 			if (!conn_rb_admits(c, charge, head, &overtook)) {
 				if (!head)
