@@ -132,7 +132,8 @@ struct server {
 	size_t rb_freed;            /* charged bytes freed since the last trim */
 	size_t rb_overtaking;       /* charges of small calls admitted before a parked one */
 	bool rb_pool_spent;         /* parked_bytes at limits.buffer_budget_bytes */
-	unsigned rb_trim_defers;
+	int64_t rb_last_trim_ms;    /* CLOCK_MONOTONIC (0: never) */
+	int64_t rb_over_warned_ms;  /* when a reply over its bound was last said */
 };
 
 static void conn_process(struct conn *c);
@@ -1108,6 +1109,8 @@ static void conn_close(struct conn *c, const char *reason)
  * pending is read and served whatever the budgets (daemon.status always
  * answers). */
 
+/* A reply over its bound is logged at most this often (all are counted). */
+#define SERVER_RB_WARN_MS 1000
 /* Small calls admitted before a parked call, all connections together. */
 #define SERVER_RB_OVERTAKE_BYTES (1024 * 1024)
 
@@ -1365,8 +1368,11 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
 	c->rb_last_sent = 0;
 	if (!ch)
 		return;
-	if (sent > ch->reply_left) {
+	if (sent > ch->reply_left && fair_now_ms() - c->srv->rb_over_warned_ms < SERVER_RB_WARN_MS) {
+		c->srv->stats.replies_over_bound++;     /* said at most once a second */
+	} else if (sent > ch->reply_left) {
 		c->srv->stats.replies_over_bound++;
+		c->srv->rb_over_warned_ms = fair_now_ms();
 		log_warnx("connection %llu: a %s reply of %zu bytes passed its bound by %zu bytes "
 			  "(counted at its size)", (unsigned long long)c->id, rpc_call_method(call), sent,
 			  sent - ch->reply_left);
@@ -1488,20 +1494,34 @@ static void conn_rb_close(struct conn *c)
 	server_rb_freed(srv, freed);
 }
 
-/* Hands idle memory back to the system once charged bytes were freed:
- * when no call is in flight, or after SERVER_TRIM_MAX_DEFER delays. */
+/* Hands idle memory back to the system once charged bytes were freed
+ * (malloc_trim walks the whole heap on the loop, so it is bounded): only
+ * when no call is in flight (never forced), at most every
+ * SERVER_TRIM_MIN_INTERVAL_MS, and only when the allocator holds at least
+ * SERVER_TRIM_MIN_FREE_BYTES free (an allocator that reports no arena, a
+ * sanitizer's, is trimmed as asked). */
 static void server_rb_trim_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
 	struct timeval tv = { SERVER_TRIM_DELAY_MS / 1000, (SERVER_TRIM_DELAY_MS % 1000) * 1000 };
+	int64_t now = fair_now_ms(), since = now - srv->rb_last_trim_ms;
+	struct mallinfo2 mi;
 
 	(void)fd, (void)what;
-	if (srv->stats.requests_in_flight > 0 && srv->rb_trim_defers++ < SERVER_TRIM_MAX_DEFER) {
+	if (srv->stats.requests_in_flight > 0) {
 		evtimer_add(srv->rb_trim_ev, &tv);
 		return;
 	}
-	srv->rb_trim_defers = 0;
+	if (srv->rb_last_trim_ms != 0 && since < SERVER_TRIM_MIN_INTERVAL_MS) {
+		fair_timeval(SERVER_TRIM_MIN_INTERVAL_MS - since, &tv);
+		evtimer_add(srv->rb_trim_ev, &tv);
+		return;
+	}
 	srv->rb_freed = 0;
+	mi = mallinfo2();
+	if (mi.arena != 0 && mi.fordblks < SERVER_TRIM_MIN_FREE_BYTES)
+		return;
+	srv->rb_last_trim_ms = now;
 	srv->stats.malloc_trims++;
 	malloc_trim(0);
 }

@@ -48,10 +48,12 @@
 #define SERVER_REPLY_IDLE_BYTES (128 * 1024)
 /* Once this many charged bytes were freed, hand idle memory back to the
  * system (malloc_trim) after SERVER_TRIM_DELAY_MS, when no call is in
- * flight, or after SERVER_TRIM_MAX_DEFER delays anyway. */
+ * flight (never forced), at most every SERVER_TRIM_MIN_INTERVAL_MS, and
+ * only when the allocator holds SERVER_TRIM_MIN_FREE_BYTES free. */
 #define SERVER_TRIM_AFTER_BYTES (1024 * 1024)
 #define SERVER_TRIM_DELAY_MS    200
-#define SERVER_TRIM_MAX_DEFER   10
+#define SERVER_TRIM_MIN_INTERVAL_MS 10000
+#define SERVER_TRIM_MIN_FREE_BYTES  (8 * 1024 * 1024)
 /* After EMFILE/ENFILE on accept, wait this long before accepting again. */
 #define MSB_ACCEPT_RETRY_MS 1000
 
