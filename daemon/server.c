@@ -151,7 +151,7 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const cha
 static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
 			  size_t overtook);
 static bool conn_rb_may_take(const struct conn *c);
-static bool conn_rb_small_idle(const struct conn *c);
+static bool conn_rb_small_idle(const struct conn *c, size_t pending_below);
 static void server_rb_pool_update(struct server *srv);
 
 /* ---- fairness between uids -------------------------------------------- */
@@ -653,7 +653,7 @@ static bool conn_may_read(const struct conn *c)
 		return true;
 	return conn_may_take(c) && ((conn_fair_may_read(c) &&
 				     (!c->srv->budget_spent || c->srv->budget_reader == c)) ||
-				    conn_rb_small_idle(c));
+				    conn_rb_small_idle(c, 1));
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
@@ -1105,9 +1105,8 @@ static void conn_close(struct conn *c, const char *reason)
  * stats.parked_bytes, apart from the reading gate of buffered_bytes: while
  * they hold limits.buffer_budget_bytes, connections with a call charged
  * take no frame (nor read), so the pool passes it by one frame at most;
- * a connection with nothing charged and less than SERVER_REPLY_IDLE_BYTES
- * pending is read and served whatever the budgets (daemon.status always
- * answers). */
+ * a connection with nothing charged and nothing pending is read whatever
+ * the buffer budget (one read: daemon.status always answers). */
 
 /* A reply over its bound is logged at most this often (all are counted). */
 #define SERVER_RB_WARN_MS 1000
@@ -1163,20 +1162,23 @@ static void conn_rb_output_cb(struct evbuffer *buf, const struct evbuffer_cb_inf
 		server_rb_freed(srv, info->n_deleted);
 }
 
-/* Nothing charged, nothing in flight or parked, little pending: read and
- * served whatever the budgets (its frames are small calls, or park within
- * SERVER_REPLY_IDLE_BYTES). */
-static bool conn_rb_small_idle(const struct conn *c)
+/* Nothing charged, nothing in flight or parked, under pending_below bytes
+ * pending. Such a connection is read whatever the buffer budget while it
+ * holds nothing (one read: a fresh daemon.status is always answered; a
+ * frame that does not arrive in it waits like any other), and takes frames
+ * whatever the parked pool while it holds under SERVER_REPLY_IDLE_BYTES
+ * (small calls, or a park of that much). */
+static bool conn_rb_small_idle(const struct conn *c, size_t pending_below)
 {
 	return !c->dead && conn_rb_total(c) == 0 && !c->rb_is_parked && c->inflight == 0 && c->n_calls == 0 &&
-	       frame_buf_pending(&c->in) < SERVER_REPLY_IDLE_BYTES;
+	       frame_buf_pending(&c->in) < pending_below;
 }
 
 /* While parked requests hold limits.buffer_budget_bytes, only small idle
  * connections take frames (any other might park one more). */
 static bool conn_rb_may_take(const struct conn *c)
 {
-	return !c->srv->rb_pool_spent || conn_rb_small_idle(c);
+	return !c->srv->rb_pool_spent || conn_rb_small_idle(c, SERVER_REPLY_IDLE_BYTES);
 }
 
 /* The parked pool was spent or is free again: reading follows. */
