@@ -1188,9 +1188,10 @@ static void mem_exec_reply(struct mem_reader *r, const char *frame, size_t len, 
 	r->replies++;
 }
 
-/* exec.max_output_bytes 1 MiB of 0xff, text views not asked for (text
- * false): a reply is 1.4 MB of base64, its bound as much, so the 24 MiB
- * connection budget takes 17 of the first pass and parks the 18th. */
+/* exec.max_output_bytes 1 MiB of 0xff with its text views (text: true,
+ * each byte \u00ff): a reply is 7.4 MB, its bound as much, so the 24 MiB
+ * connection budget takes 3 of the first pass and parks the 4th; a bound
+ * that left the text views out would let 17 be queued, over the budget. */
 START_TEST(mem_exec_replies_held_to_the_budget)
 {
 	const struct mem_limits l = {
@@ -1213,7 +1214,7 @@ START_TEST(mem_exec_replies_held_to_the_budget)
 	mem_acquire(&d, "execs", sb, sizeof(sb));
 	base = mem_proc_kb(d.pid, "VmRSS");
 	snprintf(cmd, sizeof(cmd), "head -c %ld /dev/zero | tr '\\000' '\\377'", l.exec_output);
-	params = json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", cmd, "timeout_seconds", 120);
+	params = json_pack("{s:s, s:s, s:i, s:b}", "sandbox", sb, "command", cmd, "timeout_seconds", 120, "text", 1);
 	rs[0].fd = mem_connect(&d);
 	mem_pipeline(rs[0].fd, 32, "sandbox.exec", params);
 	json_decref(params);
