@@ -411,13 +411,16 @@ static int config_check_egress(const struct msbd_config *cfg, char **reterr_mess
  * caps allow, and the per-connection one is within the daemon-wide one. */
 static int config_check_reply_budgets(const struct msbd_config *cfg, char **reterr_message)
 {
-	size_t need = replybound_max(cfg);
+	/* A call's charge: its reply bound, its id, its request's bytes. */
+	size_t need = replybound_max(cfg) + REPLYBOUND_MAX_ID_BYTES + cfg->max_frame_bytes;
 
 	if (cfg->conn_reply_budget_bytes < need || cfg->reply_budget_bytes < need) {
-		*reterr_message = xasprintf("%s (%zu) is below the largest single reply the files.* and exec.* "
-					    "caps allow (%zu bytes: a files.read of files.max_total_bytes in "
-					    "base64, or a sandbox.exec of exec.max_output_bytes with its text "
-					    "views and stream): raise it, or lower those caps",
+		*reterr_message = xasprintf("%s (%zu) is below the largest single call the files.*, exec.* "
+					    "and limits.max_frame_bytes caps allow (%zu bytes: a files.read of "
+					    "files.max_total_bytes in base64, a files.list of files.list_max_entries "
+					    "long names, or a sandbox.exec of exec.max_output_bytes with its text "
+					    "views and stream, plus a request of limits.max_frame_bytes): raise it, "
+					    "or lower those caps",
 					    cfg->conn_reply_budget_bytes < need ? "limits.conn_reply_budget_bytes" :
 					    "limits.reply_budget_bytes",
 					    cfg->conn_reply_budget_bytes < need ? cfg->conn_reply_budget_bytes :

@@ -159,7 +159,7 @@ static json_t *status_engine(const struct engine *e)
 /* The request and reply budgets, what they hold now (issue 17). */
 static json_t *status_memory(const struct server_stats *s, const struct msbd_config *cfg)
 {
-	json_t *m = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+	json_t *m = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 			 "buffered_bytes", (json_int_t)s->buffered_bytes,
 			 "buffer_budget_bytes", (json_int_t)cfg->buffer_budget_bytes,
 			 "reply_reserved_bytes", (json_int_t)s->reply_reserved_bytes,
@@ -167,6 +167,7 @@ static json_t *status_memory(const struct server_stats *s, const struct msbd_con
 			 "reply_budget_bytes", (json_int_t)cfg->reply_budget_bytes,
 			 "conn_reply_budget_bytes", (json_int_t)cfg->conn_reply_budget_bytes,
 			 "parked_calls", (json_int_t)s->parked_calls,
+			 "parked_bytes", (json_int_t)s->parked_bytes,
 			 "parked_total", (json_int_t)s->parked_total,
 			 "replies_over_bound", (json_int_t)s->replies_over_bound,
 			 "malloc_trims", (json_int_t)s->malloc_trims);

@@ -32,6 +32,7 @@
 #include "m_files.h"
 #include "paths.h"
 #include "plane_local.h"
+#include "replybound.h"
 #include "registry.h"
 #include "xmalloc.h"
 
@@ -131,6 +132,11 @@ struct exec_req {
 		size_t len;
 	} pending[2];
 	struct event *flush_ev;
+	/* Of the bound's envelope allowance (replybound_exec), what is left,
+	 * and the output seen: a timed flush spends one only while the full
+	 * chunks still to come and the last flush keep theirs. */
+	size_t env_left;
+	size_t out_seen;
 	int failure;          /* the error answered with, before the kill */
 	/* What to run, kept while the guest's identity is resolved. */
 	json_t *command;      /* the command param (a new reference) */
@@ -226,6 +232,15 @@ json_t *m_exec_text_view(const uint8_t *b, size_t n)
  * EXEC_STREAM_FLUSH_MS or EXEC_STREAM_FLUSH_BYTES, so a guest writing a
  * byte at a time costs one notification envelope (~100 bytes and the id) a
  * period, not one a byte. */
+/* What one exec.output notification costs besides its data's base64:
+ * its frame, its id escaped, and its chunk's padding. */
+static size_t exec_envelope_bytes(const struct exec_req *x)
+{
+	return EXEC_STREAM_ENVELOPE_BYTES + (x->call ? replybound_id(rpc_call_id(x->call)) : 24) + 4;
+}
+
+static size_t exec_stream_cap(const struct exec_req *x);
+
 static void exec_stream_flush(struct exec_req *x)
 {
 	static const char *const names[] = { "stdout", "stderr" };
@@ -234,9 +249,11 @@ static void exec_stream_flush(struct exec_req *x)
 		evtimer_del(x->flush_ev);
 	for (int i = 0; i < 2; i++) {
 		struct exec_pending *p = &x->pending[i];
+		size_t env = exec_envelope_bytes(x);
 
 		if (p->len == 0)
 			continue;
+		x->env_left -= env < x->env_left ? env : x->env_left;
 		rpc_call_notify(x->call, EXEC_OUTPUT_NOTIFICATION,
 				json_pack("{s:O, s:s, s:o}", "id", rpc_call_id(x->call), "stream", names[i],
 					  "data_b64", msb_base64_json(p->data, p->len)));
@@ -244,11 +261,21 @@ static void exec_stream_flush(struct exec_req *x)
 	}
 }
 
+/* A timed flush of partial chunks, while the allowance keeps room for
+ * the full chunks the rest of max_output may make and one last flush a
+ * stream; past that, output goes out only in full chunks and at the end. */
 static void exec_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
+	struct exec_req *x = arg;
+	size_t env = exec_envelope_bytes(x), cap = exec_stream_cap(x);
+	size_t rest = x->max_output > x->out_seen ? x->max_output - x->out_seen : 0;
+	size_t keep = (rest / cap + 1 + 2) * env;
+
 	(void)fd;
 	(void)what;
-	exec_stream_flush(arg);
+	if (x->env_left < keep + 2 * env)
+		return;
+	exec_stream_flush(x);
 }
 
 /* A stream's pending buffer: EXEC_STREAM_FLUSH_BYTES, or the call's
@@ -269,6 +296,7 @@ static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, voi
 	struct timeval tv = { 0, EXEC_STREAM_FLUSH_MS * 1000 };
 	size_t cap = exec_stream_cap(x);
 
+	x->out_seen += len;
 	while (len > 0) {
 		size_t k = cap - p->len;
 
@@ -819,6 +847,10 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		}
 		x->max_output = (size_t)m;
 	}
+	/* The notifications' envelopes get what replybound_exec allows them. */
+	x->env_left = REPLYBOUND_BASE64(x->max_output) + 4;
+	if (x->env_left < REPLYBOUND_DEFAULT_BYTES)
+		x->env_left = REPLYBOUND_DEFAULT_BYTES;
 	/* The identity is fixed when the daemon first serves the sandbox. */
 	r = sb->guest.known ? exec_begin(x) : guest_identity_start(d, x->id, NULL, exec_guest_cb, x, NULL);
 	if (r < 0) {

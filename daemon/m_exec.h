@@ -29,6 +29,11 @@ struct m_exec_params {
 #define EXEC_OUTPUT_NOTIFICATION "exec.output"
 #define EXEC_STREAM_FLUSH_MS     20
 #define EXEC_STREAM_FLUSH_BYTES  (64 * 1024)
+/* One exec.output notification's frame besides its id and data: its
+ * envelope is charged from the bound's allowance; once the allowance left
+ * only covers the full chunks still possible and a last flush a stream,
+ * partial chunks wait (for a full chunk, or the end). */
+#define EXEC_STREAM_ENVELOPE_BYTES 128
 
 extern const struct rpc_param m_exec_spec[];
 struct rpc_result *m_exec(struct rpc_call *call, const void *params);

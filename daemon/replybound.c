@@ -98,5 +98,8 @@ size_t replybound_max(const struct msbd_config *cfg)
 	size_t read = REPLYBOUND_ENVELOPE_BYTES + REPLYBOUND_BASE64(total) + 4 * n +
 		      n * (REPLYBOUND_ENTRY_BYTES + REPLYBOUND_ESCAPED(PATHS_MAX_BYTES));
 
-	return max_size(read, exec_bound(cfg->exec_max_output_bytes, true, true));
+	/* A files.list of a path of PATHS_MAX_BYTES (no path: the bound takes that). */
+	size_t list = replybound_files_list(NULL, cfg);
+
+	return max_size(max_size(read, list), exec_bound(cfg->exec_max_output_bytes, true, true));
 }

@@ -37,6 +37,9 @@ struct msbd_config;
  * reply carries stdout_text/stderr_text besides the base64. */
 #define REPLYBOUND_EXEC_TEXT_DEFAULT false
 
+/* The longest id echoed: a string of 256 bytes, each escaped. */
+#define REPLYBOUND_MAX_ID_BYTES    REPLYBOUND_ESCAPED(256)
+
 /* The reply's id echoed: its bytes as the daemon writes them. */
 size_t replybound_id(const json_t *id);
 
@@ -44,11 +47,10 @@ size_t replybound_files_read(const json_t *params, const struct msbd_config *cfg
 size_t replybound_files_list(const json_t *params, const struct msbd_config *cfg);
 size_t replybound_exec(const json_t *params, const struct msbd_config *cfg);
 
-/* The largest bound a files.read or a sandbox.exec may have under cfg (its
- * id aside), from the files.* and exec.* caps: what both reply budgets
- * must admit. (A files.list of files.list_max_entries children of a long
- * path may be larger: the server admits any one call when nothing else is
- * charged.) */
+/* The largest bound a files.read, a files.list or a sandbox.exec may have
+ * under cfg (its id aside), from the files.* and exec.* caps: what both
+ * reply budgets must admit, with a request of limits.max_frame_bytes and
+ * the longest id (REPLYBOUND_MAX_ID_BYTES). */
 size_t replybound_max(const struct msbd_config *cfg);
 
 #endif

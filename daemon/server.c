@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <malloc.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/queue.h>
@@ -30,6 +31,7 @@ struct conn_charge {
 	struct rpc_call *call;
 	size_t reply_left;          /* of its reply bound, not yet queued */
 	size_t request;             /* its request's bytes, held until it finishes */
+	size_t overtook;            /* of its charge, counted in rb_overtaking */
 };
 
 struct conn {
@@ -68,10 +70,13 @@ struct conn {
 	bool rb_cur_done;
 	size_t rb_last_sent;        /* bytes the last conn_send queued */
 	struct evbuffer_cb_entry *rb_out_cb;
-	bool rb_is_parked;          /* a parsed request waits for budget */
-	struct jsonrpc_request rb_parked;
+	bool rb_is_parked;          /* a request waits for budget */
+	size_t rb_admit_overtook;   /* set by conn_rb_admit: of its charge, overtaking */
+	bool rb_peer_gone;          /* closed both ways: what would park is dropped */
+	char *rb_parked_frame;      /* its frame's bytes (the parse is freed; parsed again to run) */
 	size_t rb_parked_charge;
-	size_t rb_parked_len;       /* its frame's bytes, counted in buffered_bytes */
+	size_t rb_parked_len;       /* its frame's bytes, counted in parked_bytes */
+	size_t rb_parked_accounted; /* of them, counted in srv->stats.parked_bytes */
 	TAILQ_ENTRY(conn) rb_park_entry;
 };
 
@@ -136,7 +141,10 @@ struct server {
 	struct event *rb_unpark_ev;
 	struct event *rb_trim_ev;
 	size_t rb_freed;            /* charged bytes freed since the last trim */
-	unsigned rb_trim_defers;
+	size_t rb_overtaking;       /* charges of small calls admitted before a parked one */
+	bool rb_pool_spent;         /* parked_bytes at limits.buffer_budget_bytes */
+	int64_t rb_last_trim_ms;    /* CLOCK_MONOTONIC (0: never) */
+	int64_t rb_over_warned_ms;  /* when a reply over its bound was last said */
 };
 
 static void conn_process(struct conn *c);
@@ -147,9 +155,15 @@ static void conn_free_events(struct conn *c);
 static void conn_rb_release_call(struct conn *c, struct rpc_call *call);
 static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification);
 static void conn_rb_close(struct conn *c);
+static void conn_rb_peer_gone(struct conn *c);
 static void conn_rb_refuse_parked(struct conn *c);
-static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge);
-static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len);
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const char *line, size_t len,
+			  size_t *ret_charge);
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
+			  size_t overtook);
+static bool conn_rb_may_take(const struct conn *c);
+static bool conn_rb_small_idle(const struct conn *c, size_t pending_below);
+static void server_rb_pool_update(struct server *srv);
 
 /* ---- fairness between uids -------------------------------------------- */
 
@@ -744,7 +758,7 @@ static bool conn_may_take_but_uid_cap(const struct conn *c)
 {
 	const struct msbd_config *cfg = c->srv->d->config;
 
-	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked &&
+	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked && conn_rb_may_take(c) &&
 	       c->inflight < (unsigned)cfg->max_inflight &&
 	       evbuffer_get_length(bufferevent_get_output(c->bev)) < MSB_CONN_OUTPUT_PAUSE_BYTES;
 }
@@ -767,8 +781,9 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && conn_fair_may_read(c) &&
-	       (!c->srv->budget_spent || c->srv->budget_reader == c);
+	return conn_may_take(c) && ((conn_fair_may_read(c) &&
+				     (!c->srv->budget_spent || c->srv->budget_reader == c)) ||
+				    conn_rb_small_idle(c, 1));
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
@@ -832,12 +847,17 @@ static void server_update_budget(struct server *srv)
 
 static void conn_account(struct conn *c)
 {
-	size_t now = c->dead ? 0 : frame_buf_pending(&c->in) + c->rb_parked_len, was = c->accounted;
+	size_t now = c->dead ? 0 : frame_buf_pending(&c->in), was = c->accounted + c->rb_parked_accounted;
+	size_t parked = c->dead ? 0 : c->rb_parked_len;
 
 	c->srv->stats.buffered_bytes = c->srv->stats.buffered_bytes - c->accounted + now;
 	c->accounted = now;
+	/* A parked request is held apart from the reading gate (its own pool). */
+	c->srv->stats.parked_bytes = c->srv->stats.parked_bytes - c->rb_parked_accounted + parked;
+	c->rb_parked_accounted = parked;
 	server_update_budget(c->srv);
-	conn_fair_account(c, was, now);
+	server_rb_pool_update(c->srv);
+	conn_fair_account(c, was, now + parked);
 }
 
 /* The frame deadline runs only while the daemon waits on the client: part
@@ -901,6 +921,13 @@ static void conn_call_done(struct rpc_call *call, json_t *reply, void *arg)
 	struct server *srv = c->srv;
 
 	conn_forget_call(c, call);
+	if (c->dead) {
+		/* Closed inside its own dispatch (an events replay past
+		 * events.max_backlog_bytes): conn_close counted it out and
+		 * released its charge; nobody is left to answer. */
+		json_decref(reply);
+		return;
+	}
 	assert(c->inflight > 0 && srv->stats.requests_in_flight > 0);
 	c->inflight--;
 	srv->stats.requests_in_flight--;
@@ -940,22 +967,24 @@ static void conn_handle_frame(struct conn *c, const char *line, size_t len)
 		conn_send(c, err_reply);
 		return;
 	}
-	/* Parked (req kept) until the reply budgets admit it. */
-	if (!conn_rb_admit(c, &req, len, &charge))
+	/* Parked (its frame kept, req released) until the reply budgets admit it. */
+	if (!conn_rb_admit(c, &req, line, len, &charge))
 		return;
-	conn_dispatch(c, &req, charge, len);
+	conn_dispatch(c, &req, charge, len, c->rb_admit_overtook);
 }
 
 /* Runs an admitted request charged charge bytes (len of them its own);
  * req released. */
-static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len)
+static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t charge, size_t len,
+			  size_t overtook)
 {
 	struct server *srv = c->srv;
 	struct rpc_call *call;
 
 	c->rb_reserved += charge;
 	srv->stats.reply_reserved_bytes += charge;
-	c->rb_cur = (struct conn_charge){ .reply_left = charge - len, .request = len };
+	srv->rb_overtaking += overtook;
+	c->rb_cur = (struct conn_charge){ .reply_left = charge - len, .request = len, .overtook = overtook };
 	c->rb_dispatching = true;
 	c->rb_cur_done = false;
 	c->inflight++;
@@ -1098,6 +1127,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 			log_debug("conn", "connection %llu: EOF inside a frame, ignoring its %zu bytes",
 				  (unsigned long long)c->id, c->in.tail);
 		frame_buf_drop_partial(&c->in);
+		conn_rb_peer_gone(c);
 		conn_process(c);
 	}
 }
@@ -1202,7 +1232,27 @@ static void conn_close(struct conn *c, const char *reason)
  * limits.conn_reply_budget_bytes per connection and
  * limits.reply_budget_bytes for the daemon; a request that does not fit is
  * parked on its connection (one at most: nothing more is read or taken
- * from it) and dispatched, oldest first, when written bytes free enough. */
+ * from it) and dispatched, oldest first, when written bytes free enough.
+ *
+ * The parked calls do not block what fits: the head is the oldest parked
+ * call whose own connection has room for it (one that waits for its own
+ * client blocks nobody); a call that fits both budgets goes before it when
+ * it leaves the head's charge free in the daemon's budget, or when it is
+ * small (charge <= SERVER_REPLY_IDLE_BYTES) and the small calls gone
+ * before parked ones hold at most SERVER_RB_OVERTAKE_BYTES: the head waits
+ * only for the calls admitted before it and for that allowance, never
+ * forever (the budgets are at least SERVER_RB_OVERTAKE_BYTES above any
+ * charge the allowance applies to). Parked requests are counted in
+ * stats.parked_bytes, apart from the reading gate of buffered_bytes: while
+ * they hold limits.buffer_budget_bytes, connections with a call charged
+ * take no frame (nor read), so the pool passes it by one frame at most;
+ * a connection with nothing charged and nothing pending is read whatever
+ * the buffer budget (one read: daemon.status always answers). */
+
+/* A reply over its bound is logged at most this often (all are counted). */
+#define SERVER_RB_WARN_MS 1000
+/* Small calls admitted before a parked call, all connections together. */
+#define SERVER_RB_OVERTAKE_BYTES (1024 * 1024)
 
 static size_t conn_rb_total(const struct conn *c)
 {
@@ -1272,41 +1322,122 @@ static bool conn_rb_uid_fits(const struct conn *c, size_t charge)
 	return uid == 0 || (charge <= share && uid <= share - charge);
 }
 
-/* May c start a call charged charge bytes now? queued: c is the parked
- * connection being served (others do not overtake the parked ones). */
-static bool conn_rb_admits(const struct conn *c, size_t charge, bool queued)
+/* Nothing charged, nothing in flight or parked, under pending_below bytes
+ * pending. Such a connection is read whatever the buffer budget while it
+ * holds nothing (one read: a fresh daemon.status is always answered; a
+ * frame that does not arrive in it waits like any other), and takes frames
+ * whatever the parked pool while it holds under SERVER_REPLY_IDLE_BYTES
+ * (small calls, or a park of that much). */
+static bool conn_rb_small_idle(const struct conn *c, size_t pending_below)
 {
-	const struct msbd_config *cfg = c->srv->d->config;
-	size_t mine = conn_rb_total(c), all = server_rb_total(c->srv);
+	return !c->dead && conn_rb_total(c) == 0 && !c->rb_is_parked && c->inflight == 0 && c->n_calls == 0 &&
+	       frame_buf_pending(&c->in) < pending_below;
+}
 
+/* While parked requests hold limits.buffer_budget_bytes, only small idle
+ * connections take frames (any other might park one more). */
+static bool conn_rb_may_take(const struct conn *c)
+{
+	return !c->srv->rb_pool_spent || conn_rb_small_idle(c, SERVER_REPLY_IDLE_BYTES);
+}
+
+/* The parked pool was spent or is free again: reading follows. */
+static void server_rb_pool_update(struct server *srv)
+{
+	bool spent = srv->stats.parked_bytes >= srv->d->config->buffer_budget_bytes;
+	struct conn *c;
+
+	if (spent == srv->rb_pool_spent)
+		return;
+	srv->rb_pool_spent = spent;
+	if (spent)
+		log_warnx("parked requests hold %zu bytes (limits.buffer_budget_bytes): taking frames only "
+			  "from connections with nothing charged", srv->stats.parked_bytes);
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (!c->dead) {
+			conn_update_read(c);
+			if (!spent)
+				event_active(c->resume_ev, EV_TIMEOUT, 0);
+		}
+}
+
+/* Has c's own connection budget room for charge? */
+static bool conn_rb_conn_fits(const struct conn *c, size_t charge)
+{
+	size_t mine = conn_rb_total(c), max = c->srv->d->config->conn_reply_budget_bytes;
+
+	return mine == 0 || (charge <= max && mine <= max - charge);
+}
+
+/* The oldest parked call its own connection has room for (the one the
+ * daemon's budget holds back) whose uid is within its share; NULL if none. */
+static struct conn *server_rb_head(const struct server *srv)
+{
+	struct conn *c;
+
+	TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry)
+		if (!c->dead && conn_rb_conn_fits(c, c->rb_parked_charge) && conn_rb_uid_fits(c, c->rb_parked_charge))
+			return c;
+	return NULL;
+}
+
+/* May c start a call charged charge bytes now, the parked call head (NULL:
+ * none, or c's own) waiting? *ret_overtook: what of it counts against
+ * SERVER_RB_OVERTAKE_BYTES. */
+static bool conn_rb_admits(const struct conn *c, size_t charge, const struct conn *head, size_t *ret_overtook)
+{
+	const struct server *srv = c->srv;
+	size_t budget = srv->d->config->reply_budget_bytes;
+	size_t mine = conn_rb_total(c), all = server_rb_total(srv), h;
+
+	*ret_overtook = 0;
 	if (mine == 0 && charge <= SERVER_REPLY_IDLE_BYTES)
 		return true;    /* a small call of an idle connection: always */
 	if (all == 0)
 		return true;    /* any one call alone (the budgets admit the largest) */
-	if (!queued && !TAILQ_EMPTY(&c->srv->rb_parked_q))
-		return false;
-	if (mine > 0 && (charge > cfg->conn_reply_budget_bytes || mine > cfg->conn_reply_budget_bytes - charge))
+	if (!conn_rb_conn_fits(c, charge) || charge > budget || all > budget - charge)
 		return false;
 	if (!conn_rb_uid_fits(c, charge))
-		return false;
-	return charge <= cfg->reply_budget_bytes && all <= cfg->reply_budget_bytes - charge;
+		return false;    /* its uid holds its share (limits.uid_reply_budget_bytes) */
+	if (!head || head == c)
+		return true;
+	h = head->rb_parked_charge;
+	if (h <= budget - charge - all)
+		return true;    /* the head's room stays free */
+	if (charge <= SERVER_REPLY_IDLE_BYTES && budget >= SERVER_RB_OVERTAKE_BYTES &&
+	    h <= budget - SERVER_RB_OVERTAKE_BYTES && srv->rb_overtaking + charge <= SERVER_RB_OVERTAKE_BYTES) {
+		*ret_overtook = charge;
+		return true;
+	}
+	return false;
 }
 
 /* Admits req (true: *ret_charge set, dispatch it) or parks it on c (false:
- * req is kept). */
-static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t len, size_t *ret_charge)
+ * req released, its frame's bytes kept: a parse may cost many times its
+ * frame, so a parked request holds only what it is counted at). */
+static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const char *line, size_t len,
+			  size_t *ret_charge)
 {
 	struct server *srv = c->srv;
 	size_t charge = rpc_reply_bound(msbd_methods, msbd_n_methods, req, srv->d->config) + len;
 
-	if (conn_rb_admits(c, charge, false)) {
+	if (conn_rb_admits(c, charge, server_rb_head(srv), &c->rb_admit_overtook)) {
 		*ret_charge = charge;
 		return true;
+	}
+	if (c->rb_peer_gone) {
+		log_debug("conn", "connection %llu: the client is gone, %s dropped instead of parked",
+			  (unsigned long long)c->id, req->method);
+		jsonrpc_request_release(req);
+		return false;
 	}
 	log_debug("conn", "connection %llu: %s charged %zu bytes waits for the reply budget "
 		  "(connection %zu, daemon %zu charged)", (unsigned long long)c->id, req->method, charge,
 		  conn_rb_total(c), server_rb_total(srv));
-	c->rb_parked = *req;
+	c->rb_parked_frame = xmalloc(len + 1);
+	memcpy(c->rb_parked_frame, line, len);
+	c->rb_parked_frame[len] = '\0';
+	jsonrpc_request_release(req);
 	c->rb_parked_charge = charge;
 	c->rb_parked_len = len;
 	c->rb_is_parked = true;
@@ -1318,50 +1449,64 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, size_t le
 	return false;
 }
 
-/* Takes the parked request off c; *ret owned by the caller. */
-static void conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret)
+/* Takes the parked request off c, parsed again (it parsed when it came:
+ * the same bytes parse the same); *ret owned by the caller. Returns 0, or
+ * <0 with *reterr_reply to send. */
+static int conn_rb_unpark(struct conn *c, struct jsonrpc_request *ret, json_t **reterr_reply)
 {
-	*ret = c->rb_parked;
-	c->rb_parked = (struct jsonrpc_request){ 0 };
+	int r = 0;
+
+	*reterr_reply = NULL;
+	if (ret)
+		r = jsonrpc_request_parse(c->rb_parked_frame, c->rb_parked_len, ret, reterr_reply);
+	free(c->rb_parked_frame);
+	c->rb_parked_frame = NULL;
 	c->rb_is_parked = false;
 	c->rb_parked_len = 0;
 	TAILQ_REMOVE(&c->srv->rb_parked_q, c, rb_park_entry);
 	c->srv->stats.parked_calls--;
+	return r;
 }
 
 /* Serves parked connections in arrival order: one whose own connection has
  * no room waits for its client (and is passed over); the first that the
- * daemon-wide budget cannot take stops the pass. */
+ * daemon-wide budget cannot take is the head, and those after it go as
+ * conn_rb_admits lets them overtake it. */
 static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
-	const struct msbd_config *cfg = srv->d->config;
 	bool again = true;
 
 	(void)fd, (void)what;
 	while (again) {
-		struct conn *c;
+		struct conn *c, *head = NULL;
 
 		again = false;
 		TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry) {
 			struct jsonrpc_request req;
-			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, mine = conn_rb_total(c);
+			size_t charge = c->rb_parked_charge, len = c->rb_parked_len, overtook;
+			json_t *err;
 
-			if (c->dead || srv->draining)
-				continue;
-			if (mine > 0 && (mine > cfg->conn_reply_budget_bytes ||
-					 charge > cfg->conn_reply_budget_bytes - mine))
+			/* Its uid at limits.max_inflight_per_uid: it stays parked
+			 * (a call of the uid ending frees budget and runs this again). */
+			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge) || !conn_fair_may_take(c))
 				continue;
 			/* Its uid holds its share: it waits for that uid's
 			 * clients, and does not hold up other uids. */
 			if (!conn_rb_uid_fits(c, charge))
 				continue;
-			if (!conn_rb_admits(c, charge, true))
-				break;
-			conn_rb_unpark(c, &req);
-			log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
-				  (unsigned long long)c->id, req.method);
-			conn_dispatch(c, &req, charge, len);
+			if (!conn_rb_admits(c, charge, head, &overtook)) {
+				if (!head)
+					head = c;
+				continue;
+			}
+			if (conn_rb_unpark(c, &req, &err) < 0) {
+				conn_send(c, err);
+			} else {
+				log_debug("conn", "connection %llu: %s dispatched from the reply budget's queue",
+					  (unsigned long long)c->id, req.method);
+				conn_dispatch(c, &req, charge, len, overtook);
+			}
 			if (!c->dead) {
 				conn_account(c);
 				event_active(c->resume_ev, EV_TIMEOUT, 0);
@@ -1391,13 +1536,18 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
 	c->rb_last_sent = 0;
 	if (!ch)
 		return;
-	if (sent > ch->reply_left) {
+	if (sent > ch->reply_left && fair_now_ms() - c->srv->rb_over_warned_ms < SERVER_RB_WARN_MS) {
+		c->srv->stats.replies_over_bound++;     /* said at most once a second */
+	} else if (sent > ch->reply_left) {
 		c->srv->stats.replies_over_bound++;
+		c->srv->rb_over_warned_ms = fair_now_ms();
 		log_warnx("connection %llu: a %s reply of %zu bytes passed its bound by %zu bytes "
 			  "(counted at its size)", (unsigned long long)c->id, rpc_call_method(call), sent,
 			  sent - ch->reply_left);
 	}
 	conn_rb_unreserve(c, ch->reply_left + ch->request);
+	assert(c->srv->rb_overtaking >= ch->overtook);
+	c->srv->rb_overtaking -= ch->overtook;
 	server_rb_freed(c->srv, ch->request);
 	if (ch == &c->rb_cur)
 		c->rb_cur_done = true;
@@ -1446,14 +1596,39 @@ static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, jso
 	buf = NULL;
 }
 
+/* At EOF: a peer that closed both ways (POLLHUP; one that only shut its
+ * writing side still reads) will read no reply: its parked request, and
+ * each later one that would park, is dropped, never run (what the budgets
+ * admit at once still runs, as before). */
+static void conn_rb_peer_gone(struct conn *c)
+{
+	struct pollfd pfd = { .fd = bufferevent_getfd(c->bev), .events = POLLOUT };
+	json_t *err;
+
+	if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLHUP | POLLERR)))
+		return;
+	c->rb_peer_gone = true;
+	if (!c->rb_is_parked)
+		return;
+	log_debug("conn", "connection %llu: the client is gone, its parked request dropped",
+		  (unsigned long long)c->id);
+	conn_rb_unpark(c, NULL, &err);
+	conn_account(c);
+}
+
 /* A parked request when the drain begins: answered ShuttingDown. */
 static void conn_rb_refuse_parked(struct conn *c)
 {
 	struct jsonrpc_request req;
+	json_t *err;
 
 	if (!c->rb_is_parked)
 		return;
-	conn_rb_unpark(c, &req);
+	if (conn_rb_unpark(c, &req, &err) < 0) {
+		conn_account(c);
+		conn_send(c, err);
+		return;
+	}
 	conn_account(c);
 	if (req.id)
 		conn_send(c, jsonrpc_reply_error(req.id, msb_error_object(MSB_ERR_SHUTTING_DOWN, NULL, NULL)));
@@ -1468,10 +1643,9 @@ static void conn_rb_close(struct conn *c)
 	size_t freed = c->rb_reserved + c->rb_queued;
 
 	if (c->rb_is_parked) {
-		struct jsonrpc_request req;
+		json_t *err;
 
-		conn_rb_unpark(c, &req);
-		jsonrpc_request_release(&req);
+		conn_rb_unpark(c, NULL, &err);
 	}
 	if (c->rb_out_cb)
 		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->rb_out_cb);
@@ -1479,25 +1653,43 @@ static void conn_rb_close(struct conn *c)
 	srv->stats.reply_queued_bytes -= c->rb_queued;
 	c->rb_queued = 0;
 	conn_rb_unreserve(c, c->rb_reserved);
+	for (size_t i = 0; i < c->rb_n_charges; i++)
+		srv->rb_overtaking -= c->rb_charges[i].overtook;
+	if (c->rb_dispatching && !c->rb_cur_done)
+		srv->rb_overtaking -= c->rb_cur.overtook;
 	c->rb_n_charges = 0;
 	c->rb_cur_done = true;
 	server_rb_freed(srv, freed);
 }
 
-/* Hands idle memory back to the system once charged bytes were freed:
- * when no call is in flight, or after SERVER_TRIM_MAX_DEFER delays. */
+/* Hands idle memory back to the system once charged bytes were freed
+ * (malloc_trim walks the whole heap on the loop, so it is bounded): only
+ * when no call is in flight (never forced), at most every
+ * SERVER_TRIM_MIN_INTERVAL_MS, and only when the allocator holds at least
+ * SERVER_TRIM_MIN_FREE_BYTES free (an allocator that reports no arena, a
+ * sanitizer's, is trimmed as asked). */
 static void server_rb_trim_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
 	struct timeval tv = { SERVER_TRIM_DELAY_MS / 1000, (SERVER_TRIM_DELAY_MS % 1000) * 1000 };
+	int64_t now = fair_now_ms(), since = now - srv->rb_last_trim_ms;
+	struct mallinfo2 mi;
 
 	(void)fd, (void)what;
-	if (srv->stats.requests_in_flight > 0 && srv->rb_trim_defers++ < SERVER_TRIM_MAX_DEFER) {
+	if (srv->stats.requests_in_flight > 0) {
 		evtimer_add(srv->rb_trim_ev, &tv);
 		return;
 	}
-	srv->rb_trim_defers = 0;
+	if (srv->rb_last_trim_ms != 0 && since < SERVER_TRIM_MIN_INTERVAL_MS) {
+		fair_timeval(SERVER_TRIM_MIN_INTERVAL_MS - since, &tv);
+		evtimer_add(srv->rb_trim_ev, &tv);
+		return;
+	}
 	srv->rb_freed = 0;
+	mi = mallinfo2();
+	if (mi.arena != 0 && mi.fordblks < SERVER_TRIM_MIN_FREE_BYTES)
+		return;
+	srv->rb_last_trim_ms = now;
 	srv->stats.malloc_trims++;
 	malloc_trim(0);
 }

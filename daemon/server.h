@@ -8,7 +8,11 @@
  * bound (rpc_reply_bound) plus its own bytes before it is dispatched; one
  * that would pass the connection's or the daemon's reply budget is parked
  * (the connection is neither read nor served meanwhile) until written
- * replies free enough, parked connections in arrival order. A charge is
+ * replies free enough, parked connections in arrival order; a call that
+ * fits is not held behind them (server.c, "the reply budgets", says when
+ * it may go first). Parked requests are counted apart from the reading
+ * gate (stats.parked_bytes, under their own limits.buffer_budget_bytes),
+ * and a connection with nothing charged is always read. A charge is
  * released as the reply's bytes leave the output buffer. Protocol violations (an oversize
  * frame, a frame that does not arrive whole in time) get an error reply with
  * id null and close the connection; anything else gets a reply and the
@@ -44,10 +48,12 @@
 #define SERVER_REPLY_IDLE_BYTES (128 * 1024)
 /* Once this many charged bytes were freed, hand idle memory back to the
  * system (malloc_trim) after SERVER_TRIM_DELAY_MS, when no call is in
- * flight, or after SERVER_TRIM_MAX_DEFER delays anyway. */
+ * flight (never forced), at most every SERVER_TRIM_MIN_INTERVAL_MS, and
+ * only when the allocator holds SERVER_TRIM_MIN_FREE_BYTES free. */
 #define SERVER_TRIM_AFTER_BYTES (1024 * 1024)
 #define SERVER_TRIM_DELAY_MS    200
-#define SERVER_TRIM_MAX_DEFER   10
+#define SERVER_TRIM_MIN_INTERVAL_MS 10000
+#define SERVER_TRIM_MIN_FREE_BYTES  (8 * 1024 * 1024)
 /* After EMFILE/ENFILE on accept, wait this long before accepting again. */
 #define MSB_ACCEPT_RETRY_MS 1000
 
@@ -65,6 +71,7 @@ struct server_stats {
 	/* The reply budgets (limits.reply_budget_bytes): */
 	size_t reply_reserved_bytes;    /* charged to calls admitted: reply bounds not yet queued, requests */
 	size_t reply_queued_bytes;      /* written to connections' output buffers, not yet sent */
+	size_t parked_bytes;            /* parked requests' frames (their own pool) */
 	unsigned parked_calls;          /* requests parsed and waiting for budget, one per connection at most */
 	uint64_t parked_total;          /* requests that ever waited for budget */
 	uint64_t replies_over_bound;    /* replies larger than their bound (counted at their real size) */

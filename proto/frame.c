@@ -63,8 +63,31 @@ static bool line_is_blank(const char *s, size_t n)
 	return true;
 }
 
+/* After a large frame was taken, the few bytes that follow it (the start of
+ * the next frame) move to a buffer sized for them: the capacity is never
+ * more than 4 × what is pending (or MSB_FRAME_BUF_KEEP_BYTES) once a frame
+ * has left, so a connection is never charged less than it holds. The last
+ * frame handed out is invalidated here, as documented (the next call). */
+static void frame_buf_shrink(struct frame_buf *fb)
+{
+	size_t pending = fb->len - fb->start, cap = 4096;
+
+	if (fb->cap <= MSB_FRAME_BUF_KEEP_BYTES || pending == 0 || pending >= fb->cap / 4)
+		return;
+	while (cap < 2 * (pending + 1))
+		cap *= 2;
+	if (cap < MSB_FRAME_BUF_KEEP_BYTES)
+		cap = MSB_FRAME_BUF_KEEP_BYTES;
+	if (cap >= fb->cap)
+		return;
+	frame_buf_compact(fb);
+	fb->data = xrealloc(fb->data, cap);
+	fb->cap = cap;
+}
+
 int frame_buf_next(struct frame_buf *fb, const char **ret_line, size_t *ret_len)
 {
+	frame_buf_shrink(fb);
 	for (;;) {
 		size_t avail = fb->len - fb->start;
 		char *base, *lf;

@@ -24,7 +24,9 @@ struct frame_buf {
 };
 
 /* An emptied buffer bigger than this gives its memory back, so an idle
- * connection does not keep the largest frame it ever received. */
+ * connection does not keep the largest frame it ever received; one that
+ * still holds a few bytes after a large frame shrinks to 4 × them (at
+ * least this), so its capacity follows what is counted as pending. */
 #define MSB_FRAME_BUF_KEEP_BYTES (64 * 1024)
 
 void frame_buf_init(struct frame_buf *fb, size_t max);

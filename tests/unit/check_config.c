@@ -248,17 +248,22 @@ START_TEST(reply_budgets_admit_the_largest_reply)
 	ck_assert_uint_ge(cfg->conn_reply_budget_bytes, replybound_max(cfg) + cfg->max_frame_bytes);
 	ck_assert_int_eq(config_validate(cfg, &err), 0);
 
-	/* Below the largest reply: refused, naming the key and the fix. */
-	cfg->conn_reply_budget_bytes = replybound_max(cfg) - 1;
+	/* files.list's bound counts: 10000 long names under a long path. */
+	ck_assert_uint_ge(replybound_max(cfg), replybound_files_list(NULL, cfg));
+	/* Below the largest call (its reply, the longest id, a frame): refused,
+	 * naming the key and the fix. */
+	cfg->conn_reply_budget_bytes = replybound_max(cfg) + REPLYBOUND_MAX_ID_BYTES + cfg->max_frame_bytes - 1;
 	ck_assert_int_eq(config_validate(cfg, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "limits.conn_reply_budget_bytes"));
 	ck_assert_ptr_nonnull(strstr(err, "lower those caps"));
 	free(err), err = NULL;
-	cfg->conn_reply_budget_bytes = replybound_max(cfg);
+	cfg->conn_reply_budget_bytes++;
 	ck_assert_int_eq(config_validate(cfg, &err), 0);
 	/* Lower caps make the same budget valid... */
 	cfg->conn_reply_budget_bytes = 48 * MSB_MIB;
 	cfg->reply_budget_bytes = 40 * MSB_MIB;
+	ck_assert_int_eq(config_set(cfg, "limits.max_frame_bytes", "4M", &err), 0);
+	ck_assert_int_eq(config_set(cfg, "files.list_max_entries", "1000", &err), 0);
 	ck_assert_int_eq(config_set(cfg, "files.max_total_bytes", "16M", &err), 0);
 	ck_assert_int_eq(config_set(cfg, "files.max_file_bytes", "16M", &err), 0);
 	ck_assert_int_eq(config_set(cfg, "files.max_files", "4", &err), 0);

@@ -664,6 +664,36 @@ START_TEST(test_emptied_buffer_gives_memory_back)
 }
 END_TEST
 
+/* A large frame taken with one byte of the next behind it: the buffer
+ * shrinks to the pending bytes' size, it does not keep the large frame's. */
+START_TEST(test_large_frame_then_pending_byte_shrinks)
+{
+	struct frame_buf fb;
+	size_t big = 4 << 20, len;
+	char *frame = malloc(big + 2);
+	const char *line;
+
+	memset(frame, 'x', big);
+	frame[big] = '\n';
+	frame[big + 1] = '{';
+	frame_buf_init(&fb, 2 * big);
+	ck_assert_int_eq(frame_buf_append(&fb, frame, big + 2), 0);
+	ck_assert_uint_gt(fb.cap, big);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_uint_eq(len, big);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 0);
+	ck_assert_uint_eq(frame_buf_pending(&fb), 1);
+	ck_assert_uint_le(fb.cap, MSB_FRAME_BUF_KEEP_BYTES);
+	/* The pending byte is kept and the frame completes. */
+	ck_assert_int_eq(frame_buf_append(&fb, "}\n", 2), 0);
+	ck_assert_int_eq(frame_buf_next(&fb, &line, &len), 1);
+	ck_assert_uint_eq(len, 2);
+	ck_assert_str_eq(line, "{}");
+	frame_buf_release(&fb);
+	free(frame);
+}
+END_TEST
+
 START_TEST(test_drop_partial_keeps_whole_frames)
 {
 	struct frame_buf fb;
@@ -720,6 +750,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, test_release_reinit);
 	tcase_add_test(tc, test_emptied_buffer_gives_memory_back);
 	tcase_add_test(tc, test_drop_partial_keeps_whole_frames);
+	tcase_add_test(tc, test_large_frame_then_pending_byte_shrinks);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("encode");

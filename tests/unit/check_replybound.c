@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "config.h"
+#include "frame.h"
+#include "m_exec.h"
 #include "daemon.h"
 #include "jsonrpc.h"
 #include "msb-limits.h"
@@ -153,6 +156,74 @@ START_TEST(rpc_bound_adds_the_id_and_defaults)
 }
 END_TEST
 
+/* A frame as the daemon writes it: {"jsonrpc":"2.0","id":id,"result":result}\n. */
+static size_t wire_len(json_t *id, json_t *result)
+{
+	json_t *reply = jsonrpc_reply_result(id, result);
+	size_t len;
+	char *f = frame_encode(reply, &len);
+
+	ck_assert_ptr_nonnull(f);
+	free(f);
+	json_decref(reply);
+	return len;
+}
+
+/* A string of n bytes of \x01 (each escaped \u0001 on the wire). */
+static char *ones(size_t n)
+{
+	char *s = malloc(n + 1);
+
+	memset(s, 1, n);
+	s[n] = '\0';
+	return s;
+}
+
+/* Real worst replies, encoded, within their bounds: files.read of one
+ * file at its cap under a 4095-byte path of \x01 with the longest id of
+ * \x01, and sandbox.exec of its cap of \x01 with text: true. */
+START_TEST(real_worst_replies_fit_their_bounds)
+{
+	char *path = ones(PATHS_MAX_BYTES), *idstr = ones(256);
+	size_t cap = 1 << 20, bound, len;
+	uint8_t *data = malloc(cap);
+	json_t *id = json_string(idstr), *params, *result;
+	char max[32], *err = NULL;
+
+	memset(data, 1, cap);
+	snprintf(max, sizeof(max), "%zu", cap);
+	ck_assert_int_eq(config_set(cfg, "files.max_file_bytes", max, &err), 0);
+	ck_assert_int_eq(config_set(cfg, "files.max_total_bytes", max, &err), 0);
+	ck_assert_int_eq(config_set(cfg, "exec.max_output_bytes", max, &err), 0);
+
+	params = json_pack("{s:s, s:[s]}", "sandbox", "x", "paths", path);
+	bound = replybound_files_read(params, cfg) + replybound_id(id);
+	result = json_pack("{s:[{s:s, s:o, s:I}]}", "files", "path", path, "content_b64",
+			   msb_base64_json(data, cap), "size", (json_int_t)cap);
+	len = wire_len(id, result);
+	ck_assert_msg(len <= bound, "files.read: %zu bytes over its bound %zu", len, bound);
+	json_decref(params);
+
+	params = json_pack("{s:s, s:s, s:b}", "sandbox", "x", "command", "c", "text", 1);
+	bound = replybound_exec(params, cfg) + replybound_id(id);
+	/* Output is stdout and stderr together: all of it in one, the other empty. */
+	result = json_pack("{s:i, s:o, s:o, s:o, s:o, s:I}", "exit_code", -2147483647,
+			   "stdout_b64", msb_base64_json(data, cap), "stderr_b64", msb_base64_json(data, 0),
+			   "stdout_text", m_exec_text_view(data, cap), "stderr_text", m_exec_text_view(data, 0),
+			   "duration_ms", (json_int_t)INT64_MAX);
+	len = wire_len(id, result);
+	ck_assert_msg(len <= bound, "sandbox.exec text: %zu bytes over its bound %zu", len, bound);
+	/* And tight: the bound is not far above the real worst (no 2x slack). */
+	ck_assert_uint_le(bound, len + len / 8 + REPLYBOUND_DEFAULT_BYTES);
+	json_decref(params);
+
+	json_decref(id);
+	free(data);
+	free(path);
+	free(idstr);
+}
+END_TEST
+
 static Suite *replybound_suite(void)
 {
 	Suite *s = suite_create("replybound");
@@ -164,6 +235,7 @@ static Suite *replybound_suite(void)
 	tcase_add_test(tc, exec_counts_base64_text_views_and_stream);
 	tcase_add_test(tc, max_covers_every_method_bound);
 	tcase_add_test(tc, rpc_bound_adds_the_id_and_defaults);
+	tcase_add_test(tc, real_worst_replies_fit_their_bounds);
 	suite_add_tcase(s, tc);
 	return s;
 }
