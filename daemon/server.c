@@ -343,6 +343,10 @@ static void server_share_calls_end(struct server *srv, struct uid_share *s, unsi
 	TAILQ_FOREACH(o, &srv->conns, entry)
 		if (o->share == s && o != except && !o->dead)
 			event_active(o->resume_ev, EV_TIMEOUT, 0);
+	/* A parked call the queue passed over at the cap: run it again (an
+	 * orphan's end frees no charge, so nothing else would). */
+	if (!TAILQ_EMPTY(&srv->rb_parked_q))
+		event_active(srv->rb_unpark_ev, EV_TIMEOUT, 0);
 }
 
 /* Takes the calls of the connection off its uid's count. */
@@ -781,9 +785,8 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && ((conn_fair_may_read(c) &&
-				     (!c->srv->budget_spent || c->srv->budget_reader == c)) ||
-				    conn_rb_small_idle(c, 1));
+	return conn_may_take(c) && conn_fair_may_read(c) &&
+	       (!c->srv->budget_spent || c->srv->budget_reader == c || conn_rb_small_idle(c, 1));
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);
@@ -1369,14 +1372,57 @@ static bool conn_rb_conn_fits(const struct conn *c, size_t charge)
 	return mine == 0 || (charge <= max && mine <= max - charge);
 }
 
-/* The oldest parked call its own connection has room for (the one the
- * daemon's budget holds back) whose uid is within its share; NULL if none. */
+/* The oldest parked call of c's uid other than c's own that its own
+ * connection has room for (one that waits for its own client's reading
+ * holds up nobody), or NULL. Administrators have no share. */
+static const struct conn *server_rb_uid_oldest(const struct server *srv, const struct conn *c)
+{
+	const struct conn *o;
+
+	if (c->peer.admin || !c->share)
+		return NULL;
+	TAILQ_FOREACH(o, &srv->rb_parked_q, rb_park_entry)
+		if (!o->dead && o->share == c->share && conn_rb_conn_fits(o, o->rb_parked_charge))
+			return o == c ? NULL : o;
+	return NULL;
+}
+
+/* Must a call of c charged charge wait for its uid: its share is held, or
+ * an older parked call of its uid would no longer fit beside it (so a
+ * uid's own later calls never starve its oldest one)? */
+static bool conn_rb_uid_waits(const struct conn *c, size_t charge)
+{
+	size_t share = config_uid_reply_budget_bytes(c->srv->d->config), total, older;
+	const struct conn *o;
+
+	if (!conn_rb_uid_fits(c, charge))
+		return true;
+	o = server_rb_uid_oldest(c->srv, c);
+	if (!o)
+		return false;
+	total = conn_rb_uid_total(c);
+	older = o->rb_parked_charge;
+	return charge > share || older > share - charge || total > share - charge - older;
+}
+
+/* A small call of a connection with nothing charged (always admitted). */
+static bool conn_rb_idle_small_call(const struct conn *c, size_t charge)
+{
+	return conn_rb_total(c) == 0 && charge <= SERVER_REPLY_IDLE_BYTES;
+}
+
+/* The oldest parked call the daemon's budget holds back: its own
+ * connection has room for it, its uid is under its in-flight cap and
+ * within its reply share; NULL if none. */
 static struct conn *server_rb_head(const struct server *srv)
 {
 	struct conn *c;
 
+	if (srv->draining)
+		return NULL;
 	TAILQ_FOREACH(c, &srv->rb_parked_q, rb_park_entry)
-		if (!c->dead && conn_rb_conn_fits(c, c->rb_parked_charge) && conn_rb_uid_fits(c, c->rb_parked_charge))
+		if (!c->dead && conn_rb_conn_fits(c, c->rb_parked_charge) && conn_fair_may_take(c) &&
+		    (conn_rb_idle_small_call(c, c->rb_parked_charge) || !conn_rb_uid_waits(c, c->rb_parked_charge)))
 			return c;
 	return NULL;
 }
@@ -1388,16 +1434,16 @@ static bool conn_rb_admits(const struct conn *c, size_t charge, const struct con
 {
 	const struct server *srv = c->srv;
 	size_t budget = srv->d->config->reply_budget_bytes;
-	size_t mine = conn_rb_total(c), all = server_rb_total(srv), h;
+	size_t all = server_rb_total(srv), h;
 
 	*ret_overtook = 0;
-	if (mine == 0 && charge <= SERVER_REPLY_IDLE_BYTES)
+	if (conn_rb_idle_small_call(c, charge))
 		return true;    /* a small call of an idle connection: always */
 	if (all == 0)
 		return true;    /* any one call alone (the budgets admit the largest) */
 	if (!conn_rb_conn_fits(c, charge) || charge > budget || all > budget - charge)
 		return false;
-	if (!conn_rb_uid_fits(c, charge))
+	if (conn_rb_uid_waits(c, charge))
 		return false;    /* its uid holds its share (limits.uid_reply_budget_bytes) */
 	if (!head || head == c)
 		return true;
@@ -1491,9 +1537,10 @@ static void server_rb_unpark_cb(evutil_socket_t fd, short what, void *arg)
 			 * (a call of the uid ending frees budget and runs this again). */
 			if (c->dead || srv->draining || !conn_rb_conn_fits(c, charge) || !conn_fair_may_take(c))
 				continue;
-			/* Its uid holds its share: it waits for that uid's
-			 * clients, and does not hold up other uids. */
-			if (!conn_rb_uid_fits(c, charge))
+			/* Its uid holds its share (or its older call waits for
+			 * it): it waits for that uid's clients, and does not
+			 * hold up other uids. */
+			if (!conn_rb_idle_small_call(c, charge) && conn_rb_uid_waits(c, charge))
 				continue;
 			if (!conn_rb_admits(c, charge, head, &overtook)) {
 				if (!head)
