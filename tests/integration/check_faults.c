@@ -104,9 +104,11 @@
 #define GARBAGE_RANDOM_LINES 1000
 #define GARBAGE_HUGE_LINE (16 * 1024 * 1024)
 #define GARBAGE_NEST_DEPTH 100000
-#define GARBAGE_NEST_OK 1000               /* under jansson's parsing depth (2048) */
+#define GARBAGE_NEST_OK 60                 /* under the frame's nesting limit (64, MSB_JSON_MAX_DEPTH) */
+#define GARBAGE_NEST_DEEP 1000             /* over it, under jansson's own (2048) */
 #define GARBAGE_NUMBER_DIGITS (1024 * 1024)
 #define GARBAGE_MANY_IDS 100000
+#define GARBAGE_SOME_MEMBERS 30000          /* 60,001 values: under the frame's 65,536 */
 #define GARBAGE_PIPELINED 5000
 #define GARBAGE_BLANK_LINES (1024 * 1024)
 #define GARBAGE_HANGUP_BYTES (32 * 1024 * 1024)
@@ -1237,6 +1239,14 @@ static void g_nested_within_depth(struct blob *b)
 	blob_str(b, "}}\n");
 }
 
+static void g_nested_past_depth(struct blob *b)
+{
+	blob_str(b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.list\",\"params\":{\"scope\":");
+	blob_fill(b, '[', GARBAGE_NEST_DEEP);
+	blob_fill(b, ']', GARBAGE_NEST_DEEP);
+	blob_str(b, "}}\n");
+}
+
 static void g_invalid_utf8(struct blob *b)
 {
 	static const char *const bad[] = {
@@ -1307,16 +1317,28 @@ static void g_many_ids(struct blob *b)
 	blob_str(b, ",\"method\":\"daemon.describe\"}\n");
 }
 
-static void g_many_members(struct blob *b)
+static void g_members(struct blob *b, int n)
 {
 	blob_str(b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\",\"params\":{");
-	for (int i = 0; i < GARBAGE_MANY_IDS; i++) {
+	for (int i = 0; i < n; i++) {
 		char m[32];
 
 		snprintf(m, sizeof(m), "%s\"m%d\":%d", i ? "," : "", i, i);
 		blob_str(b, m);
 	}
 	blob_str(b, "}}\n");
+}
+
+/* Past the frame's 65,536 values (members count twice: key and value). */
+static void g_many_members(struct blob *b)
+{
+	g_members(b, GARBAGE_MANY_IDS);
+}
+
+/* Within it: parsed, then refused for the unknown params. */
+static void g_some_members(struct blob *b)
+{
+	g_members(b, GARBAGE_SOME_MEMBERS);
 }
 
 static void g_huge_method(struct blob *b)
@@ -1357,14 +1379,16 @@ static const struct garbage_row garbage_rows[] = {
 	{ "100k nested arrays", g_nested_arrays, 1, "ParseError" },
 	{ "100k nested objects", g_nested_objects, 1, "ParseError" },
 	{ "100k nested arrays in params", g_nested_in_params, 1, "ParseError" },
-	{ "1000 nested arrays in a param", g_nested_within_depth, 1, "InvalidParams" },
+	{ "60 nested arrays in a param", g_nested_within_depth, 1, "InvalidParams" },
+	{ "1000 nested arrays in a param", g_nested_past_depth, 1, "ParseError" },
 	{ "invalid UTF-8 in strings", g_invalid_utf8, 6, "ParseError" },
 	{ "bad escapes", g_escapes, 4, "ParseError" },
 	{ "NUL bytes", g_nuls, 3, "ParseError" },
 	{ "huge numbers as ids", g_huge_numbers, 6, "ParseError" },
 	{ "huge numbers in params", g_huge_numbers_in_params, 3, "InvalidParams" },
 	{ "100k ids in one frame", g_many_ids, 1, "ParseError" },
-	{ "100k params members", g_many_members, 1, "InvalidParams" },
+	{ "100k params members", g_many_members, 1, "ParseError" },
+	{ "30k params members", g_some_members, 1, "InvalidParams" },
 	{ "a 1 MiB method name", g_huge_method, 1, "MethodNotFound" },
 	{ "5000 pipelined ids", g_pipelined, GARBAGE_PIPELINED, "result" },
 	{ "a million blank lines", g_blank_flood, 0, NULL },
