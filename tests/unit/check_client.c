@@ -431,6 +431,7 @@ struct idle_fake {
 	int second_conns;       /* connections accepted after the first */
 	bool backlog_full;      /* after that close, fill the backlog and accept no more */
 	int fillers[8];         /* the connections that fill it (-1: none) */
+	int done_pipe[2];       /* the test writes a byte once its calls returned */
 };
 
 static void *idle_fake_main(void *arg)
@@ -473,9 +474,18 @@ static void *idle_fake_main(void *arg)
 		t->f.lfd = -1;
 	}
 	(void)!write(t->closed_pipe[1], "x", 1);
-	if (t->stop_listening || !fake_wait(t->f.lfd) ||
-	    (fd = accept4(t->f.lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+	if (t->stop_listening)
 		return NULL;
+	{
+		/* A reconnect (wanted or not) connects before the test's calls
+		 * return: once they did and nothing is pending, none came. */
+		struct pollfd pfd[2] = { { .fd = t->f.lfd, .events = POLLIN },
+					 { .fd = t->done_pipe[0], .events = POLLIN } };
+
+		if (poll(pfd, 2, FAKE_IO_WAIT_MS) <= 0 || !(pfd[0].revents & POLLIN) ||
+		    (fd = accept4(t->f.lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+			return NULL;
+	}
 	t->second_conns++;
 	t->second = fake_read_request(fd, &len);
 	fake_send(fd, REPLY_OK(2), strlen(REPLY_OK(2)));
@@ -503,6 +513,7 @@ START_TEST(test_idle_close_reconnects)
 	snprintf(t.f.path, sizeof(t.f.path), "%s/d.sock", t.f.dir);
 	t.f.lfd = socket_at(t.f.path, true);
 	ck_assert_int_eq(pipe2(t.closed_pipe, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(t.done_pipe, O_CLOEXEC), 0);
 	ck_assert_int_eq(pthread_create(&t.f.thread, NULL, idle_fake_main, &t), 0);
 	ck_assert_int_eq(msb_connect(t.f.path, &conn), MSB_OK);
 	ck_assert_int_eq(msb_call(conn, _i == 3 ? "events.subscribe" : "daemon.status", NULL, NULL),
@@ -526,7 +537,10 @@ START_TEST(test_idle_close_reconnects)
 		ck_assert_int_eq(msb_call(conn, "daemon.status", NULL, NULL), MSB_E_CLOSED);
 	}
 	ck_assert_ptr_null(msb_conn_free(conn));
+	ck_assert_int_eq(write(t.done_pipe[1], "x", 1), 1);
 	pthread_join(t.f.thread, NULL);
+	close(t.done_pipe[0]);
+	close(t.done_pipe[1]);
 	for (size_t i = 0; i < sizeof(t.fillers) / sizeof(t.fillers[0]); i++)
 		if (t.fillers[i] >= 0)
 			close(t.fillers[i]);

@@ -391,9 +391,10 @@ START_TEST(test_stream_pause_longer_than_idle)
 	static const struct fake_reply script[] = {
 		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
 	};
-	struct pause_once p = { .resume_ms = 900 };
+	/* Stretched under valgrind: the first chunk must come within the idle deadline. */
+	struct pause_once p = { .resume_ms = 900L * test_slow_factor() };
 
-	pause_once_run(script, &p, 300);
+	pause_once_run(script, &p, 300L * test_slow_factor());
 	ck_assert_int_eq(p.resumed, 1);
 	ck_assert_int_eq(p.r.calls, 1);
 	ck_assert_int_eq(p.r.error, 0);
@@ -410,9 +411,10 @@ START_TEST(test_stream_idle_after_resume)
 		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
 		  .stall = true },
 	};
-	struct pause_once p = { .resume_ms = 900 };
+	/* Stretched under valgrind: the first chunk must come within the idle deadline. */
+	struct pause_once p = { .resume_ms = 900L * test_slow_factor() };
 
-	pause_once_run(script, &p, 300);
+	pause_once_run(script, &p, 300L * test_slow_factor());
 	ck_assert_int_eq(p.resumed, 1);
 	ck_assert_int_eq(p.r.calls, 1);
 	ck_assert_int_eq(p.r.error, -ETIMEDOUT);
