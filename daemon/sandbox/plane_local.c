@@ -337,14 +337,11 @@ static bool pidfd_alive(int pidfd)
 	return r == 0;
 }
 
-/* Reads a small /proc file whole (NUL-terminated); -errno. */
-static int read_small(const char *path, char *buf, size_t size)
+/* Reads fd to its end or size - 1 bytes (NUL-terminated); the length or -errno. */
+static int read_upto(int fd, char *buf, size_t size)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	size_t len = 0;
 
-	if (fd < 0)
-		return -errno;
 	while (len < size - 1) {
 		ssize_t n = read(fd, buf + len, size - 1 - len);
 
@@ -358,6 +355,16 @@ static int read_small(const char *path, char *buf, size_t size)
 	}
 	buf[len] = '\0';
 	return (int)len;
+}
+
+/* Reads a small /proc file whole (NUL-terminated); -errno. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+	if (fd < 0)
+		return -errno;
+	return read_upto(fd, buf, size);
 }
 
 /* True when every line of a uid_map/gid_map is the identity of the whole range. */
@@ -965,7 +972,7 @@ int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry
 {
 	char buf[PLOCAL_JOURNAL_ENTRY_MAX + 1], *nl1, *nl2, *nl3, *nl4;
 	_cleanup_close_ int fd = -1;
-	size_t len = 0;
+	int r;
 
 	if (!plocal_name_is_temp(name))
 		return -EINVAL;
@@ -982,18 +989,9 @@ int plocal_journal_take(int dirfd, const char *name, struct plocal_journal_entry
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
 		return errno == EWOULDBLOCK ? -EBUSY : -errno;
-	while (len < sizeof(buf) - 1) {
-		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
+	r = read_upto(fd, buf, sizeof(buf));
+	if (r < 0)
+		return r;
 	nl1 = strchr(buf, '\n');
 	nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
 	nl3 = nl2 ? strchr(nl2 + 1, '\n') : NULL;
