@@ -91,15 +91,19 @@ struct uid_share {
 	size_t buffered;            /* bytes held from it, counted against its share */
 	bool over;                  /* holds limits.uid_buffer_bytes or more */
 	struct conn *reader;        /* while over: its one connection still read */
+	size_t orphan_rb;           /* reply-budget charges its orphans still hold */
 	LIST_ENTRY(uid_share) entry;
 };
 
 /* A call still running after its connection closed: counted against its
- * uid's limits.max_inflight_per_uid until it finishes. */
+ * uid's limits.max_inflight_per_uid, and its charge against the reply
+ * budgets (the daemon's and its uid's), until it finishes: the work it
+ * does holds that memory whether or not anyone reads its reply. */
 struct server_orphan {
 	struct server *srv;
 	struct uid_share *share;    /* a reference */
 	struct rpc_call *call;
+	size_t charge;              /* of the reply budgets, held until it ends */
 	LIST_ENTRY(server_orphan) entry;
 };
 
@@ -355,10 +359,25 @@ static void conn_fair_calls_end(struct conn *c, unsigned n)
 	server_share_calls_end(c->srv, c->share, n, c);
 }
 
+/* An orphan's charge is no longer held. */
+static void server_orphan_release(struct server_orphan *o)
+{
+	assert(o->srv->stats.reply_reserved_bytes >= o->charge && o->share->orphan_rb >= o->charge);
+	o->srv->stats.reply_reserved_bytes -= o->charge;
+	o->share->orphan_rb -= o->charge;
+	o->charge = 0;
+}
+
+static void server_rb_freed(struct server *srv, size_t n);
+static struct conn_charge *conn_rb_find(struct conn *c, struct rpc_call *call);
+
 static void server_orphan_done(void *arg)
 {
 	struct server_orphan *o = arg;
+	size_t freed = o->charge;
 
+	server_orphan_release(o);
+	server_rb_freed(o->srv, freed);
 	server_share_calls_end(o->srv, o->share, 1, NULL);
 	server_share_put(o->share);
 	LIST_REMOVE(o, entry);
@@ -380,6 +399,15 @@ static void conn_fair_orphan(struct conn *c, struct rpc_call *call)
 	o->share = c->share;
 	o->share->refs++;
 	o->call = call;
+	/* Its charge stays held (conn_rb_close, run after this, releases the
+	 * connection's own). */
+	{
+		const struct conn_charge *ch = conn_rb_find(c, call);
+
+		o->charge = ch ? ch->reply_left + ch->request : 0;
+		c->srv->stats.reply_reserved_bytes += o->charge;
+		o->share->orphan_rb += o->charge;
+	}
 	LIST_INSERT_HEAD(&c->srv->orphans, o, entry);
 	rpc_call_orphan(call, server_orphan_done, o);
 }
@@ -391,6 +419,7 @@ static void server_orphans_free(struct server *srv)
 
 	while ((o = LIST_FIRST(&srv->orphans))) {
 		rpc_call_orphan(o->call, NULL, NULL);
+		server_orphan_release(o);
 		server_share_put(o->share);
 		LIST_REMOVE(o, entry);
 		free(o);
@@ -633,7 +662,7 @@ static size_t conn_rb_total(const struct conn *c);
 static size_t server_share_rb_total(const struct server *srv, const struct uid_share *s)
 {
 	const struct conn *c;
-	size_t n = 0;
+	size_t n = s ? s->orphan_rb : 0;
 
 	TAILQ_FOREACH(c, &srv->conns, entry)
 		if (c->share == s && !c->dead)
@@ -785,8 +814,16 @@ static bool conn_may_read(const struct conn *c)
 	 * read it to EOF whatever the budget, so its bytes are freed. */
 	if (c->peer_closed)
 		return true;
-	return conn_may_take(c) && conn_fair_may_read(c) &&
-	       (!c->srv->budget_spent || c->srv->budget_reader == c || conn_rb_small_idle(c, 1));
+	/* A connection holding nothing gets one read whatever the daemon's
+	 * buffer budget, so a fresh daemon.status is answered; past its uid's
+	 * own share only an administrator's does (a uid over its share waits
+	 * for itself). */
+	{
+		bool idle1 = conn_rb_small_idle(c, 1);
+
+		return conn_may_take(c) && (conn_fair_may_read(c) || (c->peer.admin && idle1)) &&
+		       (!c->srv->budget_spent || c->srv->budget_reader == c || idle1);
+	}
 }
 
 static void conn_update_frame_timer(struct conn *c, unsigned taken);

@@ -1976,7 +1976,9 @@ START_TEST(fair_uid_reply_share)
 	fair_start(&d, (const char *const[]){ "files.max_file_bytes=1M", "files.max_total_bytes=1M", "files.max_files=4",
 		"exec.max_output_bytes=64K", "limits.max_frame_bytes=2M", "limits.buffer_budget_bytes=4M",
 		"limits.conn_reply_budget_bytes=4M", "limits.reply_budget_bytes=8M",
-		"limits.write_timeout_ms=600000", NULL });
+		"limits.write_timeout_ms=600000",
+		/* files.list's bound (20 long names) within the budgets, like the mem_ daemons. */
+		"files.list_max_entries=20", NULL });
 	json_decref(wait_engine_state(d.sock, "reachable", FAIR_ENGINE_WAIT_MS));
 	ck_assert(pipe(ra) == 0 && pipe(ga) == 0 && pipe(rb) == 0 && pipe(gb) == 0);
 	pb = fork();
@@ -2190,6 +2192,110 @@ START_TEST(mem_parked_calls_block_nobody_else)
 }
 END_TEST
 
+/* ---- a call of a closed connection keeps its charge: mem_orphan_keeps_its_charge ---- */
+
+/* A client sends a slow exec (charged its whole reply bound), then a frame
+ * over the limit, which makes the daemon close the connection: the exec runs on, and its charge stays in memory.reply_reserved_bytes
+ * (and its uid's) until it ends, so a client that closes and reconnects
+ * cannot run work past the budgets. After it ends, nothing is charged. */
+START_TEST(mem_orphan_keeps_its_charge)
+{
+	const struct mem_limits l = {
+		.file_bytes = 1 * MIB, .frame_bytes = 4 * MIB, .conn_budget = 24 * MIB, .budget = 48 * MIB,
+		.exec_output = 1 * MIB, .max_reply = 8 * MIB,
+	};
+	struct msbd_proc d = { 0 };
+	char sb[96];
+	json_t *st = NULL;
+	long charged = 0;
+	int fd;
+
+	mem_daemon_up(&d, "local", &l);
+	mem_acquire(&d, "orphan", sb, sizeof(sb));
+	fd = mem_connect(&d);
+	/* The exec marks when it started, then outlives its connection. */
+	raw_request_send(fd, 1, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command",
+							  "touch orphan.started; sleep 8", "timeout_seconds", 60));
+	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+		json_t *r = call(d.sock, "files.stat", json_pack("{s:s, s:s}", "sandbox", sb, "path", "orphan.started"),
+				 NULL, NULL);
+		bool started = r && json_is_object(r);
+
+		json_decref(r);
+		if (started)
+			break;
+		ck_assert_msg(mem_now_ms() < deadline, "the exec never started");
+		usleep(100 * 1000);
+	}
+	/* A frame over limits.max_frame_bytes: the daemon closes the
+	 * connection (FrameTooLarge) with the exec in flight. */
+	{
+		size_t big = (size_t)l.frame_bytes + 4096;
+		char *junk = malloc(big);
+
+		ck_assert_ptr_nonnull(junk);
+		memset(junk, 'a', big);
+		junk[0] = '"';
+		/* The daemon may close before all of it is sent. */
+		for (size_t off = 0; off < big;) {
+			ssize_t n = send(fd, junk + off, big - off, MSG_NOSIGNAL);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			off += (size_t)n;
+		}
+		free(junk);
+		{
+			json_t *e = raw_recv(fd, MEM_STATE_WAIT_MS);
+
+			ck_assert_msg(e && jint(e, "error.code") == 1301, "no FrameTooLarge: %s",
+				      e ? json_dumps(e, JSON_COMPACT) : "(nothing)");
+			json_decref(e);
+		}
+		{
+			/* EOF, or a reset (the daemon closed with our bytes unread). */
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
+			char ch;
+
+			ck_assert_msg(poll(&pfd, 1, MEM_STATE_WAIT_MS) == 1 && read(fd, &ch, 1) <= 0,
+				      "the oversize frame did not close the connection");
+		}
+	}
+	close(fd);
+	/* Closed, the exec still running: its charge (its 1 MiB output's
+	 * reply bound, at least 4/3 MiB) is still held. The status call's own
+	 * charge is under 1 MiB, so anything above is the orphan's. */
+	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+		st = mem_status(&d);
+		if (jint(st, "connections.current") <= 1)
+			break;
+		json_decref(st);
+		ck_assert_msg(mem_now_ms() < deadline, "the closed connection was never seen closed");
+		usleep(50 * 1000);
+	}
+	charged = (long)jint(st, "memory.reply_reserved_bytes");
+	ck_assert_msg(jint(st, "requests.in_flight") >= 1, "the exec no longer runs: %s",
+		      json_dumps(jget(st, "requests"), JSON_COMPACT));
+	ck_assert_msg(charged >= l.exec_output * 4 / 3, "a running call of a closed connection holds no charge "
+		      "(reply_reserved_bytes %ld)", charged);
+	json_decref(st);
+	/* Once it ends, its charge is released. */
+	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+		st = mem_status(&d);
+		charged = (long)jint(st, "memory.reply_reserved_bytes");
+		json_decref(st);
+		if (charged < l.exec_output)
+			break;
+		ck_assert_msg(mem_now_ms() < deadline, "the orphan's charge was never released (%ld)", charged);
+		usleep(200 * 1000);
+	}
+	mem_dispose(&d, "orphan");
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 TCase *hostile_server_tcase(void)
 {
 	TCase *tc = tcase_create("server");
@@ -2210,5 +2316,6 @@ TCase *hostile_server_tcase(void)
 	tcase_add_test(tc, mem_archive_reads_held_to_the_budget);
 	tcase_add_test(tc, mem_exec_replies_held_to_the_budget);
 	tcase_add_test(tc, mem_parked_calls_block_nobody_else);
+	tcase_add_test(tc, mem_orphan_keeps_its_charge);
 	return tc;
 }
