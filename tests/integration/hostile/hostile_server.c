@@ -1114,14 +1114,6 @@ END_TEST
  * bound and its request. */
 #define MEM_STATUS_CHARGE  (128 * 1024)
 
-static long mem_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One line of /proc/PID/status (VmRSS, VmHWM), in bytes; -1 if absent. */
 static long mem_proc_kb(pid_t pid, const char *field)
 {
@@ -1275,7 +1267,7 @@ static void mem_reader_pump(struct mem_reader *r, mem_frame_fn *fn, void *arg)
 /* Reads from every connection until each has `want` replies (or the guard). */
 static void mem_read_all(struct mem_reader *rs, int n, int want, mem_frame_fn *fn, void *arg)
 {
-	long deadline = mem_now_ms() + MEM_READ_WAIT_MS;
+	long deadline = fair_now_ms() + MEM_READ_WAIT_MS;
 
 	for (;;) {
 		struct pollfd pfd[MEM_CONNS];
@@ -1288,7 +1280,7 @@ static void mem_read_all(struct mem_reader *rs, int n, int want, mem_frame_fn *f
 		}
 		if (done == n)
 			return;
-		ck_assert_msg(mem_now_ms() < deadline, "replies still missing after %d ms", MEM_READ_WAIT_MS);
+		ck_assert_msg(fair_now_ms() < deadline, "replies still missing after %d ms", MEM_READ_WAIT_MS);
 		if (poll(pfd, (nfds_t)n, 1000) <= 0)
 			continue;
 		for (int i = 0; i < n; i++)
@@ -1340,7 +1332,7 @@ static void mem_pipeline(int fd, int count, const char *method, json_t *params)
  * connection, held by the queued-output pause). Returns that status. */
 static json_t *mem_wait_parked(const struct msbd_proc *p, json_int_t parked, long queued)
 {
-	long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;
+	long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;
 
 	for (;;) {
 		json_t *st = mem_status(p);
@@ -1350,7 +1342,7 @@ static json_t *mem_wait_parked(const struct msbd_proc *p, json_int_t parked, lon
 		    jint(st, "memory.reply_reserved_bytes") < MEM_STATUS_CHARGE &&
 		    jint(st, "memory.reply_queued_bytes") >= queued)
 			return st;
-		if (mem_now_ms() > deadline) {
+		if (fair_now_ms() > deadline) {
 			char *s = json_dumps(jget(st, "memory"), JSON_COMPACT);
 
 			msbd_dump_log(p);
@@ -1365,7 +1357,7 @@ static json_t *mem_wait_parked(const struct msbd_proc *p, json_int_t parked, lon
  * (the daemon trims its heap when it holds 8 MiB free, not otherwise). */
 static void mem_wait_idle(const struct msbd_proc *p, long base)
 {
-	long deadline = mem_now_ms() + MEM_IDLE_WAIT_MS, rss;
+	long deadline = fair_now_ms() + MEM_IDLE_WAIT_MS, rss;
 	json_t *st;
 
 	for (;;) {
@@ -1374,7 +1366,7 @@ static void mem_wait_idle(const struct msbd_proc *p, long base)
 		if (jint(st, "memory.reply_reserved_bytes") < MEM_STATUS_CHARGE && jint(st, "memory.reply_queued_bytes") == 0 &&
 		    jint(st, "memory.parked_calls") == 0 && rss <= base + MEM_IDLE_SLACK)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "idle memory not given back: VmRSS %ld MiB, base %ld MiB "
+		ck_assert_msg(fair_now_ms() < deadline, "idle memory not given back: VmRSS %ld MiB, base %ld MiB "
 			      "(memory %s)", rss / MIB, base / MIB, json_dumps(jget(st, "memory"), JSON_COMPACT));
 		json_decref(st);
 		usleep(200 * 1000);
@@ -2122,11 +2114,11 @@ START_TEST(mem_parked_calls_block_nobody_else)
 
 	/* The head's client goes away: its parked call is dropped, not run. */
 	close(hog[1]);
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		st = mem_status(&d);
 		if (jint(st, "memory.parked_calls") == 1)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "a closed client's parked call was kept: %s",
+		ck_assert_msg(fair_now_ms() < deadline, "a closed client's parked call was kept: %s",
 			      json_dumps(jget(st, "memory"), JSON_COMPACT));
 		json_decref(st);
 		usleep(100 * 1000);
@@ -2140,11 +2132,11 @@ START_TEST(mem_parked_calls_block_nobody_else)
 		hog[i] = mem_connect(&d);
 		mem_send_padded(hog[i], 1, "files.read", json_incref(params), 600 * 1024);
 	}
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		st = mem_probe_status(&d);
 		if (jint(st, "result.memory.parked_calls") == 3)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "the padded frames were not parked");
+		ck_assert_msg(fair_now_ms() < deadline, "the padded frames were not parked");
 		json_decref(st);
 		usleep(100 * 1000);
 	}
@@ -2163,11 +2155,11 @@ START_TEST(mem_parked_calls_block_nobody_else)
 		zero[i] = mem_connect(&d);
 		raw_request_send(zero[i], 1, "files.read", json_incref(params));
 	}
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		st = mem_probe_status(&d);
 		if (jint(st, "result.memory.parked_calls") == 3 + MEM_ZERO_FRAMES_CONNS)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "the frames of zeros were not parked");
+		ck_assert_msg(fair_now_ms() < deadline, "the frames of zeros were not parked");
 		json_decref(st);
 		usleep(100 * 1000);
 	}
@@ -2216,7 +2208,7 @@ START_TEST(mem_orphan_keeps_its_charge)
 	/* The exec marks when it started, then outlives its connection. */
 	raw_request_send(fd, 1, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command",
 							  "touch orphan.started; sleep 8", "timeout_seconds", 60));
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		json_t *r = call(d.sock, "files.stat", json_pack("{s:s, s:s}", "sandbox", sb, "path", "orphan.started"),
 				 NULL, NULL);
 		bool started = r && json_is_object(r);
@@ -2224,7 +2216,7 @@ START_TEST(mem_orphan_keeps_its_charge)
 		json_decref(r);
 		if (started)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "the exec never started");
+		ck_assert_msg(fair_now_ms() < deadline, "the exec never started");
 		usleep(100 * 1000);
 	}
 	/* A frame over limits.max_frame_bytes: the daemon closes the
@@ -2267,12 +2259,12 @@ START_TEST(mem_orphan_keeps_its_charge)
 	/* Closed, the exec still running: its charge (its 1 MiB output's
 	 * reply bound, at least 4/3 MiB) is still held. The status call's own
 	 * charge is under 1 MiB, so anything above is the orphan's. */
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		st = mem_status(&d);
 		if (jint(st, "connections.current") <= 1)
 			break;
 		json_decref(st);
-		ck_assert_msg(mem_now_ms() < deadline, "the closed connection was never seen closed");
+		ck_assert_msg(fair_now_ms() < deadline, "the closed connection was never seen closed");
 		usleep(50 * 1000);
 	}
 	charged = (long)jint(st, "memory.reply_reserved_bytes");
@@ -2282,13 +2274,13 @@ START_TEST(mem_orphan_keeps_its_charge)
 		      "(reply_reserved_bytes %ld)", charged);
 	json_decref(st);
 	/* Once it ends, its charge is released. */
-	for (long deadline = mem_now_ms() + MEM_STATE_WAIT_MS;;) {
+	for (long deadline = fair_now_ms() + MEM_STATE_WAIT_MS;;) {
 		st = mem_status(&d);
 		charged = (long)jint(st, "memory.reply_reserved_bytes");
 		json_decref(st);
 		if (charged < l.exec_output)
 			break;
-		ck_assert_msg(mem_now_ms() < deadline, "the orphan's charge was never released (%ld)", charged);
+		ck_assert_msg(fair_now_ms() < deadline, "the orphan's charge was never released (%ld)", charged);
 		usleep(200 * 1000);
 	}
 	mem_dispose(&d, "orphan");
