@@ -83,20 +83,27 @@ build() {
 }
 
 # Counts meson's results in DIR's test logs (LOGBASE.json...; default
-# testlog): prints "passed failed".
+# testlog): prints "passed failed". Each failed test's name and the last
+# lines of its output are appended to FAILURES_FILE, which cmd_test prints
+# just before the summary (CI shows only the end of a long run).
 count_results() {
 	local dir=$1
 	shift
-	python3 - "$dir/meson-logs" "${@:-testlog}" <<'PY'
+	python3 - "$dir/meson-logs" "${FAILURES_FILE:-/dev/null}" "${@:-testlog}" <<'PY'
 import json, os, sys
 ok = bad = 0
-for base in sys.argv[2:]:
-    for line in open(os.path.join(sys.argv[1], base + ".json")):
-        r = json.loads(line).get("result")
-        if r in ("OK", "EXPECTEDFAIL", "SKIP"):
-            ok += 1
-        else:
+with open(sys.argv[2], "a") as failures:
+    for base in sys.argv[3:]:
+        for line in open(os.path.join(sys.argv[1], base + ".json")):
+            t = json.loads(line)
+            r = t.get("result")
+            if r in ("OK", "EXPECTEDFAIL", "SKIP"):
+                ok += 1
+                continue
             bad += 1
+            out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
+            failures.write("---- %s: %s (%s, %s)\n" % (sys.argv[1], t.get("name"), base, r))
+            failures.write("\n".join(out[-30:]) + "\n")
 print(ok, bad)
 PY
 }
@@ -155,6 +162,8 @@ cmd_test() {
 	install_packages
 	ensure_engine
 	local rc=0 p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
+	FAILURES_FILE=$(mktemp)
+	export FAILURES_FILE
 	build build -Dwerror=true -Dtests=enabled -Dsystemd=enabled
 	# The engine is the bottleneck of the C integration suites (the density
 	# suite alone makes 200 allowlisted sandboxes), so they run once, under
@@ -173,6 +182,11 @@ cmd_test() {
 	say "Debian packages (contrib/package-test.sh)"
 	if DEB_BUILD_OPTIONS=nocheck bash contrib/package-test.sh; then p3=1 f3=0; else p3=0 f3=1 rc=1; fi
 	echo
+	if [ -s "$FAILURES_FILE" ]; then
+		echo "==== failed tests (the end of each one's output)"
+		cat "$FAILURES_FILE"
+	fi
+	rm -f "$FAILURES_FILE"
 	echo "werror build: $p1 passed, $f1 failed"
 	echo "sanitizer build: $p2 passed, $f2 failed"
 	echo "valgrind (unit): $p4 passed, $f4 failed"
