@@ -950,6 +950,19 @@ static void claim_defer_cancelled(struct freeze_claim *c)
 	lock_fail_waiters(l, -ECANCELED);
 }
 
+size_t freeze_table_retries_pending(const struct freeze_table *t)
+{
+	const struct freeze_lock *l;
+	const struct freeze_claim *c;
+	size_t n = 0;
+
+	TAILQ_FOREACH(l, &t->locks, entry)
+		TAILQ_FOREACH(c, &l->claims, entry)
+			if (c->retry_ev && evtimer_pending(c->retry_ev, NULL))
+				n++;
+	return n;
+}
+
 void freeze_table_cancel_retries(struct freeze_table *t)
 {
 	struct freeze_lock *l, *next_l;

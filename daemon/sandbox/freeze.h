@@ -161,6 +161,9 @@ void freeze_table_set_hostlock(struct freeze_table *t, struct hostlock *h);
  * answer, or a blocked orphan thaw) gets the engine's -ECANCELED now, as a
  * request in flight would. */
 void freeze_table_cancel_retries(struct freeze_table *t);
+/* How many claims wait to ask the engine again (a stale answer, or a
+ * blocked orphan thaw): what freeze_table_cancel_retries would cancel now. */
+size_t freeze_table_retries_pending(const struct freeze_table *t);
 /* Free after engine_free, never from one of its callbacks. Claims still
  * there (a holder whose owner never released it, its waiters) are dropped:
  * a request in flight is cancelled, a callback still owed fires once with
