@@ -67,6 +67,7 @@ struct fileop {
 	struct msb_error err;        /* the first failure */
 	struct msb_error pending;    /* a "not found" held until CONFIRM says the container is there */
 	bool timed_out;
+	bool clean_as_root;          /* the guest's rm of the temporaries failed: root's turn */
 	struct event *deadline;
 	struct event *finish_ev;
 	fileop_cb *cb;
@@ -659,6 +660,15 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 	bool ok = r->error == 0 && r->exit_code == 0;
 
 	op->clean = NULL;
+	/* The guest's rm first (the temporaries lie in the directories it owns
+	 * where the guest's writes go, and a sandbox's root has no
+	 * CAP_DAC_OVERRIDE to enter them), then root's for what is left (a
+	 * temporary in a root-owned directory a non-root guest cannot enter). */
+	if (!ok && r->error == 0 && !op->clean_as_root && (op->p.uid != 0 || op->p.gid != 0)) {
+		op->clean_as_root = true;
+		fop_clean_start(op);
+		return;
+	}
 	if (!ok && op->table && op->table->journal_fd >= 0) {
 		size_t waiting = fop_journal_count(op->table->journal_fd, op->id);
 
@@ -672,27 +682,34 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 		}
 	}
 	if (!ok)
-		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s); "
-			  "the next start of the daemon tries again%s", op->id,
-			  r->error ? strerror(-r->error) : "rm failed",
+		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s, exit %d: "
+			  "%.*s); the next start of the daemon tries again%s", op->id,
+			  r->error ? strerror(-r->error) : "rm failed", r->exit_code,
+			  (int)(r->err_len > 200 ? 200 : r->err_len), (const char *)r->err,
 			  r->error == 0 && (r->exit_code == 126 || r->exit_code == 127)
 				  ? " (the image has no usable " FILEOP_CLEAN_RM ": give it one)" : "");
 	fop_tmps_forget(op, ok);
 	fop_done(op);
 }
 
-/* rm -f of the temporaries, in the guest, with the authority that wrote
- * them (the engine's archive API writes as root, whoever the guest is: a
- * non-root guest could not remove a temporary in a root-owned directory),
- * by an absolute path (the guest's PATH never chooses the binary). */
+/* rm -f of the temporaries, in the guest, by an absolute path (the guest's
+ * PATH never chooses the binary): first as the guest (op->p), then, if that
+ * failed, as FILEOP_CLEAN_USER (the engine's archive API writes as root,
+ * whoever the guest is, so a temporary may lie in a root-owned directory;
+ * and root in a sandbox has no CAP_DAC_OVERRIDE for the guest's). */
 static void fop_clean_start(struct fileop *op)
 {
 	_cleanup_free_ const char **argv = xcalloc(op->n_tmps + 4, sizeof(*argv));
+	char guest[32];
 	struct execrun_spec spec = {
 		.working_dir = "/", .user = FILEOP_CLEAN_USER, .timeout_ms = op->d->config->files_timeout_ms,
 		.max_output = 4096,
 	};
 	int r;
+
+	snprintf(guest, sizeof(guest), "%u:%u", (unsigned)op->p.uid, (unsigned)op->p.gid);
+	if (!op->clean_as_root)
+		spec.user = guest;
 
 	argv[0] = FILEOP_CLEAN_RM;
 	argv[1] = "-f";

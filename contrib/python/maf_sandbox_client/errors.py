@@ -43,6 +43,7 @@ __all__ = [
     "SandboxError",
     "SandboxExecOutputLimitExceeded",
     "SandboxFileNotFoundError",
+    "SandboxFilePermissionError",
     "SandboxFreezeFailed",
     "SandboxNotADirectoryError",
     "SandboxNotFound",
@@ -250,6 +251,11 @@ class SandboxOSError(_FileError, OSError):
     wire_code, wire_type = 1203, "OSError"
 
 
+class SandboxFilePermissionError(SandboxOSError, PermissionError):
+    """1203 with ``data.errno`` ``EACCES`` or ``EPERM``: on the local file plane, what the
+    guest's own permissions refuse. A ``PermissionError`` (and a :class:`SandboxOSError`)."""
+
+
 class SandboxOutputError(SandboxError, RuntimeError):
     """maf-sandbox's output-collection family (behaviour-core §2.3), a ``RuntimeError``; of it,
     the daemon sends only :class:`SandboxTransferCapExceeded`."""
@@ -412,9 +418,16 @@ def error_from_wire(error: object) -> SandboxError:
     data = dict(data) if isinstance(data, Mapping) else {}
     type_name = data.get("type")
     cls = error_class_for(code, type_name)
-    return cls(
+    errno_name = data.get("errno")
+    if issubclass(cls, SandboxOSError) and errno_name in ("EACCES", "EPERM"):
+        cls = SandboxFilePermissionError
+    made = cls(
         message if isinstance(message, str) else "",
         code=code if isinstance(code, int) and not isinstance(code, bool) else None,
         type=type_name if isinstance(type_name, str) else None,
         data=data,
     )
+    if isinstance(made, OSError) and isinstance(errno_name, str) \
+            and isinstance(getattr(_errno, errno_name, None), int):
+        made.errno = getattr(_errno, errno_name)
+    return made

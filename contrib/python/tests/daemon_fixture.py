@@ -174,6 +174,8 @@ class Session:
         self.image = f"msb-py-busybox:{self.run_id}"
         self.tmp = tempfile.mkdtemp(prefix="msb-py-")
         self.daemons: list[Daemon] = []
+        #: More images a test made for this run (removed by cleanup with the test image).
+        self.extra_images: list[str] = []
         self._shared: Daemon | None = None
         self._image_made = False
         atexit.register(self.cleanup)
@@ -227,7 +229,8 @@ class Session:
         label = f"label={CONTAINER_LABEL}={self.run_id}"
         return (f"docker ps -aq --no-trunc --filter '{label}' | xargs -r docker rm -f; "
                 f"docker network ls -q --filter '{label}' | xargs -r docker network rm; "
-                f"docker rmi -f '{self.image}'")
+                f"docker rmi -f '{self.image}' "
+                + " ".join(f"'{image}'" for image in self.extra_images))
 
     def cleanup(self) -> None:
         for d in self.daemons:

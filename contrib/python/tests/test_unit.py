@@ -129,6 +129,24 @@ class ErrorTable(unittest.TestCase):
         self.assertEqual(msb.error_from_wire(wire_error(1001, "EngineError",
                                                         engine_status=409)).engine_status, 409)
 
+    def test_oserror_errno_names(self) -> None:
+        # 1203 carries the kernel's errno by name on the local plane: EACCES/EPERM are a
+        # PermissionError (what maf-sandbox's file_refusal reads as PERMISSION_DENIED), and
+        # every known name sets errno.
+        denied = msb.error_from_wire(wire_error(1203, "OSError", path="x", errno="EACCES"))
+        self.assertIsInstance(denied, msb.SandboxFilePermissionError)
+        self.assertIsInstance(denied, PermissionError)
+        self.assertIsInstance(denied, msb.SandboxOSError)
+        self.assertEqual(denied.errno, errno.EACCES)
+        self.assertIsInstance(msb.error_from_wire(wire_error(1203, "OSError", errno="EPERM")),
+                              PermissionError)
+        busy = msb.error_from_wire(wire_error(1203, "OSError", errno="EBUSY"))
+        self.assertIs(type(busy), msb.SandboxOSError)
+        self.assertEqual(busy.errno, errno.EBUSY)
+        odd = msb.error_from_wire(wire_error(1203, "OSError", errno="ENOTANERRNO"))
+        self.assertIs(type(odd), msb.SandboxOSError)
+        self.assertIsNone(odd.errno)
+
     def test_seed_families(self) -> None:
         # behaviour-core §2.3: the cap error is of the output family, a RuntimeError (not a
         # ValueError); what a backend does not serve is a NotImplementedError.

@@ -387,6 +387,17 @@ START_TEST(archive_write_as_nonroot_cleans_up)
 	out = guest_out(id, "stat -c %h /etc/x.conf");
 	ck_assert_msg(atoi(out) == 1, "/etc/x.conf has %s names", out);
 	free(out);
+	/* And in a directory the guest owns (its work dir, and one the write
+	 * makes there): root in the sandbox has no CAP_DAC_OVERRIDE, so the
+	 * guest's own rm removes the temporary there. */
+	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", id, "path", "sub/y.txt",
+						  "content_text", "y=1\n"), &code, &type);
+	ck_assert_msg(r, "files.write failed: %d %s", code, type ? type : "");
+	json_decref(r);
+	out = guest_out(id, "ls -a /maf-sandbox/work/sub | grep -c maf-sandbox; stat -c %h/%u /maf-sandbox/work/sub/y.txt");
+	ck_assert_msg(strcmp(out, "0\n1/1000\n") == 0 || strcmp(out, "0\n1/1000") == 0,
+		      "the write's temporary in the guest's directory, or the file's names/owner: %s", out);
+	free(out);
 	ck_assert_int_eq(journal_entries(), 0);
 	dispose(&d, "hf-nonroot");
 	free(id);
