@@ -11,12 +11,18 @@ When ``maf_sandbox`` can be imported, ``declarations`` is its own ``BackendDecla
 (with its ``SandboxLimits``, ``TransferLimits`` and enum members) and ``isolation`` its
 ``Isolation.CONTAINER``, since its router refuses declarations of any other type. Without it,
 this package's dataclasses and ``StrEnum`` members of the same values stand in.
+
+For maf-sandbox 0.51 itself — its own ``SandboxEntry``, ``ExecResult`` and error classes from
+every call — use the ``maf-sandbox-daemon`` package (contrib/python-backend,
+``maf_sandbox_daemon.DaemonSandboxBackend``), which is tested against maf-sandbox's conformance
+probes. This one stays for hosts that speak the vocabulary without depending on maf-sandbox.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib
+import os
 from collections.abc import Iterable
 from datetime import timedelta
 from types import ModuleType
@@ -109,8 +115,21 @@ class DaemonSandboxBackend:
     The client reconnects by itself after the daemon restarts.
     """
 
-    def __init__(self, client: AsyncClient | None = None, *, socket_path: str | None = None,
-                 name: str = DEFAULT_BACKEND_NAME, declarations: Any = None) -> None:
+    def __init__(self, client: AsyncClient | str | os.PathLike[str] | None = None, *,
+                 socket_path: str | None = None, name: str = DEFAULT_BACKEND_NAME,
+                 declarations: Any = None) -> None:
+        if isinstance(client, (str, os.PathLike)) and not isinstance(client, bytes):
+            # DaemonSandboxBackend("/run/maf-sandbox.sock"): the path, where a user passes it.
+            if socket_path is not None:
+                raise TypeError("DaemonSandboxBackend: the socket path is given twice "
+                                "(positionally and as socket_path)")
+            socket_path, client = os.fspath(client), None
+        if client is not None and not isinstance(client, AsyncClient):
+            raise TypeError(
+                "DaemonSandboxBackend(client): expected a maf_sandbox_client.AsyncClient or the "
+                f"daemon's socket path (str or os.PathLike), got {type(client).__name__}")
+        if socket_path is not None and not isinstance(socket_path, str):
+            raise TypeError(f"socket_path must be str, not {type(socket_path).__name__}")
         self._client = client if client is not None else AsyncClient(socket_path,
                                                                      auto_reconnect=True)
         self._name = name

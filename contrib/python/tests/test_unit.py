@@ -147,6 +147,24 @@ class ErrorTable(unittest.TestCase):
         self.assertIs(type(odd), msb.SandboxOSError)
         self.assertIsNone(odd.errno)
 
+    def test_backend_constructor_types(self) -> None:
+        # A socket path where a user passes one; anything else is a TypeError at once (it
+        # used to be taken as the client and fail later with AttributeError).
+        self.assertEqual(msb.DaemonSandboxBackend("/run/a.sock").client.socket_path,
+                         "/run/a.sock")
+        import pathlib
+        self.assertEqual(msb.DaemonSandboxBackend(pathlib.Path("/run/b.sock"))
+                         .client.socket_path, "/run/b.sock")
+        client = msb.AsyncClient("/run/c.sock")
+        self.assertIs(msb.DaemonSandboxBackend(client).client, client)
+        for bad in (5, b"/run/a.sock", object()):
+            with self.subTest(bad=bad), self.assertRaises(TypeError):
+                msb.DaemonSandboxBackend(bad)  # type: ignore[arg-type]
+        with self.assertRaises(TypeError):
+            msb.DaemonSandboxBackend("/run/a.sock", socket_path="/run/b.sock")
+        with self.assertRaises(TypeError):
+            msb.DaemonSandboxBackend(socket_path=7)  # type: ignore[arg-type]
+
     def test_seed_families(self) -> None:
         # behaviour-core §2.3: the cap error is of the output family, a RuntimeError (not a
         # ValueError); what a backend does not serve is a NotImplementedError.
