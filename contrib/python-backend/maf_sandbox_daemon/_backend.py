@@ -137,13 +137,24 @@ def declarations_from_describe(describe: Mapping[str, Any]) -> ms.BackendDeclara
 
     ``observes_egress`` is False whatever the daemon says: this backend does not implement
     ``ObservesEgress`` (the daemon's decisions are read with ``AsyncClient.events``), and a
-    declaration must never claim more than the backend serves. No program channel, no attached
-    identity and no egress method tokens are declared: the daemon has none.
+    declaration must never claim more than the backend serves. The one program channel is
+    maf-sandbox's ``ExecProgramChannel`` (a guest with ``python3``; the channel checks it before
+    a program runs); no attached identity and no egress method tokens are declared.
     """
     limits = describe.get("limits")
     limits = limits if isinstance(limits, Mapping) else {}
+    capabilities = _members(describe.get("capabilities"), ms.Capability)
+    # A program (maf-sandbox's ProgramRequirements: codeact's Python) runs over exec, and host
+    # tools over exec's detached launcher, through maf-sandbox's own ExecProgramChannel, as
+    # maf-sandbox-docker declares it; the router refuses HOST_TOOLS without such a channel.
+    # It needs exec and files_in (and files_out with host tools), which the daemon serves.
+    channels: tuple[ms.ProgramChannel, ...] = ()
+    if {ms.Capability.EXEC, ms.Capability.FILES_IN} <= capabilities:
+        channels = (ms.ExecProgramChannel(),)
+    else:
+        capabilities -= {ms.Capability.HOST_TOOLS}
     return ms.BackendDeclarations(
-        capabilities=_members(describe.get("capabilities"), ms.Capability),
+        capabilities=capabilities,
         limits=ms.SandboxLimits(files_in=_transfer(limits.get("files_in")),
                                 files_out=_transfer(limits.get("files_out"))),
         egress_modes=_members(describe.get("egress_modes"), ms.Egress),
@@ -151,6 +162,7 @@ def declarations_from_describe(describe: Mapping[str, Any]) -> ms.BackendDeclara
         isolation_scopes=_members(describe.get("isolation_scopes"), ms.IsolationScope),
         observes_egress=False,
         egress_method_tokens=frozenset(),
+        program_channels=channels,
     )
 
 

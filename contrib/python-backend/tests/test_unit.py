@@ -80,7 +80,13 @@ class Declarations(unittest.TestCase):
         # Never more than the backend serves: no ObservesEgress hook, no method tokens.
         self.assertFalse(d.observes_egress)
         self.assertEqual(d.egress_method_tokens, frozenset())
-        self.assertEqual(d.program_channels, ())
+        # Host tools and programs over exec, through maf-sandbox's own channel (the router
+        # refuses HOST_TOOLS without one).
+        self.assertEqual(len(d.program_channels), 1)
+        self.assertIsInstance(d.program_channels[0], ms.ExecProgramChannel)
+        without_exec = msd.declarations_from_describe({"capabilities": ["host_tools", "files_in"]})
+        self.assertEqual(without_exec.program_channels, ())
+        self.assertNotIn(ms.Capability.HOST_TOOLS, without_exec.capabilities)
 
     def test_silence_is_read_as_silence(self) -> None:
         d = msd.declarations_from_describe({})
@@ -92,10 +98,17 @@ class Declarations(unittest.TestCase):
         self.assertEqual(bad.limits.files_in, ms.DEFAULT_TRANSFER_LIMITS)
 
     def test_the_router_admits_it_above_a_container_floor_only(self) -> None:
+        describe = {**DESCRIBE, "limits": {"files_in": DESCRIBE["limits"]["files_in"],
+                                            "files_out": DESCRIBE["limits"]["files_in"]}}
         backend = msd.DaemonSandboxBackend("/x", declarations=msd.declarations_from_describe(
-            DESCRIBE))
+            describe))
         router = ms.SandboxRouter([backend], min_isolation=ms.Isolation.CONTAINER)
-        self.assertIsNotNone(router)
+        spec = ms.SandboxSpec(kind="k", image="i")
+        router.ensure_can_serve(spec)
+        self.assertIs(router.backend_for(spec), backend)
+        with self.assertRaises(ms.SandboxCapabilityNotSupported):
+            router.ensure_can_serve(ms.SandboxSpec(kind="k", image="i", requires=frozenset(
+                {ms.Capability.EXEC, ms.Capability.RUN_CODE})))
         with self.assertRaises(ms.SandboxBackendNotPermitted):
             ms.SandboxRouter([backend])
 
