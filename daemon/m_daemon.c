@@ -115,7 +115,7 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 	json_t *r;
 
 	(void)params;
-	r = json_pack("{s:{s:s, s:s}, s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:o, s:{s:o, s:o}, s:{s:I, s:I}}",
+	r = json_pack("{s:{s:s, s:s}, s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:o, s:{s:o, s:o}, s:{s:I}, s:{s:I, s:I}}",
 		      "daemon", "name", "maf-sandboxd", "version", PACKAGE_VERSION,
 		      "protocol_version", MSB_PROTOCOL_VERSION,
 		      "backend", "docker",
@@ -127,6 +127,7 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 		      "os_families", msb_os_family_set_encode(msbd_os_families(d)),
 		      "limits", "files_in", msb_transfer_limits_encode(&lim),
 		      "files_out", msb_transfer_limits_encode(&lim),
+		      "exec", "max_output_bytes", (json_int_t)d->config->exec_max_output_bytes,
 		      "wire", "max_frame_bytes", (json_int_t)d->config->max_frame_bytes,
 		      "max_inflight", (json_int_t)d->config->max_inflight);
 	if (!r)

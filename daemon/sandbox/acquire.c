@@ -66,6 +66,7 @@ struct acq_waiter {
 	struct rpc_peer peer;
 	json_t *spec_json;
 	struct msb_spec spec;
+	bool starter;                /* the call that started the op (the others joined it) */
 };
 
 /* Every capability that touches the guest's files or runs in its work dir. */
@@ -248,7 +249,9 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      "this daemon), which cannot list directories");
 		return;
 	}
-	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), op->created,
+	/* `created` for the call that started the op only: one that joined it
+	 * did not make the container (another caller's input may be in it). */
+	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), op->created && w->starter,
 					       op->egress_known ? &op->einfo : NULL));
 }
 
@@ -1222,6 +1225,7 @@ static struct acquire_op *acq_new(struct msbd *d, struct rpc_call *call, const c
 	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
 	d->acquires->count++;
 	acq_add_waiter(op, call, spec_json);
+	op->waiters[0].starter = true;
 	return op;
 }
 

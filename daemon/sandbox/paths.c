@@ -622,12 +622,19 @@ int paths_plan_new(enum paths_op op, const char *path, size_t path_len,
 					     &plan->n_walk);
 	else
 		plan->walk = xcalloc(1, sizeof(*plan->walk));
+	/* The guest's from the working directory down, and from below the
+	 * storage base down: the guest owns its base and could make those
+	 * itself (a kind's call directory, written from its own "work" child,
+	 * stays the guest's to reclaim). Above both: root's. */
 	plan->walk_owned_from = plan->n_walk;
-	for (size_t i = 0; i < plan->n_walk; i++)
-		if (paths_relative_to(plan->walk[i], t.wd)) {
+	for (size_t i = 0; i < plan->n_walk; i++) {
+		const char *below = base ? paths_relative_to(plan->walk[i], base) : NULL;
+
+		if (paths_relative_to(plan->walk[i], t.wd) || (below && *below)) {
 			plan->walk_owned_from = i;
 			break;
 		}
+	}
 	*ret_plan = plan;
 	return 0;
 }

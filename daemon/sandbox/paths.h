@@ -256,8 +256,11 @@ struct paths_plan {
 	struct paths_resolved target;
 	char **walk;             /* stat each, outermost first; NULL-terminated, never NULL */
 	size_t n_walk;
-	size_t walk_owned_from;  /* first walk index at or below the wd (n_walk if none):
-				  * a write creates missing directories from here down */
+	size_t walk_owned_from;  /* first walk index at or below the wd, or strictly
+				  * below the storage base (n_walk if none): a write
+				  * creates missing directories from here down, the
+				  * guest's (the archive plane; the local plane makes
+				  * every directory with the guest's own credentials) */
 	bool stat_leaf;          /* after the walk, stat target.path (WRITE, READ, STAT) */
 };
 

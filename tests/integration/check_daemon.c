@@ -66,6 +66,7 @@ START_TEST(describe_declares_the_docker_backend)
 	ck_assert_int_eq(jint(desc, "limits.files_in.max_bytes_per_file"), 64 << 20);
 	ck_assert_int_eq(jint(desc, "limits.files_in.max_total_bytes"), 256 << 20);
 	ck_assert_int_eq(jint(desc, "limits.files_out.max_files"), 256);
+	ck_assert_int_eq(jint(desc, "exec.max_output_bytes"), 8 << 20);   /* exec.max_output_bytes */
 	json_decref(st);
 	json_decref(desc);
 	ck_assert_int_eq(msbd_stop(&d), 0);

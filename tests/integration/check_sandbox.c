@@ -261,6 +261,7 @@ struct concurrent {
 	const char *sock;
 	const char *scope;
 	char id[80];
+	bool created;
 	int code;
 	char *type;
 };
@@ -271,8 +272,10 @@ static void *acquire_thread(void *arg)
 	json_t *r = acquire(c->sock, key_for(c->scope, "t", "agent", NULL), spec_for("k", image), &c->code,
 			    &c->type);
 
-	if (r)
+	if (r) {
 		snprintf(c->id, sizeof(c->id), "%s", jstr(r, "sandbox"));
+		c->created = json_is_true(jget(r, "created"));
+	}
 	json_decref(r);
 	return NULL;
 }
@@ -283,6 +286,7 @@ START_TEST(concurrent_acquires_make_one_container)
 	struct concurrent c[20];
 	pthread_t th[20];
 	char filter[160];
+	int made = 0;
 
 	start_daemon(&d, NULL);
 	for (int i = 0; i < 20; i++) {
@@ -296,7 +300,10 @@ START_TEST(concurrent_acquires_make_one_container)
 			msbd_dump_log(&d);
 		ck_assert_msg(c[i].id[0], "acquire %d failed: %d %s", i, c[i].code, c[i].type ? c[i].type : "");
 		ck_assert_str_eq(c[i].id, c[0].id);
+		made += c[i].created;
 	}
+	/* One made it; the others joined (or came after): created false. */
+	ck_assert_int_eq(made, 1);
 	snprintf(filter, sizeof(filter), "--filter label=maf-sandbox.scope=%s", scope_of("concurrent"));
 	ck_assert_int_eq(count_run_containers(filter), 1);
 	ck_assert_int_eq(msbd_stop(&d), 0);

@@ -537,6 +537,39 @@ static const struct plan_row plan_rows[] = {
 	REFUSED(PATHS_OP_RECLAIM, "/a\\b/c", "/w", PATHS_R_BACKSLASH),
 };
 
+/* With the sandbox's storage base: a write makes the guest's directories
+ * from the wd down and from below the base down (a kind's call directory,
+ * written from its "work" child, is the guest's to reclaim); above both,
+ * root's. */
+START_TEST(test_plan_owned_below_the_base)
+{
+	static const struct {
+		const char *path, *wd, *walk;
+		size_t owned_from;
+	} rows[] = {
+		{ "in.txt", B "/call-1/work", "/maf-sandbox," B "," B "/call-1," B "/call-1/work", 2 },
+		{ "deep/in.txt", B "/c/work", "/maf-sandbox," B "," B "/c," B "/c/work," B "/c/work/deep", 2 },
+		{ "x", B, "/maf-sandbox," B, 1 },
+		{ "x", "/srv/run/work", "/srv,/srv/run,/srv/run/work", 2 },
+		{ "a/x", "/", "/a", 0 },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+		struct paths_plan *plan = NULL;
+		enum paths_reason why = _PATHS_R_MAX;
+		_cleanup_free_ char *walk = NULL;
+
+		ck_assert_int_eq(paths_plan_new(PATHS_OP_WRITE, rows[i].path, SIZE_MAX, rows[i].wd, SIZE_MAX, B, &plan,
+						&why), 0);
+		walk = join(plan->walk);
+		ck_assert_str_eq(walk, rows[i].walk);
+		ck_assert_msg(plan->walk_owned_from == rows[i].owned_from, "%s from %s: owned from %zu, not %zu",
+			      rows[i].path, rows[i].wd, plan->walk_owned_from, rows[i].owned_from);
+		paths_plan_free(plan);
+	}
+}
+END_TEST
+
 START_TEST(test_plan)
 {
 	const struct plan_row *row = &plan_rows[_i];
@@ -1162,6 +1195,7 @@ static Suite *paths_suite(void)
 
 	tc = tcase_create("bundles");
 	tcase_add_loop_test(tc, test_plan, 0, ELEMENTSOF(plan_rows));
+	tcase_add_test(tc, test_plan_owned_below_the_base);
 	tcase_add_test(tc, test_plan_free_null);
 	tcase_add_loop_test(tc, test_drive, 0, ELEMENTSOF(drive_rows));
 	suite_add_tcase(s, tc);

@@ -79,7 +79,22 @@ def _egress_host(rule: Any) -> str:
 
 
 def spec_to_wire(spec: ms.SandboxSpec) -> dict[str, Any]:
-    """A maf-sandbox spec as the daemon's ``spec`` object."""
+    """A maf-sandbox spec as the daemon's ``spec`` object. A field this backend does not know
+    (a later maf-sandbox's) is refused unless it holds its default: dropping it could serve a
+    workload under less than it asked for."""
+    for f in dataclasses.fields(spec):
+        if f.name in _WIRE_SPEC_FIELDS or f.name in _HOST_SPEC_FIELDS:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if getattr(spec, f.name) != default:
+            raise ms.SandboxCapabilityNotSupported(
+                f"maf-sandboxd does not know the spec field {f.name!r} (this maf-sandbox is newer "
+                "than the backend): leave it at its default, or upgrade maf-sandbox-daemon")
     out: dict[str, Any] = {}
     for name in _WIRE_SPEC_FIELDS:
         value = getattr(spec, name, None)
@@ -206,9 +221,15 @@ class DaemonSandbox:
     local one only, and raises ``NotImplementedError`` on the archive one.
     """
 
-    def __init__(self, inner: msc.Sandbox, *, freshly_created: bool) -> None:
+    def __init__(self, inner: msc.Sandbox, *, freshly_created: bool,
+                 max_output_bytes: int | None = None) -> None:
         self._inner = inner
         self.freshly_created: bool = freshly_created
+        self._ceiling = max_output_bytes
+
+    def _max_output_bytes(self) -> int | None:
+        """The daemon's ``exec.max_output_bytes`` (``daemon.describe``), when known."""
+        return self._ceiling
 
     @property
     def instance_id(self) -> str:
@@ -251,11 +272,33 @@ class DaemonSandbox:
 
     async def exec(self, command: str | Sequence[str], *, working_directory: str,
                    timeout: float) -> ms.ExecResult:
+        """Runs ``command`` (a sequence is the argv; a string runs under ``sh -c``) as the
+        image's user, at most ``timeout`` s: then ``TimeoutError`` and what it started is killed
+        (the sandbox stays). Output is bounded by the daemon's ``exec.max_output_bytes`` (8 MiB:
+        past it, ``maf_sandbox.SandboxExecOutputLimitExceeded``)."""
+        return await self._exec(command, working_directory, timeout, None)
+
+    async def exec_bounded(self, command: str | Sequence[str], *, working_directory: str,
+                           timeout: float, max_output_bytes: int) -> ms.ExecResult:
+        """``exec`` with a budget for stdout and stderr together (maf-sandbox's
+        ``BoundedExec``), counted by the daemon as the output arrives; past it,
+        ``maf_sandbox.SandboxExecOutputLimitExceeded`` and nothing of the output. A budget above
+        the daemon's own ``exec.max_output_bytes`` is held to that one."""
+        if type(max_output_bytes) is not int or max_output_bytes <= 0:
+            raise ValueError("max_output_bytes must be a positive integer")
+        return await self._exec(command, working_directory, timeout, max_output_bytes)
+
+    async def _exec(self, command: str | Sequence[str], working_directory: str, timeout: float,
+                    max_output_bytes: int | None) -> ms.ExecResult:
         _check_str(working_directory, "working_directory")
         timeout = _check_timeout(timeout)
+        if max_output_bytes is not None:
+            ceiling = self._max_output_bytes()
+            if ceiling is not None:
+                max_output_bytes = min(max_output_bytes, ceiling)
         try:
             result = await self._inner.exec(command, working_directory=working_directory,
-                                            timeout=timeout)
+                                            timeout=timeout, max_output_bytes=max_output_bytes)
         except msc.SandboxError as exc:
             if _not_the_callers_timeout(exc):
                 raise EngineDeadline(exc.message, code=exc.code, type=exc.type,
@@ -321,8 +364,8 @@ class DaemonSandbox:
 
 def _failure(exc: msc.SandboxError) -> ms.DisposalFailure:
     """A disposal that raised, in maf-sandbox's codes."""
-    if isinstance(exc, msc.ConnectionLost):
-        code = "unknown"  # sent, and the answer lost: it may have landed
+    if isinstance(exc, (msc.ConnectionLost, msc.ShuttingDown)):
+        code = "unknown"  # sent, and the answer lost (or the call cancelled): it may have landed
     elif isinstance(exc, (msc.DaemonUnavailable, msc.SandboxEngineUnavailable)):
         code = "unreachable"
     elif isinstance(exc, TimeoutError):
@@ -358,6 +401,7 @@ class DaemonSandboxBackend:
     def __init__(self, socket_path: str | os.PathLike[str] | msc.AsyncClient | None = None, *,
                  name: str = BACKEND_NAME,
                  declarations: ms.BackendDeclarations | None = None) -> None:
+        self._owns_client = not isinstance(socket_path, msc.AsyncClient)
         if isinstance(socket_path, msc.AsyncClient):
             client = socket_path
         elif socket_path is None or isinstance(socket_path, (str, os.PathLike)):
@@ -436,11 +480,24 @@ class DaemonSandboxBackend:
         if not isinstance(spec, ms.SandboxSpec):
             raise TypeError(f"spec must be a maf_sandbox.SandboxSpec, not {type(spec).__name__}")
         wire_key, wire_spec = key_to_wire(key), spec_to_wire(spec)
+        if self.describe is not None:
+            missing = spec.required_capabilities - self._declarations.capabilities
+            if missing:
+                raise ms.SandboxCapabilityNotSupported(
+                    f"maf-sandboxd does not serve {', '.join(sorted(map(str, missing)))} "
+                    f"(it declares {', '.join(sorted(map(str, self._declarations.capabilities)))})")
         try:
             inner = await self._client.acquire(wire_key, wire_spec)
         except msc.SandboxError as exc:
             raise translate(exc, acquiring=True) from exc
-        return DaemonSandbox(inner, freshly_created=inner.created)
+        return DaemonSandbox(inner, freshly_created=inner.created,
+                             max_output_bytes=self._exec_ceiling())
+
+    def _exec_ceiling(self) -> int | None:
+        exec_limits = (self.describe or {}).get("exec")
+        value = exec_limits.get("max_output_bytes") if isinstance(exec_limits, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            else None
 
     async def dispose(self, key: ms.SandboxKey, *, kind: str | None = None,
                       instance_id: str | None = None) -> ms.DisposalFailure | None:
@@ -482,7 +539,9 @@ class DaemonSandboxBackend:
         return await self._client.list(scope, thread_id)
 
     async def aclose(self) -> None:
-        await self._client.close()
+        """Closes the connection this backend made (a client passed in is the caller's)."""
+        if self._owns_client:
+            await self._client.close()
 
     async def __aenter__(self) -> DaemonSandboxBackend:
         if self.describe is None:

@@ -53,8 +53,15 @@ BOTH: dict[type[msc.SandboxError], type[msc.SandboxError]] = {
     )
 }
 
-#: Acquire failures that happened before the daemon made anything: a router may fall back.
-_UNAVAILABLE = (msc.DaemonUnavailable, msc.SandboxEngineUnavailable)
+#: Acquire failures that happened before the daemon made anything: a router may fall back
+#: (maf-sandbox: "Only this classification permits fallback. A backend must clean partial
+#: acquisition before raising it; ... uncertain cleanup failures do not qualify"). The socket
+#: refused or absent, or the daemon's refusal of the connection (TooManyConnections): nothing
+#: was asked of it. Not a lost connection or a shutdown that cancelled the call (the daemon may
+#: have been making the container), and not the engine's unavailability (the daemon may have
+#: made a container it could not remove).
+_UNAVAILABLE = (msc.DaemonUnavailable,)
+_UNCERTAIN = (msc.ConnectionLost, msc.ShuttingDown)
 BackendUnavailable = type("SandboxBackendUnavailable",
                           (ms.SandboxBackendUnavailable, msc.SandboxError), {
                               "__module__": "maf_sandbox_daemon",
@@ -74,9 +81,9 @@ def translate(exc: msc.SandboxError, *, acquiring: bool = False) -> BaseExceptio
     """The exception to raise for the client's ``exc`` (``exc`` itself where the client's class
     already is maf-sandbox's vocabulary: a builtin such as ``ValueError``).
 
-    ``ConnectionLost`` during an acquire is never "unavailable": the call was sent, and the
-    daemon may have made the sandbox."""
-    if acquiring and isinstance(exc, _UNAVAILABLE) and not isinstance(exc, msc.ConnectionLost):
+    ``ConnectionLost`` or ``ShuttingDown`` during an acquire is never "unavailable": the call
+    was sent, and the daemon may have made the sandbox."""
+    if acquiring and isinstance(exc, _UNAVAILABLE) and not isinstance(exc, _UNCERTAIN):
         new = _rebuild(BackendUnavailable, exc)  # type: ignore[arg-type]
         return new
     for klass in type(exc).__mro__:

@@ -60,23 +60,21 @@ def _nonroot_image(s: fx.Session, base: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DaemonGuestSubject(mc.PosixGuestSubject):
-    """maf-sandbox's PosixGuestSubject, planting as a workload's own writes plant.
+    """maf-sandbox's PosixGuestSubject, except for a file outside the storage base.
 
-    A file inside the storage base is written through ``write_file`` with the base as the
-    working directory, so the directories it makes are the guest's, as a workload's writes
-    make them (PosixGuestSubject writes from the file's own, absent, parent: on the archive
-    plane, as on maf-sandbox-docker, an absent ancestor of the working directory is made
-    root-owned, and a non-root guest then cannot reclaim its own tree). A file outside the
-    base — the probes' sibling ``<base>-outside``, under a root-owned ``/maf-sandbox`` a
-    non-root guest cannot write — is planted by the host, as root, through the engine:
+    Inside the base a file is planted exactly as upstream plants it (``write_file`` from the
+    file's own parent). Outside it — the probes' sibling ``<base>-outside``, under a root-owned
+    ``/maf-sandbox`` that a non-root guest cannot write, and that the local file plane writes
+    with the guest's own permissions — the host plants it, as root, through the engine:
     planting is the harness's move, not the backend's (maf_sandbox.conformance,
-    ConformanceSubject). Links are still planted by the guest (``ln``), as upstream.
+    ConformanceSubject), and the probes then attack it through the backend as upstream's do.
+    Links are planted by the guest (``ln``), as upstream.
     """
 
     async def plant_file(self, path: str, content: bytes) -> None:
         base = posixpath.normpath(self.working_directory)
         if path.startswith(base + "/"):
-            await self.sandbox.write_file(path, content, working_directory=base)
+            await super().plant_file(path, content)
             return
         r = subprocess.run(
             ["docker", "exec", "-i", "-u", "0:0", self.sandbox.instance_id, "sh", "-c",
