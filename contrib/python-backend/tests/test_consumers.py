@@ -52,12 +52,14 @@ EXEC_TIMEOUT = 60
 #: ``mst`` runs as a child process; its experimental warning would go to stderr.
 MST = [sys.executable, "-W", "ignore", "-m", "maf_sandbox_tui"]
 
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 _pyimage: dict[str, str] = {}
 
 
 def setUpModule() -> None:
     """The Python image (python3 3.11, a user guest uid 1000), made from pyimage.sh's cached
-    tarball and removed with the session's other images."""
+    tarball, and the same root with ``USER 1000:1000``; removed with the session's images."""
     s = fx.session()
     script = os.environ.get("MSB_PYIMAGE")
     if not script:
@@ -70,6 +72,17 @@ def setUpModule() -> None:
     if r.returncode != 0:
         raise fx.FixtureError(f"pyimage.sh {ref} failed: {r.stderr[-4000:]}")
     _pyimage["ref"] = ref
+    tarball = subprocess.run(["sh", script, "--tarball"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout.strip()
+    nonroot = f"{ref}-nonroot"
+    s.extra_images.append(nonroot)
+    with open(tarball, "rb") as f:
+        r = subprocess.run(["docker", "import", "-c", f"ENV PATH={GUEST_PATH}",
+                            "-c", "USER 1000:1000", "-", nonroot], stdin=f,
+                           capture_output=True, text=True, timeout=600, check=False)
+    if r.returncode != 0:
+        raise fx.FixtureError(f"cannot import {nonroot}: {r.stderr[-4000:]}")
+    _pyimage["nonroot"] = nonroot
 
 
 class LabelledBackend(DaemonSandboxBackend):
@@ -82,25 +95,10 @@ class LabelledBackend(DaemonSandboxBackend):
         return await super().acquire(key, spec)
 
 
-def with_exec_channel(declarations: ms.BackendDeclarations) -> ms.BackendDeclarations:
-    """``declarations`` with maf-sandbox's ``ExecProgramChannel`` (python3 over write_file +
-    exec, as maf-sandbox-docker declares it) where they have none. codeact's default path needs
-    one (the router refuses a spec with ``program`` otherwise), and the router refuses *every*
-    spec of a backend declaring HOST_TOOLS without a channel serving host tools."""
-    if any(channel.mode == "exec" for channel in declarations.program_channels):
-        return declarations
-    return dataclasses.replace(declarations, program_channels=(ms.ExecProgramChannel(),))
-
-
-async def make_backend(cls: type[LabelledBackend] = LabelledBackend, *,
-                       exec_channel: bool = False) -> LabelledBackend:
-    """``cls`` on the shared daemon, declaring what ``daemon.describe`` says (with the exec
-    channel added when ``exec_channel``)."""
+async def make_backend(cls: type[LabelledBackend] = LabelledBackend) -> LabelledBackend:
+    """``cls`` on the shared daemon, declaring what ``daemon.describe`` says."""
     s = fx.session()
     backend = await cls.create(s.shared.sock)
-    if exec_channel:
-        # The constructor's `declarations` on the same transport: `create` read describe.
-        backend = cls(backend.client, declarations=with_exec_channel(backend.declarations))
     backend.run_id = s.run_id
     return backend
 
@@ -122,9 +120,8 @@ class _Case(unittest.IsolatedAsyncioTestCase):
         self.threads: set[str] = set()
         self.backends: list[DaemonSandboxBackend] = []
 
-    async def backend(self, cls: type[LabelledBackend] = LabelledBackend, *,
-                      exec_channel: bool = False) -> LabelledBackend:
-        b = await make_backend(cls, exec_channel=exec_channel)
+    async def backend(self, cls: type[LabelledBackend] = LabelledBackend) -> LabelledBackend:
+        b = await make_backend(cls)
         self.backends.append(b)
         return b
 
@@ -161,6 +158,9 @@ class RouterTest(_Case):
         either selection; CONTAINER admits it."""
         backend = await self.backend()
         self.assertIs(backend.isolation, ms.Isolation.CONTAINER)
+        self.assertIn(ms.Capability.HOST_TOOLS, backend.declarations.capabilities)
+        self.assertEqual([type(c) for c in backend.declarations.program_channels],
+                         [ms.ExecProgramChannel])
         with self.assertRaisesRegex(ms.SandboxBackendNotPermitted, "minimum-isolation floor"):
             ms.SandboxRouter([backend])
         with self.assertRaisesRegex(ms.SandboxBackendNotPermitted, "minimum-isolation floor"):
@@ -184,10 +184,9 @@ class RouterTest(_Case):
             router = ms.SandboxRouter([backend], min_isolation=ms.Isolation.CONTAINER,
                                       selection=selection)
             with self.subTest(selection=str(selection)):
-                # Fails with the backend as it is today: it declares HOST_TOOLS (from
-                # daemon.describe) and no program channel, and maf-sandbox 0.51.1's router
-                # refuses every spec of such a backend ("HOST_TOOLS requires an explicit
-                # backend-owned channel", _router.py:1432-1437).
+                # maf-sandbox 0.51.1's router refuses every spec of a backend declaring
+                # HOST_TOOLS (as daemon.describe does) without a program channel serving host
+                # tools (_router.py:1432-1437): the backend declares ExecProgramChannel.
                 router.ensure_can_serve(spec)
                 self.assertIs(router.backend_for(spec), backend)
                 raised = self.spec(min_isolation=ms.Isolation.MICROVM)
@@ -251,15 +250,21 @@ class CodeactTest(_Case):
 
     async def test_execute_code(self) -> None:
         """A program that prints and writes a file, run through the router and the backend
-        with no model: the tool's result carries what it printed and an ``ok`` verdict, the
-        declared output lands in the host's sink, and core disposes of the sandbox after the
-        call (the router's default cleanup)."""
-        backend = await self.backend(exec_channel=True)
+        with no model, as root and as the image's guest (uid 1000): the tool's result carries
+        what it printed and an ``ok`` verdict, the declared output lands in the host's sink,
+        and core disposes of the sandbox after the call (the router's default cleanup)."""
+        backend = await self.backend()
         router = ms.SandboxRouter([backend], min_isolation=ms.Isolation.CONTAINER)
-        sink_dir = Path(self.s.tmp) / f"sink-{self.scope}"
+        for user, image in (("root", _pyimage["ref"]), ("guest", _pyimage["nonroot"])):
+            with self.subTest(user=user):
+                await self._execute_code(backend, router, image, f"t-{user}")
+
+    async def _execute_code(self, backend: LabelledBackend, router: ms.SandboxRouter,
+                            image: str, thread: str) -> None:
+        sink_dir = Path(self.s.tmp) / f"sink-{self.scope}-{thread}"
         sink_dir.mkdir()
         [tool] = codeact.make_codeact_tools(
-            router, "analyst", self.context("t1"), image=_pyimage["ref"],
+            router, "analyst", self.context(thread), image=image,
             output_sink=ms.make_file_system_sink(sink_dir),
             outputs=codeact.CodeactOutputs.DECLARED, exec_timeout_seconds=EXEC_TIMEOUT)
         self.assertEqual(tool.name, codeact.EXECUTE_CODE_TOOL_NAME)
@@ -271,7 +276,7 @@ class CodeactTest(_Case):
         self.assertNotIn("exit code", text)
         self.assertEqual(json.loads((sink_dir / "result.json").read_text()),
                          {"n": 10, "sum_of_squares": 385})
-        self.assertEqual(await backend.list(self.scope), [], "disposed after the call")
+        self.assertEqual(await backend.list(self.scope, thread), [], "disposed after the call")
 
         # A failing program: a verdict of failed, the traceback, the exit code.
         contents = await tool.invoke(arguments={"code": "import sys\nsys.exit('bad input')\n",
@@ -280,12 +285,12 @@ class CodeactTest(_Case):
         self.assertIn("Result: failed", text)
         self.assertIn("bad input", text)
         self.assertIn("exit code: 1", text)
-        self.assertEqual(await backend.list(self.scope), [])
+        self.assertEqual(await backend.list(self.scope, thread), [])
 
     async def test_execute_code_busybox_refused_at_acquire(self) -> None:
         """On an image without python3 the channel's probe (ExecProgramChannel.prepare) fails
         at acquire; the tool answers with an error, and the router disposes of the sandbox."""
-        backend = await self.backend(exec_channel=True)
+        backend = await self.backend()
         router = ms.SandboxRouter([backend], min_isolation=ms.Isolation.CONTAINER)
         [tool] = codeact.make_codeact_tools(router, "analyst", self.context("t2"),
                                             image=self.s.image,
@@ -396,7 +401,7 @@ class TuiTest(_Case):
     scope_name = "tui"
 
     async def test_mst_lists_and_disposes(self) -> None:
-        backend = await self.backend(DaemonInventory, exec_channel=True)
+        backend = await self.backend(DaemonInventory)
         backend.inventory_scope = self.scope
         router = ms.SandboxRouter([backend], min_isolation=ms.Isolation.CONTAINER)
         spec = ms.SandboxSpec(kind="tui", image=self.s.image)
@@ -439,9 +444,11 @@ class TuiTest(_Case):
             code, out, err = await _mst("delete", made["t1"], "--yes", "--json", env=env)
             self.assertEqual(code, 3, out + err)  # absent now
 
-            # The console, driven by Textual's pilot: select t2, dispose it, confirm.
+            # The console, driven by Textual's pilot: select t2, dispose it, confirm. No
+            # periodic refresh (a refresh worker still running when the app exits fails the
+            # test): it refreshes when mounted, on `r`, and after a disposal.
             console = tui.SandboxConsole(await tui.discover_controls(runtime),
-                                         refresh_interval=0.5)
+                                         refresh_interval=3600)
             async with console.run_test(size=(140, 40)) as pilot:
                 await self._until(pilot, lambda: len(console.records) == 2)
                 table = console.query_one("#sandboxes")
@@ -454,6 +461,11 @@ class TuiTest(_Case):
                 await pilot.click("#dispose")
                 await self._until(pilot, lambda: not _docker_has(made["t2"]))
                 await self._until(pilot, lambda: len(console.records) == 1)
+                await pilot.press("r")
+                await pilot.pause()
+                await console.workers.wait_for_complete()
+                self.assertEqual([r.instance_id for r in console.records.values()],
+                                 [made["t3"]])
             self.assertTrue(_docker_has(made["t3"]))
 
             # purge-thread goes through the host's quiesced purge (router.dispose_scope).
@@ -476,7 +488,7 @@ class TuiTest(_Case):
         it lists only what this process's router acquired, reports each as ``failed`` (it
         reads ``sandbox.worker.process.poll()``, which a DaemonSandbox has not), and never
         confirms a disposal: the container goes, the record stays and the answer is FAILED."""
-        backend = await self.backend(exec_channel=True)
+        backend = await self.backend()
         monitored = tui.MonitoredSandboxBackend(backend)
         router = tui.MonitoredSandboxRouter([monitored], min_isolation=ms.Isolation.CONTAINER)
         sandbox = await router.acquire(self.key("m"), ms.SandboxSpec(kind="tui",
