@@ -22,7 +22,7 @@ PACKAGES=(
 	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev check
 	docker.io busybox-static python3 systemd curl ca-certificates iproute2
 	scdoc build-essential dpkg-dev debhelper dh-python
-	valgrind clang libclang-rt-14-dev llvm
+	valgrind clang libclang-rt-14-dev llvm debootstrap
 )
 # Seconds each fuzz target runs in `test`.
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
