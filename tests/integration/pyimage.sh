@@ -7,7 +7,7 @@
 # prints its path.
 #
 # The debootstrap takes about a minute, so its tarball is cached in
-# ${MSB_PYIMAGE_CACHE:-/var/cache/maf-sandbox-test}/python-bookworm.tar and
+# ${MSB_PYIMAGE_CACHE:-/var/cache/maf-sandbox-test}/python-bookworm-<packages hash>.tar and
 # made again only when missing (delete it to rebuild). It is written under
 # a temporary name and renamed: an interrupted build (its process group
 # signalled, as Ctrl-C does) leaves no tarball, root or mount behind.
@@ -16,7 +16,11 @@
 set -eu
 ref=${1:?usage: pyimage.sh NAME:TAG | --tarball}
 cache=${MSB_PYIMAGE_CACHE:-/var/cache/maf-sandbox-test}
-tarball=$cache/python-bookworm.tar
+# python3 for codeact's program channel; curl (and the CA bundle it reads) for maf-sandbox's
+# egress probes; openssl for the TLS server those probes reach. The list names the tarball, so
+# changing it makes a new one.
+packages=python3-minimal,python3,curl,ca-certificates,openssl
+tarball=$cache/python-bookworm-$(printf %s "$packages" | sha256sum | cut -c1-12).tar
 suite=bookworm
 mirror=http://deb.debian.org/debian
 
@@ -44,7 +48,7 @@ build_tarball() {
 	fi
 	mkdir -p "$cache"
 	root=$(mktemp -d "${TMPDIR:-/tmp}/pyimage.XXXXXX")
-	debootstrap --variant=minbase --include=python3-minimal,python3 \
+	debootstrap --variant=minbase --include="$packages" \
 		"$suite" "$root" "$mirror" >&2
 	# Trim: apt's caches and lists, docs, man and info pages, translations
 	# (locale.alias stays: glibc reads it), logs, backup copies.

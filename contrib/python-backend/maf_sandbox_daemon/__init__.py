@@ -29,14 +29,17 @@ from ._backend import (
     spec_to_wire,
 )
 from ._errors import BOTH, BackendUnavailable, translate
+from ._inventory import DaemonInventoryBackend, InventoryEntry
 
 __all__ = [
     "BACKEND_NAME",
     "BOTH",
     "BackendUnavailable",
     "DaemonSandbox",
+    "DaemonInventoryBackend",
     "DaemonSandboxBackend",
     "EngineDeadline",
+    "InventoryEntry",
     "declarations_from_describe",
     "key_to_wire",
     "spec_to_wire",

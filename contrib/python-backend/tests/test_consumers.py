@@ -1,4 +1,4 @@
-"""DRAFT — maf-sandbox's consumers over :class:`maf_sandbox_daemon.DaemonSandboxBackend`, against
+"""maf-sandbox's consumers over :class:`maf_sandbox_daemon.DaemonSandboxBackend`, against
 real daemons (``daemon_fixture``) and the engine:
 
 - the router (``maf_sandbox.SandboxRouter``, ``Selection``): its default ``MICROVM`` floor refuses
@@ -7,7 +7,8 @@ real daemons (``daemon_fixture``) and the engine:
 - maf-sandbox-codeact: ``execute_code`` end to end through the router, with no model (the tool is
   an ``agent_framework.FunctionTool``; ``invoke(arguments=...)`` is what a model's call does), on
   the Python image of ``tests/integration/pyimage.sh`` (``$MSB_PYIMAGE``);
-- maf-sandbox-tui: its control server hosted here over an inventory read from ``sandbox.list``,
+- maf-sandbox-tui: its control server hosted here over ``DaemonInventoryBackend`` (the inventory
+  read from ``sandbox.list``),
   found by ``mst`` through its discovery directory (``MAF_SANDBOX_TUI_RUNTIME_DIR``); ``mst list
   --json`` lists our sandboxes, ``mst delete --yes --json`` disposes one, and the Textual console
   (``App.run_test()``) disposes another; and what maf-sandbox-tui's generic
@@ -22,24 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import unittest
 import warnings
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import maf_sandbox as ms
 from maf_sandbox.maf import list_no_files, make_caller_context
 
-from maf_sandbox_daemon import DaemonSandboxBackend
+from maf_sandbox_daemon import DaemonInventoryBackend, DaemonSandboxBackend
 import daemon_fixture as fx
 
 with warnings.catch_warnings():
@@ -300,85 +297,89 @@ class CodeactTest(_Case):
         self.assertEqual(await backend.list(self.scope), [])
 
 
+# --- (b') the program channel, host tools and bounded exec ---------------------------------
+
+
+class ProgramChannelTest(_Case):
+    """maf-sandbox's own ``assert_program_channel_conformance`` over the channel the backend
+    declares (ExecProgramChannel: the portable Python profile, host tools over exec's detached
+    launcher, authority revoked after a run), on both file planes and for both guests; and
+    ``exec_bounded`` (maf-sandbox's BoundedExec) holding its budget."""
+
+    scope_name = "pc"
+
+    async def backend_on(self, plane: str) -> LabelledBackend:
+        s = fx.session()
+        sock = s.shared.sock
+        if plane == "archive":
+            sock = _archive_daemon().sock
+        b = await LabelledBackend.create(sock)
+        b.run_id = s.run_id
+        self.backends.append(b)
+        return b
+
+    async def test_channel_conformance(self) -> None:
+        from maf_sandbox import conformance as mc
+
+        for plane in ("local", "archive"):
+            for guest in ("ref", "nonroot"):
+                with self.subTest(plane=plane, guest=guest):
+                    backend = await self.backend_on(plane)
+                    [channel] = backend.declarations.program_channels
+                    self.assertTrue(channel.host_tools)
+                    key = self.key(f"{plane}-{guest}")
+                    sandbox = await backend.acquire(key, ms.SandboxSpec(
+                        kind="program", image=_pyimage[guest],
+                        requires=frozenset({ms.Capability.EXEC, ms.Capability.FILES_IN,
+                                            ms.Capability.FILES_OUT})))
+                    self.assertEqual(sandbox.file_plane, plane)
+                    await mc.assert_program_channel_conformance(
+                        sandbox, channel, guest_call_path="calls/run-1", timeout=EXEC_TIMEOUT)
+                    # The run's directories are the guest's: it removes them itself.
+                    await sandbox.reclaim("calls", working_directory=".", timeout=EXEC_TIMEOUT)
+                    self.assertIsNone(await sandbox.stat_file("calls", working_directory="."))
+                    self.assertIsNone(await backend.dispose(key))
+
+    async def test_exec_bounded(self) -> None:
+        backend = await self.backend()
+        sandbox = await backend.acquire(self.key("bounded"), ms.SandboxSpec(
+            kind="bounded", image=self.s.image))
+        self.assertIsInstance(sandbox, ms.BoundedExec)
+        ok = await sandbox.exec_bounded(["sh", "-c", "printf 0123456789"], working_directory=".",
+                                        timeout=EXEC_TIMEOUT, max_output_bytes=10)
+        self.assertEqual(ok.stdout_bytes, b"0123456789")
+        with self.assertRaises(ms.SandboxExecOutputLimitExceeded):
+            await sandbox.exec_bounded(["sh", "-c", "printf 0123456789x"],
+                                       working_directory=".", timeout=EXEC_TIMEOUT,
+                                       max_output_bytes=10)
+        # A budget above the daemon's own ceiling is held to that one, not refused.
+        big = await sandbox.exec_bounded(["sh", "-c", "head -c 100000 /dev/zero"],
+                                         working_directory=".", timeout=EXEC_TIMEOUT,
+                                         max_output_bytes=1 << 40)
+        self.assertEqual(len(big.stdout_bytes), 100000)
+        for bad in (0, -1, 1.5, True):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                await sandbox.exec_bounded(["true"], working_directory=".",
+                                           timeout=EXEC_TIMEOUT,
+                                           max_output_bytes=bad)  # type: ignore[arg-type]
+
+
+_archive: list[fx.Daemon] = []
+
+
+def _archive_daemon() -> fx.Daemon:
+    """One daemon on the archive file plane for the module (the shared one is local)."""
+    if not _archive:
+        _archive.append(fx.session().daemon("--set", "files.plane=archive"))
+    return _archive[0]
+
+
 # --- (c) maf-sandbox-tui ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _Inventoried:
-    """One row of the inventory protocol maf_sandbox_tui.HyperlightControl reads."""
-
-    key: ms.SandboxKey
-    kind: str
-    instance_id: str
-    state: str
-    created_at: float
-    last_activity_at: float
-    worker_pid: int | None = None
-    execution_contract: str | None = None
-    egress_targets: tuple[str, ...] = ()
-
-
-_STATES = {"running": "ready", "created": "starting", "restarting": "resetting",
-           "removing": "disposing"}
-
-
-def _epoch(created: str | None) -> float:
-    """The engine's RFC 3339 time (nanoseconds, ``Z``) as seconds since the epoch."""
-    if not created:
-        return 0.0
-    m = re.match(r"(.*?T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", created)
-    if m is None:
-        return 0.0
-    stamp = m.group(1) + "." + (m.group(2) or "0")[:6].ljust(6, "0") + \
-        (m.group(3) or "Z").replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp).timestamp()
-
-
-class DaemonInventory(LabelledBackend):
-    """The backend, plus the inventory maf_sandbox_tui.HyperlightControl asks its backend for
-    (``name``, ``list_sandboxes``, ``observe_instance_disposal``): the daemon's own
-    ``sandbox.list`` (every process's sandboxes, not only this router's), limited to one scope,
-    and a disposal confirmed when the instance listed before is no longer listed after."""
-
-    inventory_scope: str | None = None
-    _watch: contextvars.ContextVar[tuple[ms.SandboxKey, str | None, str | None, list[int]]
-                                   | None] = contextvars.ContextVar("msb_inventory_watch",
-                                                                    default=None)
-
-    async def list_sandboxes(self) -> tuple[_Inventoried, ...]:
-        rows = []
-        for info in await self.list(self.inventory_scope):
-            stamp = _epoch(info.created)
-            rows.append(_Inventoried(
-                key=ms.SandboxKey(info.key.scope, info.key.thread_id, info.key.agent_dir,
-                                  info.key.call_id),
-                kind=info.kind, instance_id=info.sandbox,
-                state=_STATES.get(info.state, "failed"), created_at=stamp,
-                last_activity_at=stamp))
-        return tuple(rows)
-
-    @contextlib.contextmanager
-    def observe_instance_disposal(self, key: ms.SandboxKey, kind: str,
-                                  instance_id: str) -> Iterator[list[int]]:
-        observed: list[int] = []
-        token = self._watch.set((key, kind, instance_id, observed))
-        try:
-            yield observed
-        finally:
-            self._watch.reset(token)
-
-    async def dispose(self, key: ms.SandboxKey, *, kind: str | None = None,
-                      instance_id: str | None = None) -> ms.DisposalFailure | None:
-        watch = self._watch.get()
-        watched = watch is not None and watch[:3] == (key, kind, instance_id)
-        before = {i.sandbox for i in await self.list(key.scope, key.thread_id)} \
-            if watched else set()
-        failure = await super().dispose(key, kind=kind, instance_id=instance_id)
-        if watched and failure is None and instance_id in before:
-            after = {i.sandbox for i in await self.list(key.scope, key.thread_id)}
-            if instance_id not in after:
-                watch[3].append(1)
-        return failure
+class DaemonInventory(LabelledBackend, DaemonInventoryBackend):
+    """The package's inventory backend (``sandbox.list``; a disposal confirmed by listing),
+    labelling what it makes with the run's label."""
 
 
 @contextlib.asynccontextmanager
