@@ -102,6 +102,13 @@ class _Planes:
         return cls.daemons[plane]
 
 
+def tearDownModule() -> None:
+    """Each plane's daemon stops cleanly (exit 0: under the sanitizers, a leak fails it)."""
+    daemons, _Planes.daemons = _Planes.daemons, {}
+    for daemon in daemons.values():
+        fx.check_clean_exit(daemon)
+
+
 def _container_exists(instance_id: str) -> bool:
     r = _docker("inspect", "--format", "{{.Id}}", instance_id)
     return r.returncode == 0 and r.stdout.strip() == instance_id

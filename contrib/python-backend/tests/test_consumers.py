@@ -367,6 +367,14 @@ class ProgramChannelTest(_Case):
 _archive: list[fx.Daemon] = []
 
 
+def tearDownModule() -> None:
+    """The daemons stop cleanly (exit 0: under the sanitizers, a leak fails it)."""
+    s = fx.session()
+    s.stop_shared()
+    while _archive:
+        fx.check_clean_exit(_archive.pop())
+
+
 def _archive_daemon() -> fx.Daemon:
     """One daemon on the archive file plane for the module (the shared one is local)."""
     if not _archive:
