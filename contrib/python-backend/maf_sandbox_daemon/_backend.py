@@ -17,6 +17,8 @@ from typing import Any
 
 import maf_sandbox as ms
 import maf_sandbox_client as msc
+# The client's own conversion of enums, sets and dataclasses to JSON values (one copy).
+from maf_sandbox_client.models import _jsonable
 
 from ._errors import BackendUnavailable, translate, translated
 
@@ -40,22 +42,6 @@ _HOST_SPEC_FIELDS = frozenset({
     "exclusive_admission", "max_identity_scope", "max_identity_retention_seconds",
     "execution_contract", "program",
 })
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(_jsonable(k)): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted((_jsonable(v) for v in value), key=str)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    raise TypeError(f"cannot send a {type(value).__name__} to maf-sandboxd")
 
 
 def _egress_host(rule: Any) -> str:
