@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from dataclasses import dataclass
 import os
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -22,7 +23,8 @@ from maf_sandbox_client.models import _jsonable
 
 from ._errors import BackendUnavailable, translate, translated
 
-__all__ = ["BACKEND_NAME", "DaemonSandbox", "DaemonSandboxBackend", "declarations_from_describe"]
+__all__ = ["BACKEND_NAME", "DaemonSandbox", "DaemonSandboxBackend", "ReapResult",
+           "declarations_from_describe"]
 
 #: The name the backend registers under when none is given.
 BACKEND_NAME = "maf-sandboxd"
@@ -371,6 +373,18 @@ def _disposal(value: msc.DisposalFailure | None) -> ms.DisposalFailure | None:
     return ms.DisposalFailure(code, value.detail)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class ReapResult:
+    """What :meth:`DaemonSandboxBackend.reap` did (the shape of maf-sandbox-docker's
+    ``DockerReapResult``): counts of what was removed, and every failure that left the sweep
+    incomplete as maf-sandbox's ``DisposalFailure``."""
+
+    disposed: int = 0
+    proxies_removed: int = 0
+    networks_removed: int = 0
+    failures: tuple[ms.DisposalFailure, ...] = ()
+
+
 class DaemonSandboxBackend:
     """A maf-sandbox backend whose sandboxes are maf-sandboxd's Docker containers.
 
@@ -509,15 +523,19 @@ class DaemonSandboxBackend:
             return ms.ScopePurge(0, _failure(exc))
         return ms.ScopePurge(purge.disposed, _disposal(purge.undisposed))
 
-    async def reap(self, older_than: timedelta, *, scope: str | None = None) -> msc.ReapResult:
-        """An operator's age-based sweep (root or ``sandbox.admin_group`` only)."""
+    async def reap(self, older_than: timedelta, *, scope: str | None = None) -> ReapResult:
+        """An operator's age-based sweep (root or ``sandbox.admin_group`` only): sandboxes
+        created more than ``older_than`` ago, with their proxies and networks. Raises when it
+        cannot run (``PermissionError`` for a caller who may not reap)."""
         try:
-            return await self._client.reap(older_than, scope=scope)
+            done = await self._client.reap(older_than, scope=scope)
         except msc.SandboxError as exc:
             new = translate(exc)
             if new is exc:
                 raise
             raise new from exc
+        return ReapResult(done.disposed, done.proxies_removed, done.networks_removed,
+                          tuple(f for f in map(_disposal, done.failures) if f is not None))
 
     async def list(self, scope: str | None = None,
                    thread_id: str | None = None) -> list[msc.SandboxInfo]:

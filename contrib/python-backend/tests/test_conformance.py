@@ -13,16 +13,19 @@ world for the proxy to reach.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import posixpath
 import subprocess
 import sys
 import unittest
+from datetime import timedelta
 from typing import Any
 
 import maf_sandbox as ms
 from maf_sandbox import conformance as mc
 
+import maf_sandbox_daemon as msd
 from maf_sandbox_daemon import DaemonSandboxBackend
 import daemon_fixture as fx
 
@@ -191,6 +194,20 @@ class ConformanceCase(unittest.IsolatedAsyncioTestCase):
         self.assertIn(ms.IsolationScope.CALL, d.isolation_scopes)
         self.assertFalse(d.observes_egress)
         self.assertIsInstance(d.limits.files_in, ms.TransferLimits)
+
+    async def test_reap_by_scope(self) -> None:
+        """An operator's sweep through the backend: maf-sandbox's types, this scope only."""
+        key = self.key("reap")
+        sandbox = await self.backend.acquire(key, self.spec())
+        # Older than the sweep's age: the engine's clock says when it was made.
+        [info] = await self.backend.list(key.scope)
+        self.assertEqual(info.sandbox, sandbox.instance_id)
+        await asyncio.sleep(1.5)
+        result = await self.backend.reap(timedelta(seconds=1), scope=key.scope)
+        self.assertIsInstance(result, msd.ReapResult)
+        self.assertEqual((result.disposed, result.failures), (1, ()))
+        self.assertEqual(await self.backend.list(key.scope), [])
+        self.assertFalse(_container_exists(sandbox.instance_id))
 
     async def test_storage_base(self) -> None:
         """assert_storage_base_conformance, with the default base and an explicit one."""
