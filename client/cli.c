@@ -568,6 +568,10 @@ static void print_describe(const json_t *r)
 	print_list("os families: ", json_object_get(r, "os_families"));
 	print_transfer_limits("files in: ", json_object_get(limits, "files_in"));
 	print_transfer_limits("files out: ", json_object_get(limits, "files_out"));
+	l = (struct line){ "exec: ", ", ", 0 };
+	if (get_int(json_object_get(r, "exec"), "max_output_bytes", &n))
+		line_add_bytes(&l, " of output per command", n);
+	line_end(&l);
 	l = (struct line){ "wire: ", ", ", 0 };
 	if (get_int(wire, "max_frame_bytes", &n))
 		line_add_bytes(&l, " per frame", n);

@@ -164,6 +164,7 @@ cmd_test() {
 	local rc=0 p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
 	FAILURES_FILE=$(mktemp)
 	export FAILURES_FILE
+	trap 'rm -f "$FAILURES_FILE"' EXIT
 	build build -Dwerror=true -Dtests=enabled -Dsystemd=enabled
 	# The engine is the bottleneck of the C integration suites (the density
 	# suite alone makes 200 allowlisted sandboxes), so they run once, under

@@ -66,7 +66,6 @@ struct acq_waiter {
 	struct rpc_peer peer;
 	json_t *spec_json;
 	struct msb_spec spec;
-	bool starter;                /* the call that started the op (the others joined it) */
 };
 
 /* Every capability that touches the guest's files or runs in its work dir. */
@@ -212,25 +211,27 @@ static struct sandbox *acq_result_entry(struct acquire_op *op)
 	return sb;
 }
 
-static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct sandbox *sb)
+/* Answers one waiter; true when it was served the sandbox. `created` is
+ * what it is told of the container's making. */
+static bool acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct sandbox *sb, bool created)
 {
 	struct msb_error err = { 0 };
 
 	if (!sb) {
 		rpc_call_fail_error(w->call, &op->err);
-		return;
+		return false;
 	}
 	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, &err) < 0) {
 		rpc_call_fail_error(w->call, &err);
 		msb_error_clear(&err);
-		return;
+		return false;
 	}
 	if (w->spec.requires & op->probes_failed) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:o}", "missing", msb_capability_set_encode(w->spec.requires & op->probes_failed)),
 			      "image %s cannot serve this spec: %s", msb_spec_image_ref(&w->spec),
 			      op->probe_failure ? op->probe_failure : "a command probe failed");
-		return;
+		return false;
 	}
 	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest.known || !sb->guest.resolved)) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
@@ -240,19 +241,18 @@ static void acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 			      "`id` it can run. One left unresolved by a passing failure (a timeout, the "
 			      "engine) is resolved again by the next acquire; one the image cannot give "
 			      "is kept for the container's life: dispose it once the image is fixed.");
-		return;
+		return false;
 	}
 	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && !fileop_plane_local(op->d, sb)) {
 		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[s], s:s}", "missing", "files_list", "file_plane", "archive"),
 			      "this sandbox is served by the archive file plane (its init cannot be pinned from "
 			      "this daemon), which cannot list directories");
-		return;
+		return false;
 	}
-	/* `created` for the call that started the op only: one that joined it
-	 * did not make the container (another caller's input may be in it). */
-	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), op->created && w->starter,
+	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), created,
 					       op->egress_known ? &op->einfo : NULL));
+	return true;
 }
 
 /* Answers every waiter and frees the op (from the loop, via finish_ev). */
@@ -260,13 +260,24 @@ static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct acquire_op *op = arg;
 	struct sandbox *sb = op->state == ACQ_DONE ? acq_result_entry(op) : NULL;
+	bool told = false;
 
 	(void)fd, (void)what;
 	if (op->state == ACQ_DONE && !sb)
 		msb_error_set(&op->err, MSB_ERR_ENGINE_ERROR, NULL,
 			      "the sandbox %s vanished as it was acquired", op->name);
-	for (size_t i = 0; i < op->n_waiters; i++)
-		acq_answer(op, &op->waiters[i], sb);
+	/* `created` goes to one caller only, when the op made the container: the
+	 * one that started it (the first waiter), or, when it is gone or was
+	 * refused, the first other still connected that is served. The others
+	 * joined: for them it is a container someone else may already have
+	 * written into. */
+	for (size_t i = 0; i < op->n_waiters; i++) {
+		struct acq_waiter *w = &op->waiters[i];
+		bool first = op->created && !told && !rpc_call_is_detached(w->call);
+
+		if (acq_answer(op, w, sb, first) && first)
+			told = true;
+	}
 	if (sb)
 		log_info("sandbox %s: container=%s kind=%s image=%s", op->created ? "created" : "ready",
 			 op->name, op->spec.kind, msb_spec_image_ref(&op->spec));
@@ -1224,8 +1235,7 @@ static struct acquire_op *acq_new(struct msbd *d, struct rpc_call *call, const c
 		fatalx("%s: cannot create an event", __func__);
 	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
 	d->acquires->count++;
-	acq_add_waiter(op, call, spec_json);
-	op->waiters[0].starter = true;
+	acq_add_waiter(op, call, spec_json);     /* waiters[0]: the one that started it */
 	return op;
 }
 

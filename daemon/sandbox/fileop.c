@@ -654,10 +654,25 @@ static size_t fop_journal_count(int jfd, const char *id)
 	return n;
 }
 
+/* The guest's words for the log: at most out_size - 1 bytes, the trailing
+ * newline dropped, every other control byte and every non-ASCII byte a '?'
+ * (a guest's stderr never starts a log record of its own). */
+static void fop_log_text(char *out, size_t out_size, const uint8_t *in, size_t len)
+{
+	size_t n = 0;
+
+	while (len && (in[len - 1] == '\n' || in[len - 1] == '\r'))
+		len--;
+	for (size_t i = 0; i < len && n + 1 < out_size; i++)
+		out[n++] = in[i] >= 0x20 && in[i] < 0x7f ? (char)in[i] : '?';
+	out[n] = '\0';
+}
+
 static void fop_clean_cb(const struct execrun_result *r, void *arg)
 {
 	struct fileop *op = arg;
 	bool ok = r->error == 0 && r->exit_code == 0;
+	char words[201] = "";
 
 	op->clean = NULL;
 	/* The guest's rm first (the temporaries lie in the directories it owns
@@ -681,11 +696,14 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 			fop_tmps_forget(op, true);
 		}
 	}
+	if (!ok && r->error == 0)
+		fop_log_text(words, sizeof(words), r->err, r->err_len);
 	if (!ok)
-		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s, exit %d: "
-			  "%.*s); the next start of the daemon tries again%s", op->id,
-			  r->error ? strerror(-r->error) : "rm failed", r->exit_code,
-			  (int)(r->err_len > 200 ? 200 : r->err_len), (const char *)r->err,
+		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s%s%s); the "
+			  "next start of the daemon tries again%s", op->id,
+			  r->error ? strerror(-r->error)
+				   : op->p.uid || op->p.gid ? "rm failed as the guest and as root" : "rm failed",
+			  words[0] ? ": " : "", words,
 			  r->error == 0 && (r->exit_code == 126 || r->exit_code == 127)
 				  ? " (the image has no usable " FILEOP_CLEAN_RM ": give it one)" : "");
 	fop_tmps_forget(op, ok);
@@ -1757,9 +1775,29 @@ struct fop_replay {
 	struct msbd *d;
 	struct fop_replayer *rr;
 	struct plocal_journal_entry e;
+	char user[IDENTITY_USER_STRING_MAX];   /* the guest's uid:gid, "" when unknown */
+	bool as_root;                /* the guest's rm failed (or there is no guest): root's */
 };
 
 static void fop_replay_next(struct fop_replayer *rr);
+static void fop_replay_free(struct fop_replay *rp, bool done);
+static void fop_replay_rm_cb(const struct execrun_result *r, void *arg);
+
+/* The archive plane's rm of the entry's temporary in the guest, by an
+ * absolute path: as the guest first, then as root (as a live write's
+ * cleanup: fop_clean_start). */
+static void fop_replay_rm_start(struct fop_replay *rp)
+{
+	struct msbd *d = rp->d;
+	_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
+	const char *argv[] = { FILEOP_CLEAN_RM, "-f", "--", path, NULL };
+	struct execrun_spec spec = { .argv = argv, .working_dir = "/",
+				     .user = rp->as_root ? FILEOP_CLEAN_USER : rp->user,
+				     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
+
+	if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)
+		fop_replay_free(rp, false);
+}
 
 static void fop_replay_free(struct fop_replay *rp, bool done)
 {
@@ -1783,6 +1821,11 @@ static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
 
 	if (r->error == -ECANCELED && rp->rr)
 		rp->rr->stopped = true;
+	if (!ok && r->error == 0 && !rp->as_root) {
+		rp->as_root = true;
+		fop_replay_rm_start(rp);
+		return;
+	}
 	if (!ok)
 		log_warnx("sandbox %.12s: a temporary a killed daemon left (%s/%s) could not be removed",
 			  rp->e.id, rp->e.parent, rp->e.tmp);
@@ -1827,16 +1870,10 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 		fop_replay_free(rp, rc == 0);
 		return;
 	}
-	/* The archive plane: rm in the guest, as the write's authority. */
-	{
-		_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
-		const char *argv[] = { FILEOP_CLEAN_RM, "-f", "--", path, NULL };
-		struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = FILEOP_CLEAN_USER,
-					     .timeout_ms = d->config->files_timeout_ms, .max_output = 4096 };
-
-		if (execrun_start(d->base, d->engine, d->freezes, rp->e.id, &spec, fop_replay_rm_cb, rp, NULL) < 0)
-			fop_replay_free(rp, false);
-	}
+	/* The archive plane: rm in the guest, as the guest (its identity fixed
+	 * at acquire, when the registry has the sandbox), then as root. */
+	rp->as_root = !sb || identity_fixed_user(&sb->guest, rp->user) < 0 || strcmp(rp->user, "0:0") == 0;
+	fop_replay_rm_start(rp);
 }
 
 static void fop_replay_next(struct fop_replayer *rr)

@@ -14,8 +14,9 @@
  *      │                      READ: one GET per item, streamed and capped)
  *      └─ refused ─→ DONE       → THAW (always, whatever happened)
  *                                  → CLEAN (WRITE: /bin/rm -f of its temporaries
- *                                     in the guest, as root: the authority that
- *                                     wrote them) → DONE
+ *                                     in the guest, as the guest, then, if that
+ *                                     failed, as root: the engine wrote them as
+ *                                     root) → DONE
  *
  * A WRITE's tar holds each file's content under a temporary name in its
  * final directory, then a hard link entry putting it at the final name (the

@@ -99,6 +99,7 @@ struct freeze_table {
 	bool dead;                     /* freeze_table_free is running */
 	struct event_base *base;       /* for retries; NULL: none */
 	struct hostlock *host;         /* borrowed; NULL: no host lock */
+	long stale_retry_ms;           /* FREEZE_STALE_RETRY_MS (tests set another) */
 	json_t *unpaused_at;           /* id → CLOCK_MONOTONIC ms of our last thaw of a hold */
 };
 
@@ -159,6 +160,7 @@ struct freeze_table *freeze_table_new(void)
 	struct freeze_table *t = xcalloc(1, sizeof(*t));
 
 	TAILQ_INIT(&t->locks);
+	t->stale_retry_ms = FREEZE_STALE_RETRY_MS;
 	t->unpaused_at = json_object();
 	if (!t->unpaused_at)
 		fatalx("%s: out of memory", __func__);
@@ -921,7 +923,7 @@ static bool claim_retry_stale(struct freeze_claim *c, long budget_ms)
 		c->stale = true;
 		clock_gettime(CLOCK_MONOTONIC, &c->stale_since);
 	}
-	if (elapsed_ms(&c->stale_since) >= budget_ms || !claim_arm(c, FREEZE_STALE_RETRY_MS))
+	if (elapsed_ms(&c->stale_since) >= budget_ms || !claim_arm(c, c->lock->table->stale_retry_ms))
 		return false;
 	log_debug("op", "freeze %.64s: the engine's pause state looks stale; asking again", c->lock->id);
 	return true;
@@ -948,6 +950,11 @@ static void claim_defer_cancelled(struct freeze_claim *c)
 	claim_finish(c);
 	claim_fail(c, &fr, false);
 	lock_fail_waiters(l, -ECANCELED);
+}
+
+void freeze_table_set_stale_retry_ms(struct freeze_table *t, long ms)
+{
+	t->stale_retry_ms = ms > 0 ? ms : FREEZE_STALE_RETRY_MS;
 }
 
 size_t freeze_table_retries_pending(const struct freeze_table *t)

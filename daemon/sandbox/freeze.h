@@ -164,6 +164,9 @@ void freeze_table_cancel_retries(struct freeze_table *t);
 /* How many claims wait to ask the engine again (a stale answer, or a
  * blocked orphan thaw): what freeze_table_cancel_retries would cancel now. */
 size_t freeze_table_retries_pending(const struct freeze_table *t);
+/* The delay before a stale answer is asked again (FREEZE_STALE_RETRY_MS;
+ * <= 0 restores it): for tests that must look at a claim while it waits. */
+void freeze_table_set_stale_retry_ms(struct freeze_table *t, long ms);
 /* Free after engine_free, never from one of its callbacks. Claims still
  * there (a holder whose owner never released it, its waiters) are dropped:
  * a request in flight is cancelled, a callback still owed fires once with

@@ -600,6 +600,7 @@ int paths_plan_new(enum paths_op op, const char *path, size_t path_len,
 		   const char *working_directory, size_t wd_len, const char *base,
 		   struct paths_plan **ret_plan, enum paths_reason *reterr_reason)
 {
+	_cleanup_free_ char *base_n = NULL;
 	struct paths_plan *plan;
 	struct paths_resolved t;
 	int r;
@@ -623,12 +624,21 @@ int paths_plan_new(enum paths_op op, const char *path, size_t path_len,
 	else
 		plan->walk = xcalloc(1, sizeof(*plan->walk));
 	/* The guest's from the working directory down, and from below the
-	 * storage base down: the guest owns its base and could make those
-	 * itself (a kind's call directory, written from its own "work" child,
-	 * stays the guest's to reclaim). Above both: root's. */
+	 * storage base down: the base is the guest's (acquire makes it so) and
+	 * the guest could make those itself (a kind's call directory, written
+	 * from its own "work" child, stays the guest's to reclaim). Above both:
+	 * root's. A base of "/" is no base of the guest's: the rule is the
+	 * working directory's alone there. The base is compared normalised (the
+	 * label may be spelt "//maf-sandbox/work/"). */
+	if (base && base[0] == '/')
+		base_n = normalise(NULL, base, strlen(base));
+	if (base_n && strcmp(base_n, "/") == 0) {
+		free(base_n);
+		base_n = NULL;
+	}
 	plan->walk_owned_from = plan->n_walk;
 	for (size_t i = 0; i < plan->n_walk; i++) {
-		const char *below = base ? paths_relative_to(plan->walk[i], base) : NULL;
+		const char *below = base_n ? paths_relative_to(plan->walk[i], base_n) : NULL;
 
 		if (paths_relative_to(plan->walk[i], t.wd) || (below && *below)) {
 			plan->walk_owned_from = i;

@@ -736,8 +736,9 @@ START_TEST(test_write_sequence)
 	tar = put_listing();
 	ck_assert_str_eq(tar, "f maf-sandbox/work/a.txt 0644 1000:1001 hello");
 	/* After the thaw, the temporary is removed by /bin/rm in the guest, as
-	 * root: the authority that wrote it, whoever the guest is (this fake
-	 * engine refuses the exec: logged, the write stands). */
+	 * the guest first (root in a sandbox has no CAP_DAC_OVERRIDE for the
+	 * guest's directories; this fake engine refuses the exec: logged, the
+	 * write stands, and no second try is made for a refusal). */
 	{
 		const struct fake_request *q = NULL;
 		json_auto_t *body = NULL;
@@ -758,7 +759,7 @@ START_TEST(test_write_sequence)
 		tmp = json_string_value(json_array_get(cmd, 3));
 		ck_assert_int_eq(strncmp(tmp, WD "/", strlen(WD) + 1), 0);
 		ck_assert(plocal_name_is_temp(tmp + strlen(WD) + 1));
-		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "0:0");   /* the write's authority */
+		ck_assert_str_eq(json_string_value(json_object_get(body, "User")), "1000:1001");   /* the guest's */
 	}
 	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
 	/* Its journal entry stays, unlocked, for the next start to finish. */
@@ -775,6 +776,98 @@ START_TEST(test_write_sequence)
 		plocal_journal_entry_release(&je);
 		close(dfd);
 	}
+}
+END_TEST
+
+/* An exec of the cleanup rm, answered: created as eN, an empty output
+ * stream, then its exit code. */
+static void sc_exec(const char *eid, int exit_code)
+{
+	sc_add((struct fake_reply){ .method = "POST", .path = CPATH "/exec", .status = 201,
+				    .headers = "Content-Type: application/json\r\n",
+				    .body = keep(xasprintf("{\"Id\":\"%s\"}", eid)) });
+	sc_add((struct fake_reply){ .method = "POST", .path = keep(xasprintf(API "/exec/%s/start", eid)),
+				    .headers = "Content-Type: application/vnd.docker.multiplexed-stream\r\n",
+				    .body = "" });
+	sc_add((struct fake_reply){ .method = "GET", .path = keep(xasprintf(API "/exec/%s/json", eid)),
+				    .headers = "Content-Type: application/json\r\n",
+				    .body = keep(xasprintf("{\"ID\":\"%s\",\"Running\":false,\"ExitCode\":%d}",
+							   eid, exit_code)) });
+}
+
+/* The User of the n-th cleanup exec's create request (NULL: none). */
+static const char *exec_user(size_t n)
+{
+	static char user[64];
+
+	for (size_t i = 0; i < fake_engine_request_count(); i++) {
+		const struct fake_request *q = fake_engine_request(i);
+		json_auto_t *body = NULL;
+
+		if (strcmp(q->path, CPATH "/exec") != 0 || n-- > 0)
+			continue;
+		body = json_loadb((const char *)q->body, q->body_len, 0, NULL);
+		snprintf(user, sizeof(user), "%s", json_string_value(json_object_get(body, "User")));
+		return user;
+	}
+	return NULL;
+}
+
+/* The guest's rm of the temporary fails (a root-owned directory a non-root
+ * guest cannot enter): root's rm goes next, and once it succeeds the
+ * journal entry is gone. Both failing keeps the entry for the next start. */
+START_TEST(test_write_cleanup_guest_then_root)
+{
+	const int both_fail = _i;
+
+	{
+		struct fileop *op;
+
+		sc_pause(204, NULL);
+		sc_wd();
+		sc_absent(WD "/a.txt");
+		sc_put(200, NULL);
+		sc_unpause(0);
+		sc_exec("e1", 1);                 /* the guest's: Permission denied */
+		sc_exec("e2", both_fail ? 1 : 0); /* root's */
+		start();
+		op = op_new(FILEOP_WRITE);
+		ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
+		fileop_set_owner(op, GUEST_UID, GUEST_GID);
+		op_run(op);
+		ck_assert_str_eq(exec_user(0), "1000:1001");
+		ck_assert_str_eq(exec_user(1), "0:0");
+		ck_assert_ptr_null(exec_user(2));
+		if (both_fail) {
+			ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
+			ck_assert(plocal_name_is_temp(journal_names()));
+		} else {
+			ck_assert_ptr_null(strstr(loop_logged(), "temporary file could not be removed"));
+			ck_assert_str_eq(journal_names(), "");
+		}
+	}
+}
+END_TEST
+
+/* A root guest's rm is root's: one exec, no second try. */
+START_TEST(test_write_cleanup_root_guest_once)
+{
+	struct fileop *op;
+
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_absent(WD "/a.txt");
+	sc_put(200, NULL);
+	sc_unpause(0);
+	sc_exec("e1", 1);
+	start();
+	op = op_new(FILEOP_WRITE);
+	ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
+	fileop_set_owner(op, 0, 0);
+	op_run(op);
+	ck_assert_str_eq(exec_user(0), "0:0");
+	ck_assert_ptr_null(exec_user(1));
+	ck_assert_ptr_nonnull(strstr(loop_logged(), "temporary file could not be removed"));
 }
 END_TEST
 
@@ -2164,6 +2257,8 @@ static Suite *fileop_suite(void)
 
 	tc = fixture_tcase("write");
 	tcase_add_test(tc, test_write_sequence);
+	tcase_add_loop_test(tc, test_write_cleanup_guest_then_root, 0, 2);
+	tcase_add_test(tc, test_write_cleanup_root_guest_once);
 	tcase_add_loop_test(tc, test_write_makes_missing_dirs, 0, (int)ELEMENTSOF(mkdir_rows));
 	tcase_add_test(tc, test_write_empty);
 	suite_add_tcase(s, tc);

@@ -553,6 +553,16 @@ START_TEST(test_plan_owned_below_the_base)
 		{ "x", "/srv/run/work", "/srv,/srv/run,/srv/run/work", 2 },
 		{ "a/x", "/", "/a", 0 },
 	};
+	/* The base as a label may spell it: compared normalised. A base "/"
+	 * is no base of the guest's: the working directory's rule alone. */
+	static const struct {
+		const char *base, *wd;
+		size_t owned_from;
+	} bases[] = {
+		{ "//maf-sandbox/work/", B "/c/work", 2 },
+		{ "/maf-sandbox//work", B "/c/work", 2 },
+		{ "/", "/srv/run/work", 2 },
+	};
 
 	for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
 		struct paths_plan *plan = NULL;
@@ -565,6 +575,16 @@ START_TEST(test_plan_owned_below_the_base)
 		ck_assert_str_eq(walk, rows[i].walk);
 		ck_assert_msg(plan->walk_owned_from == rows[i].owned_from, "%s from %s: owned from %zu, not %zu",
 			      rows[i].path, rows[i].wd, plan->walk_owned_from, rows[i].owned_from);
+		paths_plan_free(plan);
+	}
+	for (size_t i = 0; i < ELEMENTSOF(bases); i++) {
+		struct paths_plan *plan = NULL;
+		enum paths_reason why = _PATHS_R_MAX;
+
+		ck_assert_int_eq(paths_plan_new(PATHS_OP_WRITE, "x", SIZE_MAX, bases[i].wd, SIZE_MAX, bases[i].base,
+						&plan, &why), 0);
+		ck_assert_msg(plan->walk_owned_from == bases[i].owned_from, "base %s, wd %s: owned from %zu, not %zu",
+			      bases[i].base, bases[i].wd, plan->walk_owned_from, bases[i].owned_from);
 		paths_plan_free(plan);
 	}
 }
