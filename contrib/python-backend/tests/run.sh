@@ -4,11 +4,18 @@
 # Python >= 3.12 (maf-sandbox's floor; $MSB_PYTHON, else python3.12/3.13 on PATH, else the
 # newest pyenv 3.12+), gets exactly the pinned packages of requirements-test.txt (--no-deps),
 # then this tree's maf-sandbox-client and maf-sandbox-daemon as pip installs them.
+# run.sh VENV --script FILE [args...]: the same venv, then FILE (with args) run by its Python
+# instead of the tests (tests/bench/pybench.py: the 'pybench' test).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 repo=$(cd "$here/../.." && pwd)
 venv=$1
 shift
+script=
+if [ "${1:-}" = "--script" ]; then
+	script=$(realpath "$2")
+	shift 2
+fi
 
 usable() {
 	"$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1
@@ -53,6 +60,9 @@ cp -r "$here" "$src/backend"
 rm -rf "$src"
 trap - EXIT
 flock -u 9
+if [ -n "$script" ]; then
+	exec "$venv/bin/python" -W "ignore::UserWarning:maf_sandbox" "$script" "$@"
+fi
 # From the tests' own directory, so that the packages imported are the installed ones (never
 # the source tree's); the daemon fixture is the Python client's (contrib/python/tests).
 cd "$here/tests"
