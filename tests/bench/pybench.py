@@ -806,9 +806,6 @@ class Bench:
         """The label sweep in a session of its own: it finishes even if this process is
         killed (meson sends SIGKILL 0.5 s after SIGTERM). Twice, 5 s apart, for a container
         a call in flight was creating."""
-        for proc in self.daemons.values():
-            if proc.poll() is None:
-                proc.terminate()
         script = self.sweep_argv()
         try:
             subprocess.Popen(["sh", "-c", f"{script}; sleep 5; {script}"],
