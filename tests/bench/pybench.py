@@ -17,9 +17,9 @@ raw and backend run once per file plane: the bench starts one maf-sandboxd per p
 socket, sharing one freeze lock file; both serve the same containers. Per level L, each of L
 clients has its own sandbox per way (key thread_id ``c<i>``; the daemons' made by the first
 plane's raw client and acquired through every other daemon way: the same container). Then N
-rounds; in each, every op runs once per client through every way, the ways in an order that
-rotates from round to round, the L clients of a batch together (asyncio.gather). acquire_cold
-and dispose run in the first N/2 rounds (at least one), each on a key of its own.
+rounds; in each, every op runs once per client through every way, the ways in an order drawn
+afresh for each op of each round (seeded, --seed: no way always follows another), the L
+clients of a batch together (asyncio.gather). acquire_cold and dispose run in the first N/2 rounds (at least one), each on a key of its own.
 
 Every call is timed around the await only (the result is checked after); one that raises is an
 error, one past its deadline a hang. Per (op, level, way): nearest-rank p50/p95, ops/s (samples
@@ -702,13 +702,16 @@ class Bench:
         ops = [OP_BY_NAME[o] for o in self.args.ops]
         steady = [op for op in ops if not op.lifecycle]
         lifecycle = [op for op in ops if op.lifecycle]
+        rng = random.Random(f"{self.args.seed}-{level}")
         for rnd in range(n):
-            k = rnd % len(self.ways)
-            order = self.ways[k:] + self.ways[:k]
             t_round = now()
             for op in steady:
+                # A fresh order for each op of each round: no way always follows another (a
+                # way run right after the docker CLI's processes pays for them).
+                order = rng.sample(self.ways, len(self.ways))
                 for way in order:
                     await self.batch(way, op, clients, rnd, level, {})
+            order = rng.sample(self.ways, len(self.ways))
             if lifecycle and rnd < n_cold:
                 cold: dict[tuple[str, int], ms.SandboxKey] = {}
                 acquire = OP_BY_NAME["acquire_cold"]
@@ -907,7 +910,8 @@ class Bench:
               file=out)
         print(f"Run: N={a.n} rounds (acquire_cold/dispose {max(1, a.n // 2)}), levels "
               f"{','.join(map(str, a.levels))}, image {self.image}; ways interleaved round by "
-              "round; raw and backend through one daemon per file plane\n", file=out)
+              f"round (order seed {a.seed}); raw and backend through one daemon per file "
+              "plane\n", file=out)
         print(f"{'op':<13} {'level':>5} {'way':<8} {'plane':<8} {'n':>4} {'p50 ms':>10} "
               f"{'p95 ms':>10} {'ops/s':>9} {'errors':>6} {'hangs':>5}", file=out)
         for s in self.summaries():
@@ -947,6 +951,7 @@ class Bench:
         doc = {"machine": self.machine,
                "config": {"n": a.n, "n_cold": max(1, a.n // 2), "levels": a.levels,
                           "planes": a.planes, "ways": a.ways, "ops": a.ops, "image": self.image,
+                          "seed": a.seed,
                           "quick": a.quick, "run_id": self.run_id},
                "results": self.summaries(), "ratios": self.ratios(),
                "errors": self.total("errors"), "hangs": self.total("hangs"),
@@ -1032,6 +1037,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep-logs", metavar="PREFIX", help="keep the daemons' logs as PREFIX.<plane>")
     p.add_argument("--profile", metavar="FILE",
                    help="cProfile the raw and backend calls (only them) into FILE (pstats)")
+    p.add_argument("--seed", type=int, default=1, help="the ways' order in each round (default 1)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if a.n is None:
