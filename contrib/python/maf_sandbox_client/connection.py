@@ -27,6 +27,7 @@ from .errors import (
     error_from_wire,
 )
 from .wire import (
+    DECODE_OFFLOAD_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_REPLY_BYTES,
     OFFLOAD_BYTES,
@@ -261,7 +262,7 @@ class Connection:
                         del buf[:end + 1]
                     scanned = 0
                     try:
-                        if len(line) > OFFLOAD_BYTES:
+                        if len(line) > DECODE_OFFLOAD_BYTES:
                             msg = await asyncio.to_thread(decode_frame, line)
                         else:
                             msg = decode_frame(line)
