@@ -1862,6 +1862,9 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 		return;
 	}
 	conn_set_timeouts(c);
+	/* A reply goes out in pieces of up to this per loop turn (libevent's default is 16 KiB:
+	 * a 1 MiB read's reply took 86 turns). */
+	bufferevent_set_max_single_write(c->bev, MSB_CONN_MAX_SINGLE_WRITE);
 	c->rb_out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev), conn_rb_output_cb, c);
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);

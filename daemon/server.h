@@ -41,6 +41,9 @@
 
 /* Stop taking new frames from a connection while this much of its output is queued. */
 #define MSB_CONN_OUTPUT_PAUSE_BYTES (1024 * 1024)
+/* The most of a connection's output written in one loop turn (libevent's
+ * default, 16 KiB, took a 1 MiB read's reply 86 turns). */
+#define MSB_CONN_MAX_SINGLE_WRITE (256 * 1024)
 /* A call whose charge (reply bound + request bytes) is at most this is
  * always admitted on a connection with nothing charged: daemon.status
  * answers however the budget is spent (beyond it by at most

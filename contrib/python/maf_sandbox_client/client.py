@@ -38,6 +38,8 @@ from .wire import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_REPLY_BYTES,
     OFFLOAD_BYTES,
+    Base64Str,
+    b64decode_strict,
     b64encode_text,
     default_socket_path,
 )
@@ -439,26 +441,22 @@ async def _contents(files: Sequence[tuple[str, Any]]) -> builtins.list[dict[str,
     return make()
 
 
-#: Base64 characters per decoding call (a multiple of 4): short enough that the event loop
-#: gets the interpreter between two pieces when a large read is decoded on a worker thread.
-_B64_DECODE_CHUNK = 4 * 128 * 1024
-
-
 def _decode_content(value: Any, what: str) -> bytes:
-    """Strict base64 (alphabet, padding only at the end), decoded piece by piece."""
+    """Strict base64 (alphabet, padding only at the end), decoded piece by piece; what the
+    reader decoded already (a :class:`~maf_sandbox_client.wire.Base64Str`) is taken as is."""
     if not isinstance(value, str):
         raise UnexpectedReply(f"{what}: content_b64 missing")
+    if isinstance(value, Base64Str) and value.decoded is not None:
+        return value.decoded
     try:
-        if len(value) % 4 or value.find("=", 0, max(0, len(value) - 2)) >= 0:
-            raise ValueError("bad length or padding")
-        return b"".join(binascii.a2b_base64(value[i:i + _B64_DECODE_CHUNK], strict_mode=True)
-                        for i in range(0, len(value), _B64_DECODE_CHUNK))
+        return b64decode_strict(value)
     except (binascii.Error, ValueError):
         raise UnexpectedReply(f"{what}: content_b64 is not base64") from None
 
 
 async def _decode_content_async(value: Any, what: str) -> bytes:
-    if isinstance(value, str) and len(value) > OFFLOAD_BYTES:
+    if isinstance(value, str) and len(value) > OFFLOAD_BYTES \
+            and not (isinstance(value, Base64Str) and value.decoded is not None):
         return await asyncio.to_thread(_decode_content, value, what)
     return _decode_content(value, what)
 

@@ -27,12 +27,13 @@ from .errors import (
     error_from_wire,
 )
 from .wire import (
+    DECODE_OFFLOAD_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_REPLY_BYTES,
     OFFLOAD_BYTES,
-    approx_size,
     decode_frame,
     encode_request,
+    encode_work,
 )
 
 __all__ = ["Connection", "NotificationHandler"]
@@ -194,7 +195,7 @@ class Connection:
             raise self.closing_error()
         request_id = self._next_id
         self._next_id += 1
-        if params is not None and approx_size(params) > OFFLOAD_BYTES:
+        if params is not None and encode_work(params) > OFFLOAD_BYTES:
             frame = await asyncio.to_thread(encode_request, request_id, method, params,
                                             self.max_frame_bytes)
             if self._closed or self._fatal is not None or self._write_error:
@@ -253,11 +254,15 @@ class Connection:
                     if end > self.max_reply_bytes:
                         reason = f"a frame from the daemon exceeded {self.max_reply_bytes} bytes"
                         return
-                    line = bytes(buf[:end + 1])
-                    del buf[:end + 1]
+                    if end + 1 == len(buf):  # the usual case: one copy, not two
+                        line = bytes(buf)
+                        buf.clear()
+                    else:
+                        line = bytes(buf[:end + 1])
+                        del buf[:end + 1]
                     scanned = 0
                     try:
-                        if len(line) > OFFLOAD_BYTES:
+                        if len(line) > DECODE_OFFLOAD_BYTES:
                             msg = await asyncio.to_thread(decode_frame, line)
                         else:
                             msg = decode_frame(line)

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import InvalidParams, UnexpectedReply
+from .wire import Base64Str
 
 __all__ = [
     "DEFAULT_TRANSFER_LIMITS",
@@ -253,6 +254,8 @@ def spec_to_wire(spec: Any) -> dict[str, Any]:
 def _b64(value: Any, what: str) -> bytes:
     if not isinstance(value, str):
         raise UnexpectedReply(f"the daemon sent a {what} that is not base64 text")
+    if isinstance(value, Base64Str) and value.decoded is not None:
+        return value.decoded  # decoded by the reader, as strictly
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):

@@ -21,20 +21,24 @@ from .errors import FrameTooLarge, InvalidParams
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_REPLY_BYTES",
+    "DECODE_OFFLOAD_BYTES",
     "DEFAULT_ROOT_SOCKET",
     "INT64_MAX",
     "INT64_MIN",
     "OFFLOAD_BYTES",
     "SOCKET_ENV",
     "SOCKET_NAME",
+    "Base64Str",
     "Base64Text",
     "approx_size",
+    "b64decode_strict",
     "b64encode_text",
     "check_sendable",
     "decode_frame",
     "default_socket_path",
     "encode_notification",
     "encode_request",
+    "encode_work",
 ]
 
 #: The daemon's default largest request frame (LF excluded): 96 MiB, which admits a 64 MiB
@@ -83,6 +87,10 @@ INT64_MAX = 2**63 - 1
 #: A frame larger than this (about) is encoded or decoded on a worker thread, so a large
 #: ``files.write`` or ``files.read`` does not hold the event loop for a second.
 OFFLOAD_BYTES = 1024 * 1024
+#: A received frame up to this long is decoded on the event loop: with its long base64
+#: strings taken out (:func:`decode_frame`) that is their strict decoding, about 4 ms a MiB
+#: of content at most, less than the two thread switches of a worker thread under load.
+DECODE_OFFLOAD_BYTES = 4 * 1024 * 1024
 
 
 def _refuse(field: str, why: str) -> InvalidParams:
@@ -148,10 +156,34 @@ B64_CHUNK_BYTES = 3 * 128 * 1024
 
 
 def b64encode_text(data: bytes | bytearray | memoryview) -> Base64Text:
-    """``data`` in base64, made piece by piece."""
+    """``data`` in base64: in one call up to OFFLOAD_BYTES (about a millisecond, made on the
+    caller's thread), piece by piece beyond (made on a worker thread)."""
     view = memoryview(data).cast("B")
+    if len(view) <= OFFLOAD_BYTES:
+        return Base64Text(binascii.b2a_base64(view, newline=False))
     return Base64Text(b"".join(binascii.b2a_base64(view[i:i + B64_CHUNK_BYTES], newline=False)
                                for i in range(0, len(view), B64_CHUNK_BYTES)))
+
+
+#: Base64 characters per decoding call (a multiple of 4): short enough that the event loop
+#: gets the interpreter between two pieces when a large text is decoded on a worker thread.
+B64_DECODE_CHUNK = 4 * 128 * 1024
+
+
+def b64decode_strict(text: str | bytes, start: int = 0, stop: int | None = None) -> bytes:
+    """``text[start:stop]`` as strict base64 (the alphabet only, padding only at the end),
+    decoded piece by piece. Raises ``ValueError`` (``binascii.Error`` is one) for anything
+    else."""
+    stop = len(text) if stop is None else stop
+    n = stop - start
+    eq: Any = "=" if isinstance(text, str) else b"="
+    if n % 4 or text.find(eq, start, max(start, stop - 2)) >= 0:
+        raise ValueError("bad length or padding")
+    src: Any = text if isinstance(text, str) else memoryview(text)
+    if n <= B64_DECODE_CHUNK:
+        return binascii.a2b_base64(src[start:stop], strict_mode=True)
+    return b"".join(binascii.a2b_base64(src[i:min(i + B64_DECODE_CHUNK, stop)], strict_mode=True)
+                    for i in range(start, stop, B64_DECODE_CHUNK))
 
 
 def approx_size(value: Any) -> int:
@@ -162,6 +194,33 @@ def approx_size(value: Any) -> int:
     while stack:
         v = stack.pop()
         if isinstance(v, (str, Base64Text)):
+            total += len(v) + 2
+        elif isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        else:
+            total += 8
+    return total
+
+
+#: What a Base64Text costs encode_request, against a string of the same length: it is
+#: copied into the frame once, never walked by json.dumps.
+_BLOB_WORK_DIVISOR = 8
+
+
+def encode_work(value: Any) -> int:
+    """About how many bytes of work ``encode_request`` does for ``value``: :func:`approx_size`
+    with each :class:`Base64Text` counted at an eighth of its length (a copy, not a walk), to
+    decide whether to encode it on a worker thread."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Base64Text):
+            total += len(v) // _BLOB_WORK_DIVISOR + 2
+        elif isinstance(v, str):
             total += len(v) + 2
         elif isinstance(v, Mapping):
             stack.extend(v.keys())
@@ -234,13 +293,110 @@ def encode_notification(method: str, params: Mapping[str, Any] | None = None) ->
     return _dump(msg)
 
 
+class Base64Str(str):
+    """A ``*_b64`` string of a received frame (a ``str``, equal to what ``json.loads`` gives),
+    with its strict decoding already made by :func:`decode_frame`: ``decoded``. The client's
+    decoders take the bytes from here instead of decoding the text again."""
+
+    decoded: bytes | None = None
+
+
+#: A ``*_b64`` member's value at least this long is taken out of the text before
+#: ``json.loads`` (see :func:`decode_frame`); shorter ones are not worth the extra pass.
+FAST_B64_MIN_BYTES = 4096
+#: How a member named ``*_b64`` ends and its string value begins, in a compact frame.
+_B64_MEMBER = b'_b64":"'
+_BLANK = b" \t\n\r\x0b\x0c"
+_NOT_FAST = object()
+
+
+def _substitute(value: Any, blobs: dict[str, Base64Str], seen: list[str]) -> Any:
+    """``value`` with each string value that is a key of ``blobs`` replaced by its blob (each
+    replacement noted in ``seen``)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str):
+                if v in blobs:
+                    seen.append(v)
+                    value[k] = blobs[v]
+            elif isinstance(v, (dict, list)):
+                _substitute(v, blobs, seen)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                if v in blobs:
+                    seen.append(v)
+                    value[i] = blobs[v]
+            elif isinstance(v, (dict, list)):
+                _substitute(v, blobs, seen)
+    return value
+
+
+def _decode_with_blobs(line: bytes, end: int) -> Any:
+    """``json.loads`` of ``line[:end]`` without walking its long base64 strings, or
+    ``_NOT_FAST`` when this cannot say (the caller then parses the whole text).
+
+    Each string value of a member named ``*_b64`` of at least FAST_B64_MIN_BYTES is decoded
+    as strict base64 (which it must be anyway) and replaced in the text by a unique token, the
+    rest parsed by ``json.loads``, and the token put back as a :class:`Base64Str` carrying
+    the decoded bytes. Exact: a strict base64 text holds no quote, backslash or control
+    character, so it lexes as the token does; the result is used only when each token came
+    back as a whole string value, exactly once — then the original text is valid JSON with
+    those values, and otherwise (any doubt, or text that is not base64) ``_NOT_FAST``."""
+    spans: list[tuple[int, int]] = []
+    pos = line.find(_B64_MEMBER, 0, end)
+    while pos >= 0:
+        start = pos + len(_B64_MEMBER)
+        stop = line.find(b'"', start, end)
+        if stop < 0:
+            return _NOT_FAST
+        if stop - start >= FAST_B64_MIN_BYTES:
+            spans.append((start, stop))
+        pos = line.find(_B64_MEMBER, stop + 1, end)
+    if not spans:
+        return _NOT_FAST
+    token = f"msb-b64-{secrets.token_hex(16)}-"
+    blobs: dict[str, Base64Str] = {}
+    pieces: list[bytes] = []
+    prev = 0
+    view = memoryview(line)
+    for i, (start, stop) in enumerate(spans):
+        try:
+            decoded = b64decode_strict(line, start, stop)
+        except ValueError:
+            return _NOT_FAST
+        # str() first: a str subclass made straight from bytes decodes them slowly.
+        text = Base64Str(str(view[start:stop], "ascii"))
+        text.decoded = decoded
+        blobs[f"{token}{i}"] = text
+        pieces += (line[prev:start], f"{token}{i}".encode("ascii"))
+        prev = stop
+    pieces.append(line[prev:end])
+    value = json.loads(b"".join(pieces).decode("utf-8"))
+    seen: list[str] = []
+    value = _substitute(value, blobs, seen) if isinstance(value, (dict, list)) else value
+    return value if len(seen) == len(blobs) == len(set(seen)) else _NOT_FAST
+
+
 def decode_frame(line: bytes) -> Any:
     """The JSON value of one received line (LF and an optional CR stripped); ``None`` for a
-    blank line. Raises ``ValueError`` for text that is not JSON."""
-    if line.endswith(b"\n"):
-        line = line[:-1]
-    if line.endswith(b"\r"):
-        line = line[:-1]
-    if not line.strip():
+    blank line. Raises ``ValueError`` for text that is not JSON.
+
+    Long ``*_b64`` members (files.read's content, exec's output) are not walked by
+    ``json.loads``: they come back as :class:`Base64Str`, already decoded (see
+    ``_decode_with_blobs``); the value is the one ``json.loads`` gives for the same text."""
+    end = len(line)
+    if end and line[end - 1] == 0x0A:
+        end -= 1
+    if end and line[end - 1] == 0x0D:
+        end -= 1
+    if end == 0 or (line[0] in _BLANK and not line[:end].strip()):
         return None
-    return json.loads(line.decode("utf-8"))
+    if end >= FAST_B64_MIN_BYTES:
+        try:
+            value = _decode_with_blobs(line, end)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            value = _NOT_FAST
+        if value is not _NOT_FAST:
+            return value
+    return json.loads(str(memoryview(line)[:end], "utf-8"))

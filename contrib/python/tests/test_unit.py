@@ -181,6 +181,15 @@ class ErrorTable(unittest.TestCase):
         self.assertIsNone(msb.ConnectionLost("x").code)
 
 
+def _strings(value: Any) -> list[Any]:
+    """Every string value (not key) in a decoded frame."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
 class Framing(unittest.TestCase):
     def test_request_frame(self) -> None:
         frame = wire.encode_request(7, "files.write", {"path": "a b", "content_text": "é\n"})
@@ -246,6 +255,76 @@ class Framing(unittest.TestCase):
         self.assertIsNone(wire.decode_frame(b"  \n"))
         with self.assertRaises(ValueError):
             wire.decode_frame(b"{nope\n")
+
+    def test_decode_long_base64_members(self) -> None:
+        """Long *_b64 strings skip json.loads's walk: the same value, already decoded."""
+        big, mid = os.urandom(wire.B64_DECODE_CHUNK), os.urandom(5000)
+        b64 = base64.b64encode(big).decode()
+        frames = [
+            {"jsonrpc": "2.0", "id": 3, "result": {"content_b64": b64, "size": len(big)}},
+            {"jsonrpc": "2.0", "id": 4, "result": {"exit_code": 0, "stdout_b64": b64,
+                                                   "stderr_b64": "eHk=", "duration_ms": 9}},
+            {"jsonrpc": "2.0", "id": 5, "result": {"files": [
+                {"path": "a\"_b64", "content_b64": b64},
+                {"path": "é", "content_b64": base64.b64encode(mid).decode()}]}},
+        ]
+        for doc in frames:
+            line = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+            with self.subTest(id=doc["id"]):
+                got = wire.decode_frame(line)
+                self.assertEqual(got, doc)
+                self.assertEqual(got, json.loads(line))
+                blobs = [v for v in _strings(got) if isinstance(v, wire.Base64Str)]
+                self.assertEqual(len(blobs), 2 if doc["id"] == 5 else 1)
+                for v in blobs:
+                    self.assertEqual(v.decoded, base64.b64decode(v))
+        result = wire.decode_frame(json.dumps(frames[1], separators=(",", ":")).encode())
+        self.assertIs(msb.ExecResult.from_wire(result["result"]).stdout_bytes,
+                      result["result"]["stdout_b64"].decoded)
+
+    def test_decode_falls_back_to_json_loads(self) -> None:
+        """What is not a compact member of strict base64 is json.loads's, errors included."""
+        b64 = base64.b64encode(os.urandom(6000)).decode()
+        texts = [
+            '{"result":{"content_b64":"%s\\n"}}' % b64,          # an escape: not base64
+            '{"result":{"content_b64":"%s!"}}' % b64,            # outside the alphabet
+            '{"result":{"content_b64":"=%s"}}' % b64[1:],        # padding in the middle
+            '{"result":{"content_b64": "%s"}}' % b64,            # not compact: not looked at
+            '{"result":{"x_b64":"%s"}}' % b64,                   # any *_b64 member
+            '{"result":{"%s_b64":"%s"}}' % (b64, b64),           # a long key too
+            '["x_b64\\":\\"%s"]' % b64,                          # inside another string
+            '{"result":{"stdout_text":"%s"}}' % b64,             # not a *_b64 member
+        ]
+        for text in texts:
+            with self.subTest(text=text[:40]):
+                line = text.encode() + b"\r\n"
+                self.assertEqual(wire.decode_frame(line), json.loads(text))
+        for text in ('{"result":{"content_b64":"%s"}' % b64,      # not closed
+                     '{"result":{"content_b64":"%s"}}}' % b64,    # extra data
+                     '{"result":{"content_b64":"%s"' % b64,       # no closing quote
+                     '{"result":{"content_b64":"%s"},}' % b64):
+            with self.subTest(text=text[-12:]):
+                with self.assertRaises(ValueError):
+                    json.loads(text)
+                with self.assertRaises(ValueError):
+                    wire.decode_frame(text.encode() + b"\n")
+        self.assertIsNone(wire.decode_frame(b" " * 5000 + b"\n"))
+
+    def test_b64decode_strict(self) -> None:
+        data = os.urandom(wire.B64_DECODE_CHUNK + 11)
+        text = base64.b64encode(data).decode()
+        self.assertEqual(wire.b64decode_strict(text), data)
+        self.assertEqual(wire.b64decode_strict(text.encode()), data)
+        framed = b"xx" + text.encode() + b"yy"
+        self.assertEqual(wire.b64decode_strict(framed, 2, len(framed) - 2), data)
+        for bad in ("eHk", "eH=k", "eHk=eHk=", "eHk\n", "e Hk="):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                wire.b64decode_strict(bad)
+
+    def test_encode_work_counts_base64_as_a_copy(self) -> None:
+        text = wire.b64encode_text(os.urandom(3 * 1024 * 1024))
+        self.assertLess(wire.encode_work({"content_b64": text}), len(text) // 4)
+        self.assertGreater(wire.encode_work({"content_text": "x" * 100}), 100)
 
     def test_default_socket_path(self) -> None:
         with mock.patch.dict(os.environ, {"MAF_SANDBOX_SOCKET": "/x/s.sock"}):
