@@ -39,6 +39,7 @@ from .wire import (
     DEFAULT_MAX_REPLY_BYTES,
     OFFLOAD_BYTES,
     Base64Str,
+    plain,
     b64decode_strict,
     b64encode_text,
     default_socket_path,
@@ -206,7 +207,14 @@ class AsyncClient:
         method's (see :class:`AsyncClient`), ``None`` for none. ``on_notification`` receives
         the notifications routed to this call (``exec.output`` for its id).
         """
-        return await self._call(method, params, timeout=timeout, on_notification=on_notification)
+        if on_notification is not None:
+            user = on_notification
+
+            def on_notification(method: str, note: Mapping[str, Any]) -> Awaitable[None] | None:
+                return user(method, plain(note))
+
+        return plain(await self._call(method, params, timeout=timeout,
+                                      on_notification=on_notification))
 
     def default_deadline(self, method: str, params: Mapping[str, Any] | None = None) -> float | None:
         """The deadline a call of ``method`` gets when none is given (see the class)."""

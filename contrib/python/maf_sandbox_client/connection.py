@@ -27,11 +27,11 @@ from .errors import (
     error_from_wire,
 )
 from .wire import (
-    DECODE_OFFLOAD_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_REPLY_BYTES,
     OFFLOAD_BYTES,
     decode_frame,
+    decode_on_loop,
     encode_request,
     encode_work,
 )
@@ -262,10 +262,10 @@ class Connection:
                         del buf[:end + 1]
                     scanned = 0
                     try:
-                        if len(line) > DECODE_OFFLOAD_BYTES:
-                            msg = await asyncio.to_thread(decode_frame, line)
-                        else:
+                        if decode_on_loop(line):
                             msg = decode_frame(line)
+                        else:
+                            msg = await asyncio.to_thread(decode_frame, line)
                     except (ValueError, UnicodeDecodeError):
                         reason = "the daemon sent a frame that is not JSON"
                         return

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import InvalidParams, UnexpectedReply
-from .wire import Base64Str
+from .wire import Base64Str, plain
 
 __all__ = [
     "DEFAULT_TRANSFER_LIMITS",
@@ -308,7 +308,7 @@ class ExecResult:
             stdout_bytes=_b64(value.get("stdout_b64", ""), "stdout_b64"),
             stderr_bytes=_b64(value.get("stderr_b64", ""), "stderr_b64"),
             duration_ms=duration if isinstance(duration, int) else None,
-            raw=dict(value),
+            raw=plain(dict(value)),
         )
 
 

@@ -22,6 +22,8 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_REPLY_BYTES",
     "DECODE_OFFLOAD_BYTES",
+    "decode_on_loop",
+    "plain",
     "DEFAULT_ROOT_SOCKET",
     "INT64_MAX",
     "INT64_MIN",
@@ -296,9 +298,15 @@ def encode_notification(method: str, params: Mapping[str, Any] | None = None) ->
 class Base64Str(str):
     """A ``*_b64`` string of a received frame (a ``str``, equal to what ``json.loads`` gives),
     with its strict decoding already made by :func:`decode_frame`: ``decoded``. The client's
-    decoders take the bytes from here instead of decoding the text again."""
+    decoders take the bytes from here instead of decoding the text again; what the client
+    hands its caller holds plain ``str`` (:func:`plain`)."""
 
-    decoded: bytes | None = None
+    __slots__ = ("decoded",)
+
+    def __new__(cls, text: str) -> Base64Str:
+        self = super().__new__(cls, text)
+        self.decoded = None
+        return self
 
 
 #: A ``*_b64`` member's value at least this long is taken out of the text before
@@ -376,6 +384,45 @@ def _decode_with_blobs(line: bytes, end: int) -> Any:
     seen: list[str] = []
     value = _substitute(value, blobs, seen) if isinstance(value, (dict, list)) else value
     return value if len(seen) == len(blobs) == len(set(seen)) else _NOT_FAST
+
+
+def decode_on_loop(line: bytes) -> bool:
+    """Whether :func:`decode_frame` of ``line`` is cheap enough for the event loop: at most
+    OFFLOAD_BYTES, or at most DECODE_OFFLOAD_BYTES of which all but OFFLOAD_BYTES is long
+    ``*_b64`` text (decoded in one C call; the rest is what ``json.loads`` walks). The spans
+    are found as :func:`decode_frame` finds them (a memchr-speed scan)."""
+    size = len(line)
+    if size <= OFFLOAD_BYTES:
+        return True
+    if size > DECODE_OFFLOAD_BYTES:
+        return False
+    b64 = 0
+    pos = line.find(_B64_MEMBER)
+    while pos >= 0:
+        start = pos + len(_B64_MEMBER)
+        stop = line.find(b'"', start)
+        if stop < 0:
+            break
+        if stop - start >= FAST_B64_MIN_BYTES:
+            b64 += stop - start
+        pos = line.find(_B64_MEMBER, stop + 1)
+    return size - b64 <= OFFLOAD_BYTES
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every :class:`Base64Str` in it (at any depth of dicts and lists) made a
+    plain ``str`` without its decoded bytes: what the public ``call`` hands out."""
+    if isinstance(value, Base64Str):
+        return str.__str__(value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (Base64Str, dict, list)):
+                value[k] = plain(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (Base64Str, dict, list)):
+                value[i] = plain(v)
+    return value
 
 
 def decode_frame(line: bytes) -> Any:

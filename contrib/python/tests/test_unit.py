@@ -482,7 +482,12 @@ async def _read_request(reader: asyncio.StreamReader) -> dict[str, Any]:
 
 
 def _send(writer: asyncio.StreamWriter, msg: dict[str, Any]) -> None:
-    writer.write(json.dumps(msg).encode() + b"\n")
+    # Compact, as the daemon sends: long *_b64 members then take the reader's fast path.
+    writer.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+
+def _send_raw(writer: asyncio.StreamWriter, text: str) -> None:
+    writer.write(text.encode() + b"\n")
 
 
 class ScriptedServer(unittest.IsolatedAsyncioTestCase):
@@ -830,6 +835,84 @@ class Files(ScriptedServer):
             self.assertEqual(await sb.read_file("m/2"), b"x\x00")
             with self.assertRaises(msb.InvalidParams):
                 await sb.write_file("s.txt", "\x00\ud800")
+
+
+class ReplyFastPath(ScriptedServer):
+    """Long *_b64 members decoded outside json.loads (wire.decode_frame), end to end: what the
+    methods return, the refusal of text that is not base64, and what the public call hands out
+    (plain str, never the reader's Base64Str)."""
+
+    async def test_through_the_methods(self) -> None:
+        big = os.urandom(300 * 1024)
+        b64 = base64.b64encode(big).decode()
+        bad = b64[:-8] + "!!!!!!!!"
+        replies = [
+            '{"jsonrpc":"2.0","id":%d,"result":{"content_b64":"' + b64 + '","size":1}}',
+            '{"jsonrpc":"2.0","id":%d,"result":{"content_b64":"' + bad + '","size":1}}',
+            '{"jsonrpc":"2.0","id":%d,"result":{"files":[{"path":"a","content_b64":"' + b64
+            + '"},{"path":"b","content_b64":"' + b64 + '"}]}}',
+            # Duplicate keys: json.loads keeps the last; so must the reader.
+            '{"jsonrpc":"2.0","id":%d,"result":{"content_b64":"' + b64
+            + '","content_b64":"eHk="}}',
+            '{"jsonrpc":"2.0","id":%d,"result":{"content_b64":"' + b64 + '"}}',
+        ]
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            for reply in replies:
+                req = await _read_request(r)
+                if req["method"] == "sandbox.exec":
+                    _send_raw(w, '{"jsonrpc":"2.0","method":"exec.output","params":{"id":%d,'
+                              '"stream":"stdout","data_b64":"%s"}}' % (req["id"], b64))
+                    _send_raw(w, '{"jsonrpc":"2.0","id":%d,"result":{"exit_code":0,'
+                              '"stdout_b64":"%s","stderr_b64":""}}' % (req["id"], b64))
+                else:
+                    _send_raw(w, reply % req["id"])
+                await w.drain()
+
+        server = await asyncio.start_unix_server(
+            lambda r, w: self._run(script, r, w), path=self.sock, limit=16 * 1024 * 1024)
+        self.addAsyncCleanup(self._stop, server)
+        async with msb.AsyncClient(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            self.assertEqual(await sb.read_file("x"), big)
+            with self.assertRaises(msb.UnexpectedReply):
+                await sb.read_file("bad")
+            self.assertEqual(await sb.read_files(["a", "b"]), {"a": big, "b": big})
+            self.assertEqual(await sb.read_file("dup"), b"xy")
+            got = await client.call("files.read", {"sandbox": "0" * 64, "path": "x"})
+            self.assertIs(type(got["content_b64"]), str)          # plain, no bytes attached
+            self.assertEqual(got["content_b64"], b64)
+            chunks: list[bytes] = []
+
+            async def on_output(stream: str, data: bytes) -> None:
+                chunks.append(data)
+
+            result = await sb.exec("x", timeout=5, on_output=on_output)
+            self.assertEqual((chunks, result.stdout_bytes), ([big], big))
+            self.assertIs(type(result.raw["stdout_b64"]), str)
+
+    def test_offload_decision(self) -> None:
+        # On the loop: small frames, and up to 4 MiB when all but 1 MiB is long base64.
+        self.assertTrue(wire.decode_on_loop(b"{}"))
+        b64 = b"A" * (3 * 1024 * 1024)
+        self.assertTrue(wire.decode_on_loop(b'{"result":{"content_b64":"' + b64 + b'"}}'))
+        # A frame over 1 MiB with no base64 to take out goes to a worker thread.
+        entries = b'{"result":{"entries":[' + b'{"path":"p","kind":"file"},' * 60000 + b'{}]}}'
+        self.assertGreater(len(entries), wire.OFFLOAD_BYTES)
+        self.assertFalse(wire.decode_on_loop(entries))
+        self.assertFalse(wire.decode_on_loop(b'{"a":"' + b"A" * (5 * 1024 * 1024) + b'"}'))
+
+    def test_plain(self) -> None:
+        blob = wire.Base64Str("eHk=")
+        blob.decoded = b"xy"
+        value = {"a": [blob, {"b": blob}], "c": blob, "d": "s"}
+        out = wire.plain(value)
+        self.assertEqual(out, {"a": ["eHk=", {"b": "eHk="}], "c": "eHk=", "d": "s"})
+        self.assertIs(type(out["c"]), str)
+        self.assertIs(type(out["a"][0]), str)
+        self.assertIs(type(out["a"][1]["b"]), str)
+        with self.assertRaises(AttributeError):
+            blob.other = 1  # type: ignore[attr-defined]  # __slots__: no dict per string
 
 
 #: files.list replies of the scripted daemon below, by the path asked for.
