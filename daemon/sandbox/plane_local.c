@@ -196,7 +196,7 @@ static int mnt_id_of(int fd, uint64_t *ret)
 static int entry_is_mount(int dir, const char *name)
 {
 	struct statx sx;
-	uint64_t dir_mnt;
+	uint64_t dir_mnt = 0;
 	int r;
 
 	if (statx(dir, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_TYPE | STATX_MNT_ID, &sx) < 0)
