@@ -626,22 +626,33 @@ static void fop_tmps_forget(struct fileop *op, bool removed)
 	op->n_tmps = 0;
 }
 
+/* A stream of the journal's entries from the start, on a descriptor of its
+ * own (jfd stays open); NULL when there is no journal or it cannot be read. */
+static DIR *fop_journal_opendir(int jfd)
+{
+	DIR *dir;
+	int dfd;
+
+	if (jfd < 0 || (dfd = dup(jfd)) < 0)
+		return NULL;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return NULL;
+	}
+	rewinddir(dir);
+	return dir;
+}
+
 /* Entries of container id in the journal no live writer holds. */
 static size_t fop_journal_count(int jfd, const char *id)
 {
 	struct dirent *de;
 	size_t n = 0;
-	DIR *dir;
-	int dfd;
+	DIR *dir = fop_journal_opendir(jfd);
 
-	if (jfd < 0 || (dfd = dup(jfd)) < 0)
+	if (!dir)
 		return 0;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return 0;
-	}
-	rewinddir(dir);
 	while ((de = readdir(dir))) {
 		struct plocal_journal_entry e = { .lock_fd = -1 };
 
@@ -1928,16 +1939,9 @@ void fileop_journal_replay(struct msbd *d)
 	int jfd = fop_journal_fd(d->fileops, d->config);
 	struct fop_replayer *rr;
 	DIR *dir;
-	int dfd;
 
-	if (jfd < 0 || d->fileops->replayer || (dfd = dup(jfd)) < 0)
+	if (jfd < 0 || d->fileops->replayer || !(dir = fop_journal_opendir(jfd)))
 		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
-	rewinddir(dir);
 	rr = xcalloc(1, sizeof(*rr));
 	rr->d = d;
 	rr->dir = dir;
@@ -1953,16 +1957,9 @@ void fileop_journal_forget(struct msbd *d, const char *id)
 	bool has_ours = fop_engine_ident(d, ours) != NULL;
 	struct dirent *de;
 	DIR *dir;
-	int dfd;
 
-	if (jfd < 0 || !id || (dfd = dup(jfd)) < 0)
+	if (!id || !(dir = fop_journal_opendir(jfd)))
 		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
-	rewinddir(dir);
 	while ((de = readdir(dir))) {
 		struct plocal_journal_entry e = { .lock_fd = -1 };
 

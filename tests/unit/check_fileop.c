@@ -713,17 +713,24 @@ END_TEST
 
 /* ---- write ------------------------------------------------------------------------------- */
 
+/* The engine's side of one frozen write of "a.txt" into the existing
+ * working directory: pause, the walk, the PUT, the unpause. */
+static void sc_write_a_txt(void)
+{
+	sc_pause(204, NULL);
+	sc_wd();
+	sc_absent(WD "/a.txt");
+	sc_put(200, NULL);
+	sc_unpause(0);
+}
+
 /* The whole frozen sequence of one write into an existing working directory. */
 START_TEST(test_write_sequence)
 {
 	struct fileop *op;
 	_cleanup_free_ char *tar = NULL;
 
-	sc_pause(204, NULL);
-	sc_wd();
-	sc_absent(WD "/a.txt");
-	sc_put(200, NULL);
-	sc_unpause(0);
+	sc_write_a_txt();
 	start();
 	op = op_new(FILEOP_WRITE);
 	ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
@@ -854,11 +861,7 @@ START_TEST(test_write_cleanup_root_guest_once)
 {
 	struct fileop *op;
 
-	sc_pause(204, NULL);
-	sc_wd();
-	sc_absent(WD "/a.txt");
-	sc_put(200, NULL);
-	sc_unpause(0);
+	sc_write_a_txt();
 	sc_exec("e1", 1);
 	start();
 	op = op_new(FILEOP_WRITE);
@@ -895,11 +898,7 @@ START_TEST(test_write_journal_capped)
 		close(fd);
 	}
 	close(dfd);
-	sc_pause(204, NULL);
-	sc_wd();
-	sc_absent(WD "/a.txt");
-	sc_put(200, NULL);
-	sc_unpause(0);
+	sc_write_a_txt();
 	start();
 	op = op_new(FILEOP_WRITE);
 	ck_assert_uint_eq(op_add(op, PATHS_OP_WRITE, "a.txt", "hello"), 0);
@@ -1845,11 +1844,7 @@ START_TEST(test_abandon)
 {
 	struct fileop *op;
 
-	sc_pause(204, NULL);
-	sc_wd();
-	sc_absent(WD "/a.txt");
-	sc_put(200, NULL);
-	sc_unpause(0);
+	sc_write_a_txt();
 	start();
 	op = op_new(FILEOP_WRITE);
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
