@@ -22,18 +22,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-# What `run` needs: the build, the engine, and what the README's commands use
-# (busybox-static makes their image, python3 runs the Python client).
+# What `run` needs: the build and its man pages, the engine, and what the
+# README's commands use (busybox-static makes their image, python3 runs the
+# Python client).
 RUN_PACKAGES=(
-	gcc libc6-dev pkg-config meson ninja-build
+	gcc libc6-dev pkg-config meson ninja-build scdoc
 	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev
-	docker.io busybox-static python3 curl ca-certificates iproute2
+	docker.io busybox-static python3 curl ca-certificates
 )
-# What `test` needs besides: the Check suites, socket activation, the man pages
-# and the package build, valgrind, the fuzzers (clang, libFuzzer), debootstrap.
+# What `test` needs besides: the Check suites, socket activation, the package
+# build, valgrind, the fuzzers (clang, libFuzzer), debootstrap (the Python
+# backend's image), iproute2 (the egress suite looks at bridges).
 TEST_PACKAGES=(
-	check systemd
-	scdoc build-essential dpkg-dev debhelper dh-python
+	check systemd iproute2
+	build-essential dpkg-dev debhelper dh-python
 	valgrind clang libclang-rt-14-dev llvm debootstrap
 )
 # The build directory `run` builds and runs.
