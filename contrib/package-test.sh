@@ -215,7 +215,7 @@ fi
 # The checks debian/rules runs (meson test's summary in the build log), unless nocheck.
 if grep -qE '^Ok: +[0-9]+' "$WORK/build.log"; then
 	say "the package build's checks: $(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$WORK/build.log" |
-		tr -s ' ' | paste -sd ' ')"
+		tr -s ' ' | sed 's/ *$//' | paste -sd ' ')"
 elif [[ " ${DEB_BUILD_OPTIONS:-} ${DEB_BUILD_PROFILES:-} " != *" nocheck "* ]]; then
 	tail -n 40 "$WORK/build.log" >&2
 	fail "the package build ran no tests (no meson test summary in its log), and nocheck is not set"
