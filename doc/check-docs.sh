@@ -270,12 +270,14 @@ done
 # scdoc fills tab-indented lines into one paragraph, so each command of an
 # EXAMPLE(S) section must sit in a ``` block of its own (rendered line by
 # line): a tab-indented line there outside such a block is a run-on example.
+# A line of a block is never a section heading (the configuration example's
+# first line is a "# " comment).
 for page in "$conf5" "$man1" "$man8"; do
 	awk -v page="$page" '
+		/^```/ { fence = !fence; blocks += ex; next }
+		fence { next }
 		/^# / { ex = ($0 ~ /^# EXAMPLES?$/); seen = seen || ex; next }
-		!ex { next }
-		/^```/ { fence = !fence; blocks++; next }
-		!fence && /^\t/ {
+		ex && /^\t/ {
 			printf "FAIL: %s:%d: an example outside a ``` block renders as one run-on paragraph: %s\n", page, NR, $0
 			bad = 1
 		}
