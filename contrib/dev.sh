@@ -229,7 +229,7 @@ cmd_test() {
 	p3=0 f3=0
 	for ((i = 1; i <= PACKAGE_BUILDS; i++)); do
 		say "Debian packages, build $i of $PACKAGE_BUILDS, with their checks (contrib/package-test.sh)"
-		if DEB_BUILD_OPTIONS= bash contrib/package-test.sh; then
+		if DEB_BUILD_OPTIONS='' bash contrib/package-test.sh; then
 			p3=$((p3 + 1))
 		else
 			f3=$((f3 + 1))

@@ -79,9 +79,9 @@ def main():
                     with connect(sock, timeout=10) as client:
                         status = client.status()
                         egress = status.get("egress") or {}
-                        state = (egress.get("image") or {}).get("state")
+                        image_state = (egress.get("image") or {}).get("state")
                         last = (status.get("engine"), egress)
-                        if not egress.get("configured") or state in ("ready", "failed"):
+                        if not egress.get("configured") or image_state in ("ready", "failed"):
                             describe = client.describe()
                 except (SandboxError, OSError) as exc:
                     last = exc
