@@ -988,9 +988,24 @@ static void conn_call_notify(struct rpc_call *call, json_t *notification, void *
 	conn_rb_send_notification(arg, call, notification);
 }
 
+/* call.cancel and exec.stdin name a call of the same connection by its id. */
+static struct rpc_call *conn_call_find(const struct rpc_call *call, const json_t *id, void *arg)
+{
+	struct conn *c = arg;
+
+	for (size_t i = 0; i < c->n_calls; i++) {
+		const json_t *cid = rpc_call_id(c->calls[i]);
+
+		if (c->calls[i] != call && !json_is_null(cid) && json_equal(cid, id))
+			return c->calls[i];
+	}
+	return NULL;
+}
+
 static const struct rpc_call_ops conn_call_ops = {
 	.done = conn_call_done,
 	.notify = conn_call_notify,
+	.find = conn_call_find,
 };
 
 static void conn_handle_frame(struct conn *c, const char *line, size_t len)
@@ -1234,6 +1249,8 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 static void conn_close(struct conn *c, const char *reason)
 {
 	struct server *srv = c->srv;
+	struct rpc_call **cancel;
+	size_t n_cancel = 0;
 
 	if (c->dead)
 		return;
@@ -1244,11 +1261,21 @@ static void conn_close(struct conn *c, const char *reason)
 	if (srv->budget_reader == c)
 		srv->budget_reader = NULL;
 	c->partial_seq = 0;
+	/* Cancellable calls (sandbox.exec) are cancelled, once orphaned (their
+	 * answers are dropped); the others run on. A hook only arranges the
+	 * cancel: the call finishes later, from the loop. */
+	cancel = xcalloc(c->n_calls + 1, sizeof(*cancel));
+	for (size_t i = 0; i < c->n_calls; i++)
+		if (rpc_call_is_cancellable(c->calls[i]))
+			cancel[n_cancel++] = c->calls[i];
 	for (size_t i = 0; i < c->n_calls; i++)
 		conn_fair_orphan(c, c->calls[i]);
 	srv->stats.requests_in_flight -= c->inflight;
 	c->inflight = 0;
 	c->n_calls = 0;
+	for (size_t i = 0; i < n_cancel; i++)
+		rpc_call_cancel(cancel[i]);
+	free(cancel);
 	conn_rb_close(c);
 	bufferevent_free(c->bev);
 	c->bev = NULL;

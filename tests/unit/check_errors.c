@@ -46,6 +46,7 @@ static const struct pin pins[] = {
 	{ MSB_ERR_SANDBOX_NOT_FOUND, 1206, "SandboxNotFound" },
 	{ MSB_ERR_FREEZE_FAILED, 1207, "SandboxFreezeFailed" },
 	{ MSB_ERR_EXEC_OUTPUT_LIMIT, 1208, "SandboxExecOutputLimitExceeded" },
+	{ MSB_ERR_CANCELLED, 1209, "Cancelled" },
 
 	{ MSB_ERR_PERMISSION_DENIED, 1300, "PermissionDenied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, 1301, "FrameTooLarge" },
