@@ -173,6 +173,7 @@ struct exec_req {
 	struct execrun *run;        /* the run in flight, else NULL */
 	struct event *cancel_ev;
 	bool cancelled;
+	const char *cancel_why;       /* static text, for the log */
 	char *user;                 /* the run's "uid:gid" (the directory check) */
 	/* The output that arrived before a deadline or a cancel (the error's
 	 * data). */
@@ -753,8 +754,9 @@ static void exec_wd_check(struct exec_req *x, const struct execrun_result *r)
 
 static void exec_log_end(const struct exec_req *x, const char *what)
 {
-	log_info("exec in sandbox %.12s %s after %ld ms (timeout %ld ms)%s", x->id, what, since_ms(&x->started),
-		 x->timeout_ms, "; what it started is killed");
+	log_info("exec in sandbox %.12s %s after %ld ms (timeout %ld ms%s%s); what it started is killed", x->id,
+		 what, since_ms(&x->started), x->timeout_ms, x->cancelled ? ", cancelled by " : "",
+		 x->cancelled && x->cancel_why ? x->cancel_why : "");
 }
 
 static void exec_done_cb(const struct execrun_result *r, void *arg)
@@ -768,8 +770,7 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	exec_stream_flush(x);
 
 	if (r->error == -ECANCELED && x->cancelled) {
-		exec_log_end(x, x->call && rpc_call_is_detached(x->call) ? "cancelled (its connection closed)"
-									  : "cancelled (call.cancel)");
+		exec_log_end(x, "was cancelled");
 		exec_keep_partial(x, r);
 		x->exec_id = r->exec_id ? xstrdup(r->exec_id) : NULL;
 		exec_kill_then_fail(x, -ECANCELED);
@@ -808,11 +809,12 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 /* The hook (rpc.h): taken once, while the call is not yet answered; the
  * run is cancelled from the loop (exec_cancel_cb), never from inside
  * whatever closed the connection. */
-static bool exec_cancel_hook(struct rpc_call *call, void *arg)
+static bool exec_cancel_hook(struct rpc_call *call, const char *why, void *arg)
 {
 	struct exec_req *x = arg;
 
 	(void)call;
+	x->cancel_why = why;
 	if (!x->call || x->cancelled || !x->cancel_ev)
 		return false;
 	x->cancelled = true;
@@ -1270,7 +1272,7 @@ struct rpc_result *m_call_cancel(struct rpc_call *call, const void *params)
 {
 	const struct m_call_cancel_params *p = params;
 	struct rpc_call *target = rpc_call_find_sibling(call, p->id);
-	bool taken = target && rpc_call_cancel(target);
+	bool taken = target && rpc_call_cancel(target, "call.cancel");
 
 	log_debug("op", "call.cancel: %s", taken ? "taken" : target ? "not cancellable now" : "no such call");
 	return rpc_reply(call, json_pack("{s:b}", "cancelled", taken));

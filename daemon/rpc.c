@@ -370,9 +370,9 @@ void rpc_call_set_cancel(struct rpc_call *call, rpc_cancel_fn *fn, void *arg)
 	call->cancel_arg = arg;
 }
 
-bool rpc_call_cancel(struct rpc_call *call)
+bool rpc_call_cancel(struct rpc_call *call, const char *why)
 {
-	return call->cancel ? call->cancel(call, call->cancel_arg) : false;
+	return call->cancel ? call->cancel(call, why, call->cancel_arg) : false;
 }
 
 bool rpc_call_is_cancellable(const struct rpc_call *call)

@@ -155,10 +155,11 @@ uint64_t rpc_call_seq(const struct rpc_call *call);
  * second cancel asks it again: it answers false). The hook's arg also
  * lets a sibling request (exec.stdin) reach the call's state: see
  * rpc_call_cancel_arg. */
-typedef bool rpc_cancel_fn(struct rpc_call *call, void *arg);
+typedef bool rpc_cancel_fn(struct rpc_call *call, const char *why, void *arg);
 void rpc_call_set_cancel(struct rpc_call *call, rpc_cancel_fn *fn, void *arg);
-/* false when the call has no hook. */
-bool rpc_call_cancel(struct rpc_call *call);
+/* false when the call has no hook. why (static text: "call.cancel",
+ * "the client leaving") is for the log. */
+bool rpc_call_cancel(struct rpc_call *call, const char *why);
 bool rpc_call_is_cancellable(const struct rpc_call *call);
 /* The hook's arg when the call's hook is fn, else NULL. */
 void *rpc_call_cancel_arg(const struct rpc_call *call, rpc_cancel_fn *fn);

@@ -1156,6 +1156,24 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 	server_check_drained(c->srv);
 }
 
+/* Cancels the connection's cancellable calls (rpc_call_cancel: each hook
+ * only arranges it; the calls finish later, from the loop). */
+static void conn_cancel_calls(struct conn *c)
+{
+	struct rpc_call **cancel = xcalloc(c->n_calls + 1, sizeof(*cancel));
+	size_t n = 0;
+
+	for (size_t i = 0; i < c->n_calls; i++)
+		if (rpc_call_is_cancellable(c->calls[i]))
+			cancel[n++] = c->calls[i];
+	if (n)
+		log_debug("conn", "connection %llu: the client is gone; cancelling %zu call(s)",
+			  (unsigned long long)c->id, n);
+	for (size_t i = 0; i < n; i++)
+		rpc_call_cancel(cancel[i], "the client leaving");
+	free(cancel);
+}
+
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -1183,6 +1201,11 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 				  (unsigned long long)c->id, c->in.tail);
 		frame_buf_drop_partial(&c->in);
 		conn_rb_peer_gone(c);
+		/* Gone both ways (not a half-close that still reads its
+		 * answers): its cancellable calls (sandbox.exec) are cancelled,
+		 * the others run on. */
+		if (c->rb_peer_gone)
+			conn_cancel_calls(c);
 		conn_process(c);
 	}
 }
@@ -1274,7 +1297,7 @@ static void conn_close(struct conn *c, const char *reason)
 	c->inflight = 0;
 	c->n_calls = 0;
 	for (size_t i = 0; i < n_cancel; i++)
-		rpc_call_cancel(cancel[i]);
+		rpc_call_cancel(cancel[i], "the connection closing");
 	free(cancel);
 	conn_rb_close(c);
 	bufferevent_free(c->bev);
