@@ -27,7 +27,7 @@
 # gets one verdict per target, "TARGET ok" or "TARGET failed".
 set -eu
 
-ALL_TARGETS="proxy_head frame params exec_demux tarball stat_header jsonfast"
+ALL_TARGETS="proxy_head frame params exec_demux tarball stat_header jsonfast hijack_head"
 DEFAULT_SECONDS=60
 TIMEOUT_S=10
 RSS_LIMIT_MB=2048

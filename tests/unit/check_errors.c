@@ -71,7 +71,7 @@ static const struct block blocks[] = {
 static const int standard_codes[] = { -32700, -32600, -32601, -32602, -32603 };
 
 /* Codes the table does not hold. */
-static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1209, 1305, -32000, -32604, 4242 };
+static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1210, 1305, -32000, -32604, 4242 };
 
 static json_t *parse(const char *s)
 {
