@@ -59,6 +59,7 @@ EXPECTED = [
     (1206, "SandboxNotFound", msb.SandboxNotFound, LookupError),
     (1207, "SandboxFreezeFailed", msb.SandboxFreezeFailed, RuntimeError),
     (1208, "SandboxExecOutputLimitExceeded", msb.SandboxExecOutputLimitExceeded, ValueError),
+    (1209, "Cancelled", msb.SandboxExecCancelled, RuntimeError),
     (1300, "PermissionDenied", msb.SandboxPermissionDenied, PermissionError),
     (1301, "FrameTooLarge", msb.FrameTooLarge, ValueError),
     (1302, "TooManyConnections", msb.TooManyConnections, ConnectionError),
