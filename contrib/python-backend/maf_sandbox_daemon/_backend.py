@@ -263,7 +263,10 @@ class DaemonSandbox:
         """Runs ``command`` (a sequence is the argv; a string runs under ``sh -c``) as the
         image's user, at most ``timeout`` s: then ``TimeoutError`` and what it started is killed
         (the sandbox stays). Output is bounded by the daemon's ``exec.max_output_bytes`` (8 MiB:
-        past it, ``maf_sandbox.SandboxExecOutputLimitExceeded``)."""
+        past it, ``maf_sandbox.SandboxExecOutputLimitExceeded``). Cancelling the call (the task
+        awaiting it, an outer ``asyncio.wait_for``) kills the command and what it started the
+        same way (``call.cancel``), then ``CancelledError`` propagates. maf-sandbox's protocol
+        passes no stdin: the command's is closed."""
         return await self._exec(command, working_directory, timeout, None)
 
     async def exec_bounded(self, command: str | Sequence[str], *, working_directory: str,
