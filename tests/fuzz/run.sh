@@ -37,6 +37,7 @@ max_len() {
 	tarball) echo 32768 ;;
 	params) echo 16384 ;;
 	frame) echo 8192 ;;
+	hijack_head) echo 20000 ;;
 	*) echo 4096 ;;
 	esac
 }

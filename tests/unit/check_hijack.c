@@ -106,6 +106,7 @@ struct fake {
 	char path[108];
 	const char *reply;         /* sent after the request */
 	bool echo;                 /* then echo what comes, as stdout frames, until EOF */
+	bool hold;                 /* then read (and drop) until EOF: never answer more */
 	char request[4096];        /* what it read up to the blank line and body */
 	size_t request_len;
 	bool saw_eof;
@@ -128,12 +129,14 @@ static void *fake_main(void *arg)
 		f->request_len += (size_t)n;
 		f->request[f->request_len] = '\0';
 	}
-	if (write(fd, f->reply, strlen(f->reply)) < 0)
+	if (send(fd, f->reply, strlen(f->reply), MSG_NOSIGNAL) < 0)
 		return NULL;
+	while (f->hold && read(fd, buf, sizeof(buf)) > 0)
+		;
 	while (f->echo && (n = read(fd, buf, sizeof(buf))) > 0) {
 		uint8_t hdr[8] = { 1, 0, 0, 0, 0, 0, (uint8_t)(n >> 8), (uint8_t)n };
 
-		if (write(fd, hdr, 8) < 0 || write(fd, buf, (size_t)n) < 0)
+		if (send(fd, hdr, 8, MSG_NOSIGNAL) < 0 || send(fd, buf, (size_t)n, MSG_NOSIGNAL) < 0)
 			break;
 	}
 	f->saw_eof = f->echo && n == 0;
@@ -143,6 +146,8 @@ static void *fake_main(void *arg)
 
 struct outcome {
 	struct event_base *base;
+	int done_calls, write_calls;
+	bool write_before_done;
 	char data[4096];
 	size_t data_len;
 	int error, write_error;
@@ -166,6 +171,7 @@ static void done_cb(int error, long status, const char *body, size_t body_len, v
 {
 	struct outcome *o = arg;
 
+	o->done_calls++;
 	o->done = true;
 	o->error = error;
 	o->status = status;
@@ -177,6 +183,8 @@ static void write_cb(int error, size_t written, void *arg)
 {
 	struct outcome *o = arg;
 
+	o->write_calls++;
+	o->write_before_done = !o->done;
 	o->wrote = true;
 	o->write_error = error;
 	o->written = written;
@@ -233,6 +241,8 @@ START_TEST(stdin_goes_through_and_its_end_is_a_half_close)
 	ck_assert_int_eq(o.write_error, 0);
 	ck_assert_uint_eq(o.written, 11);
 	ck_assert(f.saw_eof);   /* shutdown(SHUT_WR) after the bytes */
+	ck_assert_int_eq(o.done_calls, 1);
+	ck_assert_int_eq(o.write_calls, 1);
 	ck_assert_int_eq(o.error, 0);
 	ck_assert_int_eq(o.status, 101);
 	ck_assert_uint_eq(o.data_len, 8 + 11);
@@ -254,6 +264,44 @@ START_TEST(a_refusal_ends_with_its_body_and_no_write)
 	ck_assert_int_eq(o.write_error, -EAGAIN);   /* nothing went: a retried start takes it */
 	ck_assert_uint_eq(o.written, 0);
 	ck_assert_uint_eq(o.data_len, 0);
+}
+END_TEST
+
+/* Cancelled while the engine has not answered: the write's callback, then
+ * done, each once, with -ECANCELED, from inside the cancel. */
+START_TEST(a_cancel_ends_the_write_then_the_hijack_once)
+{
+	struct fake f = { .reply = "", .hold = true };
+	struct engine_endpoint ep = { .kind = ENGINE_ENDPOINT_UNIX, .unix_path = f.path,
+				      .base_url = (char *)"http://api.moby.localhost" };
+	struct engine_hijack_set set = { 0 };
+	struct engine_hijack *h = NULL;
+	struct outcome o = { 0 };
+	pthread_t t;
+
+	fake_listen(&f);
+	o.base = event_base_new();
+	ck_assert_int_eq(pthread_create(&t, NULL, fake_main, &f), 0);
+	ck_assert_int_eq(engine_hijack_start(o.base, &ep, &set, "/v1.41/exec/abc/start", "{}", data_cb, done_cb,
+					     &o, &h), 0);
+	ck_assert_int_eq(engine_hijack_write(h, "x", 1, true, write_cb, &o), 0);
+	ck_assert_int_eq(engine_hijack_write(h, "y", 1, true, write_cb, &o), -EBUSY);   /* one at a time */
+	event_base_loop(o.base, EVLOOP_NONBLOCK);
+	ck_assert_int_eq(o.done_calls, 0);
+	engine_hijack_set_cancel_all(&set);
+	ck_assert_int_eq(o.write_calls, 1);
+	ck_assert(o.write_before_done);
+	ck_assert_int_eq(o.write_error, -ECANCELED);
+	ck_assert_uint_eq(o.written, 0);
+	ck_assert_int_eq(o.done_calls, 1);
+	ck_assert_int_eq(o.error, -ECANCELED);
+	ck_assert(LIST_EMPTY(&set.list));
+	event_base_dispatch(o.base);   /* nothing left to fire */
+	ck_assert_int_eq(o.done_calls, 1);
+	pthread_join(t, NULL);
+	event_base_free(o.base);
+	close(f.listen_fd);
+	unlink(f.path);
 }
 END_TEST
 
@@ -285,6 +333,7 @@ static Suite *hijack_suite(void)
 	tc = tcase_create("stream");
 	tcase_add_test(tc, stdin_goes_through_and_its_end_is_a_half_close);
 	tcase_add_test(tc, a_refusal_ends_with_its_body_and_no_write);
+	tcase_add_test(tc, a_cancel_ends_the_write_then_the_hijack_once);
 	tcase_add_test(tc, tls_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
