@@ -9,7 +9,25 @@
  * whenever that cannot finish, every guest process carrying the call's
  * mark in its environment (MSB_EXEC_ID) is killed from inside. The
  * sandbox stays (exec.on_timeout = dispose removes it instead). The
- * exec_req outlives its call until the kill is over. */
+ * exec_req outlives its call until the kill is over.
+ *
+ * A cancel (call.cancel naming the call, or its client gone: the rpc
+ * cancel hook, rpc.h) takes the same path: the hook only marks the call
+ * and wakes cancel_ev; from the loop the run is cancelled (execrun_cancel),
+ * and the answer is Cancelled with the output so far, then the kill. A
+ * deadline's TimeoutError carries that output too.
+ *
+ * stdin (stdin_b64, or stdin_stream fed by exec.stdin requests of the
+ * same connection, which find the exec through the hook's arg): chunks
+ * queue here (at most EXEC_STDIN_MAX_BUFFERED_BYTES) and go to the run
+ * one at a time (execrun_stdin_write: the hijacked start); each
+ * exec.stdin is answered {written} when its bytes were handed to the
+ * engine, so the client's pace is the command's. Chunks left when the
+ * command stops reading, or ends, are answered with what of them went.
+ *
+ * A working directory that is not there: the runtime's exit 126 with its
+ * text is checked by looking at the directory (exec_wd_check) and becomes
+ * FileNotFoundError / NotADirectoryError. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
