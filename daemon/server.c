@@ -1156,8 +1156,11 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 	server_check_drained(c->srv);
 }
 
-/* Cancels the connection's cancellable calls (rpc_call_cancel: each hook
- * only arranges it; the calls finish later, from the loop). */
+/* The client is gone (closed both ways, or reset): the connection's
+ * cancellable calls (sandbox.exec) are cancelled (rpc_call_cancel: each
+ * hook only arranges it; the calls finish later, from the loop). A
+ * connection the daemon closes for its own reasons (a protocol error, a
+ * write timeout) keeps today's rule: its calls run on, orphaned. */
 static void conn_cancel_calls(struct conn *c)
 {
 	struct rpc_call **cancel = xcalloc(c->n_calls + 1, sizeof(*cancel));
@@ -1182,6 +1185,9 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (c->dead)
 		return;
 	if (what & BEV_EVENT_ERROR) {
+		/* The client reset it (or it broke): its cancellable calls are
+		 * cancelled; the others run on, orphaned. */
+		conn_cancel_calls(c);
 		conn_close(c, "connection error");
 		return;
 	}
@@ -1272,8 +1278,6 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 static void conn_close(struct conn *c, const char *reason)
 {
 	struct server *srv = c->srv;
-	struct rpc_call **cancel;
-	size_t n_cancel = 0;
 
 	if (c->dead)
 		return;
@@ -1284,21 +1288,11 @@ static void conn_close(struct conn *c, const char *reason)
 	if (srv->budget_reader == c)
 		srv->budget_reader = NULL;
 	c->partial_seq = 0;
-	/* Cancellable calls (sandbox.exec) are cancelled, once orphaned (their
-	 * answers are dropped); the others run on. A hook only arranges the
-	 * cancel: the call finishes later, from the loop. */
-	cancel = xcalloc(c->n_calls + 1, sizeof(*cancel));
-	for (size_t i = 0; i < c->n_calls; i++)
-		if (rpc_call_is_cancellable(c->calls[i]))
-			cancel[n_cancel++] = c->calls[i];
 	for (size_t i = 0; i < c->n_calls; i++)
 		conn_fair_orphan(c, c->calls[i]);
 	srv->stats.requests_in_flight -= c->inflight;
 	c->inflight = 0;
 	c->n_calls = 0;
-	for (size_t i = 0; i < n_cancel; i++)
-		rpc_call_cancel(cancel[i], "the connection closing");
-	free(cancel);
 	conn_rb_close(c);
 	bufferevent_free(c->bev);
 	c->bev = NULL;
