@@ -193,6 +193,7 @@ struct exec_req {
 	bool cancelled;
 	const char *cancel_why;       /* static text, for the log */
 	char *user;                 /* the run's "uid:gid" (the directory check) */
+	bool checking_wd;           /* the command ended; its directory is being checked */
 	/* The output that arrived before a deadline or a cancel (the error's
 	 * data). */
 	uint8_t *part_out, *part_err;
@@ -762,6 +763,7 @@ static void exec_wd_check(struct exec_req *x, const struct execrun_result *r)
 				     .timeout_ms = EXEC_WD_CHECK_TIMEOUT_MS, .max_output = 4096 };
 
 	exec_keep_partial(x, r);
+	x->checking_wd = true;
 	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_wd_checked_cb, x,
 			  &x->run) < 0) {
 		x->run = NULL;
@@ -833,7 +835,9 @@ static bool exec_cancel_hook(struct rpc_call *call, const char *why, void *arg)
 
 	(void)call;
 	x->cancel_why = why;
-	if (!x->call || x->cancelled || !x->cancel_ev)
+	/* Already answering: a deadline or an overflow (failure), or the
+	 * command ended and its directory is being checked. */
+	if (!x->call || x->cancelled || !x->cancel_ev || x->failure || x->checking_wd)
 		return false;
 	x->cancelled = true;
 	event_active(x->cancel_ev, EV_TIMEOUT, 0);

@@ -14,6 +14,8 @@
  * closing, which it cannot send either). So this module speaks the one
  * request itself, non-blocking on the event loop, over the transports
  * where a half-close is a plain shutdown(): a unix socket and plain tcp.
+ * (A tcp endpoint's host name is resolved with getaddrinfo, which
+ * blocks the loop for the lookup: engine.host names an address as a rule.)
  * TLS endpoints are refused (-EPROTONOSUPPORT): stdin is not offered
  * there (the callers say so with SandboxCapabilityNotSupported). Requests
  * without stdin keep going through http.h.
