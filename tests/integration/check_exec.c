@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1632,6 +1633,30 @@ START_TEST(a_closed_connection_cancels_its_exec)
 }
 END_TEST
 
+/* A half-close (the client sent everything, and still reads) is no
+ * cancel: the exec runs to its end and is answered. */
+START_TEST(a_half_closed_connection_still_gets_its_answer)
+{
+	struct env e = { 0 };
+	json_t *j;
+	int fd;
+
+	env_start(&e, "halfclose");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, CANCEL_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i, s:b}", "sandbox", e.sandbox, "command", "sleep 1; printf done",
+			      "timeout_seconds", EXEC_TIMEOUT_S, "text", 1));
+	ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+	j = raw_reply_to(fd, CANCEL_EXEC_ID);
+	ck_assert_msg(json_is_object(jget(j, "result")), "the half-closed exec was not answered with its result");
+	ck_assert_str_eq(jstr(j, "result.stdout_text"), "done");
+	json_decref(j);
+	close(fd);
+	env_stop(&e);
+}
+END_TEST
+
 START_TEST(a_timeout_carries_the_partial_output)
 {
 	struct env e = { 0 };
@@ -1707,6 +1732,7 @@ static Suite *exec_suite(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, call_cancel_kills_the_command_and_answers_cancelled);
 	tcase_add_test(tc, a_closed_connection_cancels_its_exec);
+	tcase_add_test(tc, a_half_closed_connection_still_gets_its_answer);
 	tcase_add_test(tc, a_timeout_carries_the_partial_output);
 	suite_add_tcase(s, tc);
 
