@@ -1331,6 +1331,8 @@ static const struct usage_row usage_rows[] = {
 	{ { "exec", "SB", "--", "\xff", NULL }, "UTF-8" },
 	{ { "exec", "--sh", "\xff", "SB", NULL }, "UTF-8" },
 	{ { "get", "--sh", "x", "SB", "g", NULL }, "--sh" },
+	{ { "exec", "-i", "--no-stdin", "SB", "--", "true", NULL }, "not both" },
+	{ { "get", "-i", "SB", "g", NULL }, "--interactive" },
 };
 
 START_TEST(cli_usage_errors_exit_2)
