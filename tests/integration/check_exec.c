@@ -1456,16 +1456,39 @@ START_TEST(stdin_streamed_in_chunks_then_eof)
 	j = raw_reply_to(fd, 1);
 	ck_assert_int_eq(jint(j, "result.written"), 4);
 	json_decref(j);
+	/* The end, and right behind it (the exec still runs: its stdin is not
+	 * even written yet) one more, refused: the stdin is closed. */
 	raw_request(fd, 2, "exec.stdin", json_pack("{s:i, s:s, s:b}", "call", STDIN_EXEC_ID, "data_b64", "dHdv",
 						   "eof", 1));
-	j = raw_reply_to(fd, 2);
-	ck_assert_int_eq(jint(j, "result.written"), 3);
-	json_decref(j);
-	j = raw_reply_to(fd, STDIN_EXEC_ID);
-	got = json_b64(j, "result.stdout_b64", &len);
-	ck_assert_msg(len == 7 && memcmp(got, "one,two", 7) == 0, "cat echoed '%.*s'", (int)len, got);
-	free(got);
-	json_decref(j);
+	raw_request(fd, 3, "exec.stdin", json_pack("{s:i, s:s}", "call", STDIN_EXEC_ID, "data_b64", "eA=="));
+	for (int seen = 0; seen != 7;) {
+		j = raw_recv(fd, CLIENT_TIMEOUT_MS);
+		ck_assert_ptr_nonnull(j);
+		if (json_object_get(j, "method")) {
+			json_decref(j);
+			continue;
+		}
+		switch (jint(j, "id")) {
+		case 2:
+			ck_assert_int_eq(jint(j, "result.written"), 3);
+			seen |= 1;
+			break;
+		case 3:
+			ck_assert_int_eq(jint(j, "error.code"), ERR_INVALID_PARAMS);
+			ck_assert_str_eq(jstr(j, "error.data.field"), "call");
+			seen |= 2;
+			break;
+		case STDIN_EXEC_ID:
+			got = json_b64(j, "result.stdout_b64", &len);
+			ck_assert_msg(len == 7 && memcmp(got, "one,two", 7) == 0, "cat echoed '%.*s'", (int)len, got);
+			free(got);
+			seen |= 4;
+			break;
+		default:
+			ck_abort_msg("a reply to an unknown id");
+		}
+		json_decref(j);
+	}
 	close(fd);
 	env_stop(&e);
 }
