@@ -1889,6 +1889,17 @@ static bool exec_forwards_stdin(const struct cli_cmd *cmd, const struct cli_opts
 	return force || !isatty(STDIN_FILENO);
 }
 
+/* The daemon refused the exec's stdin (SandboxCapabilityNotSupported for
+ * capability exec.stdin): nothing ran. */
+static bool exec_stdin_refused(const struct msb_conn *conn, int r)
+{
+	const json_t *data = msb_last_error_data(conn);
+
+	return r == MSB_E_REMOTE && msb_last_error_code(conn) == MSB_ERR_CAPABILITY_NOT_SUPPORTED &&
+	       json_is_string(json_object_get(data, "capability")) &&
+	       strcmp(json_string_value(json_object_get(data, "capability")), "exec.stdin") == 0;
+}
+
 /* --json of an exec that timed out or was cancelled: the error, with the
  * output that came before it (data.stdout_b64, stderr_b64 and their text
  * views), on stdout as a result would be. */
@@ -1944,10 +1955,21 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 	}
 	exec_catch_signals();
 	msb_set_cancel_flag(conn, &exec_cancel);
-	if (with_stdin)
+	if (with_stdin) {
+		json_t *again = opt_arg(opts, CLI_OPT_INTERACTIVE) ? NULL : json_deep_copy(params);
+
 		r = msb_call_stdin(conn, cmd->method, params, STDIN_FILENO, &result);
-	else
+		/* A daemon that cannot pass stdin (its engine over TLS) refused
+		 * before anything ran: without -i, the command runs without it. */
+		if (again && exec_stdin_refused(conn, r)) {
+			fprintf(stderr, "maf-sandbox: %s: stdin not sent: %s\n", cmd->name,
+				msb_last_error_message(conn) ? msb_last_error_message(conn) : "not supported");
+			r = msb_call(conn, cmd->method, TAKE_PTR(again), &result);
+		}
+		json_decref(again);
+	} else {
 		r = msb_call(conn, cmd->method, params, &result);
+	}
 	if (r == MSB_E_REMOTE && opts->json)
 		exec_print_partial(conn);
 	if (r < 0)
