@@ -40,6 +40,7 @@
 
 #include "base64.h"
 #include "cleanup.h"
+#include "errors.h"
 #include "msb-limits.h"
 #include "msb.h"
 #include "types.h"
@@ -114,6 +115,8 @@ enum cli_opt {
 	CLI_OPT_SH,
 	CLI_OPT_FOLLOW,      /* also -f */
 	CLI_OPT_MODE,        /* put: the file's permission bits, octal */
+	CLI_OPT_INTERACTIVE, /* also -i */
+	CLI_OPT_NO_STDIN,
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -265,6 +268,8 @@ static const struct option cli_options[] = {
 	{ "sh", required_argument, NULL, CLI_OPT_SH },
 	{ "follow", no_argument, NULL, CLI_OPT_FOLLOW },
 	{ "mode", required_argument, NULL, CLI_OPT_MODE },
+	{ "interactive", no_argument, NULL, CLI_OPT_INTERACTIVE },
+	{ "no-stdin", no_argument, NULL, CLI_OPT_NO_STDIN },
 	{ 0 },
 };
 
@@ -276,6 +281,7 @@ static const struct {
 	{ 'w', CLI_OPT_WORKDIR },
 	{ 'r', CLI_OPT_RECURSIVE },
 	{ 'f', CLI_OPT_FOLLOW },
+	{ 'i', CLI_OPT_INTERACTIVE },
 };
 
 /* The command option a short option letter stands for, or c itself. */
@@ -337,7 +343,7 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 
 	optind = 0;  /* glibc: start over, from argv[1] */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:rf", cli_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:rfi", cli_options, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			opts->socket = optarg;
@@ -1680,6 +1686,8 @@ static int report_dir(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 
 /* The highest exit status a command can have. */
 #define CLI_EXEC_MAX_EXIT_CODE 255
+/* A signal that cancelled the exec: 128 + its number (130 SIGINT, 143 SIGTERM). */
+#define CLI_EXEC_SIGNAL_BASE 128
 
 /* exec's status when the command's result could not be had: usage errors
  * stay 2, everything else is CLI_EXIT_EXEC_FAILED. */
@@ -1879,6 +1887,69 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	return (int)code;
 }
 
+/* exec: SIGINT or SIGTERM while the command runs cancels it (call.cancel:
+ * the daemon kills what it started) and exits 128 + the signal. */
+static volatile sig_atomic_t exec_cancel;
+
+static void exec_signal_cb(int sig)
+{
+	exec_cancel = sig;
+}
+
+static void exec_catch_signals(void)
+{
+	struct sigaction sa = { .sa_handler = exec_signal_cb };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* exec's stdin goes to the command when it is not a terminal, or with -i;
+ * never with --no-stdin. */
+static bool exec_forwards_stdin(const struct cli_cmd *cmd, const struct cli_opts *opts, int *ret)
+{
+	bool force = opt_arg(opts, CLI_OPT_INTERACTIVE) != NULL, off = opt_arg(opts, CLI_OPT_NO_STDIN) != NULL;
+
+	*ret = CLI_CONTINUE;
+	if (force && off) {
+		*ret = usage_error(cmd, "'%s' takes -i or --no-stdin, not both", cmd->name);
+		return false;
+	}
+	if (off)
+		return false;
+	return force || !isatty(STDIN_FILENO);
+}
+
+/* The daemon refused the exec's stdin (SandboxCapabilityNotSupported for
+ * capability exec.stdin): nothing ran. */
+static bool exec_stdin_refused(const struct msb_conn *conn, int r)
+{
+	const json_t *data = msb_last_error_data(conn);
+
+	return r == MSB_E_REMOTE && msb_last_error_code(conn) == MSB_ERR_CAPABILITY_NOT_SUPPORTED &&
+	       json_is_string(json_object_get(data, "capability")) &&
+	       strcmp(json_string_value(json_object_get(data, "capability")), "exec.stdin") == 0;
+}
+
+/* --json of an exec that timed out or was cancelled: the error, with the
+ * output that came before it (data.stdout_b64, stderr_b64 and their text
+ * views), on stdout as a result would be. */
+static void exec_print_partial(const struct msb_conn *conn)
+{
+	int code = msb_last_error_code(conn);
+	json_auto_t *j = NULL;
+
+	if (code != MSB_ERR_TIMEOUT && code != MSB_ERR_CANCELLED)
+		return;
+	j = json_pack("{s:i, s:s?, s:s?, s:O?}", "code", code, "type", msb_last_error_type(conn), "message",
+		      msb_last_error_message(conn), "data", msb_last_error_data(conn));
+	if (j) {
+		print_json(j);
+		fflush(stdout);
+	}
+}
+
 /* exec: as cmd_method, but every failure to get the command's result exits
  * CLI_EXIT_EXEC_FAILED (the other statuses are the command's), and the
  * client waits CLI_DAEMON_TIMEOUT_MARGIN_MS past the command's deadline, so
@@ -1888,9 +1959,12 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 	struct msb_conn *conn = NULL;
 	json_auto_t *result = NULL;
 	json_t *params = NULL;
+	bool with_stdin = false;
 	int r, ms = 0;
 
 	r = parse_cmd_options(cmd, opts, argc, argv);
+	if (r == CLI_CONTINUE)
+		with_stdin = exec_forwards_stdin(cmd, opts, &r);
 	if (r == CLI_CONTINUE)
 		r = cmd->params(cmd, opts, &params);
 	if (r != CLI_CONTINUE)
@@ -1911,12 +1985,32 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 		 * daemon adds only when asked. */
 		json_object_set_new(params, "text", json_true());
 	}
-	r = msb_call(conn, cmd->method, params, &result);
+	exec_catch_signals();
+	msb_set_cancel_flag(conn, &exec_cancel);
+	if (with_stdin) {
+		json_t *again = opt_arg(opts, CLI_OPT_INTERACTIVE) ? NULL : json_deep_copy(params);
+
+		r = msb_call_stdin(conn, cmd->method, params, STDIN_FILENO, &result);
+		/* A daemon that cannot pass stdin (its engine over TLS) refused
+		 * before anything ran: without -i, the command runs without it. */
+		if (again && exec_stdin_refused(conn, r)) {
+			fprintf(stderr, "maf-sandbox: %s: stdin not sent: %s\n", cmd->name,
+				msb_last_error_message(conn) ? msb_last_error_message(conn) : "not supported");
+			r = msb_call(conn, cmd->method, TAKE_PTR(again), &result);
+		}
+		json_decref(again);
+	} else {
+		r = msb_call(conn, cmd->method, params, &result);
+	}
+	if (r == MSB_E_REMOTE && opts->json)
+		exec_print_partial(conn);
 	if (r < 0)
 		r = exec_failure(report_failure(cmd, conn, r));
 	else
 		r = cmd->report(cmd, opts, result);
 	msb_conn_free(conn);
+	if (exec_cancel)
+		return CLI_EXEC_SIGNAL_BASE + exec_cancel;
 	return r;
 }
 
@@ -2355,9 +2449,9 @@ static const struct cli_cmd cli_cmds[] = {
 	},
 	{
 		.name = "exec",
-		.usage = "exec [-w WD] [--timeout S] [--env NAME=VALUE]... SANDBOX -- ARGV...\n"
-			 "   or: maf-sandbox [OPTIONS] exec [-w WD] [--timeout S] [--env NAME=VALUE]...\n"
-			 "         --sh STRING SANDBOX",
+		.usage = "exec [-i|--no-stdin] [-w WD] [--timeout S] [--env NAME=VALUE]... SANDBOX -- ARGV...\n"
+			 "   or: maf-sandbox [OPTIONS] exec [-i|--no-stdin] [-w WD] [--timeout S]\n"
+			 "         [--env NAME=VALUE]... --sh STRING SANDBOX",
 		.summary = "run a command in a sandbox; its output and exit status are this one's",
 		.help = "Run a command in the sandbox as the image's user and wait for it\n"
 			"(sandbox.exec): ARGV is the command's argv itself (no shell; nothing is\n"
@@ -2379,6 +2473,18 @@ static const struct cli_cmd cli_cmds[] = {
 			"                              allowed (default 600, also for 0; at most\n"
 			"                              86400): past it, the command and every\n"
 			"                              process it started are killed (TimeoutError)\n"
+			"  -i, --interactive           send this one's stdin to the command even when\n"
+			"                              it is a terminal (by default it is sent when it\n"
+			"                              is not one: a pipe or a file; the command sees\n"
+			"                              its end as the end of its stdin)\n"
+			"  --no-stdin                  never send stdin: the command's is closed (use\n"
+			"                              it in a loop that reads its own stdin)\n"
+			"\n"
+			"SIGINT or SIGTERM while the command runs cancels it: the daemon kills it and\n"
+			"every process it started (as past the deadline), and exec exits 130 or 143.\n"
+			"With --json, a command that timed out or was cancelled prints the error\n"
+			"with the output that came before it (code, type, message, data with\n"
+			"stdout_b64, stderr_b64, stdout_text, stderr_text) on stdout.\n"
 			"\n"
 			"Exit status of exec, in place of the list below: the command's own\n"
 			"(0-255; 126 or 127 when the guest could not run it); 125 when there is no\n"
@@ -2387,7 +2493,8 @@ static const struct cli_cmd cli_cmds[] = {
 			"SandboxNotFound), or no connection, a protocol or I/O error, the client's\n"
 			"own timeout; 2 for a usage error (nothing was sent).",
 		.handler = cmd_exec,
-		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH),
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH) |
+			CLI_OPT_BIT(CLI_OPT_INTERACTIVE) | CLI_OPT_BIT(CLI_OPT_NO_STDIN),
 		.min_operands = 1, .max_operands = INT_MAX,
 		.method = MSB_METHOD_SANDBOX_EXEC, .params = exec_params, .report = report_exec,
 	},

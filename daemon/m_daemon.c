@@ -371,6 +371,8 @@ const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
 	  sizeof(struct m_sandbox_reap_params), NULL },
 	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params), replybound_exec },
+	{ MSB_METHOD_EXEC_STDIN, m_exec_stdin, m_exec_stdin_spec, sizeof(struct m_exec_stdin_params), NULL },
+	{ MSB_METHOD_CALL_CANCEL, m_call_cancel, m_call_cancel_spec, sizeof(struct m_call_cancel_params), NULL },
 	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params), NULL },
 	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params),
 	  replybound_files_read },

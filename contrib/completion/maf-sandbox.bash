@@ -21,7 +21,7 @@ _maf_sandbox_cmd_opts()
 	get) echo '-w --working-directory --cwd --max-bytes' ;;
 	rm) echo '-w --working-directory --cwd -r --recursive' ;;
 	reclaim) echo '-w --working-directory --cwd' ;;
-	exec) echo '-w --working-directory --cwd --env --sh' ;;
+	exec) echo '-w --working-directory --cwd --env --sh -i --interactive --no-stdin' ;;
 	events) echo '-f --follow --scope' ;;
 	esac
 }

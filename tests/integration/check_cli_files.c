@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -636,6 +637,110 @@ START_TEST(usage_errors_exit_2)
 }
 END_TEST
 
+
+/* ---- exec: stdin, a signal's cancel, --json of a timeout (issue 19) --------- */
+
+#define KILL_GRACE_MS 5000
+#define POLL_MS 100
+
+/* Guest processes whose command line ends with suffix, seen by the engine. */
+static int guest_count(const struct env *e, const char *suffix)
+{
+	char *out = sh_out("docker exec %s ps -o args | grep -c -- '%s$'", e->sandbox, suffix);
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+START_TEST(exec_forwards_its_stdin)
+{
+	struct env e = { 0 };
+	const char *cli_path = getenv("MSB_CLI");
+	char *out, *err = NULL;
+	uint8_t bytes[256];
+	size_t len;
+
+	env_start(&e, "execstdin");
+	/* echo hi | maf-sandbox exec S -- cat */
+	out = sh_out("echo hi | %s --socket %s exec %s -- cat", cli_path, e.d.sock, e.sandbox);
+	ck_assert_str_eq(out, "hi");
+	free(out);
+	/* --no-stdin: the command's stdin is closed, whatever this one's is. */
+	out = sh_out("echo hi | %s --socket %s exec --no-stdin %s -- cat; echo \"rc=$?\"", cli_path, e.d.sock,
+		     e.sandbox);
+	ck_assert_str_eq(out, "rc=0");
+	free(out);
+	/* Every byte value, from a file, out exactly. */
+	all_bytes(bytes);
+	file_put(lpath(&e, 0, "in.bin"), bytes, sizeof(bytes));
+	assert_cli(run_cli_io(ARGS("--socket", e.d.sock, "exec", e.sandbox, "--", "cat"), lpath(&e, 0, "in.bin"),
+			      lpath(&e, 1, "out.bin"), &err), 0, err);
+	free(err);
+	out = file_get(lpath(&e, 1, "out.bin"), &len);
+	ck_assert_uint_eq(len, sizeof(bytes));
+	ck_assert(memcmp(out, bytes, sizeof(bytes)) == 0);
+	free(out);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exec_sigint_cancels_and_kills)
+{
+	struct env e = { 0 };
+	char out_path[192], err_path[192], *out;
+	long waited = 0;
+	int status, n;
+	pid_t pid;
+
+	env_start(&e, "execsigint");
+	snprintf(out_path, sizeof(out_path), "%s", lpath(&e, 0, "out"));
+	snprintf(err_path, sizeof(err_path), "%s", lpath(&e, 1, "err"));
+	pid = spawn_cli(ARGS("--socket", e.d.sock, "exec", "--sh", "echo started; sleep 302", e.sandbox), out_path,
+			err_path);
+	while (guest_count(&e, "sleep 302") == 0) {
+		ck_assert_msg(waited < 60000, "the command never ran");
+		usleep(POLL_MS * 1000);
+		waited += POLL_MS;
+	}
+	kill(pid, SIGINT);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "exit status %d", status);
+	out = file_get(out_path, NULL);
+	ck_assert_str_eq(out, "started\n");
+	free(out);
+	out = file_get(err_path, NULL);
+	ck_assert_msg(strstr(out, "Cancelled"), "stderr: %s", out);
+	free(out);
+	for (waited = 0; (n = guest_count(&e, "sleep 302")) > 0 && waited < KILL_GRACE_MS; waited += POLL_MS)
+		usleep(POLL_MS * 1000);
+	ck_assert_msg(n == 0, "%d process(es) survived the cancel", n);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exec_json_keeps_a_timeouts_partial_output)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL;
+	json_t *j;
+
+	env_start(&e, "execjson");
+	assert_cli(cli(&e, "exec", ARGS("--json", "--timeout", "1", "--sh", "echo early; sleep 30"), NULL, &out,
+		       &err), 125, err);
+	j = json_loads(out, 0, NULL);
+	ck_assert_msg(j, "stdout is not JSON: %s", out);
+	ck_assert_int_eq(jint(j, "code"), 1205);
+	ck_assert_str_eq(jstr(j, "type"), "TimeoutError");
+	ck_assert_str_eq(jstr(j, "data.stdout_text"), "early\n");
+	ck_assert_str_eq(jstr(j, "data.stdout_b64"), "ZWFybHkK");
+	json_decref(j);
+	free(out);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
 static Suite *cli_files_suite(void)
 {
 	Suite *s = suite_create("cli_files");
@@ -657,6 +762,13 @@ static Suite *cli_files_suite(void)
 	tcase_add_test(tc, stat_file_directory_missing);
 	tcase_add_test(tc, rm_and_rm_recursive);
 	tcase_add_test(tc, reclaim_a_call_directory);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("exec");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, exec_forwards_its_stdin);
+	tcase_add_test(tc, exec_sigint_cancels_and_kills);
+	tcase_add_test(tc, exec_json_keeps_a_timeouts_partial_output);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("usage");

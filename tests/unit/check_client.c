@@ -39,7 +39,7 @@ int cli_main(int argc, char **argv);
 /* --- the fake daemon ----------------------------------------------------- */
 
 #define FAKE_MAX_CHUNKS    8
-#define FAKE_MAX_EXCHANGES 2
+#define FAKE_MAX_EXCHANGES 3
 /* The fake never waits longer than this for the client, so a broken test
  * ends instead of hanging (stretched under valgrind: slow.h). */
 #define FAKE_IO_WAIT_MS    (2000 * test_slow_factor())
@@ -95,7 +95,8 @@ static bool fake_wait(int fd)
 	return poll(&pfd, 1, FAKE_IO_WAIT_MS) > 0;
 }
 
-/* Reads one request, up to and including its LF. NULL if none came. */
+/* Reads one request, up to and including its LF (never a byte of the
+ * next: a client may send two back to back). NULL if none came. */
 static char *fake_read_request(int fd, size_t *ret_len)
 {
 	size_t len = 0, cap = 4096;
@@ -103,10 +104,19 @@ static char *fake_read_request(int fd, size_t *ret_len)
 
 	while (!memchr(buf, '\n', len)) {
 		ssize_t k;
+		char *lf;
 
 		if (len == cap)
 			buf = realloc(buf, cap *= 2);
-		if (!fake_wait(fd) || (k = recv(fd, buf + len, cap - len, 0)) <= 0) {
+		if (!fake_wait(fd) || (k = recv(fd, buf + len, cap - len, MSG_PEEK)) <= 0) {
+			free(buf);
+			return NULL;
+		}
+		lf = memchr(buf + len, '\n', (size_t)k);
+		if (lf)
+			k = lf - (buf + len) + 1;
+		k = recv(fd, buf + len, (size_t)k, 0);
+		if (k <= 0) {
 			free(buf);
 			return NULL;
 		}
@@ -2243,6 +2253,71 @@ START_TEST(test_cli_progress_on_terminal)
 }
 END_TEST
 
+/* --- msb_call_stdin --------------------------------------------------------- */
+
+START_TEST(test_call_stdin_streams_an_fd)
+{
+	/* The exec (id 1), then its stdin as exec.stdin requests with ids of
+	 * their own (2: the bytes, 3: the end), each sent once the last was
+	 * answered; the exec's result comes after. */
+	const struct fake_script s = {
+		.requests = 3,
+		.replies = { { .chunks = { NULL } },
+			     { .chunks = { "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"written\":3}}\n" } },
+			     { .chunks = { "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"written\":0}}\n"
+					   "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"exit_code\":0}}\n" } } },
+	};
+	struct msb_conn *conn;
+	json_t *result = NULL, *req;
+	int pfd[2];
+	struct fake f;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(write(pfd[1], "abc", 3), 3);
+	close(pfd[1]);
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", json_pack("{s:s}", "sandbox", "x"), pfd[0], &result),
+			 MSB_OK);
+	ck_assert_int_eq(json_integer_value(json_object_get(result, "exit_code")), 0);
+	json_decref(result);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	req = check_request(f.request[0], f.request_len[0], "sandbox.exec");
+	ck_assert(json_is_true(json_object_get(json_object_get(req, "params"), "stdin_stream")));
+	json_decref(req);
+	req = check_request(f.request[1], f.request_len[1], "exec.stdin");
+	ck_assert_int_eq(json_integer_value(json_object_get(req, "id")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(req, "params"), "call")), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(req, "params"), "data_b64")), "YWJj");
+	ck_assert(json_is_false(json_object_get(json_object_get(req, "params"), "eof")));
+	json_decref(req);
+	req = check_request(f.request[2], f.request_len[2], "exec.stdin");
+	ck_assert_int_eq(json_integer_value(json_object_get(req, "id")), 3);
+	ck_assert(json_is_true(json_object_get(json_object_get(req, "params"), "eof")));
+	json_decref(req);
+	close(pfd[0]);
+	fake_free(&f);
+}
+END_TEST
+
+START_TEST(test_call_stdin_bad_arguments)
+{
+	struct msb_conn *conn;
+	struct fake f;
+	const struct fake_script s = { .deaf = true };
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", json_object(), -1, NULL), MSB_E_INVAL);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", NULL, 0, NULL), MSB_E_INVAL);
+	ck_assert_int_eq(msb_call_stdin(NULL, "sandbox.exec", json_object(), 0, NULL), MSB_E_INVAL);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -2285,6 +2360,10 @@ static Suite *client_suite(void)
 	tcase_add_loop_test(tc, test_request_shorthands, 0, ELEMENTSOF(shorthand_rows));
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("call_stdin");
+	tcase_add_test(tc, test_call_stdin_streams_an_fd);
+	tcase_add_test(tc, test_call_stdin_bad_arguments);
+	suite_add_tcase(s, tc);
 	tc = tcase_create("rejects_bad_arguments");
 	tcase_add_test(tc, test_bad_arguments);
 	suite_add_tcase(s, tc);
