@@ -884,6 +884,57 @@ START_TEST(unresolvable_endpoint_refuses_to_start)
 }
 END_TEST
 
+/* Every refusal start-up makes of a configuration, --check-config makes too
+ * (startup.h), with the same message, labelled "error:" (never
+ * "warning:"), exit status 1. Each row's daemon is refused before it
+ * listens (timeout: a hang guard should one start serving). */
+static const struct {
+	const char *env;      /* prefix of the command: environment */
+	const char *args;
+	const char *expect;   /* in both messages */
+} startup_refusals[] = {
+	{ "", "--engine-host ssh://user@host", "ssh://" },
+	{ "", "--set engine.host=fd://", "fd://" },
+	{ "", "--set engine.host=npipe:////./pipe/docker_engine", "npipe://" },
+	{ "", "--set engine.host=http://127.0.0.1:2375", "engine.host" },
+	{ "env -u DOCKER_HOST DOCKER_CONTEXT=no-such-context-xyz HOME=/nonexistent ", "", "no-such-context-xyz" },
+	{ "env DOCKER_HOST=ssh://a@b ", "", "DOCKER_HOST" },
+	{ "", "--set engine.host=tcp://127.0.0.1:1 --set files.plane=local", "files.plane is local, but" },
+	{ "", "--set freeze.lock_file=/etc/passwd/freeze.lock", "freeze.lock_file" },
+	{ "", "--set sandbox.memory=1.5X", "sandbox.memory" },
+	{ "", "--set reap.max_age_s=1500ms", "reap.max_age_s" },
+};
+
+START_TEST(check_config_refuses_what_start_up_refuses)
+{
+	char cmd[1024], *checked, *started;
+	const char *msg;
+
+	snprintf(cmd, sizeof(cmd), "%stimeout 60 %s --check-config --socket /tmp/msb-never.sock %s",
+		 startup_refusals[_i].env, getenv("MSB_DAEMON"), startup_refusals[_i].args);
+	checked = sh(cmd);
+	snprintf(cmd, sizeof(cmd), "%stimeout 60 %s --socket /tmp/msb-never.sock %s",
+		 startup_refusals[_i].env, getenv("MSB_DAEMON"), startup_refusals[_i].args);
+	started = sh(cmd);
+	ck_assert_msg(strstr(started, "exit=1") && strstr(started, startup_refusals[_i].expect),
+		      "start-up with %s: %.300s", startup_refusals[_i].args, started);
+	ck_assert_msg(strstr(checked, "exit=1") && strstr(checked, startup_refusals[_i].expect),
+		      "--check-config with %s accepted what start-up refuses: %.300s",
+		      startup_refusals[_i].args, checked);
+	ck_assert_msg(strstr(started, "maf-sandboxd: error: ") && !strstr(started, "warning:"),
+		      "start-up's refusal is not labelled error: %.300s", started);
+	ck_assert_msg(strstr(checked, "maf-sandboxd: error: ") && !strstr(checked, "warning:"),
+		      "--check-config's refusal is not labelled error: %.300s", checked);
+	/* The same message, word for word. */
+	msg = strstr(started, "error: ");
+	ck_assert_msg(strncmp(strstr(checked, "error: "), msg, strcspn(msg, "\n")) == 0,
+		      "messages differ:\n%.300s\n%.300s", checked, started);
+	ck_assert_int_ne(access("/tmp/msb-never.sock", F_OK), 0);
+	free(checked);
+	free(started);
+}
+END_TEST
+
 /* ---- signals ---------------------------------------------------------- */
 
 START_TEST(sighup_reloads_and_keeps_a_good_config)
@@ -1440,6 +1491,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, socket_activation_serves_describe);
 	tcase_add_test(lifecycle, stale_socket_is_replaced_live_one_refused);
 	tcase_add_test(lifecycle, check_config_prints_and_refuses);
+	tcase_add_loop_test(lifecycle, check_config_refuses_what_start_up_refuses, 0,
+			    sizeof(startup_refusals) / sizeof(startup_refusals[0]));
 	tcase_add_test(lifecycle, socket_group_and_journal_log_prefixes);
 	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
