@@ -43,6 +43,7 @@
 #include "msb-limits.h"
 #include "msb.h"
 #include "types.h"
+#include "units.h"
 #include "xmalloc.h"
 
 
@@ -189,54 +190,37 @@ static int usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 	return CLI_EXIT_USAGE;
 }
 
-/* SECONDS (decimal, fractions allowed) to ms; 0 stays 0 (no timeout). */
+/* SECONDS (decimal, fractions allowed), or a duration with a unit (units.h:
+ * 500ms, 1.5s, 2m), to whole ms; 0 stays 0 (no timeout). */
 static int parse_timeout(const char *s, int *ret_ms)
 {
-	char *end;
-	double secs, ms;
+	uint64_t ms;
+	int r = msb_duration_parse(s, MSB_TIME_S, MSB_TIME_MS, &ms);
 
-	errno = 0;
-	secs = strtod(s, &end);
-	if (errno || end == s || *end || !(secs >= 0 && secs <= CLI_TIMEOUT_MAX_SECONDS))
-		return -EINVAL;
-	ms = secs * 1000.0;
-	*ret_ms = secs > 0 && ms < 1 ? 1 : (int)ms;
+	if (r < 0)
+		return r;
+	if (ms > (uint64_t)CLI_TIMEOUT_MAX_SECONDS * 1000)
+		return -ERANGE;
+	*ret_ms = (int)ms;
 	return 0;
 }
 
-/* "90", "90s", "15m", "24h", "7d": a whole number of seconds, minutes, hours
- * or days, from 1 s to CLI_DURATION_MAX_DAYS. Returns 0, -EINVAL (not a
- * duration, or zero) or -ERANGE (too long). */
+/* "90", "90s", "15m", "1.5h", "7d" (units.h): a whole number of seconds
+ * from 1 s to CLI_DURATION_MAX_DAYS. Returns 0, -EINVAL (not a duration, or
+ * zero), -EDOM (not whole seconds) or -ERANGE (too long). */
 static int parse_duration(const char *s, long long *ret_secs)
 {
-	static const struct { char unit; long long secs; } units[] = {
-		{ 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', CLI_SECONDS_PER_DAY },
-	};
-	const long long max = (long long)CLI_DURATION_MAX_DAYS * CLI_SECONDS_PER_DAY;
-	long long n = 0, mult = 1;
-	const char *p = s;
+	const uint64_t max = (uint64_t)CLI_DURATION_MAX_DAYS * CLI_SECONDS_PER_DAY;
+	uint64_t secs;
+	int r = msb_duration_parse(s, MSB_TIME_S, MSB_TIME_S, &secs);
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		n = n * 10 + (*p - '0');
-		if (n > max)
-			return -ERANGE;
-	}
-	if (p == s)
+	if (r < 0)
+		return r;
+	if (secs == 0)
 		return -EINVAL;
-	if (*p) {
-		size_t i;
-
-		for (i = 0; i < ELEMENTSOF(units) && units[i].unit != *p; i++)
-			;
-		if (i == ELEMENTSOF(units) || p[1])
-			return -EINVAL;
-		mult = units[i].secs;
-	}
-	if (n == 0)
-		return -EINVAL;
-	if (n > max / mult)
+	if (secs > max)
 		return -ERANGE;
-	*ret_secs = n * mult;
+	*ret_secs = (long long)secs;
 	return 0;
 }
 
@@ -345,8 +329,9 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 			break;
 		case 't':
 			if (parse_timeout(optarg, &opts->timeout_ms) < 0)
-				return usage_error(cmd, "invalid --timeout '%s': want seconds from 0 to %d",
-						   optarg, CLI_TIMEOUT_MAX_SECONDS);
+				return usage_error(cmd, "invalid --timeout '%s': want seconds from 0 to %d, "
+						   "in whole milliseconds (%s)", optarg, CLI_TIMEOUT_MAX_SECONDS,
+						   MSB_DURATION_FORMS_S);
 			break;
 		case 'h':
 			print_help(cmd);
@@ -1190,7 +1175,8 @@ static int reap_params(const struct cli_cmd *cmd, const struct cli_opts *opts, j
 
 	if (parse_duration(s, &secs) < 0)
 		return usage_error(cmd, "invalid --older-than '%s': want a duration like 90s, 15m, "
-				   "24h or 7d, from 1s to %dd", s, CLI_DURATION_MAX_DAYS);
+				   "1.5h or 7d (plain: seconds), whole seconds from 1s to %dd", s,
+				   CLI_DURATION_MAX_DAYS);
 	*ret_params = json_pack("{s:I, s:s*}", "older_than_seconds", (json_int_t)secs,
 				"scope", opt_arg(opts, CLI_OPT_SCOPE));
 	return CLI_CONTINUE;
@@ -1408,20 +1394,17 @@ static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 	return CLI_CONTINUE;
 }
 
-/* A whole number of bytes from 0 to CLI_FILE_MAX_BYTES. */
+/* A size (units.h: 4096, 64K, 1.5M) from 0 to CLI_FILE_MAX_BYTES. */
 static int parse_bytes(const char *s, json_int_t *ret)
 {
-	json_int_t n = 0;
-	const char *p = s;
+	uint64_t n;
+	int r = msb_size_parse(s, &n);
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		n = n * 10 + (*p - '0');
-		if (n > (json_int_t)CLI_FILE_MAX_BYTES)
-			return -ERANGE;
-	}
-	if (p == s || *p)
-		return -EINVAL;
-	*ret = n;
+	if (r < 0)
+		return r;
+	if (n > CLI_FILE_MAX_BYTES)
+		return -ERANGE;
+	*ret = (json_int_t)n;
 	return 0;
 }
 
@@ -1442,8 +1425,8 @@ static int get_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 		return usage_error(cmd, "'%s --json' prints the daemon's result: it takes no LOCAL file",
 				   cmd->name);
 	if (max && parse_bytes(max, &n) < 0)
-		return usage_error(cmd, "invalid --max-bytes '%s': want a number of bytes from 0 to %zu",
-				   max, CLI_FILE_MAX_BYTES);
+		return usage_error(cmd, "invalid --max-bytes '%s': want a size from 0 to %zu bytes (%s)",
+				   max, CLI_FILE_MAX_BYTES, MSB_SIZE_FORMS);
 	r = file_params_new(cmd, opts, "path", opts->operands[1], ret_params);
 	if (r == CLI_CONTINUE && max)
 		json_object_set_new(*ret_params, "max_bytes", json_integer(n));
@@ -2200,7 +2183,7 @@ static const struct cli_cmd cli_cmds[] = {
 			"Prints how many of each were removed, then each failure on stderr; exits\n"
 			"with status 1 if there was any.\n"
 			"\n"
-			"  --older-than DURATION  90s, 15m, 24h, 7d, or plain seconds\n"
+			"  --older-than DURATION  90s, 15m, 1.5h, 7d, or plain seconds\n"
 			"  --scope S              only sandboxes of this scope",
 		.handler = cmd_method,
 		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE),
@@ -2238,8 +2221,9 @@ static const struct cli_cmd cli_cmds[] = {
 			"\n"
 			CLI_HELP_SANDBOX
 			CLI_HELP_WORKDIR "\n"
-			"  --max-bytes N               refuse a file over N bytes (default and most:\n"
-			"                              64 MiB, the per-file ceiling)",
+			"  --max-bytes N               refuse a file over N bytes, e.g. 4096, 64K,\n"
+			"                              1.5M (default and most: 64 MiB, the per-file\n"
+			"                              ceiling)",
 		.handler = cmd_method,
 		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_MAX_BYTES),
 		.min_operands = 2, .max_operands = 3,

@@ -362,8 +362,9 @@ START_TEST(failed_get_leaves_local_alone)
 	ck_assert_ptr_null(file_get(lpath(&e, 2, "new"), NULL));
 	ck_assert_int_eq(dir_count(e.local), 3);         /* all.bin, keep, adir: no temporary left */
 	ck_assert_int_eq(dir_count(lpath(&e, 3, "adir")), 0);
-	/* And the same get with room enough succeeds (the refusals were the limits'). */
-	assert_cli(cli(&e, "get", ARGS("--max-bytes", "256"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
+	/* And the same get with room enough succeeds (the refusals were the
+	 * limits'): 0.25K is 256 bytes (units.h). */
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "0.25K"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
 		       &err), 0, err);
 	free(err);
 	env_stop(&e);
@@ -538,7 +539,9 @@ static const struct usage_row usage_rows[] = {
 	{ { "get", "SB", NULL }, "missing arguments" },
 	{ { "get", "SB", "guest", "local", "extra", NULL }, "at most 3" },
 	{ { "get", "--max-bytes", "67108865", "SB", "guest", NULL }, "--max-bytes" },
-	{ { "get", "--max-bytes", "12k", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "12q", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "64.5M", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "-1K", "SB", "guest", NULL }, "1.5G" },
 	{ { "get", "--json", "SB", "guest", "local", NULL }, "LOCAL" },
 	{ { "stat", "SB", NULL }, "missing arguments" },
 	{ { "stat", "-r", "SB", "guest", NULL }, "--recursive" },
