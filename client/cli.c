@@ -175,19 +175,106 @@ static const char options_help[] =
 /* Prints the top-level help (cmd NULL) or a command's help to stdout. */
 static void print_help(const struct cli_cmd *cmd);
 
+/* --- errors: plain text, or with --json one JSON object each ------------ */
+
+/* With --json every error goes to stderr as one JSON object on one line,
+ * {"code", "type", "message", "data"} (cli_error_json). main() sets it from
+ * argv before parsing, so an error met before --json is parsed is JSON too. */
+static bool cli_json_errors;
+
+/* The error types of the CLI's own errors (the daemon's errors keep the
+ * daemon's code and type); their "code" is the exit status they cause. */
+#define CLI_ERR_USAGE       "UsageError"        /* the command line: exit 2 */
+#define CLI_ERR_INPUT       "InputError"        /* a local file the CLI reads: exit 2 */
+#define CLI_ERR_CONNECTION  "ConnectionError"   /* cannot connect: exit 3 */
+#define CLI_ERR_CLOSED      "ConnectionClosed"  /* the daemon closed the connection: exit 4 */
+#define CLI_ERR_IO          "IOError"           /* a read or write on the socket failed: exit 4 */
+#define CLI_ERR_PROTOCOL    "ProtocolError"     /* the daemon's reply is not what was asked for: exit 4 */
+#define CLI_ERR_TIMEOUT     "ClientTimeout"     /* --timeout passed without a reply: exit 4 */
+#define CLI_ERR_OUTPUT      "OutputError"       /* writing stdout or a LOCAL file failed: exit 4 */
+#define CLI_ERR_INTERNAL    "InternalError"     /* a request or result could not be encoded: exit 4 */
+
+/* Prints one error as one JSON object on one line to stderr:
+ * {"code": code, "type": type, "message": message, "data": data or null}.
+ * data is borrowed. The one printer of every JSON error (exec's partial
+ * output rides in data). */
+static void cli_error_json(json_int_t code, const char *type, const char *message, const json_t *data)
+{
+	json_auto_t *o = json_pack("{s:I, s:s?, s:s?, s:O?}", "code", code, "type", type,
+				   "message", message, "data", data);
+	_cleanup_free_ char *s = NULL;
+
+	if (o && !json_object_get(o, "data"))
+		json_object_set_new(o, "data", json_null());
+	if (o && !json_object_get(o, "type"))
+		json_object_set_new(o, "type", json_null());
+	s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	if (s)
+		fprintf(stderr, "%s\n", s);
+	else
+		fprintf(stderr, "{\"code\":%" JSON_INTEGER_FORMAT ",\"type\":\"%s\",\"message\":null,"
+			"\"data\":null}\n", code, type ? type : "InternalError");
+	fflush(stderr);
+}
+
+/* Says one error: "maf-sandbox: MESSAGE" (hint on a line of its own, if
+ * any), or with --json cli_error_json(exit, type, MESSAGE, data). data is
+ * stolen. Returns exit. */
+static int cli_errorv(int exit, const char *type, json_t *data, const char *hint, const char *fmt,
+		      va_list ap) __attribute__((format(printf, 5, 0)));
+
+static int cli_errorv(int exit, const char *type, json_t *data, const char *hint, const char *fmt,
+		      va_list ap)
+{
+	_cleanup_free_ char *msg = xvasprintf(fmt, ap);
+
+	if (cli_json_errors)
+		cli_error_json(exit, type, msg, data);
+	else
+		fprintf(stderr, "maf-sandbox: %s\n%s", msg, hint ? hint : "");
+	json_decref(data);
+	return exit;
+}
+
+static int cli_error(int exit, const char *type, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int cli_error(int exit, const char *type, json_t *data, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = cli_errorv(exit, type, data, NULL, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
 static int usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 static int usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 {
+	_cleanup_free_ char *hint = xasprintf("Try 'maf-sandbox %s%s--help'.\n", cmd ? cmd->name : "",
+					      cmd ? " " : "");
 	va_list ap;
+	int r;
 
-	fputs("maf-sandbox: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = cli_errorv(CLI_EXIT_USAGE, CLI_ERR_USAGE, cmd ? json_pack("{s:s}", "command", cmd->name) : NULL,
+		       hint, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'maf-sandbox %s%s--help'.\n", cmd ? cmd->name : "", cmd ? " " : "");
-	return CLI_EXIT_USAGE;
+	return r;
+}
+
+/* Whether argv asks for --json (-j), up to "--": errors met before the
+ * option itself is parsed are JSON too. */
+static bool argv_wants_json(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "-j"))
+			return true;
+	return false;
 }
 
 /* SECONDS (decimal, fractions allowed), or a duration with a unit (units.h:
@@ -326,6 +413,7 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 			break;
 		case 'j':
 			opts->json = true;
+			cli_json_errors = true;
 			break;
 		case 't':
 			if (parse_timeout(optarg, &opts->timeout_ms) < 0)
@@ -386,26 +474,45 @@ static int cli_connect(const struct cli_opts *opts, struct msb_conn **ret_conn)
 	if (r < 0) {
 		int err = errno;
 
-		fprintf(stderr, "maf-sandbox: cannot connect to %s: %s%s\n", path, strerror(err),
-			connect_hint(err));
-		return CLI_EXIT_CONNECT;
+		return cli_error(CLI_EXIT_CONNECT, CLI_ERR_CONNECTION,
+				 json_pack("{s:s, s:s?}", "socket", path, "errno", strerrorname_np(err)),
+				 "cannot connect to %s: %s%s", path, strerror(err), connect_hint(err));
 	}
 	if (opts->timeout_ms >= 0)
 		msb_set_timeout(*ret_conn, opts->timeout_ms);
 	return 0;
 }
 
+/* The CLI's error type for a failed call's MSB_E_* (not MSB_E_REMOTE). */
+static const char *local_error_type(int r)
+{
+	switch (r) {
+	case MSB_E_INVAL: return CLI_ERR_USAGE;
+	case MSB_E_CONNECT: return CLI_ERR_CONNECTION;
+	case MSB_E_IO: return CLI_ERR_IO;
+	case MSB_E_PROTO: return CLI_ERR_PROTOCOL;
+	case MSB_E_TIMEOUT: return CLI_ERR_TIMEOUT;
+	case MSB_E_CLOSED: return CLI_ERR_CLOSED;
+	default: return CLI_ERR_INTERNAL;
+	}
+}
+
 /* Says why a call failed, as "maf-sandbox: <type or code>: <message>" for the
- * daemon's errors. Returns the exit code. */
+ * daemon's errors (with --json: the daemon's code, type, message and data).
+ * Returns the exit code. */
 static int report_failure(const struct cli_cmd *cmd, const struct msb_conn *conn, int r)
 {
 	int err = errno;
+	int exit = r == MSB_E_INVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
 
 	if (r == MSB_E_REMOTE) {
 		const char *type = msb_last_error_type(conn);
 		const char *msg = msb_last_error_message(conn);
 
-		if (type)
+		if (cli_json_errors)
+			cli_error_json(msb_last_error_code(conn), type, msg ? msg : "",
+				       msb_last_error_data(conn));
+		else if (type)
 			fprintf(stderr, "maf-sandbox: %s: %s\n", type, msg ? msg : "");
 		else
 			fprintf(stderr, "maf-sandbox: %d: %s\n", msb_last_error_code(conn),
@@ -413,10 +520,9 @@ static int report_failure(const struct cli_cmd *cmd, const struct msb_conn *conn
 		return CLI_EXIT_REMOTE;
 	}
 	if (r == MSB_E_IO)
-		fprintf(stderr, "maf-sandbox: %s: %s: %s\n", cmd->name, msb_strerror(r), strerror(err));
-	else
-		fprintf(stderr, "maf-sandbox: %s: %s\n", cmd->name, msb_strerror(r));
-	return r == MSB_E_INVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+		return cli_error(exit, local_error_type(r), json_pack("{s:s?}", "errno", strerrorname_np(err)),
+				 "%s: %s: %s", cmd->name, msb_strerror(r), strerror(err));
+	return cli_error(exit, local_error_type(r), NULL, "%s: %s", cmd->name, msb_strerror(r));
 }
 
 static int print_json(const json_t *result)
@@ -424,8 +530,7 @@ static int print_json(const json_t *result)
 	_cleanup_free_ char *s = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY);
 
 	if (!s) {
-		fprintf(stderr, "maf-sandbox: cannot encode the result as JSON\n");
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "cannot encode the result as JSON");
 	}
 	puts(s);
 	return CLI_EXIT_OK;
@@ -679,6 +784,31 @@ static void print_file_plane(const json_t *r)
 	putchar('\n');
 }
 
+static void put_clean(FILE *f, const char *s, size_t width);
+
+/* "egress: closed, allowlist (proxy PATH)", or "egress: closed; allowlist
+ * off: WHY" from status's "egress". */
+static void print_status_egress(const json_t *e)
+{
+	const char *bin = get_str(e, "proxy_binary"), *why = get_str(e, "allowlist_off_reason");
+	struct line l = { "egress: ", ", ", 0 };
+
+	if (!json_is_object(e))
+		return;
+	line_add_list(&l, json_object_get(e, "modes"));
+	if (l.n == 0)
+		line_add(&l, "none");
+	if (why) {
+		fputs("; allowlist off: ", stdout);
+		put_clean(stdout, why, 0);
+	} else if (bin) {
+		fputs(" (proxy ", stdout);
+		put_clean(stdout, bin, 0);
+		putchar(')');
+	}
+	line_end(&l);
+}
+
 static void print_status(const json_t *r)
 {
 	static const char *const conn_keys[][2] = {
@@ -691,6 +821,7 @@ static void print_status(const json_t *r)
 	print_status_daemon(json_object_get(r, "daemon"));
 	print_status_engine(json_object_get(r, "engine"));
 	print_file_plane(r);
+	print_status_egress(json_object_get(r, "egress"));
 	print_counters("connections: ", json_object_get(r, "connections"), conn_keys,
 		       ELEMENTSOF(conn_keys));
 	print_counters("requests: ", json_object_get(r, "requests"), req_keys, ELEMENTSOF(req_keys));
@@ -1054,13 +1185,12 @@ static int input_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 static int input_error(const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	fputs("maf-sandbox: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = cli_errorv(CLI_EXIT_USAGE, CLI_ERR_INPUT, NULL, NULL, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return CLI_EXIT_USAGE;
+	return r;
 }
 
 /* --- params -------------------------------------------------------------- */
@@ -1189,8 +1319,12 @@ static void print_disposal_failure(const char *label, const json_t *f)
 {
 	const char *code = get_str(f, "code"), *detail = get_str(f, "detail");
 
-	fprintf(stderr, "maf-sandbox: %s: %s: %s\n", label, code ? code : "unknown",
-		detail ? detail : "");
+	if (cli_json_errors)
+		cli_error_json(CLI_EXIT_REMOTE, strcmp(label, "not reaped") ? "DisposalIncomplete" : "NotReaped",
+			       label, f);
+	else
+		fprintf(stderr, "maf-sandbox: %s: %s: %s\n", label, code ? code : "unknown",
+			detail ? detail : "");
 }
 
 static int report_acquire(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
@@ -1200,8 +1334,8 @@ static int report_acquire(const struct cli_cmd *cmd, const struct cli_opts *opts
 	if (opts->json)
 		return print_json(r);
 	if (!id) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result names no sandbox\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result names no sandbox", cmd->name);
 	}
 	puts(id);
 	return CLI_EXIT_OK;
@@ -1284,8 +1418,8 @@ static int file_params_new(const struct cli_cmd *cmd, const struct cli_opts *opt
 	params = json_pack("{s:s, s:s, s:s*}", "sandbox", sandbox, key, guest, "working_directory",
 			   opt_arg(opts, CLI_OPT_WORKDIR));
 	if (!params) {
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	*ret_params = params;
 	return CLI_CONTINUE;
@@ -1387,8 +1521,8 @@ static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 	content = json_stringn_nocheck(b64, b64_len);   /* base64 is ASCII */
 	if (!content || json_object_set_new(params, "content_b64", content) < 0) {
 		json_decref(params);
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	*ret_params = params;
 	return CLI_CONTINUE;
@@ -1540,8 +1674,9 @@ static int local_write_atomic(const char *path, const uint8_t *data, size_t len)
 		(void)unlink(tmp);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (r < 0) {
-		fprintf(stderr, "maf-sandbox: cannot write %s: %s\n", path, strerror(-r));
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT,
+				 json_pack("{s:s, s:s?}", "path", path, "errno", strerrorname_np(-r)),
+				 "cannot write %s: %s", path, strerror(-r));
 	}
 	return CLI_EXIT_OK;
 }
@@ -1561,16 +1696,14 @@ static int report_get(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 	if (!json_is_string(b64) || !get_int(r, "size", &size) ||
 	    msb_base64_decode(json_string_value(b64), json_string_length(b64), &data, &len) < 0 ||
 	    size < 0 || (uint64_t)size != len) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a file's content\n",
-			cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a file's content", cmd->name);
 	}
 	if (strcmp(local, "-"))
 		return local_write_atomic(local, data, len);
-	if (fwrite(data, 1, len, stdout) != len) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
-		return CLI_EXIT_FAILURE;
-	}
+	if (fwrite(data, 1, len, stdout) != len)
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+				 strerror(errno));
 	return CLI_EXIT_OK;
 }
 
@@ -1594,8 +1727,12 @@ static void print_entry(const json_t *e, const char *dflt)
 static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
 {
 	if (json_is_null(r)) {
-		if (opts->json)
+		if (opts->json) {
 			print_json(r);
+			return cli_error(CLI_EXIT_REMOTE, "FileNotFoundError",
+					 json_pack("{s:s}", "path", opts->operands[1]),
+					 "%s: no such file", opts->operands[1]);
+		}
 		fputs("maf-sandbox: ", stderr);
 		put_clean(stderr, opts->operands[1], 0);
 		fputs(": no such file\n", stderr);
@@ -1618,8 +1755,8 @@ static int report_dir(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 	if (opts->json)
 		return print_json(r);
 	if (!json_is_array(entries)) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a listing\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a listing", cmd->name);
 	}
 	json_array_foreach(entries, i, e)
 		if (json_is_object(e))
@@ -1747,8 +1884,8 @@ static int exec_params(const struct cli_cmd *cmd, const struct cli_opts *opts, j
 				"timeout_seconds", timeout, "working_directory",
 				opt_arg(opts, CLI_OPT_WORKDIR), "env", env);
 	if (!*ret_params) {
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	return CLI_CONTINUE;
 }
@@ -1813,9 +1950,8 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 		     b64_member(r, "stderr_b64", &err, &err_len) == 0;
 	}
 	if (!ok) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a command's result\n",
-			cmd->name);
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a command's result", cmd->name);
 	}
 	if (opts->json)
 		return (int)code;
@@ -1824,8 +1960,8 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	    fflush(stdout) != 0 ||
 	    fwrite(err + exec_streamed.err, 1, err_len - exec_streamed.err, stderr) != err_len - exec_streamed.err ||
 	    fflush(stderr) != 0) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+				 strerror(errno));
 	}
 	return (int)code;
 }
@@ -2053,10 +2189,9 @@ static int cmd_events(const struct cli_cmd *cmd, struct cli_opts *opts, int argc
 		r = report_failure(cmd, conn, r);
 	else
 		r = follow ? events_follow(cmd, conn, &out) : CLI_EXIT_OK;
-	if (r == CLI_EXIT_OK && out.failed) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(out.write_errno));
-		r = CLI_EXIT_FAILURE;
-	}
+	if (r == CLI_EXIT_OK && out.failed)
+		r = cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+			      strerror(out.write_errno));
 	msb_conn_free(conn);
 	return r;
 }
@@ -2081,8 +2216,9 @@ static const struct cli_cmd cli_cmds[] = {
 		.summary = "the daemon's and the engine's state, with counters",
 		.help = "Show the daemon's state (daemon.status): version, pid and uptime, whether\n"
 			"the Docker engine is reachable and at which API version, the file plane\n"
-			"new sandboxes get (and, for the archive plane, why), and the connection\n"
-			"and request counters.",
+			"new sandboxes get (and, for the archive plane, why), the egress modes\n"
+			"served (with the proxy binary, or why allowlist is off and which\n"
+			"setting turns it on), and the connection and request counters.",
 		.handler = cmd_query, .query = msb_status, .print = print_status,
 	},
 	{
@@ -2398,7 +2534,9 @@ static const struct cli_cmd *cmd_find(const char *name)
 static int close_stdout(int r)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
+		int e = errno;
+
+		cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s", strerror(e));
 		return r == CLI_EXIT_OK ? CLI_EXIT_FAILURE : r;
 	}
 	return r;
@@ -2410,6 +2548,7 @@ int main(int argc, char **argv)
 	const struct cli_cmd *cmd;
 	int r;
 
+	cli_json_errors = argv_wants_json(argc, argv);
 	r = parse_options(argc, argv, &opts, NULL);
 	if (r != CLI_CONTINUE)
 		return close_stdout(r);

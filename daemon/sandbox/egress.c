@@ -216,6 +216,32 @@ bool egress_configured(const struct msbd *d)
 	return path && *path && access(path, X_OK) == 0;
 }
 
+char *egress_allowlist_off_reason(const struct msbd *d)
+{
+	const char *path = d->config->egress_proxy_binary;
+	const struct egress *eg = d->egress;
+
+	if (!path || !*path)
+		return xstrdup("egress.proxy_binary is not set: set it to the path of "
+			       "maf-sandbox-egress-proxy (the daemon builds the proxy image from it)");
+	if (access(path, X_OK) < 0)
+		return xasprintf("egress.proxy_binary %s is not an executable file (%s): install "
+				 "maf-sandbox-egress-proxy there, or set egress.proxy_binary to where it is",
+				 path, strerror(errno));
+	if (!eg)
+		return xstrdup("the daemon is starting");
+	switch (eg->image) {
+	case IMAGE_READY:
+		return NULL;
+	case IMAGE_FAILED:
+		return xasprintf("the egress proxy image could not be made from egress.proxy_binary %s: %s",
+				 path, eg->image_error ? eg->image_error : "unknown error");
+	default:
+		return xasprintf("the egress proxy image is being made from egress.proxy_binary %s "
+				 "(an allowlist acquire waits for it)", path);
+	}
+}
+
 bool egress_ready(const struct egress *eg)
 {
 	return eg && egress_configured(eg->d) && eg->image == IMAGE_READY;
