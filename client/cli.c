@@ -114,6 +114,8 @@ enum cli_opt {
 	CLI_OPT_ENV,         /* repeatable: each goes to cli_opts.env[] */
 	CLI_OPT_SH,
 	CLI_OPT_FOLLOW,      /* also -f */
+	CLI_OPT_ALL,         /* reap: every scope */
+	CLI_OPT_DRY_RUN,     /* reap: list, remove nothing */
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -334,6 +336,8 @@ static const struct option cli_options[] = {
 	{ "env", required_argument, NULL, CLI_OPT_ENV },
 	{ "sh", required_argument, NULL, CLI_OPT_SH },
 	{ "follow", no_argument, NULL, CLI_OPT_FOLLOW },
+	{ "all", no_argument, NULL, CLI_OPT_ALL },
+	{ "dry-run", no_argument, NULL, CLI_OPT_DRY_RUN },
 	{ 0 },
 };
 
@@ -1303,12 +1307,22 @@ static int reap_params(const struct cli_cmd *cmd, const struct cli_opts *opts, j
 	const char *s = opt_arg(opts, CLI_OPT_OLDER_THAN);
 	long long secs;
 
+	bool all = opt_arg(opts, CLI_OPT_ALL) != NULL, dry = opt_arg(opts, CLI_OPT_DRY_RUN) != NULL;
+
 	if (parse_duration(s, &secs) < 0)
 		return usage_error(cmd, "invalid --older-than '%s': want a duration like 90s, 15m, "
 				   "1.5h or 7d (plain: seconds), whole seconds from 1s to %dd", s,
 				   CLI_DURATION_MAX_DAYS);
+	if (all && opt_arg(opts, CLI_OPT_SCOPE))
+		return usage_error(cmd, "'%s' takes --scope S or --all, not both", cmd->name);
+	if (!all && !dry && !opt_arg(opts, CLI_OPT_SCOPE))
+		return usage_error(cmd, "'%s' without --scope disposes of every sandbox on this host older "
+				   "than %s, whoever owns it: give --all to mean that, or --scope S for one "
+				   "scope (--dry-run lists what would go)", cmd->name, s);
 	*ret_params = json_pack("{s:I, s:s*}", "older_than_seconds", (json_int_t)secs,
 				"scope", opt_arg(opts, CLI_OPT_SCOPE));
+	if (*ret_params && dry)
+		json_object_set_new(*ret_params, "dry_run", json_true());
 	return CLI_CONTINUE;
 }
 
@@ -1378,6 +1392,36 @@ static int report_dispose_scope(const struct cli_cmd *cmd, const struct cli_opts
 	return ret;
 }
 
+/* A dry run's result: "would remove: ..." and one line per sandbox,
+ * "NAME SCOPE CREATED ID", cleaned for a terminal. */
+static void print_reap_dry_run(const json_t *r)
+{
+	static const char *const keys[][2] = {
+		{ "would_remove_proxies", "proxy container(s)" }, { "would_remove_networks", "network(s)" },
+	};
+	const json_t *would = json_object_get(r, "would_dispose");
+	struct line l = { "would remove: ", ", ", 0 };
+	json_int_t n;
+	size_t i;
+	json_t *w;
+
+	line_add(&l, "%zu sandbox(es)", json_array_size(would));
+	for (i = 0; i < ELEMENTSOF(keys); i++)
+		if (get_int(r, keys[i][0], &n))
+			line_add(&l, "%" JSON_INTEGER_FORMAT " %s", n, keys[i][1]);
+	line_end(&l);
+	json_array_foreach(would, i, w) {
+		const char *cols[] = { get_str(w, "name"), get_str(w, "scope"), get_str(w, "created"),
+				       get_str(w, "sandbox") };
+
+		for (size_t c = 0; c < ELEMENTSOF(cols); c++) {
+			fputs(c ? " " : "  ", stdout);
+			put_clean(stdout, cols[c] ? cols[c] : "-", 0);
+		}
+		putchar('\n');
+	}
+}
+
 static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
 {
 	static const char *const keys[][2] = {
@@ -1391,6 +1435,8 @@ static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 
 	if (opts->json)
 		ret = print_json(r);
+	else if (json_is_true(json_object_get(r, "dry_run")))
+		print_reap_dry_run(r);
 	else
 		print_counters("removed: ", r, keys, ELEMENTSOF(keys));
 	json_array_foreach(failures, i, f) {
@@ -2282,10 +2328,16 @@ static const struct cli_cmd cli_cmds[] = {
 			"Prints nothing when done. When the daemon could not finish, says why on\n"
 			"stderr (\"disposal incomplete: CODE: DETAIL\") and exits with status 1.\n"
 			"\n"
+			"What goes: every sandbox of the key (every kind unless --kind), and\n"
+			"without --call that includes the key's call-scoped sandboxes, those of\n"
+			"every call; with --call C, only the sandboxes of call C. --sandbox ID\n"
+			"narrows it to that one container.\n"
+			"\n"
 			"  --scope S     the key's scope\n"
 			"  --thread T    the key's thread id\n"
 			"  --agent A     the key's agent directory\n"
-			"  --call C      the key's call id\n"
+			"  --call C      the key's call id: only call C's sandboxes (without it:\n"
+			"                the key's own and every call's)\n"
 			"  --kind K      the sandbox's kind\n"
 			"  --sandbox ID  the sandbox's id, as acquire printed it",
 		.handler = cmd_method,
@@ -2312,17 +2364,23 @@ static const struct cli_cmd cli_cmds[] = {
 	},
 	{
 		.name = "reap",
-		.usage = "reap --older-than DURATION [--scope S]",
+		.usage = "reap --older-than DURATION (--scope S | --all) [--dry-run]",
 		.summary = "dispose of sandboxes older than a duration (admin only)",
 		.help = "Dispose of the sandboxes created longer ago than DURATION, and remove the\n"
-			"egress proxies and networks left unused (sandbox.reap; admin only).\n"
+			"egress proxies and networks left unused (sandbox.reap; admin only): those\n"
+			"of one scope, or with --all every one on this host, whoever owns it.\n"
 			"Prints how many of each were removed, then each failure on stderr; exits\n"
-			"with status 1 if there was any.\n"
+			"with status 1 if there was any. With --dry-run nothing is removed: prints\n"
+			"what would be (the same selection), one sandbox per line as\n"
+			"\"NAME SCOPE CREATED ID\".\n"
 			"\n"
 			"  --older-than DURATION  90s, 15m, 1.5h, 7d, or plain seconds\n"
-			"  --scope S              only sandboxes of this scope",
+			"  --scope S              only sandboxes of this scope\n"
+			"  --all                  every scope (needed without --scope, unless --dry-run)\n"
+			"  --dry-run              list what would be removed; remove nothing",
 		.handler = cmd_method,
-		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE),
+		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_ALL) |
+			CLI_OPT_BIT(CLI_OPT_DRY_RUN),
 		.required = CLI_OPT_BIT(CLI_OPT_OLDER_THAN),
 		.method = MSB_METHOD_SANDBOX_REAP, .params = reap_params, .report = report_reap,
 	},

@@ -53,6 +53,7 @@ const struct rpc_param m_sandbox_reap_spec[] = {
 	{ "older_than_seconds", RPC_PARAM_INT, true,
 	  offsetof(struct m_sandbox_reap_params, older_than_seconds), NULL },
 	{ "scope", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_reap_params, scope), NULL },
+	{ "dry_run", RPC_PARAM_BOOL, false, offsetof(struct m_sandbox_reap_params, dry_run), NULL },
 	{ NULL },
 };
 
@@ -851,8 +852,8 @@ struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
 				"older_than_seconds must be a positive number of seconds");
 	clock_gettime(CLOCK_REALTIME, &now);
-	r = reap_start(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
-		       m_reap_done_cb, call);
+	r = reap_start_dry(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
+			   p->dry_run, m_reap_done_cb, call);
 	if (r < 0) {
 		/* The params were checked above: any failure here is the engine
 		 * request's (-ENOTCONN: unreachable), a code and a stable reason. */
