@@ -456,8 +456,9 @@ static void log_decision(struct follower *f, const struct egress_decision *dec)
 	}
 	if (f->log_count < EGRESS_LOG_PER_SECOND) {
 		f->log_count++;
-		log_info("egress: %s %s:%u (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
-			 dec->port, f->workload);
+		log_info("egress: %s %s:%u%s%s (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
+			 dec->port, dec->reason ? " " : "", dec->reason ? egress_reason_to_log(dec->reason) : "",
+			 f->workload);
 		return;
 	}
 	f->log_suppressed++;
@@ -485,6 +486,8 @@ static void publish(struct follower *f, const struct egress_decision *dec, uint6
 			   "port", (int)dec->port, "time", ts, "count", (json_int_t)count);
 	if (count > 1)
 		json_object_set_new(params, "first_time", json_string(first_ts));
+	if (egress_reason_to_string(dec->reason))
+		json_object_set_new(params, "reason", json_string(egress_reason_to_string(dec->reason)));
 	server_publish(eg->d->server, SERVER_EVENT_EGRESS_DECISION, f->owner, f->key.scope, "events.event",
 		       params);
 	json_decref(params);
