@@ -558,7 +558,7 @@ START_TEST(describe_declares_allowlist_only_with_the_proxy)
 	{
 		char *out = NULL, want[600];
 
-		snprintf(want, sizeof(want), "\negress: closed, allowlist (proxy %s)\n", proxy_binary);
+		snprintf(want, sizeof(want), "\negress: allowlist, closed (proxy %s)\n", proxy_binary);
 		ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "status", NULL }, &out, NULL), 0);
 		ck_assert_msg(strstr(out, want), "status lacks \"%s\": %s", want + 1, out);
 		free(out);
