@@ -266,8 +266,8 @@ START_TEST(reap_needs_a_scope_and_dry_run_removes_nothing)
 	ck_assert_msg(!strcmp(state, "true"), "the dry run touched the sandbox: %s", state);
 	free(state);
 	/* --json: the daemon's result, would_dispose with the sandbox. */
-	rc = run_cli(ARGS("--socket", e.d.sock, "--json", "reap", "--older-than", "1", "--all", "--dry-run"),
-		     &out, &err);
+	rc = run_cli(ARGS("--socket", e.d.sock, "--json", "reap", "--older-than", "1", "--scope", scope,
+			  "--dry-run"), &out, &err);
 	assert_cli(rc, 0, err);
 	r = json_loads(out, 0, NULL);
 	ck_assert_msg(r && json_is_true(json_object_get(r, "dry_run")), "dry run --json: %s", out);
