@@ -935,6 +935,53 @@ START_TEST(check_config_refuses_what_start_up_refuses)
 }
 END_TEST
 
+/* Capability refusals name the key that would lift them (issue 19), and
+ * the CLI's --json prints them as one JSON object on stderr with the
+ * daemon's code, type and data: an allowlist without egress.proxy_binary,
+ * files_list on a daemon whose files.plane is archive. Both are refused
+ * before anything is made. */
+static const struct {
+	const char *spec;
+	int code;
+	const char *type;
+	const char *key;
+} capability_refusals[] = {
+	{ "{\"egress\":\"allowlist\",\"egress_allow\":[\"a.test\"]}", 1101, "SandboxEgressNotEnforced",
+	  "egress.proxy_binary" },
+	{ "{\"requires\":[\"files_list\"]}", 1100, "SandboxCapabilityNotSupported", "files.plane" },
+};
+
+START_TEST(capability_refusals_name_the_key)
+{
+	struct msbd_proc d = { 0 };
+	char spec_path[256], *out = NULL, *err = NULL;
+	json_t *e;
+	FILE *f;
+
+	msbd_start(&d, (const char *[]){ "--set", "egress.proxy_binary=", "--set", "files.plane=archive", NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
+	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", d.dir);
+	f = fopen(spec_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(capability_refusals[_i].spec, f);
+	fclose(f);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "--json", "acquire", "--scope", "s",
+						   "--thread", "t", "--agent", "a", "--kind", "k", "--image",
+						   "msb-none:0", "--spec", spec_path, NULL }, &out, &err), 1);
+	ck_assert_str_eq(out, "");
+	e = json_loads(err, 0, NULL);
+	ck_assert_msg(e, "stderr is not one JSON object: %s", err);
+	ck_assert_int_eq(jint(e, "code"), capability_refusals[_i].code);
+	ck_assert_str_eq(jstr(e, "type"), capability_refusals[_i].type);
+	ck_assert_str_eq(jstr(e, "data.config_key"), capability_refusals[_i].key);
+	ck_assert_msg(strstr(jstr(e, "message"), capability_refusals[_i].key), "the message does not name %s: %s",
+		      capability_refusals[_i].key, jstr(e, "message"));
+	json_decref(e);
+	free(out), free(err);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- signals ---------------------------------------------------------- */
 
 START_TEST(sighup_reloads_and_keeps_a_good_config)
@@ -1493,6 +1540,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, check_config_prints_and_refuses);
 	tcase_add_loop_test(lifecycle, check_config_refuses_what_start_up_refuses, 0,
 			    sizeof(startup_refusals) / sizeof(startup_refusals[0]));
+	tcase_add_loop_test(lifecycle, capability_refusals_name_the_key, 0,
+			    sizeof(capability_refusals) / sizeof(capability_refusals[0]));
 	tcase_add_test(lifecycle, socket_group_and_journal_log_prefixes);
 	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);
