@@ -100,7 +100,8 @@ static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_c
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "f:s:e:dnhV", opts, NULL)) != -1) {
+	opterr = 0;     /* said here, labelled error: */
+	while ((ch = getopt_long(argc, argv, ":f:s:e:dnhV", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'f': c->config_file = optarg; break;
 		case 's': cmdline_add(c, xasprintf("socket.path=%s", optarg)); break;
@@ -110,7 +111,17 @@ static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_c
 		case 'n': *ret_check = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("maf-sandboxd %s\n", PACKAGE_VERSION); return 0;
-		default: usage(stderr); return 2;
+		case ':':
+			fprintf(stderr, "maf-sandboxd: error: option '%s' needs an argument\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		default:
+			if (optopt)
+				fprintf(stderr, "maf-sandboxd: error: unknown option '-%c'\n", optopt);
+			else
+				fprintf(stderr, "maf-sandboxd: error: unknown option '%s'\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -345,6 +356,17 @@ static void reap_timer_cb(evutil_socket_t fd, short what, void *arg)
 		m->reap_running = true;
 }
 
+/* A new configuration that the next start would refuse is refused now,
+ * by the same checks (startup.h). */
+static int reload_startup_check(const struct msbd_config *cfg, char **reterr_message)
+{
+	struct msbd_startup su = { 0 };
+	int r = msbd_startup_check(cfg, &su, reterr_message);
+
+	msbd_startup_clear(&su);
+	return r;
+}
+
 static void reload(struct msbd_main *m)
 {
 	struct msbd_config *cfg = NULL;
@@ -352,9 +374,10 @@ static void reload(struct msbd_main *m)
 	struct engine_options eo;
 
 	sd_notify_reloading();
-	if (config_load(&m->cmdline, &cfg, &err) < 0) {
+	if (config_load(&m->cmdline, &cfg, &err) < 0 || reload_startup_check(cfg, &err) < 0) {
 		log_warnx("reload: %s; keeping the old configuration", err);
 		sd_notify_ready("serving; reload failed, old configuration kept");
+		config_free(cfg);
 		return;
 	}
 	restart = config_restart_keys_changed(m->d.config, cfg);

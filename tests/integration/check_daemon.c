@@ -1023,6 +1023,30 @@ START_TEST(sighup_reloads_and_keeps_a_good_config)
 	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
 	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);   /* the old one is kept */
 	json_decref(desc);
+	/* A configuration the next start would refuse (startup.h) is refused
+	 * now: the log says so (watched, a hang guard), the old one is kept. */
+	f = fopen(path, "w");
+	fputs("limits.max_inflight = 8\nengine.host = ssh://user@host\n", f);
+	fclose(f);
+	msbd_signal(&d, SIGHUP);
+	{
+		char cmd[256], *log = NULL;
+		bool said = false;
+
+		snprintf(cmd, sizeof(cmd), "grep -c 'reload: cannot resolve the Docker endpoint: engine.host: ssh://' %s", d.log);
+		for (int i = 0; i < 200 && !said; i++) {
+			free(log);
+			log = sh(cmd);
+			said = strncmp(log, "1\n", 2) == 0;
+			if (!said)
+				usleep(50 * 1000);
+		}
+		ck_assert_msg(said, "the reload of an ssh:// engine.host was not refused: %s", log);
+		free(log);
+	}
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);
+	json_decref(desc);
 	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
 	{
 		char cmd[256], *log;
