@@ -2132,8 +2132,9 @@ static void print_event_what(const json_t *ev)
 }
 
 /* One event as one line: "TIME DECISION HOST:PORT sandbox=NAME scope=S
- * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME]" (count and
- * first when it stands for more than one decision). */
+ * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME] [reason=R]"
+ * (count and first when it stands for more than one decision; reason when
+ * the decision has one, e.g. not_connect). */
 static void print_event(const json_t *ev)
 {
 	const json_t *key = json_object_get(ev, "key");
@@ -2154,6 +2155,10 @@ static void print_event(const json_t *ev)
 	if (get_int(ev, "count", &count) && count > 1) {
 		printf(" count=%" JSON_INTEGER_FORMAT " first=", count);
 		put_value(get_str(ev, "first_time"));
+	}
+	if (get_str(ev, "reason")) {
+		fputs(" reason=", stdout);
+		put_value(get_str(ev, "reason"));
 	}
 	putchar('\n');
 }
@@ -2548,9 +2553,12 @@ static const struct cli_cmd cli_cmds[] = {
 			"written at once:\n"
 			"\n"
 			"  TIME DECISION HOST:PORT sandbox=NAME scope=S thread=T agent=A [call=C] kind=K\n"
+			"      [count=N first=TIME] [reason=R]      (all on one line)\n"
 			"\n"
 			"DECISION is ALLOW, DENY, DENY-NONGLOBAL or UNREACHABLE; an IPv6 HOST is in\n"
-			"brackets; call= is there only for a call-scoped key; \"-\" stands for a\n"
+			"brackets; call= is there only for a call-scoped key; count= and first= for\n"
+			"an event standing for several decisions; reason= for a decision that has\n"
+			"one (not_connect: a plain-HTTP request, refused); \"-\" stands for a\n"
 			"value not there. With --json: each event as one compact JSON object per\n"
 			"line, as the daemon sent it.\n"
 			"\n"

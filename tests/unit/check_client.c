@@ -1997,6 +1997,14 @@ static const struct cli_row cli_rows[] = {
 	  "events.subscribe", SUBSCRIBE_JSON, 0,
 	  "T9 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k count=2980 first=T1\n"
 	  "T10 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k\n", "", false },
+	{ "events: a decision's reason ends its line",
+	  { "events" }, NULL,
+	  ONE(EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":80,\"time\":\"T\",\"count\":1,"
+		    "\"reason\":\"not_connect\"}")
+	      SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0,
+	  "T DENY a.test:80 sandbox=x scope=s1 thread=t1 agent=a1 kind=k reason=not_connect\n", "", false },
 	{ "events with none kept prints nothing", { "events" }, NULL, ONE(SUBSCRIBED),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, "", "", false },
 	{ "events --scope --json: each event's params, compact, one per line",
