@@ -709,6 +709,22 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 
 /* files.stat and files.list: one path param, one item. A listing on the
  * archive plane is refused before the path is looked at. */
+
+/* A listing refused because the whole daemon serves the archive plane: the
+ * key that would serve it (files.plane) and why the plane is archive. */
+static void no_listing_name_key(const struct msbd *d, struct msb_error *e)
+{
+	char *msg;
+
+	if (d->plane_local || !e->data)
+		return;
+	json_object_set_new(e->data, "config_key", json_string("files.plane"));
+	msg = xasprintf("%s: this daemon serves the archive plane (%s); files.plane = auto or local "
+			"serves listings where the daemon runs as root on a local engine socket",
+			e->message ? e->message : "no listing", d->plane_reason ? d->plane_reason : "not available");
+	free(e->message);
+	e->message = msg;
+}
 static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_files_params *p,
 					 enum paths_op pop, enum fileop_kind kind)
 {
@@ -725,6 +741,7 @@ static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_f
 		struct msb_error e = { 0 };
 
 		fileop_error_no_listing(&e);
+		no_listing_name_key(d, &e);
 		fail = rpc_fail_error(call, &e);
 		msb_error_clear(&e);
 		return fail;

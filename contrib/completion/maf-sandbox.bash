@@ -15,7 +15,7 @@ _maf_sandbox_cmd_opts()
 	ls) echo '--scope --thread' ;;
 	dispose) echo '--scope --thread --agent --call --kind --sandbox' ;;
 	dispose-scope) echo '--scope --thread' ;;
-	reap) echo '--older-than --scope' ;;
+	reap) echo '--older-than --scope --all --dry-run' ;;
 	put) echo '-w --working-directory --cwd --mode' ;;
 	stat | dir) echo '-w --working-directory --cwd' ;;
 	get) echo '-w --working-directory --cwd --max-bytes' ;;

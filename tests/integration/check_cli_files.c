@@ -224,6 +224,79 @@ static void all_bytes(uint8_t buf[256])
 		buf[i] = (uint8_t)i;
 }
 
+/* ---- reap: --all, --dry-run ---------------------------------------------- */
+
+/* How long a dry run is retried until the sandbox is older than the
+ * minimum age (1 s): a hang guard, not a measure. */
+#define REAP_AGE_WAIT_MS 30000
+#define REAP_POLL_MS 200
+
+/* reap without --scope or --all is refused by the CLI (exit 2, nothing
+ * sent); --dry-run lists the sandbox by the sweep's selection and removes
+ * nothing (the engine still runs it); the real sweep of the scope then
+ * removes what the dry run listed. */
+START_TEST(reap_needs_a_scope_and_dry_run_removes_nothing)
+{
+	struct env e = { 0 };
+	char scope[96], *out = NULL, *err = NULL, *state;
+	json_t *r;
+	int rc = -1;
+
+	env_start(&e, "reap");
+	snprintf(scope, sizeof(scope), "%s-reap", run_id);
+	rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1"), &out, &err);
+	assert_cli(rc, 2, err);
+	ck_assert_msg(strstr(err, "--all") && strstr(err, "--scope"), "stderr: %s", err);
+	free(out), free(err);
+	/* The dry run, until the sandbox is old enough to be listed. */
+	for (int waited = 0; ; waited += REAP_POLL_MS) {
+		rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1", "--scope", scope, "--dry-run"),
+			     &out, &err);
+		assert_cli(rc, 0, err);
+		free(err);
+		if (strstr(out, e.sandbox))
+			break;
+		ck_assert_msg(waited < REAP_AGE_WAIT_MS, "the dry run never listed %s: %s", e.sandbox, out);
+		free(out);
+		usleep(REAP_POLL_MS * 1000);
+	}
+	ck_assert_msg(!strncmp(out, "would remove: 1 sandbox(es), 0 proxy container(s), 0 network(s)\n", 64) &&
+		      strstr(out, scope), "dry run output: %s", out);
+	free(out);
+	state = sh_out("docker inspect -f '{{.State.Running}}' %s 2>&1", e.sandbox);
+	ck_assert_msg(!strcmp(state, "true"), "the dry run touched the sandbox: %s", state);
+	free(state);
+	/* --json: the daemon's result, would_dispose with the sandbox. */
+	rc = run_cli(ARGS("--socket", e.d.sock, "--json", "reap", "--older-than", "1", "--scope", scope,
+			  "--dry-run"), &out, &err);
+	assert_cli(rc, 0, err);
+	r = json_loads(out, 0, NULL);
+	ck_assert_msg(r && json_is_true(json_object_get(r, "dry_run")), "dry run --json: %s", out);
+	{
+		size_t i;
+		json_t *w;
+		bool found = false;
+
+		json_array_foreach(json_object_get(r, "would_dispose"), i, w)
+			found |= jstr(w, "sandbox") && !strcmp(jstr(w, "sandbox"), e.sandbox) &&
+				 jstr(w, "scope") && !strcmp(jstr(w, "scope"), scope);
+		ck_assert_msg(found, "would_dispose lacks %s: %s", e.sandbox, out);
+	}
+	ck_assert_int_eq(jint(r, "disposed"), 0);
+	json_decref(r);
+	free(out), free(err);
+	/* The sweep itself removes what the dry run listed. */
+	rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1", "--scope", scope), &out, &err);
+	assert_cli(rc, 0, err);
+	ck_assert_msg(!strcmp(out, "removed: 1 sandbox(es), 0 proxy container(s), 0 network(s)\n"), "reap: %s", out);
+	free(out), free(err);
+	state = sh_out("docker inspect -f '{{.State.Running}}' %s 2>&1", e.sandbox);
+	ck_assert_msg(strstr(state, "No such"), "the sweep left the sandbox: %s", state);
+	free(state);
+	env_stop(&e);
+}
+END_TEST
+
 /* ---- put and get -------------------------------------------------------- */
 
 START_TEST(put_get_round_trip_all_byte_values)
@@ -363,8 +436,9 @@ START_TEST(failed_get_leaves_local_alone)
 	ck_assert_ptr_null(file_get(lpath(&e, 2, "new"), NULL));
 	ck_assert_int_eq(dir_count(e.local), 3);         /* all.bin, keep, adir: no temporary left */
 	ck_assert_int_eq(dir_count(lpath(&e, 3, "adir")), 0);
-	/* And the same get with room enough succeeds (the refusals were the limits'). */
-	assert_cli(cli(&e, "get", ARGS("--max-bytes", "256"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
+	/* And the same get with room enough succeeds (the refusals were the
+	 * limits'): 0.25K is 256 bytes (units.h). */
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "0.25K"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
 		       &err), 0, err);
 	free(err);
 	env_stop(&e);
@@ -601,7 +675,9 @@ static const struct usage_row usage_rows[] = {
 	{ { "get", "SB", NULL }, "missing arguments" },
 	{ { "get", "SB", "guest", "local", "extra", NULL }, "at most 3" },
 	{ { "get", "--max-bytes", "67108865", "SB", "guest", NULL }, "--max-bytes" },
-	{ { "get", "--max-bytes", "12k", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "12q", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "64.5M", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "-1K", "SB", "guest", NULL }, "1.5G" },
 	{ { "get", "--json", "SB", "guest", "local", NULL }, "LOCAL" },
 	{ { "stat", "SB", NULL }, "missing arguments" },
 	{ { "stat", "-r", "SB", "guest", NULL }, "--recursive" },
@@ -769,6 +845,11 @@ static Suite *cli_files_suite(void)
 	tcase_add_test(tc, exec_forwards_its_stdin);
 	tcase_add_test(tc, exec_sigint_cancels_and_kills);
 	tcase_add_test(tc, exec_json_keeps_a_timeouts_partial_output);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reap");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, reap_needs_a_scope_and_dry_run_removes_nothing);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("usage");

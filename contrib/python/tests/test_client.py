@@ -45,7 +45,10 @@ class Daemon(ClientTest):
         st = await self.client.status()
         self.assertTrue(st["engine"]["reachable"])
         self.assertEqual(st["daemon"]["socket"], self.daemon.sock)
-        self.assertEqual(st["egress"], {"configured": False})
+        self.assertFalse(st["egress"]["configured"])
+        # why allowlist is off, naming the key that turns it on (issue 19)
+        self.assertEqual(st["egress"]["modes"], ["closed"])
+        self.assertIn("egress.proxy_binary", st["egress"]["allowlist_off_reason"])
         self.assertEqual((await self.client.engine())["os"], "linux")
 
 

@@ -774,8 +774,10 @@ class ConnectionBehaviour(ScriptedServer):
             _send(w, {"jsonrpc": "2.0", "id": req["id"],
                       "result": {"types": ["egress.decision"], "scope": "s"}})
             for decision in ("DENY", "UNREACHABLE"):
+                # the DENY of a plain-HTTP request carries its reason
+                extra = {"reason": "not_connect"} if decision == "DENY" else {}
                 _send(w, {"jsonrpc": "2.0", "method": "events.event",
-                          "params": dict(event, decision=decision)})
+                          "params": dict(event, decision=decision, **extra)})
             # a coalesced one: 2980 identical decisions from first_time to time
             _send(w, {"jsonrpc": "2.0", "method": "events.event",
                       "params": dict(event, decision="DENY", count=2980,
@@ -793,6 +795,7 @@ class ConnectionBehaviour(ScriptedServer):
             self.assertEqual(got[0].key, msb.SandboxKey("s", "t", "a"))
             self.assertEqual((got[0].port, got[0].host), (443, "h"))
             self.assertEqual((got[0].count, got[0].first_time), (1, got[0].time))
+            self.assertEqual([e.reason for e in got], [None, "not_connect", None, None])
             self.assertEqual((got[3].count, got[3].first_time, got[3].time),
                              (2980, "2025-12-31T23:59:59.5Z", "2026-01-01T00:00:00.000000001Z"))
             self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": "s"})
