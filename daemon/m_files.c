@@ -287,8 +287,11 @@ static struct rpc_result *fail_reason_named(struct rpc_call *call, enum paths_re
 	struct rpc_result *r;
 	_cleanup_free_ char *wd_abs = files_wd_resolved(wd, sb);
 	const char *given = json_string_value(path);
+	/* A path longer than any path is may be as long as a frame: data.path
+	 * holds it cut, as the message does. */
+	_cleanup_free_ char *shown = given && strlen(given) > PATHS_MAX_BYTES ? files_echo(given) : NULL;
 
-	fileop_error_from_reason(reason, given, &e);
+	fileop_error_from_reason(reason, shown ? shown : given, &e);
 	files_error_name_path(&e, op, given, NULL, wd_abs ? wd_abs : wd ? json_string_value(wd) : NULL, (int)reason);
 	r = rpc_fail_error(call, &e);
 	msb_error_clear(&e);

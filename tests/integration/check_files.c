@@ -2576,6 +2576,20 @@ START_TEST(an_echoed_path_is_cut_in_the_message)
 		wd[i] = wd[i] == '/' ? '/' : '\x02';
 	EXPECT_ERR(f_stat(fx.id, wd, "x"), "ConfinementError");
 	ck_assert_msg(last_message_len < 1024, "a message of %zu bytes: %.200s", last_message_len, last_message);
+	/* A path refused for its length (12000 bytes): data.path cut too. */
+	{
+		char *longp = malloc(12001);
+
+		ck_assert_ptr_nonnull(longp);
+		memset(longp, '\x01', 12000);
+		for (size_t i = 200; i < 12000; i += 201)
+			longp[i] = '/';
+		longp[12000] = '\0';
+		EXPECT_ERR(f_stat(fx.id, NULL, longp), "InvalidParams");
+		ck_assert_msg(last_message_len < 1024, "a message of %zu bytes", last_message_len);
+		ck_assert_uint_lt(strlen(json_string_value(json_object_get(last_data, "path"))), 1024);
+		free(longp);
+	}
 	ck_assert_int_eq(replies_over_bound(), before);
 }
 END_TEST
