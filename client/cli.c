@@ -1409,11 +1409,13 @@ static void print_reap_dry_run(const json_t *r)
 	};
 	const json_t *would = json_object_get(r, "would_dispose");
 	struct line l = { "would remove: ", ", ", 0 };
-	json_int_t n;
+	json_int_t n, count = (json_int_t)json_array_size(would);
 	size_t i;
 	json_t *w;
 
-	line_add(&l, "%zu sandbox(es)", json_array_size(would));
+	/* The daemon lists the first ones and counts them all. */
+	(void)get_int(r, "would_dispose_count", &count);
+	line_add(&l, "%" JSON_INTEGER_FORMAT " sandbox(es)", count);
 	for (i = 0; i < ELEMENTSOF(keys); i++)
 		if (get_int(r, keys[i][0], &n))
 			line_add(&l, "%" JSON_INTEGER_FORMAT " %s", n, keys[i][1]);
@@ -1428,6 +1430,9 @@ static void print_reap_dry_run(const json_t *r)
 		}
 		putchar('\n');
 	}
+	if (count > (json_int_t)json_array_size(would))
+		printf("  ... and %" JSON_INTEGER_FORMAT " more, not listed\n",
+		       count - (json_int_t)json_array_size(would));
 }
 
 static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)

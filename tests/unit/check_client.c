@@ -1947,6 +1947,16 @@ static const struct cli_row cli_rows[] = {
 		    "\"would_remove_networks\":0}")),
 	  "sandbox.reap", "{\"older_than_seconds\":90,\"scope\":\"s\",\"dry_run\":true}",
 	  0, "would remove: 0 sandbox(es), 0 proxy container(s), 0 network(s)\n", "", false },
+	{ "reap --dry-run: more would go than are listed",
+	  { "reap", "--older-than", "1d", "--all", "--dry-run" }, NULL,
+	  ONE(REPLY("{\"disposed\":0,\"proxies_removed\":0,\"networks_removed\":0,\"failures\":[],"
+		    "\"dry_run\":true,\"would_dispose\":[{\"sandbox\":\"" SANDBOX_ID "\",\"name\":"
+		    "\"maf-sandbox-docker-111111111111\",\"scope\":\"s\",\"created\":\"2026-09-06T12:00:00Z\"}],"
+		    "\"would_dispose_count\":300,\"would_remove_proxies\":0,\"would_remove_networks\":0}")),
+	  "sandbox.reap", "{\"older_than_seconds\":86400,\"dry_run\":true}",
+	  0, "would remove: 300 sandbox(es), 0 proxy container(s), 0 network(s)\n"
+	  "  maf-sandbox-docker-111111111111 s 2026-09-06T12:00:00Z " SANDBOX_ID "\n"
+	  "  ... and 299 more, not listed\n", "", false },
 	/* --json: every error one JSON object on stderr, the exit status unchanged. */
 	{ "--json: the daemon's error as JSON",
 	  { "--json", "reap", "--older-than", "7d", "--all" }, NULL,
