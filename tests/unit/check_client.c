@@ -2203,6 +2203,29 @@ START_TEST(test_cli_json_connect_error)
 }
 END_TEST
 
+/* --json exec: its own failures exit 125 (CLI_EXIT_EXEC_FAILED, as docker
+ * run), and the JSON error's code is that exit status too. */
+START_TEST(test_cli_json_exec_connect_error)
+{
+	static const char *const args[] = { "exec", "--json", SANDBOX_ID, "--", "true", NULL };
+	char dir[64], missing[128];
+	struct cli_result res;
+	json_t *e;
+
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(missing, sizeof(missing), "%s/none.sock", dir);
+	cli_run(dir, missing, args, "", -1, &res);
+	ck_assert_int_eq(res.rc, CLI_EXIT_EXEC_FAILED);
+	e = json_loads(res.err, 0, NULL);
+	ck_assert_msg(e, "stderr is not JSON: %s", res.err);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), CLI_EXIT_EXEC_FAILED);
+	ck_assert_str_eq(get_str(e, "type"), "ConnectionError");
+	json_decref(e);
+	cli_result_free(&res);
+	rmdir(dir);
+}
+END_TEST
+
 /* status's egress line: the modes, then the proxy binary, or why allowlist
  * is off (which names the key). */
 static const struct {
@@ -2552,6 +2575,7 @@ static Suite *client_suite(void)
 	tcase_add_loop_test(tc, test_cli_command, 0, ELEMENTSOF(cli_rows));
 	tcase_add_test(tc, test_cli_spec_too_large);
 	tcase_add_test(tc, test_cli_json_connect_error);
+	tcase_add_test(tc, test_cli_json_exec_connect_error);
 	tcase_add_loop_test(tc, test_cli_status_egress_line, 0, ELEMENTSOF(status_egress_rows));
 	suite_add_tcase(s, tc);
 
