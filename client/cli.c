@@ -2766,6 +2766,7 @@ int main(int argc, char **argv)
 	int r;
 
 	cli_json_errors = argv_wants_json(argc, argv);
+	cli_exec_errors = false;
 	r = parse_options(argc, argv, &opts, NULL);
 	if (r != CLI_CONTINUE)
 		return close_stdout(r);
