@@ -29,7 +29,7 @@
 /* A label value (names_label_value: at most 63 bytes) and a NUL. */
 #define REAP_SCOPE_LABEL_MAX 64
 /* A dry run lists at most this many workloads in would_dispose (the first
- * in inventory order; would_dispose_count counts every one), so that its
+ * by name, reap_plan's order; would_dispose_count counts every one), so that its
  * reply keeps within the bound of a method without its own
  * (REPLYBOUND_DEFAULT_BYTES, 64 KiB): one entry takes at most
  * REAP_DRY_RUN_ENTRY_MAX_BYTES on the wire (a 63-byte scope label escaped). */
