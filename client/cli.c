@@ -187,6 +187,9 @@ static void print_help(const struct cli_cmd *cmd);
  * {"code", "type", "message", "data"} (cli_error_json). main() sets it from
  * argv before parsing, so an error met before --json is parsed is JSON too. */
 static bool cli_json_errors;
+/* exec: a failure other than the command line's exits CLI_EXIT_EXEC_FAILED
+ * (exec_failure), so that is the JSON error's code too. */
+static bool cli_exec_errors;
 
 /* The error types of the CLI's own errors (the daemon's errors keep the
  * daemon's code and type); their "code" is the exit status they cause. */
@@ -235,7 +238,8 @@ static int cli_errorv(int exit, const char *type, json_t *data, const char *hint
 	_cleanup_free_ char *msg = xvasprintf(fmt, ap);
 
 	if (cli_json_errors)
-		cli_error_json(exit, type, msg, data);
+		cli_error_json(cli_exec_errors && exit != CLI_EXIT_USAGE ? CLI_EXIT_EXEC_FAILED : exit, type, msg,
+			       data);
 	else
 		fprintf(stderr, "maf-sandbox: %s\n%s", msg, hint ? hint : "");
 	json_decref(data);
@@ -1409,11 +1413,13 @@ static void print_reap_dry_run(const json_t *r)
 	};
 	const json_t *would = json_object_get(r, "would_dispose");
 	struct line l = { "would remove: ", ", ", 0 };
-	json_int_t n;
+	json_int_t n, count = (json_int_t)json_array_size(would);
 	size_t i;
 	json_t *w;
 
-	line_add(&l, "%zu sandbox(es)", json_array_size(would));
+	/* The daemon lists the first ones and counts them all. */
+	(void)get_int(r, "would_dispose_count", &count);
+	line_add(&l, "%" JSON_INTEGER_FORMAT " sandbox(es)", count);
 	for (i = 0; i < ELEMENTSOF(keys); i++)
 		if (get_int(r, keys[i][0], &n))
 			line_add(&l, "%" JSON_INTEGER_FORMAT " %s", n, keys[i][1]);
@@ -1428,6 +1434,9 @@ static void print_reap_dry_run(const json_t *r)
 		}
 		putchar('\n');
 	}
+	if (count > (json_int_t)json_array_size(would))
+		printf("  ... and %" JSON_INTEGER_FORMAT " more, not listed\n",
+		       count - (json_int_t)json_array_size(would));
 }
 
 static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
@@ -2136,6 +2145,7 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 		return r;
 	(void)exec_deadline_ms(cmd, opts, &ms);     /* checked by cmd->params */
 	opts->timeout_ms = ms + CLI_DAEMON_TIMEOUT_MARGIN_MS;
+	cli_exec_errors = true;
 	r = cli_connect(opts, &conn);
 	if (r != 0) {
 		json_decref(params);
@@ -2756,6 +2766,7 @@ int main(int argc, char **argv)
 	int r;
 
 	cli_json_errors = argv_wants_json(argc, argv);
+	cli_exec_errors = false;
 	r = parse_options(argc, argv, &opts, NULL);
 	if (r != CLI_CONTINUE)
 		return close_stdout(r);

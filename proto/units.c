@@ -19,6 +19,7 @@ struct units_number {
 	uint64_t whole;
 	uint64_t frac;
 	unsigned frac_digits;
+	bool frac_dropped;     /* a non-zero digit past UNITS_FRAC_DIGITS was dropped */
 	const char *rest;
 };
 
@@ -46,6 +47,8 @@ static int number_parse(const char *s, struct units_number *ret)
 			if (n.frac_digits < UNITS_FRAC_DIGITS) {
 				n.frac = n.frac * 10 + (uint64_t)(*p - '0');
 				n.frac_digits++;
+			} else if (*p != '0') {
+				n.frac_dropped = true;
 			}
 	}
 	if (!digits)
@@ -65,7 +68,8 @@ static uint64_t pow10u(unsigned n)
 }
 
 /* n * mult / div (mult < 2^41, div 1 or 1000), rounded down, or -EDOM when
- * exact and a remainder is left. whole * mult and frac * mult each fit 128
+ * exact and a remainder is left (a dropped non-zero digit is one: no
+ * mult < 10^19 makes 10^-20 whole). whole * mult and frac * mult each fit 128
  * bits (< 2^105), so nothing overflows on the way. */
 static int number_scale(const struct units_number *n, uint64_t mult, uint64_t div, bool exact,
 			uint64_t *ret)
@@ -74,7 +78,7 @@ static int number_scale(const struct units_number *n, uint64_t mult, uint64_t di
 	units_u128 frac = (units_u128)n->frac * mult;
 	units_u128 q = (units_u128)n->whole * mult + frac / den;
 
-	if (exact && (frac % den || q % div))
+	if (exact && (n->frac_dropped || frac % den || q % div))
 		return -EDOM;
 	q /= div;
 	if (q > UINT64_MAX)

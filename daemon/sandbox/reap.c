@@ -266,6 +266,7 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
 	const char *id = json_string_value(json_object_get(inspect, "Id"));
 	const char *name = json_string_value(json_object_get(inspect, "Name"));
 	const char *created = json_string_value(json_object_get(inspect, "Created"));
+	const char *scope;
 	const json_t *labels = l == REAP_LISTING_NETWORKS ? json_object_get(inspect, "Labels")
 		: json_object_get(json_object_get(inspect, "Config"), "Labels");
 	struct reap_time t;
@@ -296,8 +297,15 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
 		return -EBADMSG;
 	}
 	item_fill(ret_item, (enum reap_kind)kind, id, name, &t);
-	snprintf(ret_item->scope, sizeof(ret_item->scope), "%s",
-		 json_string_value(json_object_get(labels, LABEL_SCOPE)));
+	scope = json_string_value(json_object_get(labels, LABEL_SCOPE));
+	if (strlen(scope) < sizeof(ret_item->scope)) {
+		snprintf(ret_item->scope, sizeof(ret_item->scope), "%s", scope);
+	} else {
+		/* Cut, it could end inside a UTF-8 sequence (and fail to encode). */
+		_cleanup_free_ char *lv = names_label_value(scope);
+
+		snprintf(ret_item->scope, sizeof(ret_item->scope), "%s", lv);
+	}
 	return 1;
 }
 
@@ -486,7 +494,7 @@ static void reap_finish(struct reap *rp)
 
 	if (rp->dry_run)
 		log_info("reap (dry run): would remove %zu sandbox(es), %zu prox(ies), %zu network(s); "
-			 "%zu failure(s)", json_array_size(rp->result.would_dispose), rp->result.would_remove_proxies,
+			 "%zu failure(s)", rp->result.would_dispose_count, rp->result.would_remove_proxies,
 			 rp->result.would_remove_networks, n_failures);
 	else
 		log_info("reap: removed %zu sandbox(es), %zu prox(ies), %zu network(s); %zu failure(s)",
@@ -812,27 +820,37 @@ static void reap_time_format(const struct reap_time *t, char *buf, size_t size)
 		snprintf(buf + n, size - n, "Z");
 }
 
-/* The dry run, at the point removal would start: what it would remove, by
- * the same selection (reap_item_goes), and nothing removed. */
-static void reap_dry_select(struct reap *rp)
+void reap_dry_result(const struct reap_item *items, size_t n, struct reap_result *result)
 {
-	for (size_t i = 0; i < rp->n_items; i++) {
-		const struct reap_item *it = &rp->items[i];
+	if (!result->would_dispose)
+		result->would_dispose = json_array();
+	for (size_t i = 0; i < n; i++) {
+		const struct reap_item *it = &items[i];
 		char created[64];
 
 		if (!reap_item_goes(it))
 			continue;
 		if (it->kind == REAP_PROXY) {
-			rp->result.would_remove_proxies++;
+			result->would_remove_proxies++;
 		} else if (it->kind == REAP_NETWORK) {
-			rp->result.would_remove_networks++;
+			result->would_remove_networks++;
 		} else {
+			result->would_dispose_count++;
+			if (json_array_size(result->would_dispose) >= REAP_DRY_RUN_LISTED_MAX)
+				continue;
 			reap_time_format(&it->created, created, sizeof(created));
-			json_array_append_new(rp->result.would_dispose,
+			json_array_append_new(result->would_dispose,
 					      json_pack("{s:s, s:s, s:s, s:s}", "sandbox", it->id, "name", it->name,
 							"scope", it->scope, "created", created));
 		}
 	}
+}
+
+/* The dry run, at the point removal would start: what it would remove, by
+ * the same selection (reap_item_goes), and nothing removed. */
+static void reap_dry_select(struct reap *rp)
+{
+	reap_dry_result(rp->items, rp->n_items, &rp->result);
 	reap_enter(rp, REAP_DONE);
 }
 
@@ -952,6 +970,7 @@ json_t *reap_result_to_json(const struct reap_result *result)
 	if (j && result->dry_run) {
 		json_object_set_new(j, "dry_run", json_true());
 		json_object_set(j, "would_dispose", result->would_dispose);
+		json_object_set_new(j, "would_dispose_count", json_integer((json_int_t)result->would_dispose_count));
 		json_object_set_new(j, "would_remove_proxies", json_integer((json_int_t)result->would_remove_proxies));
 		json_object_set_new(j, "would_remove_networks",
 				    json_integer((json_int_t)result->would_remove_networks));

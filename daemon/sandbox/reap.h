@@ -28,6 +28,13 @@
 #define REAP_NAME_MAX      NAMES_CONTAINER_MAX   /* fits NAME, NAME-proxy, NAME-net and a NUL */
 /* A label value (names_label_value: at most 63 bytes) and a NUL. */
 #define REAP_SCOPE_LABEL_MAX 64
+/* A dry run lists at most this many workloads in would_dispose (the first
+ * by name, reap_plan's order; would_dispose_count counts every one), so that its
+ * reply keeps within the bound of a method without its own
+ * (REPLYBOUND_DEFAULT_BYTES, 64 KiB): one entry takes at most
+ * REAP_DRY_RUN_ENTRY_MAX_BYTES on the wire (a 63-byte scope label escaped). */
+#define REAP_DRY_RUN_LISTED_MAX      64
+#define REAP_DRY_RUN_ENTRY_MAX_BYTES 640
 /* More IDs than this in one listing → "unlisted" (the sweep is refused). */
 #define REAP_MAX_RESOURCES 65536
 /* 0001-01-01T00:00:00Z, the earliest time there is (Python's datetime.min):
@@ -54,7 +61,9 @@ struct reap_result {
 	json_t *failures;           /* [{"code", "detail"}], in the order they happened */
 	/* A dry run (reap_start_dry): nothing removed, the counts above 0. */
 	bool dry_run;
-	json_t *would_dispose;      /* [{"sandbox", "name", "scope", "created"}]: the workloads */
+	json_t *would_dispose;      /* [{"sandbox", "name", "scope", "created"}]: the workloads,
+	                             * at most REAP_DRY_RUN_LISTED_MAX of them */
+	size_t would_dispose_count; /* every workload that would go, listed or not */
 	size_t would_remove_proxies;
 	size_t would_remove_networks;
 };
@@ -82,7 +91,8 @@ int reap_start_dry(struct msbd *d, int64_t older_than_s, const char *scope, doub
 
 /* The wire form {"disposed", "proxies_removed", "networks_removed",
  * "failures"}, and for a dry run also "dry_run": true, "would_dispose",
- * "would_remove_proxies", "would_remove_networks". New reference. */
+ * "would_dispose_count", "would_remove_proxies", "would_remove_networks".
+ * New reference. */
 json_t *reap_result_to_json(const struct reap_result *result);
 
 /* ---- the pure core ---------------------------------------------------------- */
@@ -134,7 +144,8 @@ struct reap_item {
 	char id[REAP_ID_HEX + 1];
 	char name[REAP_NAME_MAX];      /* without a leading '/' */
 	char group[REAP_NAME_MAX];     /* the workload's name: name less -proxy / -net */
-	char scope[REAP_SCOPE_LABEL_MAX]; /* its scope label (label_value of the scope) */
+	char scope[REAP_SCOPE_LABEL_MAX]; /* its scope label (label_value of the scope; a longer
+	                                   * label, which the daemon never writes, as label_value of it) */
 	struct reap_time created;
 	bool anchor;                   /* reap_plan: its group's age anchor */
 	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */
@@ -166,5 +177,11 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
  * proxy or network never extends an old workload, and a young orphan proxy
  * keeps its older network. */
 void reap_plan(struct reap_item *items, size_t n, const struct reap_time *cutoff);
+
+/* A dry run's selection from planned items (the removal's: expired, its
+ * group not held): result's would_dispose (created if NULL; at most
+ * REAP_DRY_RUN_LISTED_MAX entries), would_dispose_count and the proxies'
+ * and networks' counts. */
+void reap_dry_result(const struct reap_item *items, size_t n, struct reap_result *result);
 
 #endif

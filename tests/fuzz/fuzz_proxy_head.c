@@ -86,8 +86,18 @@ static void fuzz_head(const char *s, size_t len, size_t step)
 
 		/* A plain-HTTP request's target, when it has one, logs as any other. */
 		if (proxy_head_plain_target(&a, &pt) == 0) {
+			char line[MSB_EGRESS_HOST_MAX + 64];
+			int n;
+
 			require(pt.port != 0, "plain target port 0");
 			check_log_line(&pt);
+			/* The line the proxy writes: one line, the reason its only space after the target. */
+			n = proxy_format_decision_reason(PROXY_DENY, &pt, PROXY_REASON_NOT_CONNECT, line, sizeof(line));
+			require(n > 0 && line[n - 1] == '\n' && memchr(line, '\n', (size_t)n - 1) == NULL,
+				"a not-CONNECT line is not one line");
+			require(strchr(line + strlen("DENY "), ' ') == strrchr(line, ' ') &&
+				strcmp(strrchr(line, ' '), " " PROXY_REASON_NOT_CONNECT "\n") == 0,
+				"a not-CONNECT line's target holds a space");
 		}
 	} else {
 		struct proxy_target pt;

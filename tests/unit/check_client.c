@@ -1947,6 +1947,16 @@ static const struct cli_row cli_rows[] = {
 		    "\"would_remove_networks\":0}")),
 	  "sandbox.reap", "{\"older_than_seconds\":90,\"scope\":\"s\",\"dry_run\":true}",
 	  0, "would remove: 0 sandbox(es), 0 proxy container(s), 0 network(s)\n", "", false },
+	{ "reap --dry-run: more would go than are listed",
+	  { "reap", "--older-than", "1d", "--all", "--dry-run" }, NULL,
+	  ONE(REPLY("{\"disposed\":0,\"proxies_removed\":0,\"networks_removed\":0,\"failures\":[],"
+		    "\"dry_run\":true,\"would_dispose\":[{\"sandbox\":\"" SANDBOX_ID "\",\"name\":"
+		    "\"maf-sandbox-docker-111111111111\",\"scope\":\"s\",\"created\":\"2026-09-06T12:00:00Z\"}],"
+		    "\"would_dispose_count\":300,\"would_remove_proxies\":0,\"would_remove_networks\":0}")),
+	  "sandbox.reap", "{\"older_than_seconds\":86400,\"dry_run\":true}",
+	  0, "would remove: 300 sandbox(es), 0 proxy container(s), 0 network(s)\n"
+	  "  maf-sandbox-docker-111111111111 s 2026-09-06T12:00:00Z " SANDBOX_ID "\n"
+	  "  ... and 299 more, not listed\n", "", false },
 	/* --json: every error one JSON object on stderr, the exit status unchanged. */
 	{ "--json: the daemon's error as JSON",
 	  { "--json", "reap", "--older-than", "7d", "--all" }, NULL,
@@ -2187,6 +2197,29 @@ START_TEST(test_cli_json_connect_error)
 	ck_assert_ptr_nonnull(strstr(get_str(e, "message"), missing));
 	ck_assert_str_eq(get_str(json_object_get(e, "data"), "socket"), missing);
 	ck_assert_str_eq(get_str(json_object_get(e, "data"), "errno"), "ENOENT");
+	json_decref(e);
+	cli_result_free(&res);
+	rmdir(dir);
+}
+END_TEST
+
+/* --json exec: its own failures exit 125 (CLI_EXIT_EXEC_FAILED, as docker
+ * run), and the JSON error's code is that exit status too. */
+START_TEST(test_cli_json_exec_connect_error)
+{
+	static const char *const args[] = { "exec", "--json", SANDBOX_ID, "--", "true", NULL };
+	char dir[64], missing[128];
+	struct cli_result res;
+	json_t *e;
+
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(missing, sizeof(missing), "%s/none.sock", dir);
+	cli_run(dir, missing, args, "", -1, &res);
+	ck_assert_int_eq(res.rc, CLI_EXIT_EXEC_FAILED);
+	e = json_loads(res.err, 0, NULL);
+	ck_assert_msg(e, "stderr is not JSON: %s", res.err);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), CLI_EXIT_EXEC_FAILED);
+	ck_assert_str_eq(get_str(e, "type"), "ConnectionError");
 	json_decref(e);
 	cli_result_free(&res);
 	rmdir(dir);
@@ -2542,6 +2575,7 @@ static Suite *client_suite(void)
 	tcase_add_loop_test(tc, test_cli_command, 0, ELEMENTSOF(cli_rows));
 	tcase_add_test(tc, test_cli_spec_too_large);
 	tcase_add_test(tc, test_cli_json_connect_error);
+	tcase_add_test(tc, test_cli_json_exec_connect_error);
 	tcase_add_loop_test(tc, test_cli_status_egress_line, 0, ELEMENTSOF(status_egress_rows));
 	suite_add_tcase(s, tc);
 

@@ -317,6 +317,80 @@ START_TEST(test_item_names)
 }
 END_TEST
 
+/* A scope label longer than the item keeps (the daemon never writes one,
+ * anyone with the engine may) is kept as its label_value, never cut inside
+ * a UTF-8 sequence: the dry run lists the workload like any other. */
+START_TEST(test_item_long_scope_label)
+{
+	_cleanup_free_ char *scope = NULL, *doc_text = NULL;
+	json_auto_t *doc = NULL;
+	struct reap_result result = { 0 };
+	struct reap_item item;
+	char *detail = NULL;
+	size_t n = 0;
+
+	scope = xcalloc(1, 2 * 50 + 1);
+	for (int i = 0; i < 50; i++)
+		n += (size_t)sprintf(scope + n, "\xc3\xa9");         /* é: 2 bytes, 100 in all */
+	doc_text = xasprintf(C_DOC(ID("a"), NAME1, OLD, "{" LABELS_OF("%s") "}"), scope);
+	doc = json_loads(doc_text, 0, NULL);
+	ck_assert_ptr_nonnull(doc);
+	ck_assert_int_eq(reap_item_from_inspect(REAP_LISTING_CONTAINERS, ID("a"), doc, NULL, &item, &detail), 1);
+	ck_assert_int_eq(strncmp(item.scope, "sha256-", 7), 0);
+	item.expired = true;
+	reap_dry_result(&item, 1, &result);
+	ck_assert_uint_eq(result.would_dispose_count, 1);
+	ck_assert_int_eq(json_array_size(result.would_dispose), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(result.would_dispose, 0), "scope")),
+			 item.scope);
+	json_decref(result.would_dispose);
+}
+END_TEST
+
+/* However many workloads would go, the dry run's reply keeps within the
+ * 64 KiB bound of a method without its own (REPLYBOUND_DEFAULT_BYTES): at
+ * most REAP_DRY_RUN_LISTED_MAX listed, each at most
+ * REAP_DRY_RUN_ENTRY_MAX_BYTES, every one counted. */
+START_TEST(test_dry_result_bounded)
+{
+	const size_t n = 3 * REAP_DRY_RUN_LISTED_MAX + 1;
+	_cleanup_free_ struct reap_item *items = xcalloc(n, sizeof(*items));
+	struct reap_result result = { .failures = json_array() };
+	_cleanup_free_ char *s = NULL;
+	json_t *j, *w;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		struct reap_item *it = &items[i];
+
+		it->kind = i % 3 == 0 ? REAP_WORKLOAD : i % 3 == 1 ? REAP_PROXY : REAP_WORKLOAD;
+		snprintf(it->id, sizeof(it->id), "%064zx", i);
+		memset(it->name, 'n', sizeof(it->name) - 1);
+		memset(it->scope, '\x01', sizeof(it->scope) - 1);     /* each escaped: \u0001 */
+		it->created = (struct reap_time){ .s = 253402300799, .ns = 999999999 };   /* 9999-12-31 */
+		it->expired = true;
+	}
+	items[n - 1].held = true;                                   /* kept: not counted */
+	reap_dry_result(items, n, &result);
+	ck_assert_uint_eq(result.would_dispose_count, 2 * REAP_DRY_RUN_LISTED_MAX);
+	ck_assert_uint_eq(result.would_remove_proxies, REAP_DRY_RUN_LISTED_MAX);
+	ck_assert_int_eq(json_array_size(result.would_dispose), REAP_DRY_RUN_LISTED_MAX);
+	json_array_foreach(result.would_dispose, i, w) {
+		_cleanup_free_ char *e = json_dumps(w, JSON_COMPACT | JSON_ENCODE_ANY);
+
+		ck_assert_uint_le(strlen(e) + 1, REAP_DRY_RUN_ENTRY_MAX_BYTES);
+	}
+	result.dry_run = true;
+	j = reap_result_to_json(&result);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "would_dispose_count")), 2 * REAP_DRY_RUN_LISTED_MAX);
+	s = json_dumps(j, JSON_COMPACT);
+	ck_assert_uint_le(strlen(s) + 256, 64 * 1024);
+	json_decref(j);
+	json_decref(result.would_dispose);
+	json_decref(result.failures);
+}
+END_TEST
+
 START_TEST(test_ids)
 {
 	ck_assert(reap_id_is_valid(ID("0")));
@@ -1076,6 +1150,8 @@ static Suite *reap_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_reaps_in_order);
 	tcase_add_test(tc, test_dry_run_removes_nothing);
+	tcase_add_test(tc, test_item_long_scope_label);
+	tcase_add_test(tc, test_dry_result_bounded);
 	tcase_add_test(tc, test_sweep_result_has_no_dry_run_members);
 	tcase_add_test(tc, test_lone_and_young);
 	tcase_add_test(tc, test_overflow_keeps_everything);

@@ -102,6 +102,10 @@ static const struct {
 	{ "1.5", MSB_TIME_S, MSB_TIME_S, -EDOM, 0 },
 	{ "1.5", MSB_TIME_S, MSB_TIME_MS, 0, 1500 },        /* the CLI's --timeout */
 	{ "0.0005", MSB_TIME_S, MSB_TIME_MS, -EDOM, 0 },
+	/* Past 19 fraction digits: a non-zero digit is still not whole, zeros are. */
+	{ "1.00000000000000000001s", MSB_TIME_MS, MSB_TIME_MS, -EDOM, 0 },
+	{ "1.0000000000000000000000000001d", MSB_TIME_S, MSB_TIME_S, -EDOM, 0 },
+	{ "1.50000000000000000000000000000s", MSB_TIME_MS, MSB_TIME_MS, 0, 1500 },
 	/* The edges of uint64. */
 	{ "18446744073709551615", MSB_TIME_MS, MSB_TIME_MS, 0, UINT64_MAX },
 	{ "18446744073709551616", MSB_TIME_MS, MSB_TIME_MS, -ERANGE, 0 },
