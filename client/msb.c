@@ -330,6 +330,9 @@ static int recv_some(struct msb_conn *conn, int64_t deadline, bool stop_on_signa
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
+		/* A signal that came outside the wait (it interrupts nothing
+		 * then) is seen here, before waiting. */
+		call_cancel_maybe(conn, deadline);
 		r = wait_fd(conn->fd, POLLIN, deadline, stop_on_signal || conn->cancel_flag);
 		if (r == MSB_E_TIMEOUT && !stop_on_signal && conn->cancel_flag && (!deadline || now_ms() < deadline)) {
 			/* A signal, not the deadline: maybe cancel; wait on. */
@@ -704,6 +707,9 @@ static int stdin_call_run(struct msb_conn *conn, struct stdin_call *sc, int fd, 
 			return MSB_E_PROTO;
 		if (sc->answered && !sc->chunk_id)
 			return sc->result;
+		/* A signal that came outside poll (reading fd, sending a
+		 * chunk) interrupted nothing: the flag is looked at each turn. */
+		call_cancel_maybe(conn, deadline);
 		if (conn->cancel_sent)
 			sc->in_done = true;   /* cancelled: no more of it */
 		nfds = !sc->in_done && !sc->chunk_id && !sc->answered ? 2 : 1;

@@ -147,7 +147,9 @@ json_t *msb_last_error_data(const struct msb_conn *conn);      /* error.data, or
 /* Cancelling the call in flight (call.cancel, PROTOCOL.md). flag (borrowed;
  * NULL = never, the default) is typically set by a signal handler: when a
  * signal interrupts msb_call()'s or msb_call_stdin()'s wait and *flag is
- * non-zero, call.cancel {id} for that call is sent, once per call, as a
+ * non-zero (or *flag is found non-zero before a wait: a signal that came
+ * while the call was reading or sending), call.cancel {id} for that call
+ * is sent, once per call, as a
  * notification, and the call keeps waiting for its answer (a cancelled
  * sandbox.exec answers Cancelled, 1209, with its partial output; a call
  * that cannot be cancelled, or that had finished, answers as it would

@@ -790,6 +790,18 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	exec_stream_flush(x);
 
 	if (r->error == -ECANCELED && x->cancelled) {
+		if (!r->exec_id) {
+			/* Cancelled before the engine made the exec (waiting for a
+			 * freeze of ours, or its create in flight): nothing ran,
+			 * nothing is killed, and exec.on_timeout = dispose does not
+			 * remove the sandbox for it — as a deadline spent waiting
+			 * for the freeze does not. */
+			exec_log_end(x, "was cancelled before it started");
+			x->failure = -ECANCELED;
+			exec_fail_final(x);
+			exec_req_free(x);
+			return;
+		}
 		exec_log_end(x, "was cancelled");
 		exec_keep_partial(x, r);
 		x->exec_id = r->exec_id ? xstrdup(r->exec_id) : NULL;

@@ -1658,6 +1658,75 @@ START_TEST(a_closed_connection_cancels_its_exec)
 }
 END_TEST
 
+/* True if the engine knows the container. */
+static bool engine_has_container(const char *id)
+{
+	char path[160], *body;
+	json_t *j;
+	bool there;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", id);
+	body = engine_get(path, NULL, NULL);
+	j = json_loads(body, 0, NULL);
+	there = json_is_string(jget(j, "Id"));
+	json_decref(j);
+	free(body);
+	return there;
+}
+
+/* An exec cancelled while it waits for a file call's freeze never ran:
+ * Cancelled, nothing killed, and exec.on_timeout = dispose leaves the
+ * sandbox (as a deadline spent waiting does). */
+START_TEST(an_exec_cancelled_before_it_started_leaves_the_sandbox)
+{
+	static const char *const args[] = { "--set", "exec.on_timeout=dispose", NULL };
+	struct env e = { 0 };
+	struct reply rep;
+	bool seen = false;
+	json_t *j;
+	int fd, fd2;
+
+	if (harness_file_plane() && strcmp(harness_file_plane(), "local") == 0)
+		return;   /* the local plane has no freeze */
+	msbd_start(&e.d, args);
+	json_decref(wait_engine_state(e.d.sock, "reachable", ENGINE_WAIT_MS));
+	env_acquire(&e, "cancelwait", "t");
+	exec_ok(&e, json_string("true"), &rep);   /* the identity is fixed */
+	reply_clear(&rep);
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	send_big_write(&e, fd);
+	for (int i = 0; i < PAUSE_POLL_ROUNDS && !seen; i++) {
+		seen = engine_paused(e.sandbox);
+		if (!seen)
+			usleep(PAUSE_POLL_US);
+	}
+	ck_assert_msg(seen, "the files.write never showed the container paused");
+	fd2 = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd2, 0);
+	raw_request(fd2, CANCEL_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i}", "sandbox", e.sandbox, "command", "sleep 303", "timeout_seconds",
+			      EXEC_TIMEOUT_S));
+	raw_request(fd2, 2, "call.cancel", json_pack("{s:i}", "id", CANCEL_EXEC_ID));
+	j = raw_reply_to(fd2, 2);
+	ck_assert_msg(json_is_true(jget(j, "result.cancelled")), "call.cancel not taken");
+	json_decref(j);
+	j = raw_reply_to(fd2, CANCEL_EXEC_ID);
+	ck_assert_int_eq(jint(j, "error.code"), ERR_CANCELLED);
+	json_decref(j);
+	/* The exec and its cancel were taken in the same turns while the
+	 * container was paused (a 24 MiB files.write): it never reached the
+	 * engine. */
+	ck_assert_msg(engine_has_container(e.sandbox), "an exec cancelled before it started disposed of the sandbox");
+	close(fd2);
+	j = raw_recv(fd, CLIENT_TIMEOUT_MS);
+	json_decref(j);
+	close(fd);
+	assert_no_survivor(&e, " sleep 303");
+	env_stop(&e);
+}
+END_TEST
+
 /* A half-close (the client sent everything, and still reads) is no
  * cancel: the exec runs to its end and is answered. */
 START_TEST(a_half_closed_connection_still_gets_its_answer)
@@ -1757,6 +1826,7 @@ static Suite *exec_suite(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, call_cancel_kills_the_command_and_answers_cancelled);
 	tcase_add_test(tc, a_closed_connection_cancels_its_exec);
+	tcase_add_test(tc, an_exec_cancelled_before_it_started_leaves_the_sandbox);
 	tcase_add_test(tc, a_half_closed_connection_still_gets_its_answer);
 	tcase_add_test(tc, a_timeout_carries_the_partial_output);
 	suite_add_tcase(s, tc);

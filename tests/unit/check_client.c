@@ -2468,6 +2468,52 @@ START_TEST(test_call_stdin_streams_an_fd)
 }
 END_TEST
 
+/* The cancel flag set while no wait was interrupted (a signal that came
+ * while the client read its fd, sent a chunk or its request): call.cancel
+ * still goes out, at the next turn, not only on a later signal. Loop 0:
+ * msb_call_stdin, 1: msb_call. */
+static volatile sig_atomic_t stdin_cancel_flag;
+
+START_TEST(test_call_stdin_cancel_flag_set_outside_the_wait)
+{
+	const struct fake_script s = {
+		.requests = 2,
+		.replies = { { .chunks = { NULL } },
+			     { .chunks = { "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1209,"
+					   "\"message\":\"cancelled\",\"data\":{\"type\":\"Cancelled\"}}}\n" } } },
+	};
+	struct msb_conn *conn;
+	json_t *result = NULL, *req;
+	int pfd[2];
+	struct fake f;
+
+	ck_assert_int_eq(pipe(pfd), 0);   /* never readable: the write end stays open */
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	stdin_cancel_flag = 1;
+	msb_set_cancel_flag(conn, &stdin_cancel_flag);
+	if (_i == 0)
+		ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", json_pack("{s:s}", "sandbox", "x"), pfd[0],
+						&result), MSB_E_REMOTE);
+	else
+		ck_assert_int_eq(msb_call(conn, "sandbox.exec", json_pack("{s:s}", "sandbox", "x"), &result),
+				 MSB_E_REMOTE);
+	ck_assert_int_eq(msb_last_error_code(conn), 1209);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	ck_assert_ptr_nonnull(f.request[1]);
+	req = json_loadb(f.request[1], f.request_len[1], 0, NULL);
+	ck_assert_ptr_nonnull(req);
+	ck_assert_str_eq(json_string_value(json_object_get(req, "method")), "call.cancel");
+	ck_assert_ptr_null(json_object_get(req, "id"));   /* a notification */
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(req, "params"), "id")), 1);
+	json_decref(req);
+	close(pfd[0]);
+	close(pfd[1]);
+	fake_free(&f);
+}
+END_TEST
+
 START_TEST(test_call_stdin_bad_arguments)
 {
 	struct msb_conn *conn;
@@ -2530,6 +2576,7 @@ static Suite *client_suite(void)
 	tc = tcase_create("call_stdin");
 	tcase_add_test(tc, test_call_stdin_streams_an_fd);
 	tcase_add_test(tc, test_call_stdin_bad_arguments);
+	tcase_add_loop_test(tc, test_call_stdin_cancel_flag_set_outside_the_wait, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("rejects_bad_arguments");
 	tcase_add_test(tc, test_bad_arguments);

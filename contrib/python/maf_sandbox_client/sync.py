@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import queue
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -43,14 +44,48 @@ T = TypeVar("T")
 _UNBOUNDED: Any = object()
 
 
+def _settle(future: asyncio.Future[Any], item: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return  # the exec ended meanwhile: nobody waits for it
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(item)
+
+
 async def _aiter_from(it: Iterator[bytes]) -> Any:
-    """An iterator (maybe blocking: a file) as an async one, each item taken on a thread."""
+    """An iterator (maybe blocking: a file, a terminal, a pipe) as an async one, each item
+    taken on a daemon thread of its own, on demand. Not the loop's executor: its threads are
+    joined when the interpreter exits, so a ``next()`` that blocks for good after the command
+    stopped reading (a terminal nobody types into) would hang the program's exit."""
+    loop = asyncio.get_running_loop()
+    wanted: queue.SimpleQueue[asyncio.Future[Any] | None] = queue.SimpleQueue()
     done = object()
-    while True:
-        item = await asyncio.to_thread(next, it, done)
-        if item is done:
-            return
-        yield item
+
+    def pull() -> None:
+        while (future := wanted.get()) is not None:
+            try:
+                item, exc = next(it, done), None
+            except BaseException as e:  # handed to the awaiting task
+                item, exc = None, e
+            try:
+                loop.call_soon_threadsafe(_settle, future, item, exc)
+            except RuntimeError:
+                return  # the loop is closed
+            if exc is not None or item is done:
+                return
+
+    threading.Thread(target=pull, name="maf-sandbox-stdin", daemon=True).start()
+    try:
+        while True:
+            future = loop.create_future()
+            wanted.put(future)
+            item = await future
+            if item is done:
+                return
+            yield item
+    finally:
+        wanted.put(None)
 
 
 class Client:

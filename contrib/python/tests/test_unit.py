@@ -961,6 +961,56 @@ class StdinAndCancel(ScriptedServer):
         with self.assertRaises(TypeError):
             await client.sandbox("0" * 64).exec("cat", stdin=123)  # type: ignore[arg-type]
 
+    async def test_sync_stdin_blocked_after_the_exec_ended_keeps_no_exit_waiting(self) -> None:
+        """The blocking client reads an iterable stdin on a daemon thread: one ``next()`` that
+        blocks for good once the command stopped reading (a terminal nobody types into) must
+        not be a thread the interpreter joins at exit (the loop's executor's are)."""
+        entered, gate = threading.Event(), threading.Event()
+
+        def source():
+            yield b"x"
+            entered.set()
+            gate.wait(30)   # "blocks for good" (released at the end)
+            yield b"y"
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            exec_req = await _read_request(r)
+            chunk = await _read_request(r)
+            _send(w, {"jsonrpc": "2.0", "id": chunk["id"], "result": {"written": 1}})
+            await w.drain()
+            # The client now waits in next() for its second item: the command ends.
+            self.assertTrue(await asyncio.to_thread(entered.wait, 10))
+            _send(w, {"jsonrpc": "2.0", "id": exec_req["id"],
+                      "result": {"exit_code": 0, "stdout_b64": "", "stderr_b64": ""}})
+            await w.drain()
+            await r.read()
+
+        def blocking_reader() -> list[threading.Thread]:
+            with msb.connect(self.sock) as client:
+                client.sandbox("0" * 64).exec("head -c1", stdin=source())
+            code = source.__code__
+            readers = []
+            for tid, frame in sys._current_frames().items():
+                f = frame
+                while f is not None and f.f_code is not code:
+                    f = f.f_back
+                if f is not None:
+                    readers.append(threading._active[tid])  # type: ignore[attr-defined]
+            return readers
+
+        await self.serve(script)
+        try:
+            readers = await asyncio.to_thread(blocking_reader)
+            self.assertEqual(len(readers), 1, "no thread is blocked reading stdin")
+            # An executor's worker is joined at exit (concurrent.futures registers them all),
+            # daemon or not.
+            import concurrent.futures.thread as cft
+            self.assertNotIn(readers[0], cft._threads_queues,  # type: ignore[attr-defined]
+                             f"{readers[0].name} would hold the interpreter's exit")
+            self.assertTrue(readers[0].daemon, f"{readers[0].name} would hold the exit")
+        finally:
+            gate.set()
+
     def test_partial_output_of_a_timeout_and_a_cancel(self) -> None:
         for code, cls in ((1205, msb.SandboxTimeoutError), (1209, msb.SandboxExecCancelled)):
             exc = msb.error_from_wire({"code": code, "message": "m", "data": {
