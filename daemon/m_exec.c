@@ -862,8 +862,11 @@ static void exec_cancel_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	/* Without a run (the identity still resolves) exec_guest_cb answers. */
-	if (x->run)
+	/* Without a run (the identity still resolves) exec_guest_cb answers.
+	 * A command that ended in the turn the cancel was taken may already be
+	 * having its directory checked: that run is the daemon's own, short,
+	 * and decides the answer, so it is left to finish. */
+	if (x->run && !x->checking_wd)
 		execrun_cancel(x->run);   /* exec_done_cb runs now, with -ECANCELED */
 }
 
