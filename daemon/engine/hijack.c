@@ -220,6 +220,12 @@ static int hijack_head_done(struct engine_hijack *h)
 		uint8_t *tail = rest ? h->in + h->head.len : NULL;
 		int r = 0;
 
+		/* An engine that switches protocols before it has our whole
+		 * request would take the request's rest as the command's stdin:
+		 * refuse it. */
+		if (h->req_sent < h->req_len)
+			return -EPROTO;
+
 		h->state = HIJACK_STREAM;
 		if (tail)
 			r = h->data(tail, rest, h->arg);
