@@ -1,5 +1,6 @@
 /* m_sandbox.c — sandbox.acquire, sandbox.dispose, sandbox.dispose_scope,
  * sandbox.list. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "engine.h"
 #include "errmap.h"
 #include "log.h"
+#include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-limits.h"
 #include "names.h"
@@ -691,15 +693,37 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	instance_free(op);
 }
 
+/* A full id (64 hex, either case) is disposed of as before names: asked
+ * of the engine, whatever the registry knows. Lower-cased into id. */
+static bool dispose_instance_id(const char *given, char id[REGISTRY_ID_LEN + 1])
+{
+	if (strlen(given) != REGISTRY_ID_LEN || strspn(given, "0123456789abcdefABCDEF") != REGISTRY_ID_LEN)
+		return false;
+	for (size_t i = 0; i <= REGISTRY_ID_LEN; i++)
+		id[i] = (char)tolower((unsigned char)given[i]);
+	return true;
+}
+
 static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key *key,
-					   const char *kind, const char *id)
+					   const char *kind, const char *given)
 {
 	struct instance_op *op;
+	char id[REGISTRY_ID_LEN + 1];
 
-	if (!names_id_is_full(id)) {
-		msb_key_release(key);
-		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
-				"sandbox must be a full 64-hex container id");
+	if (!dispose_instance_id(given, id)) {
+		struct rpc_result *fail = NULL;
+		const struct sandbox *sb = NULL;
+		int r = m_files_sandbox_resolve(rpc_call_ctx(call), call, given, &sb, &fail);
+
+		if (r == -ENOENT) {
+			msb_key_release(key);
+			return rpc_reply(call, json_null());     /* nothing of the caller's: idempotent */
+		}
+		if (r < 0) {
+			msb_key_release(key);
+			return fail;
+		}
+		snprintf(id, sizeof(id), "%s", sb->id);
 	}
 	op = xcalloc(1, sizeof(*op));
 	op->d = rpc_call_ctx(call);
