@@ -136,7 +136,8 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 	struct msb_error err = { 0 };
 	struct rpc_result *r;
 
-	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, &err) < 0) {
+	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, sb->image, sb->image_id,
+			  &err) < 0) {
 		r = rpc_fail_error(call, &err);
 		msb_error_clear(&err);
 		return r;

@@ -401,7 +401,7 @@ START_TEST(test_root_space_serves_only_roots)
 	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
 	snprintf(body, sizeof(body),
 		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
-		 "\"Config\":{\"Image\":\"x\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"Config\":{\"Image\":\"" IMAGE "\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
 		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\"%s,"
 		 "\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, owner);
 	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
@@ -620,6 +620,83 @@ START_TEST(test_an_unread_registry_is_engine_unavailable)
 }
 END_TEST
 
+/* ---- spec conflicts (PROTOCOL.md "Spec conflicts") ----------------------------- */
+
+/* The container under the key's name was made from ... (labels and
+ * Config.Image as the engine's inspect gives them); the acquire asks for
+ * IMAGE, no labels, the default work dir. */
+static const struct conflict_row {
+	const char *what;
+	const char *extra_labels;   /* more labels, JSON members */
+	const char *config_image;   /* Config.Image */
+	const char *want_fields;    /* the differences' fields, comma-joined; NULL: served */
+} conflict_rows[] = {
+	{ "the same spec (labelled)", ",\"maf-sandbox.image\":\"" IMAGE "\",\"maf-sandbox.labels\":\"{}\"", IMAGE, NULL },
+	{ "another image (labelled)", ",\"maf-sandbox.image\":\"other:1\"", "other:1", "image" },
+	{ "another image, the tag since moved (labelled)", ",\"maf-sandbox.image\":\"other:1\"", "sha256:0123", "image" },
+	{ "the seed's, the same image", "", IMAGE, NULL },
+	{ "the seed's, another image", "", "other:1", "image" },
+	{ "the seed's, the engine shows an id only: served", "", "sha256:0123", NULL },
+	{ "labels given then, none now", ",\"maf-sandbox.label.team\":\"blue\"", IMAGE, "labels" },
+	{ "another image and labels", ",\"maf-sandbox.label.team\":\"blue\"", "other:1", "image,labels" },
+};
+
+START_TEST(test_a_spec_conflict_is_refused)
+{
+	const struct conflict_row *row = &conflict_rows[_i];
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char seed[NAMES_CONTAINER_MAX], path[128], body[1536];
+	struct fake_reply script[3] = { PING, VERSION };
+	const json_t *e, *diffs, *diff;
+	char fields[64] = "";
+	size_t i;
+
+	names_container(&key, "k", "", seed);
+	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
+	snprintf(body, sizeof(body),
+		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"Image\":\"sha256:0123\","
+		 "\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"%s\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\",\"maf-sandbox.owner\":\"0\""
+		 "%s,\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, row->config_image, row->extra_labels);
+	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
+	serve(script, ELEMENTSOF(script));
+	call_as(0, true, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	fake_engine_stop();   /* the script lives on this stack */
+	if (!row->want_fields) {
+		const json_t *res = json_object_get(answer, "result");
+
+		ck_assert_msg(res, "%s: not served: %s", row->what, json_dumps(answer, JSON_COMPACT));
+		ck_assert_str_eq(json_string_value(json_object_get(res, "sandbox")), ID("c"));
+		/* the result says the image */
+		ck_assert_str_eq(json_string_value(json_object_get(res, "image")), row->config_image[0] == 's' &&
+				 !strstr(row->extra_labels, "maf-sandbox.image") ? row->config_image : IMAGE);
+		ck_assert_str_eq(json_string_value(json_object_get(res, "image_id")), "sha256:0123");
+		return;
+	}
+	e = error_of();
+	ck_assert_msg(json_integer_value(json_object_get(e, "code")) == 1106, "%s: %s", row->what,
+		      json_dumps(answer, JSON_COMPACT));
+	diffs = json_object_get(json_object_get(e, "data"), "differences");
+	json_array_foreach(diffs, i, diff) {
+		snprintf(fields + strlen(fields), sizeof(fields) - strlen(fields), "%s%s", i ? "," : "",
+			 json_string_value(json_object_get(diff, "field")));
+		ck_assert_ptr_nonnull(json_object_get(diff, "requested"));
+		ck_assert_ptr_nonnull(json_object_get(diff, "existing"));
+		if (strcmp(json_string_value(json_object_get(diff, "field")), "image") == 0) {
+			ck_assert_str_eq(json_string_value(json_object_get(diff, "requested")), IMAGE);
+			ck_assert_str_eq(json_string_value(json_object_get(diff, "existing")), "other:1");
+		}
+	}
+	ck_assert_msg(strcmp(fields, row->want_fields) == 0, "%s: differences %s, want %s", row->what, fields,
+		      row->want_fields);
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "dispose") &&
+		      strstr(json_string_value(json_object_get(e, "message")), "another kind"), "%s",
+		      json_string_value(json_object_get(e, "message")));
+}
+END_TEST
+
 static Suite *wire_errors_suite(void)
 {
 	Suite *s = suite_create("wire_errors");
@@ -636,6 +713,10 @@ static Suite *wire_errors_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_acquire_names_its_callers_key_space, 0, ELEMENTSOF(space_rows));
 	tcase_add_loop_test(tc, test_root_space_serves_only_roots, 0, ELEMENTSOF(root_space_rows));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("spec_conflicts");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_a_spec_conflict_is_refused, 0, ELEMENTSOF(conflict_rows));
 	suite_add_tcase(s, tc);
 	tc = tcase_create("naming");
 	tcase_add_checked_fixture(tc, setup, teardown);
