@@ -246,6 +246,7 @@ struct sweep_op {
 	size_t n_items, next;
 	size_t disposed;          /* workloads removed (not proxies, not already absent) */
 	json_t *failures;         /* [{code, detail}] */
+	char *why;                /* for the log: the method and the caller */
 };
 
 /* Precedence, most actionable first (behaviour-core §1.3). */
@@ -303,6 +304,7 @@ static void sweep_free(struct sweep_op *op)
 	free(op->items);
 	json_decref(op->filters);
 	json_decref(op->failures);
+	free(op->why);
 	free(op);
 }
 
@@ -387,6 +389,10 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 	}
 	if (r->error == 0 && r->status == 204) {
 		op->disposed++;
+		if (sb)
+			log_info("sandbox %s disposed: %s", sb->name, op->why ? op->why : "disposal");
+		else
+			log_info("sandbox %.12s disposed: %s", ref, op->why ? op->why : "disposal");
 		if (sb)
 			registry_remove(op->d->registry, sb);
 		fileop_journal_forget(op->d, ref);
@@ -548,6 +554,8 @@ static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mod
 	op->mode = mode;
 	op->filters = filters;
 	op->failures = json_array();
+	op->why = xasprintf("%s by uid %u", mode == SWEEP_KEY ? "sandbox.dispose of its key" : "sandbox.dispose_scope",
+			    (unsigned)rpc_call_peer(call)->uid);
 	if (docker_containers_list(op->d->engine, filters, sweep_listed_cb, op, NULL) < 0) {
 		/* The engine is away: the fallback still names what we know, but
 		 * nothing can be removed; answer now. */
@@ -673,6 +681,7 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 		sw->call = op->call;
 		sw->mode = SWEEP_KEY;
 		sw->failures = json_array();
+		sw->why = xasprintf("sandbox.dispose of it by uid %u", (unsigned)rpc_call_peer(op->call)->uid);
 		sweep_add(sw, SWEEP_PROXY, proxy);
 		sweep_add(sw, SWEEP_WORKLOAD, op->id);
 		sweep_add(sw, SWEEP_NETWORK, net);
@@ -687,6 +696,9 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	sb = registry_find_id(op->d->registry, op->id);
+	if (r->status == 204)
+		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", sb ? sb->name : op->id,
+			 (unsigned)rpc_call_peer(op->call)->uid);
 	if (sb)
 		registry_remove(op->d->registry, sb);
 	fileop_journal_forget(op->d, op->id);
@@ -794,11 +806,13 @@ static json_t *list_entry(const struct sandbox *sb)
 				sandbox_label(sb, LABEL_CALL) ? sandbox_label(sb, LABEL_CALL) : "");
 	if (sb->created && gmtime_r(&sb->created, &tm))
 		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	e = json_pack("{s:s, s:s, s:o, s:s?, s:s, s:s?, s:s?, s:s?}", "sandbox", sb->id, "name", sb->name,
+	e = json_pack("{s:s, s:s, s:o, s:s?, s:s, s:s?, s:s?, s:s?, s:o}", "sandbox", sb->id, "name", sb->name,
 		      "key", key ? key : json_null(),
 		      "kind", json_is_array(k) ? json_string_value(json_array_get(k, 4)) : sandbox_label(sb, LABEL_KIND),
 		      "state", sandbox_state_to_string(sb->state), "created", created[0] ? created : NULL,
-		      "image", sb->image, "owner", sandbox_label(sb, LABEL_OWNER));
+		      "image", sandbox_label(sb, LABEL_IMAGE) ? sandbox_label(sb, LABEL_IMAGE) : sb->image,
+		      "owner", sandbox_label(sb, LABEL_OWNER),
+		      "labels", acquire_user_labels(sb->labels));
 	json_decref(k);
 	return e;
 }
