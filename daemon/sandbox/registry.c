@@ -259,8 +259,15 @@ struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *i
 		const char *id = json_string_value(json_object_get(inspect, "Id"));
 		struct sandbox *known = id ? registry_find_id(r, id) : NULL;
 
-		if (known && known->event_seq > since)
+		if (known && known->event_seq > since) {
+			/* What no event says, and never changes for the container's
+			 * life, is still taken: its image id. */
+			const char *image_id = json_string_value(json_object_get(inspect, "Image"));
+
+			if (!known->image_id && image_id)
+				known->image_id = xstrdup(image_id);
 			return known;
+		}
 	}
 	return registry_put(r, json_string_value(json_object_get(inspect, "Id")), name,
 			    json_object_get(config, "Labels"),

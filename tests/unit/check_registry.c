@@ -184,6 +184,29 @@ START_TEST(an_inspect_never_overrides_a_newer_event)
 }
 END_TEST
 
+/* An entry an event made has no image id (events do not say it); an
+ * inspect older than that event still gives it (it never changes for the
+ * container's life), and nothing else of it. */
+START_TEST(an_older_inspect_still_gives_the_image_id)
+{
+	struct registry *r = registry_new();
+	json_t *running = inspect(ID_A, NAME_A, "running", true);
+	uint64_t since = registry_event_seq(r);
+	struct sandbox *sb;
+
+	json_object_set_new(running, "Image", json_string("sha256:feed"));
+	apply(r, event(ID_A, "create"));
+	sb = registry_find_id(r, ID_A);
+	ck_assert_ptr_nonnull(sb);
+	ck_assert_ptr_null(sb->image_id);
+	registry_update_from_inspect(r, running, since);
+	ck_assert_str_eq(sb->image_id, "sha256:feed");
+	ck_assert_int_eq(sb->state, SANDBOX_CREATED);
+	json_decref(running);
+	registry_free(r);
+}
+END_TEST
+
 START_TEST(only_our_workloads_are_entries)
 {
 	struct registry *r = registry_new();
@@ -327,6 +350,7 @@ int main(void)
 	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
 	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
 	tcase_add_test(tc, only_our_workloads_are_entries);
+	tcase_add_test(tc, an_older_inspect_still_gives_the_image_id);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("naming");
 	tcase_add_loop_test(tc, naming_a_sandbox, 0, (int)(sizeof(resolve_rows) / sizeof(resolve_rows[0])));

@@ -297,8 +297,9 @@ class AsyncClient:
         return Sandbox(self, result, key=wire_key, spec=wire_spec)
 
     def sandbox(self, instance_id: str, *, key: Any = None, kind: str | None = None) -> Sandbox:
-        """A handle on a sandbox known by its id (no call is made). ``key`` and ``kind`` are
-        needed only for :meth:`Sandbox.dispose`."""
+        """A handle on a sandbox known by its id, its name or a unique prefix of its id of at
+        least 12 hex digits (no call is made; the daemon resolves it on each call). ``key`` and
+        ``kind`` are needed only for :meth:`Sandbox.dispose`."""
         return Sandbox(self, {"sandbox": instance_id, "kind": kind or ""},
                        key=key_to_wire(key) if key is not None else None, spec=None)
 
@@ -481,7 +482,10 @@ class Sandbox:
     def __init__(self, client: AsyncClient, acquired: Mapping[str, Any], *,
                  key: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> None:
         self.client = client
-        #: The container's full 64-hex id: what every call names the sandbox by.
+        #: What every call names the sandbox by: the container's full 64-hex id as acquire
+        #: returned it, or, for a handle made by :meth:`AsyncClient.sandbox`, what was given
+        #: there (a name or a unique id prefix of 12+ hex digits will do: PROTOCOL.md
+        #: "Naming a sandbox").
         self.instance_id: str = str(acquired["sandbox"])
         self.name: str = str(acquired.get("name") or "")
         self.kind: str = str(acquired.get("kind") or (spec or {}).get("kind") or "")
@@ -500,6 +504,12 @@ class Sandbox:
         self.file_plane: str | None = plane if isinstance(plane, str) else None
         self.key: Mapping[str, Any] | None = key
         self.spec: Mapping[str, Any] | None = spec
+        image = acquired.get("image")
+        image_id = acquired.get("image_id")
+        #: The image reference the container was made from, and its id where the engine said
+        #: (``None`` for a handle made by :meth:`AsyncClient.sandbox`).
+        self.image: str | None = image if isinstance(image, str) else None
+        self.image_id: str | None = image_id if isinstance(image_id, str) else None
         self.raw: Mapping[str, Any] = dict(acquired)
 
     @property
