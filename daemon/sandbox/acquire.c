@@ -827,7 +827,7 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 					      "the container under this key's name (%s) was made by uid %u before keys "
 					      "were per owner (or by a former member of sandbox.admin_group); it is not "
 					      "root's to serve. Dispose of it (maf-sandbox dispose --sandbox ID; "
-					      "maf-sandbox list shows it) or reap it", name, (unsigned)o);
+					      "maf-sandbox ls shows it) or reap it", name, (unsigned)o);
 			else
 				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
 					      "the container under this key's name (%s) has an unreadable owner label; "

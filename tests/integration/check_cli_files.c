@@ -574,7 +574,11 @@ END_TEST
 static char *ls_line_of(const struct env *e, const char *name)
 {
 	char *out = NULL, *err = NULL, *line, *save = NULL, *found = NULL;
-	int rc = run_cli(ARGS("--socket", e->d.sock, "ls"), &out, &err);
+	char scope[96];
+	int rc;
+
+	snprintf(scope, sizeof(scope), "%s-names", run_id);
+	rc = run_cli(ARGS("--socket", e->d.sock, "ls", "--scope", scope), &out, &err);
 
 	assert_cli(rc, 0, err);
 	ck_assert_msg(strncmp(out, "NAME", 4) == 0 && strstr(out, " ID ") && strstr(out, "LABELS"),
@@ -594,11 +598,12 @@ static char *ls_line_of(const struct env *e, const char *name)
 START_TEST(ls_short_id_then_exec_by_name_and_get_by_prefix)
 {
 	struct env e = { 0 };
-	char name[64], id12[13], *line, *out = NULL, *err = NULL, want_labels[96];
+	char name[64], id12[13], *line, *out = NULL, *err = NULL, want_labels[96], scope[96];
 	json_t *r;
 
 	env_start(&e, "names");
-	r = call(e.d.sock, "sandbox.list", NULL, NULL, NULL);
+	snprintf(scope, sizeof(scope), "%s-names", run_id);
+	r = call(e.d.sock, "sandbox.list", json_pack("{s:s}", "scope", scope), NULL, NULL);
 	ck_assert_uint_eq(json_array_size(r), 1);
 	snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(json_array_get(r, 0), "name")));
 	json_decref(r);
@@ -611,7 +616,7 @@ START_TEST(ls_short_id_then_exec_by_name_and_get_by_prefix)
 	ck_assert_msg(strstr(line, want_labels), "ls: labels %s missing: %s", want_labels, line);
 	free(line);
 	/* --json: the labels too. */
-	assert_cli(run_cli(ARGS("--socket", e.d.sock, "--json", "ls"), &out, &err), 0, err);
+	assert_cli(run_cli(ARGS("--socket", e.d.sock, "--json", "ls", "--scope", scope), &out, &err), 0, err);
 	r = json_loads(out, 0, NULL);
 	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "labels"), RUN_LABEL)),
 			 run_id);
