@@ -113,6 +113,7 @@ enum cli_opt {
 	CLI_OPT_ENV,         /* repeatable: each goes to cli_opts.env[] */
 	CLI_OPT_SH,
 	CLI_OPT_FOLLOW,      /* also -f */
+	CLI_OPT_MODE,        /* put: the file's permission bits, octal */
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -263,6 +264,7 @@ static const struct option cli_options[] = {
 	{ "env", required_argument, NULL, CLI_OPT_ENV },
 	{ "sh", required_argument, NULL, CLI_OPT_SH },
 	{ "follow", no_argument, NULL, CLI_OPT_FOLLOW },
+	{ "mode", required_argument, NULL, CLI_OPT_MODE },
 	{ 0 },
 };
 
@@ -1420,16 +1422,44 @@ static int local_read(const char *path, uint8_t **ret_data, size_t *ret_len)
 	return CLI_CONTINUE;
 }
 
-/* files.write {sandbox, path: GUEST, working_directory?, content_b64} with
- * the content of LOCAL. */
+/* put --mode: octal permission bits, 0 to CLI_PUT_MODE_MAX ("755", "0755",
+ * "0o755"). Setuid, setgid and sticky are refused (the daemon would). */
+#define CLI_PUT_MODE_MAX 0777
+static int parse_mode(const char *s, json_int_t *ret)
+{
+	json_int_t n = 0;
+	const char *p = s;
+
+	if (p[0] == '0' && (p[1] == 'o' || p[1] == 'O'))
+		p += 2;
+	if (!*p || strlen(p) > 4)
+		return -EINVAL;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '7')
+			return -EINVAL;
+		n = n * 8 + (*p - '0');
+	}
+	if (n > CLI_PUT_MODE_MAX)
+		return -ERANGE;
+	*ret = n;
+	return 0;
+}
+
+/* files.write {sandbox, path: GUEST, working_directory?, content_b64, mode?}
+ * with the content of LOCAL. */
 static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, json_t **ret_params)
 {
 	_cleanup_free_ uint8_t *data = NULL;
 	_cleanup_free_ char *b64 = NULL;
 	json_t *params = NULL, *content;
+	const char *mode = opt_arg(opts, CLI_OPT_MODE);
+	json_int_t mode_bits = 0;
 	size_t len = 0, b64_len;
 	int r;
 
+	if (mode && parse_mode(mode, &mode_bits) < 0)
+		return usage_error(cmd, "invalid --mode '%s': want permission bits in octal, 0 to 777 (e.g. 755); "
+				   "setuid, setgid and sticky are refused", mode);
 	r = file_params_new(cmd, opts, "path", opts->operands[2], &params);
 	if (r != CLI_CONTINUE)
 		return r;
@@ -1441,6 +1471,8 @@ static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 	b64 = msb_base64_encode(data, len, &b64_len);
 	free(TAKE_PTR(data));           /* up to 64 MiB: do not hold it twice over */
 	content = json_stringn_nocheck(b64, b64_len);   /* base64 is ASCII */
+	if (mode)
+		json_object_set_new(params, "mode", json_integer(mode_bits));
 	if (!content || json_object_set_new(params, "content_b64", content) < 0) {
 		json_decref(params);
 		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
@@ -2256,7 +2288,7 @@ static const struct cli_cmd cli_cmds[] = {
 	},
 	{
 		.name = "put",
-		.usage = "put [-w WD] SANDBOX LOCAL GUEST",
+		.usage = "put [-w WD] [--mode MODE] SANDBOX LOCAL GUEST",
 		.summary = "copy a local file (or stdin) into a sandbox",
 		.help = "Write the local file LOCAL ('-' reads stdin) to GUEST in the sandbox\n"
 			"(files.write). GUEST is relative to the working directory; missing\n"
@@ -2266,9 +2298,11 @@ static const struct cli_cmd cli_cmds[] = {
 			"daemon's result).\n"
 			"\n"
 			CLI_HELP_SANDBOX
-			CLI_HELP_WORKDIR,
+			CLI_HELP_WORKDIR "\n"
+			"  --mode MODE                 the file's permission bits in octal, 0 to 777\n"
+			"                              (default 644; 755 makes it executable)",
 		.handler = cmd_method,
-		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR),
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_MODE),
 		.min_operands = 3, .max_operands = 3,
 		.method = MSB_METHOD_FILES_WRITE, .params = put_params, .report = report_quiet,
 	},

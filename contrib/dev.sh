@@ -1,29 +1,48 @@
 #!/usr/bin/env bash
 # contrib/dev.sh — set up, build, run and test maf-sandbox on Debian 12.
 #
-#   sudo contrib/dev.sh run [maf-sandboxd options]   install what is missing, start a Docker
-#                                                  engine if none answers, build, run the daemon
-#   sudo contrib/dev.sh test                       the same set-up, then the tests: a -Dwerror
-#                                                  build (unit, packaging, clients), every suite
-#                                                  under ASan+UBSan, the unit suites under
-#                                                  valgrind, every fuzz target for 30 s
-#                                                  (FUZZ_SECONDS), then the Debian packages
-#                                                  built, installed, socket-activated and purged
-#                                                  (contrib/package-test.sh)
+#   contrib/dev.sh run [maf-sandboxd options]   install what running needs, start a Docker
+#                                             engine if none answers, build, run the daemon
+#                                             (allowlists served by the build's egress proxy)
+#   contrib/dev.sh test                       what the tests need too, then the tests: a -Dwerror
+#                                             build (unit, packaging, clients), every suite
+#                                             under ASan+UBSan, the unit suites under
+#                                             valgrind, every fuzz target for 30 s
+#                                             (FUZZ_SECONDS), then the Debian packages
+#                                             built twice, with their checks, and each
+#                                             installed, socket-activated and purged
+#                                             (contrib/package-test.sh)
 #
-# Idempotent: packages already installed are not reinstalled, a running engine is reused.
+# As root (no sudo needed; a user other than root runs it with sudo). Idempotent: packages
+# already installed are not reinstalled, a running engine is reused, a configured build is
+# not configured again. MSB_DEV_BUILD_DIR names the build directory `run` builds and runs
+# (default: build).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-PACKAGES=(
-	gcc libc6-dev pkg-config meson ninja-build
-	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev check
-	docker.io busybox-static python3 systemd curl ca-certificates iproute2
-	scdoc build-essential dpkg-dev debhelper dh-python
+# What `run` needs: the build and its man pages, the engine, and what the
+# README's commands use (busybox-static makes their image, python3 runs the
+# Python client).
+RUN_PACKAGES=(
+	gcc libc6-dev pkg-config meson ninja-build scdoc
+	libevent-dev libjansson-dev libarchive-dev libcurl4-openssl-dev libsystemd-dev
+	docker.io busybox-static python3 curl ca-certificates
+)
+# What `test` needs besides: the Check suites, socket activation, the package
+# build, valgrind, the fuzzers (clang, libFuzzer), debootstrap (the Python
+# backend's image), iproute2 (the egress suite looks at bridges).
+TEST_PACKAGES=(
+	check systemd iproute2
+	build-essential dpkg-dev debhelper dh-python
 	valgrind clang libclang-rt-14-dev llvm debootstrap
 )
+# The build directory `run` builds and runs.
+RUN_BUILD_DIR=${MSB_DEV_BUILD_DIR:-build}
+# Times `test` builds the Debian packages (with their checks): a test that
+# fails now and then in the package build shows there.
+PACKAGE_BUILDS=2
 # Seconds each fuzz target runs in `test`.
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 ENGINE_SOCKET=/var/run/docker.sock
@@ -36,9 +55,10 @@ need_root() {
 	[ "$(id -u)" -eq 0 ] || die "run me as root (sudo $0 $*): I install packages and start dockerd"
 }
 
+# install_packages PACKAGE...: those not installed yet.
 install_packages() {
 	local missing=() p
-	for p in "${PACKAGES[@]}"; do
+	for p in "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
 			missing+=("$p")
 	done
@@ -71,11 +91,34 @@ ensure_engine() {
 	die "dockerd did not answer on $ENGINE_SOCKET within ${ENGINE_WAIT_SECONDS}s"
 }
 
-# build DIR [meson options...]
+# options_differ DIR -DKEY=VALUE...: true when DIR's value of some KEY is not VALUE.
+options_differ() {
+	local dir=$1
+	shift
+	meson introspect "$dir" --buildoptions | python3 -c '
+import json, sys
+have = {o["name"]: o["value"] for o in json.load(sys.stdin)}
+for arg in sys.argv[1:]:
+    key, _, want = arg[2:].partition("=")
+    value = have.get(key)
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, list):
+        value = ",".join(value)
+    if str(value) != want:
+        sys.exit(0)
+sys.exit(1)
+' "$@"
+}
+
+# build DIR [meson options...]: configured again only when an option differs
+# (meson configure always makes ninja regenerate the build files).
 build() {
 	local dir=$1; shift
 	if [ -f "$dir/build.ninja" ]; then
-		meson configure "$dir" "$@" >/dev/null
+		if options_differ "$dir" "$@"; then
+			meson configure "$dir" "$@" >/dev/null
+		fi
 	else
 		meson setup "$dir" "$@" >/dev/null
 	fi
@@ -158,10 +201,10 @@ run_all() {
 }
 
 cmd_test() {
-	need_root "$@"
-	install_packages
+	need_root test "$@"
+	install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 	ensure_engine
-	local rc=0 p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
+	local rc=0 i p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
 	FAILURES_FILE=$(mktemp)
 	export FAILURES_FILE
 	trap 'rm -f "$FAILURES_FILE"' EXIT
@@ -179,9 +222,20 @@ cmd_test() {
 	read -r p2 f2 < <(count_results build-asan integration others)
 	read -r p4 f4 < <(count_results build testlog-valgrind)
 	read -r p5 f5 < <(count_fuzz build/fuzz)
-	# The suites ran above: the package build need not run them again.
-	say "Debian packages (contrib/package-test.sh)"
-	if DEB_BUILD_OPTIONS=nocheck bash contrib/package-test.sh; then p3=1 f3=0; else p3=0 f3=1 rc=1; fi
+	# The package build runs its own checks (debian/rules: the unit and
+	# packaging suites, which need no engine), PACKAGE_BUILDS times, each from
+	# a clean copy of the tree: a test that fails only now and then inside
+	# dpkg-buildpackage shows here, not on a packager's machine.
+	p3=0 f3=0
+	for ((i = 1; i <= PACKAGE_BUILDS; i++)); do
+		say "Debian packages, build $i of $PACKAGE_BUILDS, with their checks (contrib/package-test.sh)"
+		if DEB_BUILD_OPTIONS='' bash contrib/package-test.sh; then
+			p3=$((p3 + 1))
+		else
+			f3=$((f3 + 1))
+			rc=1
+		fi
+	done
 	echo
 	if [ -s "$FAILURES_FILE" ]; then
 		echo "==== failed tests (the end of each one's output)"
@@ -197,17 +251,33 @@ cmd_test() {
 	return $rc
 }
 
+# The daemon of RUN_BUILD_DIR, with its options: egress.proxy_binary names
+# the build's egress proxy (the default is the install prefix's, which a
+# build that is not installed lacks: allowlists would be refused). The
+# daemon reads that file into the proxy image it runs in a container: it is
+# the build's own, made by root here. The caller's options come after, so
+# --set egress.proxy_binary=... (empty: no allowlist) still wins.
+run_command() {
+	local dir
+	dir=$(cd "$RUN_BUILD_DIR" && pwd)
+	printf '%s\0' "$dir/daemon/maf-sandboxd" \
+		--set "egress.proxy_binary=$dir/daemon/egress-proxy/maf-sandbox-egress-proxy" "$@"
+}
+
 cmd_run() {
-	need_root "$@"
-	install_packages
+	local cmd
+	need_root run "$@"
+	install_packages "${RUN_PACKAGES[@]}"
 	ensure_engine
-	build build -Dwerror=true
-	say "running build/daemon/maf-sandboxd $* (Ctrl-C stops it; try: build/client/maf-sandbox status)"
-	exec "$ROOT/build/daemon/maf-sandboxd" "$@"
+	build "$RUN_BUILD_DIR" -Dwerror=true
+	mapfile -d '' -t cmd < <(run_command "$@")
+	say "running ${cmd[*]}"
+	say "(Ctrl-C stops it; in another shell: $RUN_BUILD_DIR/client/maf-sandbox status)"
+	exec "${cmd[@]}"
 }
 
 case "${1:-}" in
 	run) shift; cmd_run "$@" ;;
 	test) shift; cmd_test "$@" ;;
-	*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	*) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -5,7 +5,8 @@
 #
 # As root, on a machine whose Docker engine answers: builds maf-sandbox's .debs from a clean
 # copy of this tree in a temporary directory (dpkg-buildpackage -us -uc -b; DEB_BUILD_OPTIONS
-# is passed on, e.g. nocheck), installs them, starts the INSTALLED maf-sandboxd through socket
+# is passed on, e.g. nocheck; without it the build runs its checks, and their summary is
+# shown), installs them, starts the INSTALLED maf-sandboxd through socket
 # activation, asks it `describe` and `status` with the installed CLI, imports the Python client
 # with the system python, finds the man pages, then stops the daemon and purges the packages.
 # Ends with a PASS or FAIL line; exits non-zero on failure.
@@ -210,6 +211,18 @@ say "dpkg-buildpackage -us -uc -b (DEB_BUILD_OPTIONS=${DEB_BUILD_OPTIONS:-})"
 if ! (cd "$WORK/src" && dpkg-buildpackage -us -uc -b -Jauto) >"$WORK/build.log" 2>&1; then
 	tail -n 80 "$WORK/build.log" >&2
 	fail "the package build failed"
+fi
+# The checks debian/rules runs (meson test's summary in the build log), unless nocheck.
+if grep -qE '^Ok: +[0-9]+' "$WORK/build.log"; then
+	say "the package build's checks: $(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$WORK/build.log" |
+		tr -s ' ' | sed 's/ *$//' | paste -sd ' ')"
+	# The tests debian/rules skips there (MSB_TEST_NO_WINDOWS), by name.
+	if grep -q '^Not run here ' "$WORK/build.log"; then
+		say "$(grep -m 1 '^Not run here ' "$WORK/build.log")"
+	fi
+elif [[ " ${DEB_BUILD_OPTIONS:-} ${DEB_BUILD_PROFILES:-} " != *" nocheck "* ]]; then
+	tail -n 40 "$WORK/build.log" >&2
+	fail "the package build ran no tests (no meson test summary in its log), and nocheck is not set"
 fi
 DEBS=()
 for p in "${PACKAGES[@]}"; do

@@ -42,6 +42,7 @@ const struct rpc_param m_files_write_spec[] = {
 	P("content_b64", RPC_PARAM_JSON, false, content_b64, rpc_check_string),
 	P("content_text", RPC_PARAM_JSON, false, content_text, rpc_check_string),
 	P("files", RPC_PARAM_ARRAY, false, files, NULL),
+	P("mode", RPC_PARAM_JSON, false, mode, NULL),
 	{ NULL },
 };
 
@@ -95,6 +96,11 @@ struct files_req {
 	char *given;                 /* as the caller wrote it (for errors) */
 	bool recursive;
 	long timeout_ms;
+	/* errors name the path as given and the working directory */
+	enum paths_op pop;
+	char **givens;               /* per item, as the caller wrote it */
+	size_t n_givens;
+	char *wd;                    /* absolute, normalised (the first item's) */
 };
 
 static void files_req_free(struct files_req *fr)
@@ -102,7 +108,23 @@ static void files_req_free(struct files_req *fr)
 	fileop_free(fr->op);
 	free(fr->target);
 	free(fr->given);
+	for (size_t i = 0; i < fr->n_givens; i++)
+		free(fr->givens[i]);
+	free(fr->givens);
+	free(fr->wd);
 	free(fr);
+}
+
+/* fileop_add, keeping the path as the caller gave it for errors. */
+static void files_req_add(struct files_req *fr, enum paths_op pop, struct paths_plan *plan, const json_t *given,
+			  uint8_t *data, size_t len)
+{
+	fr->pop = pop;
+	fr->givens = xrealloc(fr->givens, (fr->n_givens + 1) * sizeof(*fr->givens));
+	fr->givens[fr->n_givens++] = xstrdup(json_string_value(given));
+	if (!fr->wd && plan->target.wd)
+		fr->wd = xstrdup(plan->target.wd);
+	fileop_add(fr->op, plan, data, len);
 }
 
 static struct rpc_result *fail_param(struct rpc_call *call, const char *field, const char *what)
@@ -110,12 +132,144 @@ static struct rpc_result *fail_param(struct rpc_call *call, const char *field, c
 	return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", field), "%s", what);
 }
 
-static struct rpc_result *fail_reason(struct rpc_call *call, enum paths_reason reason, const char *path)
+/* ---- errors that name the path and the fix ------------------------------- */
+
+/* The paths refusal whose message e carries (code and message both the
+ * table's), or -1: the daemon's own table, never a client's text. */
+static int files_reason_of(const struct msb_error *e)
+{
+	for (int r = 0; r < _PATHS_R_MAX; r++) {
+		const char *m = paths_reason_to_string((enum paths_reason)r);
+
+		if (e->message && m && strcmp(e->message, m) == 0)
+			return r;
+	}
+	return -1;
+}
+
+/* The working directory a call's paths resolve against (absolute,
+ * normalised; owned), or NULL when the working directory is refused. */
+static char *files_wd_resolved(const json_t *wd, const struct sandbox *sb)
+{
+	struct paths_resolved r = { 0 };
+	enum paths_reason why;
+	char *s;
+
+	if (paths_confine_resolve(".", 1, wd ? json_string_value(wd) : NULL, wd ? json_string_length(wd) : 0,
+				  m_files_sandbox_base(sb), &r, &why) < 0)
+		return NULL;
+	s = xstrdup(r.wd);
+	paths_resolved_release(&r);
+	return s;
+}
+
+/* What a path outside wd names (absolute, normalised; owned), or NULL. */
+static char *files_outside_target(const char *given, const char *wd)
+{
+	struct paths_resolved r = { 0 };
+	enum paths_reason why;
+	_cleanup_free_ char *abs = NULL;
+	char *s;
+
+	if (!given || !wd)
+		return NULL;
+	if (given[0] == '/')
+		abs = xstrdup(given);
+	else if (asprintf(&abs, "%s/%s", wd, given) < 0)
+		return NULL;
+	if (paths_confine_resolve(abs, SIZE_MAX, "/", 1, "/", &r, &why) < 0)
+		return NULL;
+	s = xstrdup(r.path);
+	paths_resolved_release(&r);
+	return s;
+}
+
+/* The fix a refusal's message ends with ("" when there is none; owned). */
+static char *files_hint(int reason, enum paths_op op, const char *given, const char *wd)
+{
+	_cleanup_free_ char *target = NULL;
+	char *s = NULL;
+
+	switch (reason) {
+	case PATHS_R_OUTSIDE:
+		target = files_outside_target(given, wd);
+		if (!target)
+			break;
+		if (op == PATHS_OP_RECLAIM) {
+			if (asprintf(&s, "; it names %s: give that absolute path to reclaim it", target) < 0)
+				s = NULL;
+		} else if (given[0] == '/') {
+			if (asprintf(&s, "; to reach it, pass working_directory \"/\" (CLI: -w /)") < 0)
+				s = NULL;
+		} else if (asprintf(&s, "; it names %s: to reach it, pass working_directory \"/\" (CLI: -w /) "
+				    "and the path %s", target, target) < 0) {
+			s = NULL;
+		}
+		break;
+	case PATHS_R_WD_OUTSIDE_BASE:
+		s = xstrdup("; give an absolute working directory to leave the storage base");
+		break;
+	case PATHS_R_WORKING_DIRECTORY:
+		s = xstrdup("; name a path inside it");
+		break;
+	case PATHS_R_SYMLINK_ANCESTOR:
+	case PATHS_R_SYMLINK_LEAF:
+		s = xstrdup("; a symbolic link is never followed, even to a place inside the working directory");
+		break;
+	case PATHS_R_IS_DIRECTORY:
+		if (op == PATHS_OP_WRITE)
+			s = xstrdup("; a directory cannot be replaced by a file: remove it first, or write to a "
+				    "path inside it");
+		break;
+	default:
+		break;
+	}
+	return s ? s : xstrdup("");
+}
+
+/* Makes e name the path as the caller gave it and the working directory
+ * it was resolved against: the message becomes "<what>: <given> (resolved
+ * in <wd>)<; the fix>" ("at <path>" too when the refusal is about a path
+ * other than the item's own, rel), data.working_directory is set. An error
+ * that names no path (no data.path, save a lexical refusal) is left as is. */
+static void files_error_name_path(struct msb_error *e, enum paths_op op, const char *given, const char *rel,
+				  const char *wd, int reason)
+{
+	const char *at = e->data ? json_string_value(json_object_get(e->data, "path")) : NULL;
+	bool other = at && rel && strcmp(at, rel) != 0;
+	_cleanup_free_ char *hint = NULL;
+	char *msg = NULL;
+
+	if (!given || (!at && e->code != MSB_ERR_CONFINEMENT))
+		return;
+	if (reason < 0)
+		reason = files_reason_of(e);
+	hint = files_hint(reason, op, given, wd);
+	if (!e->data)
+		e->data = json_object();
+	if (!at)
+		json_object_set_new(e->data, "path", json_string(given));
+	if (wd)
+		json_object_set_new(e->data, "working_directory", json_string(wd));
+	if (asprintf(&msg, "%s: %s (%s%s%sresolved in %s)%s", e->message ? e->message : "the path is refused",
+		     given, other ? "at " : "", other ? at : "", other ? ", " : "", wd ? wd : "?", hint) < 0)
+		return;
+	free(e->message);
+	e->message = msg;
+}
+
+/* A lexical refusal (before any plan): names the path and the working
+ * directory as the caller gave them resolved. */
+static struct rpc_result *fail_reason_named(struct rpc_call *call, enum paths_reason reason, enum paths_op op,
+					    const json_t *path, const json_t *wd, const struct sandbox *sb)
 {
 	struct msb_error e = { 0 };
 	struct rpc_result *r;
+	_cleanup_free_ char *wd_abs = files_wd_resolved(wd, sb);
+	const char *given = json_string_value(path);
 
-	fileop_error_from_reason(reason, path, &e);
+	fileop_error_from_reason(reason, given, &e);
+	files_error_name_path(&e, op, given, NULL, wd_abs ? wd_abs : wd ? json_string_value(wd) : NULL, (int)reason);
 	r = rpc_fail_error(call, &e);
 	msb_error_clear(&e);
 	return r;
@@ -232,9 +386,29 @@ static int files_plan(enum paths_op op, const json_t *path, const json_t *wd, co
 			      m_files_sandbox_base(sb), ret, reterr_reason);
 }
 
-static void files_reply_error(struct files_req *fr, const struct msb_error *err)
+/* Replies err, naming the path it is about as the caller gave it and the
+ * working directory (op: the call's, for its items; NULL when gone). */
+static void files_reply_error(struct files_req *fr, struct fileop *op, const struct msb_error *err)
 {
-	rpc_call_fail_error(fr->call, err);
+	struct msb_error e = { 0 };
+	const char *at;
+
+	msb_error_copy(&e, err);
+	at = e.data ? json_string_value(json_object_get(e.data, "path")) : NULL;
+	for (size_t i = 0; op && i < fr->n_givens && i < fileop_count(op); i++) {
+		const struct paths_plan *pl = fileop_item(op, i)->plan;
+		const char *rel = pl->target.rel ? (*pl->target.rel ? pl->target.rel : ".") : NULL;
+
+		/* The item the error names; a one-item call's error is its item's. */
+		if ((at && rel && strcmp(at, rel) == 0) || fr->n_givens == 1) {
+			files_error_name_path(&e, fr->pop, fr->givens[i], rel, pl->target.wd, -1);
+			break;
+		}
+	}
+	if (!op && fr->given)
+		files_error_name_path(&e, fr->pop, fr->given, NULL, fr->wd, -1);
+	rpc_call_fail_error(fr->call, &e);
+	msb_error_clear(&e);
 }
 
 /* ---- write / read / stat: the frozen archive plane ---------------------- */
@@ -273,7 +447,7 @@ static void files_op_done(struct fileop *op, const struct msb_error *err, void *
 		return;
 	}
 	if (err) {
-		files_reply_error(fr, err);
+		files_reply_error(fr, op, err);
 	} else if (fr->kind == FILEOP_REMOVE || fr->kind == FILEOP_RECLAIM) {
 		rpc_call_reply(fr->call, json_null());
 	} else if (fr->kind == FILEOP_LIST) {
@@ -308,7 +482,7 @@ static void files_guest_cb(const struct msb_error *err, const struct guest_ident
 	struct files_req *fr = arg;
 
 	if (err) {
-		files_reply_error(fr, err);
+		files_reply_error(fr, NULL, err);
 		files_req_free(fr);
 		return;
 	}
@@ -411,6 +585,33 @@ static int files_content(const json_t *b64, const json_t *text, uint8_t **ret, s
 	return 0;
 }
 
+/* A write's mode: absent (the default, 0644), or an integer of permission
+ * bits 0..0777; setuid, setgid and sticky are refused. */
+static int files_mode(const json_t *v, uint32_t *ret, bool *ret_set, const char **reterr)
+{
+	json_int_t m;
+
+	*ret_set = false;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v)) {
+		*reterr = "mode must be an integer (permission bits, e.g. 493 for 0755)";
+		return -EINVAL;
+	}
+	m = json_integer_value(v);
+	if (m >= 0 && m <= 07777 && (m & 07000)) {
+		*reterr = "mode may hold permission bits only (0 to 0777): setuid, setgid and sticky are refused";
+		return -EINVAL;
+	}
+	if (m < 0 || m > 0777) {
+		*reterr = "mode must be from 0 to 0777 (511)";
+		return -EINVAL;
+	}
+	*ret = (uint32_t)m;
+	*ret_set = true;
+	return 0;
+}
+
 /* Two entries of one write may not name one path, nor one lie under another. */
 static bool files_paths_conflict(struct fileop *op)
 {
@@ -446,6 +647,8 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 		return fail_param(call, "path", "exactly one of path and files is needed");
 	if (p->files && (p->content_b64 || p->content_text))
 		return fail_param(call, "files", "with files, each entry carries its own content");
+	if (p->files && p->mode)
+		return fail_param(call, "mode", "with files, each entry carries its own mode");
 	n = p->files ? json_array_size(p->files) : 1;
 	if (n == 0)
 		return fail_param(call, "files", "files is empty");
@@ -458,6 +661,9 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 		const json_t *path = e ? json_object_get(e, "path") : p->path;
 		const json_t *b64 = e ? json_object_get(e, "content_b64") : p->content_b64;
 		const json_t *text = e ? json_object_get(e, "content_text") : p->content_text;
+		const json_t *mode = e ? json_object_get(e, "mode") : p->mode;
+		uint32_t mode_bits = 0;
+		bool mode_set = false;
 		struct paths_plan *plan = NULL;
 		enum paths_reason reason;
 		const char *why = NULL;
@@ -465,11 +671,15 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 		size_t len = 0;
 		struct rpc_result *r;
 
-		if (e && (!json_is_object(e) || json_object_size(e) != 2 || !json_is_string(path) ||
+		if (e && (!json_is_object(e) || json_object_size(e) != 2 + !!mode || !json_is_string(path) ||
 			  (b64 && !json_is_string(b64)) || (text && !json_is_string(text)))) {
 			files_req_free(fr);
 			return fail_param(call, "files",
-					  "each entry is {path, content_b64 | content_text}, all strings");
+					  "each entry is {path, content_b64 | content_text, mode?}, path and content strings");
+		}
+		if (files_mode(mode, &mode_bits, &mode_set, &why) < 0) {
+			files_req_free(fr);
+			return fail_param(call, e ? "files" : "mode", why);
 		}
 		if (files_content(b64, text, &data, &len, &why) < 0) {
 			files_req_free(fr);
@@ -492,10 +702,12 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 		if (files_plan(PATHS_OP_WRITE, path, p->working_directory, sb, &plan, &reason) < 0) {
 			free(data);
 			files_req_free(fr);
-			r = fail_reason(call, reason, json_string_value(path));
+			r = fail_reason_named(call, reason, PATHS_OP_WRITE, path, p->working_directory, sb);
 			return r;
 		}
-		fileop_add(fr->op, plan, data, len);
+		files_req_add(fr, PATHS_OP_WRITE, plan, path, data, len);
+		if (mode_set)
+			fileop_set_item_mode(fr->op, i, mode_bits);
 	}
 	if (files_paths_conflict(fr->op)) {
 		files_req_free(fr);
@@ -544,9 +756,9 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 		}
 		if (files_plan(PATHS_OP_READ, path, p->working_directory, sb, &plan, &reason) < 0) {
 			files_req_free(fr);
-			return fail_reason(call, reason, json_string_value(path));
+			return fail_reason_named(call, reason, PATHS_OP_READ, path, p->working_directory, sb);
 		}
-		fileop_add(fr->op, plan, NULL, 0);
+		files_req_add(fr, PATHS_OP_READ, plan, path, NULL, 0);
 	}
 	return files_run(fr, sb);
 }
@@ -574,9 +786,9 @@ static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_f
 		return fail;
 	}
 	if (files_plan(pop, p->path, p->working_directory, sb, &plan, &reason) < 0)
-		return fail_reason(call, reason, json_string_value(p->path));
+		return fail_reason_named(call, reason, pop, p->path, p->working_directory, sb);
 	fr = files_req_new(d, call, sb, kind, 0);
-	fileop_add(fr->op, plan, NULL, 0);
+	files_req_add(fr, pop, plan, p->path, NULL, 0);
 	return files_run(fr, sb);
 }
 
@@ -608,8 +820,14 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 				 "stderr", (const char *)r->err, n);
 		if (!data) /* stderr not UTF-8 */
 			data = json_pack("{s:s, s:i}", "path", fr->given, "exit_code", r->exit_code);
-		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, data, "could not %s %s: rm exited %d",
-			      fr->timeout_ms ? "reclaim" : "remove", fr->target, r->exit_code);
+		{
+			struct msb_error e = { 0 };
+
+			msb_error_set(&e, MSB_ERR_OS_ERROR, data, "could not %s %s, rm exited %d",
+				      fr->timeout_ms ? "reclaim" : "remove", fr->target, r->exit_code);
+			files_reply_error(fr, NULL, &e);
+			msb_error_clear(&e);
+		}
 		break;
 	case -ETIMEDOUT:
 		rpc_call_fail(fr->call, MSB_ERR_TIMEOUT,
@@ -617,10 +835,15 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 											  : fr->d->config->files_timeout_ms)),
 			      "the removal did not finish in time");
 		break;
-	case -EFBIG:
-		rpc_call_fail(fr->call, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->given),
+	case -EFBIG: {
+		struct msb_error e = { 0 };
+
+		msb_error_set(&e, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", fr->given),
 			      "rm wrote more output than the daemon keeps; its outcome is unknown");
+		files_reply_error(fr, NULL, &e);
+		msb_error_clear(&e);
 		break;
+	}
 	default: {
 		struct msb_error e = { 0 };
 
@@ -667,7 +890,7 @@ struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 	if (!sb)
 		return fail;
 	if (files_plan(PATHS_OP_DELETE, p->path, p->working_directory, sb, &plan, &reason) < 0)
-		return fail_reason(call, reason, json_string_value(p->path));
+		return fail_reason_named(call, reason, PATHS_OP_DELETE, p->path, p->working_directory, sb);
 	fr = files_req_new(d, call, sb, FILEOP_REMOVE, 0);
 	fr->target = xstrdup(plan->target.path);
 	fr->given = xstrdup(json_string_value(p->path));
@@ -676,7 +899,7 @@ struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 	/* Local: removed here, as the guest. Archive: the walk classifies (link →
 	 * ConfinementError, file → NotADirectoryError); rm as the guest is what
 	 * bounds a swap after it. */
-	fileop_add(fr->op, plan, NULL, 0);
+	files_req_add(fr, PATHS_OP_DELETE, plan, p->path, NULL, 0);
 	return files_run(fr, sb);
 }
 
@@ -704,11 +927,11 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 		timeout_ms = (long)s * 1000;
 	}
 	if (files_plan(PATHS_OP_RECLAIM, p->directory, p->working_directory, sb, &plan, &reason) < 0)
-		return fail_reason(call, reason, json_string_value(p->directory));
+		return fail_reason_named(call, reason, PATHS_OP_RECLAIM, p->directory, p->working_directory, sb);
 	fr = files_req_new(d, call, sb, FILEOP_RECLAIM, timeout_ms);
 	fr->target = xstrdup(plan->target.path);
 	fr->given = xstrdup(json_string_value(p->directory));
 	fr->recursive = true;
-	fileop_add(fr->op, plan, NULL, 0);
+	files_req_add(fr, PATHS_OP_RECLAIM, plan, p->directory, NULL, 0);
 	return files_run(fr, sb);
 }

@@ -22,6 +22,7 @@ struct m_files_params {
 	bool recursive;
 	json_t *directory;
 	json_t *timeout_seconds;
+	json_t *mode;             /* files.write: permission bits */
 };
 
 /* Most bytes of a guest rm's stderr carried in an OSError. */

@@ -25,7 +25,11 @@
 #     (its own part, before the common options) is named in that subsection,
 #     and each one it lists has an entry there; every subsection names a
 #     command; every global option `maf-sandbox --help` lists has an entry,
-#     and every exit status it lists a line "*N*".
+#     and every exit status it lists a line "*N*";
+#   - the commands of each page's EXAMPLE(S) section are in ``` blocks
+#     (scdoc runs tab-indented lines together into one paragraph);
+#   - no file of the tree names a path beside the checkout ("shared" + "/",
+#     where the design notes once were).
 set -u
 
 if [ $# -ne 6 ]; then
@@ -260,6 +264,46 @@ for code in $(sed -n '/^Exit status:/,$s/^  \([0-9][0-9]*\)  .*/\1/p' "$tmp/chel
 		fail=1
 	fi
 done
+
+# --- EXAMPLES sections render as examples ------------------------------------
+
+# scdoc fills tab-indented lines into one paragraph, so each command of an
+# EXAMPLE(S) section must sit in a ``` block of its own (rendered line by
+# line): a tab-indented line there outside such a block is a run-on example.
+# A line of a block is never a section heading (the configuration example's
+# first line is a "# " comment).
+for page in "$conf5" "$man1" "$man8"; do
+	awk -v page="$page" '
+		/^```/ { fence = !fence; blocks += ex; next }
+		fence { next }
+		/^# / { ex = ($0 ~ /^# EXAMPLES?$/); seen = seen || ex; next }
+		ex && /^\t/ {
+			printf "FAIL: %s:%d: an example outside a ``` block renders as one run-on paragraph: %s\n", page, NR, $0
+			bad = 1
+		}
+		END {
+			if (seen && !blocks) {
+				printf "FAIL: %s: its EXAMPLES section has no ``` block\n", page
+				bad = 1
+			}
+			exit bad
+		}
+	' "$page" || fail=1
+done
+
+# --- no reference outside the repository ---------------------------------------
+
+# The project's documents live in the tree (README.md, doc/, proto/): none
+# points to a directory beside the checkout, which a clone does not have.
+# (The pattern is built so that this file does not match it.)
+root=$(cd "$(dirname "$0")/.." && pwd)
+outside='shared''/'
+if grep -rnI --exclude-dir=.git --exclude-dir='build*' --exclude-dir='obj-*' \
+	--exclude-dir=__pycache__ --exclude-dir=.pybuild -e "$outside" "$root" > "$tmp/outside"; then
+	echo "FAIL: these lines name a path outside the repository ($outside); the document belongs in doc/:"
+	cat "$tmp/outside"
+	fail=1
+fi
 
 if [ "$fail" -eq 0 ]; then
 	echo "ok: $(wc -l < "$tmp/keys") configuration keys, $(wc -l < "$tmp/commands") commands documented"

@@ -5,7 +5,7 @@
 _maf_sandbox_commands='describe status engine acquire ls dispose dispose-scope reap put get stat dir rm reclaim exec events'
 _maf_sandbox_global_opts='-s --socket -j --json -t --timeout -h --help -V --version'
 # Options that take a value (global and command options alike).
-_maf_sandbox_arg_opts='-s --socket -t --timeout --scope --thread --agent --call --kind --image --spec --sandbox --older-than -w --working-directory --cwd --max-bytes --env --sh'
+_maf_sandbox_arg_opts='-s --socket -t --timeout --scope --thread --agent --call --kind --image --spec --sandbox --older-than -w --working-directory --cwd --max-bytes --env --sh --mode'
 
 # The options of a command, besides the global ones.
 _maf_sandbox_cmd_opts()
@@ -16,7 +16,8 @@ _maf_sandbox_cmd_opts()
 	dispose) echo '--scope --thread --agent --call --kind --sandbox' ;;
 	dispose-scope) echo '--scope --thread' ;;
 	reap) echo '--older-than --scope' ;;
-	put | stat | dir) echo '-w --working-directory --cwd' ;;
+	put) echo '-w --working-directory --cwd --mode' ;;
+	stat | dir) echo '-w --working-directory --cwd' ;;
 	get) echo '-w --working-directory --cwd --max-bytes' ;;
 	rm) echo '-w --working-directory --cwd -r --recursive' ;;
 	reclaim) echo '-w --working-directory --cwd' ;;

@@ -186,6 +186,18 @@ size_t fileop_add(struct fileop *op, struct paths_plan *plan, uint8_t *data, siz
 	return op->n_items++;
 }
 
+void fileop_set_item_mode(struct fileop *op, size_t i, uint32_t mode)
+{
+	assert(!op->started && i < op->n_items && !(mode & ~FILEOP_WRITE_MODE_MASK));
+	op->items[i].mode = mode;
+	op->items[i].mode_set = true;
+}
+
+uint32_t fileop_item_mode(const struct fileop_item *it)
+{
+	return it->mode_set ? it->mode : FILEOP_WRITE_MODE_DEFAULT;
+}
+
 void fileop_set_owner(struct fileop *op, uid_t uid, gid_t gid)
 {
 	assert(!op->started);
@@ -1100,11 +1112,11 @@ static int fop_build_write(struct fileop *op, struct tarball_writer *w, json_t *
 		 * short leaves at most the temporary, never a short file. */
 		struct tarball_file f = {
 			.name = op->tmps[i] + 1, .data = it->data, .size = it->size,
-			.mode = 0644, .uid = op->p.uid, .gid = op->p.gid, .mtime = time(NULL),
+			.mode = fileop_item_mode(it), .uid = op->p.uid, .gid = op->p.gid, .mtime = time(NULL),
 		};
 		struct tarball_link l = {
 			.name = pl->target.path + 1, .target = op->tmps[i] + 1,
-			.mode = 0644, .uid = op->p.uid, .gid = op->p.gid, .mtime = f.mtime,
+			.mode = fileop_item_mode(it), .uid = op->p.uid, .gid = op->p.gid, .mtime = f.mtime,
 		};
 		int r;
 
@@ -1582,8 +1594,8 @@ static void fop_local_run(struct fileop *op)
 			char eng[SHA256_HEX_BYTES];
 			const struct plocal_journal j = { jfd, op->id, fop_engine_ident(op->d, eng) };
 
-			r = plocal_write(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
-					 op->items[i].size, &e);
+			r = plocal_write_mode(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
+					      op->items[i].size, fileop_item_mode(&op->items[i]), &e);
 		}
 		break;
 	case FILEOP_CHECK:

@@ -109,6 +109,8 @@ struct fileop_item {
 	/* WRITE */
 	uint8_t *data;               /* owned; NULL when size is 0 */
 	size_t size;
+	uint32_t mode;               /* permission bits (fileop_set_item_mode) */
+	bool mode_set;               /* else FILEOP_WRITE_MODE_DEFAULT */
 	/* STAT, READ results */
 	bool found;                  /* the leaf is there (st filled) */
 	struct paths_stat st;
@@ -137,6 +139,15 @@ size_t fileop_count(const struct fileop *op);
 /* Before fileop_start: the owner stamped (WRITE, PREPARE), the per-file cap (READ). */
 void fileop_set_owner(struct fileop *op, uid_t uid, gid_t gid);
 void fileop_set_max_bytes(struct fileop *op, uint64_t max_bytes);
+/* Before fileop_start: a WRITE item's permission bits (0..0777; setuid,
+ * setgid and sticky are the caller's to refuse). Both planes apply them
+ * with the content, never after it lands: the tar entry's mode (archive),
+ * the temporary's before its rename (local). Default 0644. */
+#define FILEOP_WRITE_MODE_MASK    0777u
+#define FILEOP_WRITE_MODE_DEFAULT 0644u
+void fileop_set_item_mode(struct fileop *op, size_t i, uint32_t mode);
+/* The mode an item is written with. */
+uint32_t fileop_item_mode(const struct fileop_item *it);
 /* Before fileop_start: REMOVE of a directory with what it holds. */
 void fileop_set_recursive(struct fileop *op, bool recursive);
 struct fileop_item *fileop_item(struct fileop *op, size_t i);

@@ -813,7 +813,7 @@ static int do_write_check(int root, const struct paths_plan *plan, struct msb_er
 }
 
 static int do_write(int root, const struct paths_plan *plan, const char *tmp, const uint8_t *data, size_t len,
-		    struct msb_error *err)
+		    mode_t mode, struct msb_error *err)
 {
 	_cleanup_free_ char *parent = parent_of(plan->target.path);
 	_cleanup_close_ int dir = -1, fd = -1;
@@ -839,7 +839,9 @@ static int do_write(int root, const struct paths_plan *plan, const char *tmp, co
 	if (fd < 0)
 		return fail_os(-errno, rel, "creating the file", err);
 	r = write_all(fd, data, len);
-	if (r == 0 && fchmod(fd, FILE_MODE) < 0)
+	/* The mode is the temporary's before the rename: the file appears
+	 * at its name with its mode, never first without it. */
+	if (r == 0 && fchmod(fd, mode) < 0)
 		r = -errno;
 	/* Closed whatever happened: an open temporary keeps its blocks. */
 	if (close(TAKE_FD(fd)) < 0 && r == 0)
@@ -882,6 +884,13 @@ bool plocal_name_is_temp(const char *name)
 int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c,
 		 const struct plocal_journal *j, const uint8_t *data, size_t len, struct msb_error *reterr)
 {
+	return plocal_write_mode(root, plan, c, j, data, len, FILE_MODE, reterr);
+}
+
+int plocal_write_mode(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		      const struct plocal_journal *j, const uint8_t *data, size_t len, mode_t mode,
+		      struct msb_error *reterr)
+{
 	_cleanup_free_ char *parent = parent_of(plan->target.path);
 	char tmp[PLOCAL_TEMP_NAME_MAX];
 	struct plocal_saved s;
@@ -897,7 +906,7 @@ int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cr
 			return fail_os(jfd, plan->target.rel, "journalling the write's temporary file", reterr);
 	}
 	plocal_cred_enter(c, &s);
-	r = do_write(root, plan, tmp, data, len, reterr);
+	r = do_write(root, plan, tmp, data, len, mode & PLOCAL_WRITE_MODE_MASK, reterr);
 	plocal_cred_leave(&s);
 	if (j)
 		plocal_journal_end(j, tmp, jfd);

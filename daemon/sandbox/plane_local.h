@@ -181,6 +181,13 @@ struct plocal_journal {
  * after the rename (or its removal). */
 int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c,
 		 const struct plocal_journal *j, const uint8_t *data, size_t len, struct msb_error *reterr);
+/* plocal_write with the file's permission bits (mode & 0777; the
+ * caller refuses setuid, setgid and sticky): set on the temporary before
+ * the rename, as c (the guest owns what it made). */
+#define PLOCAL_WRITE_MODE_MASK 0777
+int plocal_write_mode(int root, const struct paths_plan *plan, const struct plocal_cred *c,
+		      const struct plocal_journal *j, const uint8_t *data, size_t len, mode_t mode,
+		      struct msb_error *reterr);
 
 /* Journal entries, one file per temporary named after it. begin → an fd
  * holding the entry's lock (pass it to end), or -errno; end removes the

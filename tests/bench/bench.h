@@ -1,4 +1,4 @@
-/* bench.h — maf-sandbox-bench: the operations benchmark (README "Benchmark").
+/* bench.h — maf-sandbox-bench: the operations benchmark (doc/BENCH.md).
  *
  * Each operation runs N times at each concurrency level, three ways, side by
  * side in one run:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pybench.py — the maf-sandbox host's view of maf-sandboxd (README "Benchmark").
+"""pybench.py — the maf-sandbox host's view of maf-sandboxd (doc/BENCH.md).
 
 The operations of maf-sandbox-bench, as a maf-sandbox 0.51 host makes them, three ways in one
 run, interleaved round by round:

@@ -524,6 +524,68 @@ START_TEST(reclaim_a_call_directory)
 }
 END_TEST
 
+/* put --mode: the file lands with its permission bits, and runs. */
+START_TEST(put_mode_makes_an_executable)
+{
+	struct env e = { 0 };
+	char *err = NULL, *out;
+
+	env_start(&e, "mode");
+	file_put(lpath(&e, 0, "run.sh"), "#!/bin/sh\necho ran\n", 19);
+	assert_cli(cli(&e, "put", ARGS("--mode", "755"), ARGS(lpath(&e, 0, "run.sh"), "run.sh"), NULL, &err), 0,
+		   err);
+	free(err);
+	out = sh_out("docker exec %s sh -c 'cd %s && stat -c %%a run.sh && ./run.sh'", e.sandbox, GUEST_BASE);
+	ck_assert_str_eq(out, "755\nran");
+	free(out);
+	assert_cli(cli(&e, "put", ARGS("--mode", "0o700"), ARGS(lpath(&e, 0, "run.sh"), "run.sh"), NULL, &err), 0,
+		   err);
+	free(err);
+	out = sh_out("docker exec %s stat -c %%a %s/run.sh", e.sandbox, GUEST_BASE);
+	ck_assert_str_eq(out, "700");
+	free(out);
+	/* Without --mode: the default again. */
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "run.sh"), "run.sh"), NULL, &err), 0, err);
+	free(err);
+	out = sh_out("docker exec %s stat -c %%a %s/run.sh", e.sandbox, GUEST_BASE);
+	ck_assert_str_eq(out, "644");
+	free(out);
+	env_stop(&e);
+}
+END_TEST
+
+/* The daemon's file errors reach the user whole: the path, the working
+ * directory, the fix. */
+START_TEST(file_errors_name_the_path_and_the_fix)
+{
+	struct env e = { 0 };
+	char *err = NULL, *out = NULL;
+
+	env_start(&e, "errmsg");
+	assert_cli(cli(&e, "get", NULL, ARGS("nothere.txt"), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "FileNotFoundError") && strstr(err, "nothere.txt (resolved in " GUEST_BASE ")"),
+		      "stderr: %s", err);
+	free(err);
+	assert_cli(cli(&e, "get", NULL, ARGS("/etc/passwd"), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "ConfinementError") && strstr(err, "/etc/passwd") && strstr(err, "-w /"),
+		      "stderr: %s", err);
+	free(err);
+	/* The hint works as written. */
+	assert_cli(cli(&e, "get", ARGS("-w", "/"), ARGS("/etc/passwd", "-"), &out, &err), 0, err);
+	ck_assert_msg(strstr(out, "root:"), "stdout: %s", out);
+	free(out), free(err);
+	out = sh_out("docker exec %s mkdir -p %s/adir && echo ok", e.sandbox, GUEST_BASE);
+	ck_assert_str_eq(out, "ok");
+	free(out);
+	file_put(lpath(&e, 0, "x"), "x", 1);
+	assert_cli(cli(&e, "put", NULL, ARGS(lpath(&e, 0, "x"), "adir"), NULL, &err), 1, err);
+	ck_assert_msg(strstr(err, "adir (resolved in " GUEST_BASE ")") &&
+		      strstr(err, "a directory cannot be replaced by a file"), "stderr: %s", err);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
 /* ---- usage errors: exit status 2, before connecting ----------------------- */
 
 struct usage_row {
@@ -550,6 +612,12 @@ static const struct usage_row usage_rows[] = {
 	{ { "status", "-w", "wd", NULL }, "--working-directory" },
 	{ { "put", "SB", "/nonexistent/msb-local-file", "guest", NULL }, "cannot read" },
 	{ { "stat", "SB", "\xff", NULL }, "UTF-8" },
+	{ { "put", "--mode", "4755", "SB", "local", "guest", NULL }, "setuid" },
+	{ { "put", "--mode", "1777", "SB", "local", "guest", NULL }, "--mode" },
+	{ { "put", "--mode", "9", "SB", "local", "guest", NULL }, "--mode" },
+	{ { "put", "--mode", "rwx", "SB", "local", "guest", NULL }, "--mode" },
+	{ { "put", "--mode", "", "SB", "local", "guest", NULL }, "--mode" },
+	{ { "get", "--mode", "755", "SB", "guest", NULL }, "--mode" },
 };
 
 START_TEST(usage_errors_exit_2)
@@ -677,6 +745,8 @@ static Suite *cli_files_suite(void)
 	tcase_add_test(tc, working_directory_option);
 	tcase_add_test(tc, failed_get_leaves_local_alone);
 	tcase_add_test(tc, put_over_the_ceiling_is_refused_client_side);
+	tcase_add_test(tc, put_mode_makes_an_executable);
+	tcase_add_test(tc, file_errors_name_the_path_and_the_fix);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stat_rm_reclaim");

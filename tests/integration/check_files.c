@@ -304,6 +304,7 @@ static struct fx fx;
 static char last_call[640];
 static char last_reply[640];
 static int last_code;
+static char last_message[1024];
 static char last_type[64];
 static json_t *last_data;
 
@@ -341,6 +342,8 @@ static json_t *rpc(const char *method, json_t *params)
 		return res;
 	}
 	last_code = msb_last_error_code(fx.c);
+	snprintf(last_message, sizeof(last_message), "%s",
+		 msb_last_error_message(fx.c) ? msb_last_error_message(fx.c) : "");
 	snprintf(last_type, sizeof(last_type), "%s", msb_last_error_type(fx.c) ? msb_last_error_type(fx.c) : "");
 	last_data = json_deep_copy(msb_last_error_data(fx.c));
 	err = json_pack("{s:i, s:s?, s:O?}", "code", last_code, "message", msb_last_error_message(fx.c),
@@ -2686,6 +2689,198 @@ START_TEST(joiners_with_another_image_are_refused)
 }
 END_TEST
 
+/* ---- errors name the path, the working directory and the fix ---------------- */
+
+/* The last error's message holds each of the NULL-terminated strings. */
+static void expect_message_holds(const char *first, ...)
+{
+	va_list ap;
+
+	va_start(ap, first);
+	for (const char *want = first; want; want = va_arg(ap, const char *))
+		ck_assert_msg(strstr(last_message, want), "%s\n  message lacks \"%s\": %s", last_call, want, last_reply);
+	va_end(ap);
+}
+
+static void expect_message_lacks(const char *unwanted)
+{
+	ck_assert_msg(!strstr(last_message, unwanted), "%s\n  message holds \"%s\": %s", last_call, unwanted,
+		      last_reply);
+}
+
+/* data.working_directory names the resolved base. */
+static void expect_wd(const char *want)
+{
+	const char *wd = json_string_value(json_object_get(last_data, "working_directory"));
+
+	ck_assert_msg(wd && strcmp(wd, want) == 0, "%s\n  want data.working_directory \"%s\", answered %s", last_call,
+		      want, last_reply);
+}
+
+START_TEST(a_missing_file_names_its_path_and_working_directory)
+{
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, "nothere.txt"), "FileNotFoundError", "nothere.txt");
+	expect_message_holds("no such file or directory: nothere.txt (resolved in " W ")", NULL);
+	expect_wd(W);
+	/* A relative working directory: resolved against the storage base. */
+	EXPECT_ERR_PATH(f_read(fx.id, "real", "gone/nothere.txt"), "FileNotFoundError", "gone/nothere.txt");
+	expect_message_holds("gone/nothere.txt (resolved in " W "/real)", NULL);
+	expect_wd(W "/real");
+	/* A multi-path read names the one that is missing. */
+	EXPECT_ERR(rpc("files.read", json_pack("{s:s, s:[ss]}", "sandbox", fx.id, "paths", "real/inside.txt",
+					       "missing.txt")), "FileNotFoundError");
+	expect_message_holds("missing.txt (resolved in " W ")", NULL);
+	expect_message_lacks("inside.txt");
+	/* A file in the way of a parent. */
+	EXPECT_ERR(f_write(fx.id, NULL, "plain.txt/deeper.txt", "x"), "NotADirectoryError");
+	expect_message_holds("plain.txt/deeper.txt (resolved in " W ")", NULL);
+	expect_wd(W);
+	EXPECT_ERR(f_remove(fx.id, NULL, "plain.txt/x", false), "NotADirectoryError");
+	expect_message_holds("plain.txt/x (resolved in " W ")", NULL);
+	/* Not a regular file. */
+	EXPECT_ERR(f_read(fx.id, NULL, "real"), "OSError");
+	expect_message_holds(": real (resolved in " W ")", NULL);
+	expect_wd(W);
+	/* A directory without recursive. */
+	GUEST_OK(fx.id, "mkdir -p %s/keepdir && printf k > %s/keepdir/k.txt", W, W);
+	EXPECT_ERR(f_remove(fx.id, NULL, "keepdir", false), "OSError");
+	expect_message_holds("keepdir (resolved in " W ")", NULL);
+	expect_wd(W);
+}
+END_TEST
+
+START_TEST(an_escape_says_how_to_widen_the_working_directory)
+{
+	json_t *r;
+
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, "/etc/passwd"), "ConfinementError", "/etc/passwd");
+	expect_message_holds("/etc/passwd (resolved in " W ")", "working_directory \"/\"", "-w /", NULL);
+	expect_wd(W);
+	/* The hint is true: with working_directory "/" the same path is read. */
+	r = f_read(fx.id, "/", "/etc/passwd");
+	EXPECT_OK(r);
+	json_decref(r);
+	/* A relative escape names where it leads, as an absolute path. */
+	EXPECT_ERR_PATH(f_stat(fx.id, NULL, "../../etc/passwd"), "ConfinementError", "../../etc/passwd");
+	expect_message_holds("../../etc/passwd (resolved in " W ")", "it names /etc/passwd", "-w /",
+			     "the path /etc/passwd", NULL);
+	EXPECT_ERR(f_write(fx.id, NULL, "../work-outside/planted.txt", "x"), "ConfinementError");
+	expect_message_holds("it names " OUT "/planted.txt", "-w /", NULL);
+	EXPECT_ERR(f_remove(fx.id, NULL, OUT "/secret.txt", false), "ConfinementError");
+	expect_message_holds(OUT "/secret.txt (resolved in " W ")", "-w /", NULL);
+	expect_wd(W);
+	/* A reclaim takes an absolute directory as is: that is its fix. */
+	EXPECT_ERR(f_reclaim(fx.id, NULL, "../work-outside/sub"), "ConfinementError");
+	expect_message_holds("give that absolute path", OUT "/sub", NULL);
+	/* A link is never followed: no working directory helps, none is offered. */
+	EXPECT_ERR(f_read(fx.id, NULL, "link-dir/secret.txt"), "ConfinementError");
+	expect_message_holds("link-dir/secret.txt (resolved in " W ")", "never followed", NULL);
+	expect_message_lacks("-w /");
+	expect_wd(W);
+	EXPECT_ERR(f_write(fx.id, NULL, "link-file", "x"), "ConfinementError");
+	expect_message_holds("link-file (resolved in " W ")", "never followed", NULL);
+	expect_message_lacks("-w /");
+	/* The working directory itself. */
+	EXPECT_ERR(f_write(fx.id, NULL, ".", "x"), "ConfinementError");
+	expect_message_holds(". (resolved in " W ")", "name a path inside it", NULL);
+	expect_message_lacks("-w /");
+	/* A backslash is no escape to widen. */
+	EXPECT_ERR(f_write(fx.id, NULL, "sub\\x", "x"), "ConfinementError");
+	expect_message_holds("sub\\x (resolved in " W ")", NULL);
+	expect_message_lacks("-w /");
+}
+END_TEST
+
+START_TEST(a_write_over_a_directory_says_to_remove_it_first)
+{
+	GUEST_OK(fx.id, "mkdir -p %s/adir/inner", W);
+	EXPECT_ERR_PATH(f_write(fx.id, NULL, "adir", "x"), "OSError", "adir");
+	expect_message_holds("adir (resolved in " W ")", "a directory cannot be replaced by a file",
+			     "remove it first", "write to a path inside it", NULL);
+	expect_wd(W);
+	GUEST_OK(fx.id, "test -d %s/adir/inner", W);
+}
+END_TEST
+
+/* ---- write modes ---------------------------------------------------------- */
+
+static json_t *f_write_mode(const char *sb, const char *path, const char *text, json_int_t mode)
+{
+	json_t *p = fparams(sb, NULL, path);
+
+	json_object_set_new(p, "content_text", json_string(text));
+	json_object_set_new(p, "mode", json_integer(mode));
+	return rpc("files.write", p);
+}
+
+START_TEST(a_written_file_can_be_executable)
+{
+	json_t *r;
+	char *out;
+
+	r = f_write_mode(fx.id, "run.sh", "#!/bin/sh\necho ran\n", 0755);
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(fx.id, W "/run.sh", "0:0 755");
+	out = guest_out(fx.id, NULL, "cd %s && ./run.sh", W);
+	ck_assert_str_eq(out, "ran\n");
+	free(out);
+	/* A second write replaces the mode with its own (the default). */
+	r = f_write(fx.id, NULL, "run.sh", "#!/bin/sh\necho again\n");
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(fx.id, W "/run.sh", "0:0 644");
+	/* Modes below the default, and per file in a multi-file write. */
+	r = rpc("files.write", json_pack("{s:s, s:[{s:s, s:s, s:i}, {s:s, s:s}, {s:s, s:s, s:i}]}", "sandbox",
+					 fx.id, "files", "path", "bin/tool", "content_text", "#!/bin/sh\necho tool\n",
+					 "mode", 0700, "path", "bin/plain.txt", "content_text", "p", "path",
+					 "bin/secret", "content_text", "s", "mode", 0600));
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(fx.id, W "/bin/tool", "0:0 700");
+	ASSERT_OWNER_MODE(fx.id, W "/bin/plain.txt", "0:0 644");
+	ASSERT_OWNER_MODE(fx.id, W "/bin/secret", "0:0 600");
+	out = guest_out(fx.id, NULL, "cd %s && ./bin/tool", W);
+	ck_assert_str_eq(out, "tool\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(setuid_setgid_and_sticky_are_refused)
+{
+	static const json_int_t refused[] = { 04755, 02755, 01777, 07777, 01000, -1, 010000 };
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		EXPECT_ERR(f_write_mode(fx.id, "suid", "x", refused[i]), "InvalidParams");
+		ck_assert_str_eq(json_string_value(json_object_get(last_data, "field")), "mode");
+	}
+	GUEST_FALSE(fx.id, "test -e %s/suid", W);
+	EXPECT_ERR(rpc("files.write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox", fx.id, "path", "suid",
+						"content_text", "x", "mode", "0755")), "InvalidParams");
+	EXPECT_ERR(rpc("files.write", json_pack("{s:s, s:[{s:s, s:s, s:i}]}", "sandbox", fx.id, "files", "path",
+						"suid", "content_text", "x", "mode", 04755)), "InvalidParams");
+	/* With files, a mode goes in each entry. */
+	EXPECT_ERR(rpc("files.write", json_pack("{s:s, s:[{s:s, s:s}], s:i}", "sandbox", fx.id, "files", "path",
+						"suid", "content_text", "x", "mode", 0755)), "InvalidParams");
+	GUEST_FALSE(fx.id, "test -e %s/suid", W);
+}
+END_TEST
+
+/* As a non-root guest: the mode is the guest's file's, on both planes. */
+START_TEST(a_non_root_guests_file_gets_its_mode)
+{
+	char id[80];
+	json_t *r;
+
+	acquire_ok(key_for("u1000", NULL), files_spec(img_u1000), id, sizeof(id));
+	r = f_write_mode(id, "run.sh", "#!/bin/sh\necho ran\n", 0750);
+	EXPECT_OK(r);
+	json_decref(r);
+	ASSERT_OWNER_MODE(id, W "/run.sh", "1000:1000 750");
+	ck_assert_int_eq(guest_user(id, "cd %s && ./run.sh >/dev/null", W), 0);
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------------------- */
 
 #define ADD(tc, fn) tcase_add_test(tc, fn)
@@ -2816,6 +3011,17 @@ static Suite *files_suite(void)
 		ADD(sc, a_spec_conflict_is_refused_and_the_same_spec_served);
 		ADD(sc, joiners_with_another_image_are_refused);
 		suite_add_tcase(s, sc);
+	}
+	{
+		TCase *msg = layout_tcase("messages", 120);
+
+		ADD(msg, a_missing_file_names_its_path_and_working_directory);
+		ADD(msg, an_escape_says_how_to_widen_the_working_directory);
+		ADD(msg, a_write_over_a_directory_says_to_remove_it_first);
+		ADD(msg, a_written_file_can_be_executable);
+		ADD(msg, setuid_setgid_and_sticky_are_refused);
+		ADD(msg, a_non_root_guests_file_gets_its_mode);
+		suite_add_tcase(s, msg);
 	}
 	{
 		TCase *lc = daemon_tcase("listing calls", 120);

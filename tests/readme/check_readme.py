@@ -208,8 +208,10 @@ def main():
             else:
                 script.append(own(console_commands(text) if lang == "console" else text))
         # A process group of its own, so a timeout (or SIGTERM) kills every command of it.
+        # Standard input is empty, as a reader's would be for a command it gives none (exec
+        # passes a stdin that is not a terminal on to the command).
         runner = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=checkout, env=env,
-                                  start_new_session=True)
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
         _state["blocks"] = runner
         try:
             returncode = runner.wait(README_TIMEOUT_S)

@@ -6,8 +6,9 @@ import asyncio
 import binascii
 import builtins
 import inspect
+import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -18,6 +19,7 @@ from .errors import (
     InvalidParams,
     SandboxCapabilityNotSupported,
     SandboxError,
+    SandboxNotFound,
     SandboxNotServed,
     UnexpectedReply,
 )
@@ -58,6 +60,8 @@ __all__ = [
     "Sandbox",
 ]
 
+logger = logging.getLogger("maf_sandbox_client")
+
 #: ``Sandbox.exec``'s default bound on one command (the daemon's ``timeout_seconds``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 60.0
 #: The longest ``timeout_seconds`` the daemon accepts for one command.
@@ -88,6 +92,10 @@ class _Default:
 DEFAULT: Any = _Default()
 #: Events an :class:`EventStream` holds unread before it stops reading its connection.
 DEFAULT_EVENT_QUEUE = 4096
+#: The fewest hex digits of an id prefix ``await client.sandbox(prefix)`` resolves (docker's).
+SANDBOX_PREFIX_MIN = 12
+#: The most candidates an ambiguous sandbox reference names.
+SANDBOX_CANDIDATES_SHOWN = 16
 
 #: ``on_output(stream, data)``: ``stream`` is ``"stdout"`` or ``"stderr"``; may be async.
 OutputCallback = Callable[[str, bytes], Awaitable[None] | None]
@@ -108,11 +116,17 @@ class AsyncClient:
     ``call_timeout`` is every call's deadline in this process (:class:`ClientTimeout`; 120 s,
     ``None`` for none), except ``exec``, waited for its own ``timeout`` plus 5 s (the daemon
     answers TimeoutError first), ``reclaim`` given a ``timeout`` (the same), and ``acquire``,
-    which has none unless given (an image pull can take long; the daemon bounds it). With
-    ``auto_reconnect``, a call made after the connection was lost opens a new one
-    (calls in flight when it was lost still fail: they are never sent twice). Without it, a
-    connection the daemon closed while idle (nothing in flight: its ``limits.idle_timeout_ms``)
-    is still replaced on the next call, transparently.
+    which has none unless given (an image pull can take long; the daemon bounds it).
+
+    Reconnecting (``auto_reconnect``, on by default): a call made after the connection was
+    lost (the daemon restarted, was killed, answered ShuttingDown, or ended the connection)
+    opens a new one, lazily, on that call. Nothing is replayed: a call that was in flight when
+    the daemon went away raises :class:`~maf_sandbox_client.ConnectionLost` saying so
+    (``data["in_flight"]``): it may or may not have run. With ``auto_reconnect=False`` a lost
+    connection stays lost (every later call raises), as libmaf-sandbox's does, save one the
+    daemon closed while nothing was in flight (its ``limits.idle_timeout_ms``, or a restart
+    between two calls), which is replaced on the next call in both modes: nothing was lost.
+    Event streams are not resumed: each ends with its connection.
     """
 
     def __init__(
@@ -123,7 +137,7 @@ class AsyncClient:
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_SECONDS,
-        auto_reconnect: bool = False,
+        auto_reconnect: bool = True,
     ) -> None:
         self.socket_path = socket_path or default_socket_path()
         self._max_frame_bytes = max_frame_bytes
@@ -186,6 +200,10 @@ class AsyncClient:
 
     async def _connection(self) -> Connection:
         conn = self._conn
+        if conn is not None and not conn.closed and conn.peer_closed():
+            # The daemon closed it between two calls (restart, idle timeout) and the reader
+            # has not run since: nothing was in flight, so nothing is lost by a new one.
+            await conn.close_peer_closed()
         if conn is not None and not conn.closed:
             return conn
         # A connection the daemon closed while idle is replaced whatever auto_reconnect says:
@@ -297,9 +315,16 @@ class AsyncClient:
         return Sandbox(self, result, key=wire_key, spec=wire_spec)
 
     def sandbox(self, instance_id: str, *, key: Any = None, kind: str | None = None) -> Sandbox:
-        """A handle on a sandbox known by its id, its name or a unique prefix of its id of at
-        least 12 hex digits (no call is made; the daemon resolves it on each call). ``key`` and
-        ``kind`` are needed only for :meth:`Sandbox.dispose`."""
+        """A handle on a sandbox known by ``instance_id``.
+
+        ``await client.sandbox(ref)`` resolves ``ref`` — the full 64-hex id, the sandbox's
+        name (``ls`` shows it) or a unique id prefix of at least 12 hex digits — through
+        ``sandbox.list`` and fills the handle's ``name``, ``kind``, ``key``, ``state`` and
+        ``info``: an unknown ref raises :class:`~maf_sandbox_client.SandboxNotFound`, an
+        ambiguous one (or a prefix shorter than 12) :class:`~maf_sandbox_client.InvalidParams`
+        naming the candidates. Without ``await`` no call is made (the handle as before: the id
+        as given, which the daemon resolves the same way on every call; ``key`` and ``kind`` are
+        needed only for :meth:`Sandbox.dispose`)."""
         return Sandbox(self, {"sandbox": instance_id, "kind": kind or ""},
                        key=key_to_wire(key) if key is not None else None, spec=None)
 
@@ -435,6 +460,48 @@ def _content(content: str | bytes | bytearray | memoryview, what: str) -> dict[s
     raise TypeError(f"{what}: content must be str or bytes, not {type(content).__name__}")
 
 
+def _mode(value: int | None, what: str) -> int | None:
+    """A write's permission bits, checked as the daemon does (0 to 0o777)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0o777:
+        raise InvalidParams(f"{what} must be permission bits from 0 to 0o777 (e.g. 0o755); "
+                            "setuid, setgid and sticky are refused",
+                            data={"field": what, "client_side": True})
+    return value
+
+
+def _match_sandbox(ref: str, entries: Sequence[SandboxInfo]) -> SandboxInfo:
+    """The entry ``ref`` names: its full id, its name, or a unique id prefix of at least
+    :data:`SANDBOX_PREFIX_MIN` hex digits (as ``docker`` takes)."""
+    for e in entries:
+        if e.sandbox == ref:
+            return e
+    named = [e for e in entries if e.name == ref]
+    if len(named) == 1:
+        return named[0]
+    if not named and ref and all(c in "0123456789abcdef" for c in ref):
+        hits = [e for e in entries if e.sandbox.startswith(ref)]
+        if hits and len(ref) < SANDBOX_PREFIX_MIN:
+            raise InvalidParams(
+                f"sandbox {ref!r}: an id prefix needs at least {SANDBOX_PREFIX_MIN} hex digits",
+                data={"field": "sandbox", "client_side": True,
+                      "candidates": [e.sandbox for e in hits][:SANDBOX_CANDIDATES_SHOWN]})
+        if len(hits) == 1:
+            return hits[0]
+        named = hits
+    if named:
+        listed = ", ".join(f"{e.sandbox[:12]} ({e.name})" for e in named[:SANDBOX_CANDIDATES_SHOWN])
+        raise InvalidParams(f"sandbox {ref!r} is ambiguous: it names {len(named)} sandboxes "
+                            f"({listed}); give more of the id",
+                            data={"field": "sandbox", "client_side": True,
+                                  "candidates": [e.sandbox for e in named]
+                                  [:SANDBOX_CANDIDATES_SHOWN]})
+    raise SandboxNotFound(f"no sandbox {ref!r} that this caller may reach (give its full id, its "
+                          "name as `maf-sandbox ls` shows it, or 12+ hex digits of its id)",
+                          data={"sandbox": ref, "client_side": True})
+
+
 def _content_size(content: Any) -> int:
     return len(content) if isinstance(content, (str, bytes, bytearray)) else \
         (content.nbytes if isinstance(content, memoryview) else 0)
@@ -511,6 +578,12 @@ class Sandbox:
         self.image: str | None = image if isinstance(image, str) else None
         self.image_id: str | None = image_id if isinstance(image_id, str) else None
         self.raw: Mapping[str, Any] = dict(acquired)
+        #: What the handle was made with (``client.sandbox(ref)``): resolve() looks it up.
+        self._ref: str = self.instance_id
+        #: The ``sandbox.list`` entry, once resolved.
+        self.info: SandboxInfo | None = None
+        #: Why ``async with`` could not dispose it (``None``: disposed, or not yet).
+        self.disposal: DisposalFailure | None = None
 
     @property
     def id(self) -> str:
@@ -589,18 +662,30 @@ class Sandbox:
             "instead", data={"missing": [Capability.SNAPSHOT.value], "client_side": True})
 
     async def write_file(self, path: str, content: str | bytes, *,
-                         working_directory: str | None = None) -> int:
+                         working_directory: str | None = None, mode: int | None = None) -> int:
         """``files.write``: writes (replaces) one file; ``str`` as UTF-8, ``bytes`` as given.
-        Missing parent directories are made. Returns the bytes written."""
+        Missing parent directories are made. ``mode``: the file's permission bits (e.g.
+        ``0o755`` to run it as ``./path``; 0 to ``0o777``, setuid/setgid/sticky are refused;
+        default ``0o644``), set with the content, never after. Returns the bytes written."""
         entry = (await _contents([(path, content)]))[0]
-        params = self._params(working_directory, **entry)
+        params = self._params(working_directory, **entry, mode=_mode(mode, "mode"))
         result = await self.client._call("files.write", params)
         return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
 
     async def write_files(self, files: Mapping[str, str | bytes], *,
-                          working_directory: str | None = None) -> int:
-        """``files.write`` of several files in one freeze (at most 256). Returns the bytes."""
+                          working_directory: str | None = None,
+                          modes: Mapping[str, int] | None = None) -> int:
+        """``files.write`` of several files in one freeze (at most 256). ``modes`` maps a
+        path of ``files`` to its permission bits (as ``write_file``'s ``mode``; the others get
+        ``0o644``). Returns the bytes."""
         entries = await _contents(builtins.list(files.items()))
+        for path, bits in (modes or {}).items():
+            if path not in files:
+                raise InvalidParams(f"modes names {path!r}, which files does not hold",
+                                    data={"field": "modes", "client_side": True})
+        for entry in entries:
+            if modes and entry["path"] in modes:
+                entry["mode"] = _mode(modes[entry["path"]], "modes")
         result = await self.client._call("files.write",
                                          self._params(working_directory, files=entries))
         return int(result.get("bytes", 0)) if isinstance(result, Mapping) else 0
@@ -691,6 +776,47 @@ class Sandbox:
                                 data={"field": "key", "client_side": True})
         return await self.client.dispose(self.key, kind=self.kind or None,
                                          sandbox=self.instance_id)
+
+    # ---- resolving a handle, and `async with` ----------------------------------------------
+
+    async def resolve(self) -> Sandbox:
+        """Looks this handle's reference up in ``sandbox.list`` (see
+        :meth:`AsyncClient.sandbox`) and fills ``instance_id``, ``name``, ``kind``, ``key``
+        (when the handle had none), ``state`` and ``info``. Returns the handle."""
+        info = _match_sandbox(self._ref, await self.client.list())
+        self.instance_id = info.sandbox
+        self.name = info.name
+        self.kind = info.kind
+        self.state = info.state
+        if self.key is None and isinstance(info.raw.get("key"), Mapping):
+            self.key = dict(info.raw["key"])
+        self.info = info
+        return self
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self.resolve().__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        """``async with sandbox:`` (an acquired one, or ``client.sandbox(ref)``, resolved here
+        when it has no key or kind yet); the sandbox is disposed at the end of the block."""
+        if self.key is None or not self.kind:
+            await self.resolve()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        """Disposes the sandbox (``sandbox.dispose`` of this container only). A failure to
+        dispose is kept in ``disposal`` and logged; it is raised only when the block itself
+        raised nothing (:class:`~maf_sandbox_client.SandboxError`, ``data["disposal"]``)."""
+        self.disposal = await self.dispose()
+        if self.disposal is not None:
+            logger.warning("sandbox %s may still be there: %s", self.instance_id[:12],
+                           self.disposal)
+            if exc is None:
+                raise SandboxError(f"sandbox {self.instance_id[:12]} was not disposed: "
+                                   f"{self.disposal}",
+                                   data={"disposal": {"code": self.disposal.code,
+                                                      "detail": self.disposal.detail}})
 
 
 _END = object()

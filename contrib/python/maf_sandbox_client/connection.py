@@ -9,6 +9,12 @@ event sink. Unknown notifications are skipped, as PROTOCOL.md asks.
 
 A call whose caller stopped waiting (cancelled, timed out) is forgotten: its late reply and
 notifications are dropped. PROTOCOL.md defines no cancel method, so the daemon finishes it.
+
+A call in flight when the connection ends (the daemon stopped, restarted or was killed) fails
+with :class:`ConnectionLost` saying so: it may or may not have run, and it is never sent again.
+Before a call is sent on a connection with nothing in flight, :meth:`Connection.peer_closed`
+asks the socket whether the daemon already closed it (a restart the reader has not seen yet,
+because the loop did not run since), so that call goes on a new connection instead of failing.
 """
 
 from __future__ import annotations
@@ -113,6 +119,10 @@ class Connection:
         self._closed_idle = False
         #: The daemon answered ShuttingDown (1303): its close that follows is no idle close.
         self._saw_shutdown = False
+        #: The reader holds part of a frame (an EOF now would cut it).
+        self._rx_partial = False
+        #: peer_closed() found the daemon's close before the reader did.
+        self._peer_gone = False
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -156,9 +166,34 @@ class Connection:
         connection then loses nothing, so the client opens one for the next call."""
         return self._closed_idle
 
+    def peer_closed(self) -> bool:
+        """Whether the daemon closed this connection while nothing was in flight, though the
+        reader has not seen it yet (the loop did not run since: a restart between two calls).
+        Asked before a call is sent: a peek, never a read, so nothing the daemon said is lost.
+        """
+        if self._closed or self._sock is None or self._pending or self._rx_partial \
+                or self._fatal is not None or self._write_error:
+            return False
+        try:
+            data = self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""  # reset by the peer: gone as well
+        return not data
+
+    async def close_peer_closed(self) -> None:
+        """Ends a connection :meth:`peer_closed` found closed by the daemon, as the reader
+        would have at its EOF: with nothing in flight, it counts as closed while idle."""
+        if not self._closed:
+            self._eof_between_frames = True
+            self._close_reason = "the daemon closed the connection"
+            self._peer_gone = True
+        await self.close()
+
     async def close(self) -> None:
         """Closes the connection; calls still waiting get :class:`ConnectionLost`."""
-        if not self._closed:
+        if not self._closed and not self._peer_gone:
             self._close_reason = "closed by the client"
         tasks = [t for t in (self._reader_task, self._writer_task)
                  if t is not None and not t.done()]
@@ -246,6 +281,7 @@ class Connection:
                     self._eof_between_frames = not buf
                     break
                 buf += chunk
+                self._rx_partial = True
                 while True:
                     end = buf.find(b"\n", scanned)
                     if end < 0:
@@ -273,6 +309,7 @@ class Connection:
                         await self._dispatch(msg)
                     elif msg is not None:
                         logger.warning("skipping a frame that is not an object: %.80r", msg)
+                self._rx_partial = bool(buf)
                 if len(buf) > self.max_reply_bytes:
                     reason = f"a frame from the daemon exceeded {self.max_reply_bytes} bytes"
                     break
@@ -343,10 +380,20 @@ class Connection:
 
     # ---- the end -------------------------------------------------------------------------
 
+    def _lost_mid_call(self, method: str) -> SandboxError:
+        """What a call in flight gets when the connection ends under it."""
+        if self._fatal is not None:
+            return error_from_wire(self._fatal)
+        reason = self._close_reason if self._closed else (self._write_error or "closing")
+        return ConnectionLost(
+            f"{method}: the daemon at {self.path} went away mid-call ({reason}): the call may or "
+            "may not have run, and it is not sent again",
+            data={"method": method, "in_flight": True})
+
     def _fail_all(self) -> None:
         for pending in list(self._pending.values()):
             if not pending.future.done():
-                pending.future.set_exception(self.closing_error())
+                pending.future.set_exception(self._lost_mid_call(pending.method))
 
     def _abort(self, reason: str) -> None:
         if self._closed:

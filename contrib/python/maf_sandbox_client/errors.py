@@ -109,6 +109,12 @@ class SandboxError(Exception):
         return value if isinstance(value, str) else None
 
     @property
+    def working_directory(self) -> str | None:
+        """``data.working_directory``: what a file error's path was resolved against."""
+        value = self.data.get("working_directory")
+        return value if isinstance(value, str) else None
+
+    @property
     def limit(self) -> int | None:
         """``data.limit`` of a cap error."""
         value = self.data.get("limit")

@@ -209,13 +209,16 @@ class SyncSandbox:
             max_output_bytes=max_output_bytes, on_output=on_output))
 
     def write_file(self, path: str, content: str | bytes, *,
-                   working_directory: str | None = None) -> int:
+                   working_directory: str | None = None, mode: int | None = None) -> int:
         return self._client._run(self.aio.write_file(path, content,
-                                                     working_directory=working_directory))
+                                                     working_directory=working_directory,
+                                                     mode=mode))
 
     def write_files(self, files: Mapping[str, str | bytes], *,
-                    working_directory: str | None = None) -> int:
-        return self._client._run(self.aio.write_files(files, working_directory=working_directory))
+                    working_directory: str | None = None,
+                    modes: Mapping[str, int] | None = None) -> int:
+        return self._client._run(self.aio.write_files(files, working_directory=working_directory,
+                                                      modes=modes))
 
     def read_file(self, path: str, *, working_directory: str | None = None,
                   max_bytes: int | None = None) -> bytes:
@@ -251,6 +254,22 @@ class SyncSandbox:
 
     def dispose(self) -> DisposalFailure | None:
         return self._client._run(self.aio.dispose())
+
+    def resolve(self) -> SyncSandbox:
+        """Looks the handle's reference (full id, name, or a unique 12+ hex id prefix) up in
+        ``sandbox.list`` and fills ``name``, ``kind``, ``key``, ``state``, ``info``: the
+        blocking ``await client.sandbox(ref)``."""
+        self._client._run(self.aio.resolve())
+        return self
+
+    def __enter__(self) -> SyncSandbox:
+        """``with sandbox:`` disposes the sandbox at the end (see ``Sandbox.__aexit__``)."""
+        self._client._run(self.aio.__aenter__())
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._client._run(self.aio.__aexit__(exc_type, exc, tb))
 
 
 class SyncEventStream:

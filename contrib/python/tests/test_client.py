@@ -339,5 +339,103 @@ class Events(ClientTest):
             await self.client.events([]).start()
 
 
+
+class Handles(ClientTest):
+    """``await client.sandbox(ref)`` and ``async with sandbox``."""
+
+    async def test_sandbox_by_id_name_and_prefix(self) -> None:
+        sb = await self.sandbox("handles")
+        for ref in (sb.instance_id, sb.name, sb.instance_id[:12]):
+            found = await self.client.sandbox(ref)
+            self.assertEqual(found.instance_id, sb.instance_id, ref)
+            self.assertEqual((found.name, found.kind), (sb.name, "k"), ref)
+            self.assertEqual(found.state, "running")
+            self.assertIsNotNone(found.info)
+            self.assertEqual(dict(found.key or {}), dict(sb.key or {}))
+            self.assertEqual((await found.exec("echo hi")).stdout_text, "hi\n")
+        # Without await: the handle as before, no call made.
+        plain = self.client.sandbox(sb.instance_id)
+        self.assertEqual((plain.name, plain.kind), ("", ""))
+        with self.assertRaises(msb.SandboxNotFound) as cm:
+            await self.client.sandbox("maf-sandbox-docker-nosuchname")
+        self.assertIn("maf-sandbox-docker-nosuchname", str(cm.exception))
+        with self.assertRaises(msb.InvalidParams):
+            await self.client.sandbox(sb.instance_id[:6])
+        # The blocking client: resolve().
+        with msb.connect(self.daemon.sock, timeout=30) as blocking:
+            h = blocking.sandbox(sb.name).resolve()
+            self.assertEqual((h.instance_id, h.kind), (sb.instance_id, "k"))
+
+    async def test_async_with_disposes(self) -> None:
+        async with await self.sandbox("with-acquired") as sb:
+            self.assertEqual((await sb.exec("echo in")).stdout_text, "in\n")
+        self.assertIsNone(sb.disposal)
+        ids = [e.sandbox for e in await self.client.list(scope=self.s.scope("with-acquired"))]
+        self.assertNotIn(sb.instance_id, ids)
+        # A handle by name resolves on entry (it needs the key to dispose).
+        other = await self.sandbox("with-named")
+        async with self.client.sandbox(other.name) as by_name:
+            self.assertEqual(by_name.instance_id, other.instance_id)
+        ids = [e.sandbox for e in await self.client.list(scope=self.s.scope("with-named"))]
+        self.assertNotIn(other.instance_id, ids)
+        # Also when the block raises: the block's error comes out, the sandbox is gone.
+        third = await self.sandbox("with-raises")
+        with self.assertRaises(RuntimeError):
+            async with third:
+                raise RuntimeError("boom")
+        ids = [e.sandbox for e in await self.client.list(scope=self.s.scope("with-raises"))]
+        self.assertNotIn(third.instance_id, ids)
+        # The blocking client's `with`.
+        fourth = await self.sandbox("with-sync")
+        with msb.connect(self.daemon.sock, timeout=60) as blocking:
+            with blocking.sandbox(fourth.name) as h:
+                self.assertEqual(h.exec("echo s").stdout_text, "s\n")
+        ids = [e.sandbox for e in await self.client.list(scope=self.s.scope("with-sync"))]
+        self.assertNotIn(fourth.instance_id, ids)
+
+
+class FileErrorsAndModes(ClientTest):
+    async def test_errors_name_the_path_and_the_fix(self) -> None:
+        sb = await self.sandbox("file-errors")
+        with self.assertRaises(msb.SandboxFileNotFoundError) as nf:
+            await sb.read_file("nothere.txt")
+        self.assertIsInstance(nf.exception, FileNotFoundError)
+        self.assertIn("nothere.txt (resolved in /maf-sandbox/work)", str(nf.exception))
+        self.assertEqual(nf.exception.path, "nothere.txt")
+        self.assertEqual(nf.exception.working_directory, "/maf-sandbox/work")
+        with self.assertRaises(msb.SandboxConfinementError) as conf:
+            await sb.read_file("/etc/passwd")
+        self.assertIn("/etc/passwd", str(conf.exception))
+        self.assertIn('working_directory "/"', str(conf.exception))
+        self.assertIn(b"root:", await sb.read_file("/etc/passwd", working_directory="/"))
+        await sb.exec("mkdir -p adir/inner")
+        with self.assertRaises(msb.SandboxOSError) as isdir:
+            await sb.write_file("adir", "x")
+        self.assertIn("adir (resolved in /maf-sandbox/work)", str(isdir.exception))
+        self.assertIn("a directory cannot be replaced by a file", str(isdir.exception))
+        await sb.write_file("plain.txt", "p")
+        with self.assertRaises(msb.SandboxNotADirectoryError) as notdir:
+            await sb.write_file("plain.txt/x", "x")
+        self.assertIn("plain.txt/x (resolved in /maf-sandbox/work)", str(notdir.exception))
+
+    async def test_write_file_mode(self) -> None:
+        sb = await self.sandbox("file-modes")
+        await sb.write_file("run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+        self.assertEqual((await sb.exec("./run.sh")).stdout_text, "ran\n")
+        self.assertEqual((await sb.exec("stat -c %a run.sh")).stdout_text, "755\n")
+        await sb.write_files({"bin/tool": "#!/bin/sh\necho tool\n", "bin/data": "d"},
+                             modes={"bin/tool": 0o700})
+        self.assertEqual((await sb.exec("stat -c %a bin/tool bin/data")).stdout_text,
+                         "700\n644\n")
+        self.assertEqual((await sb.exec("./bin/tool")).stdout_text, "tool\n")
+        with self.assertRaises(msb.InvalidParams):
+            await sb.write_file("suid", "x", mode=0o4755)
+        with self.assertRaises(msb.InvalidParams) as wire:
+            await self.client.call("files.write", {"sandbox": sb.instance_id, "path": "suid",
+                                                   "content_text": "x", "mode": 0o4755})
+        self.assertEqual(wire.exception.field, "mode")
+        self.assertIsNone(await sb.stat_file("suid"))
+
+
 if __name__ == "__main__":
     unittest.main()

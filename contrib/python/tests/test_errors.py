@@ -181,11 +181,16 @@ class FromDaemonsOfTheirOwn(ErrorTest):
         d = await self.daemon("--set", "limits.max_frame_bytes=4096", wait_ready=False)
         big = "x" * 10000
         # Told nothing about the limit, the client sends; the daemon refuses and hangs up.
-        async with msb.AsyncClient(d.sock) as naive:
+        async with msb.AsyncClient(d.sock, auto_reconnect=False) as naive:
             exc = await self.check(lambda: naive.sandbox(NO_SUCH_SANDBOX).write_file("f", big),
                                    msb.FrameTooLarge, ValueError)
             self.assertEqual(exc.limit, 4096)
             await self.check(naive.status, msb.FrameTooLarge, ValueError)
+        # By default, the next call goes on a new connection (the refused one is not resent).
+        async with msb.AsyncClient(d.sock) as naive:
+            await self.check(lambda: naive.sandbox(NO_SUCH_SANDBOX).write_file("f", big),
+                             msb.FrameTooLarge, ValueError)
+            self.assertIn("daemon", await naive.status())
         # After describe, the client knows the limit and refuses before sending.
         async with msb.AsyncClient(d.sock) as aware:
             await aware.describe()

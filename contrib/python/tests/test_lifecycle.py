@@ -33,8 +33,9 @@ class DaemonGoesAway(unittest.IsolatedAsyncioTestCase):
         self.s = fx.session()
 
     async def test_killed_daemon_fails_calls_in_flight_and_later(self) -> None:
+        # The opt-out: without auto_reconnect a lost connection stays lost.
         d = await asyncio.to_thread(self.s.daemon)
-        client = msb.AsyncClient(d.sock)
+        client = msb.AsyncClient(d.sock, auto_reconnect=False)
         await client.connect()
         self.addAsyncCleanup(client.close)
         sb = await client.acquire(self.s.key("killed"), self.s.spec())
@@ -66,7 +67,7 @@ class DaemonGoesAway(unittest.IsolatedAsyncioTestCase):
 
     async def test_stopping_daemon_answers_shutting_down(self) -> None:
         d = await asyncio.to_thread(self.s.daemon, "--set", "shutdown.drain_ms=0")
-        client = msb.AsyncClient(d.sock)
+        client = msb.AsyncClient(d.sock, auto_reconnect=False)
         await client.connect()
         self.addAsyncCleanup(client.close)
         sb = await client.acquire(self.s.key("stopping"), self.s.spec())
@@ -96,6 +97,68 @@ class DaemonGoesAway(unittest.IsolatedAsyncioTestCase):
         # The sandbox outlives the daemon; the same handle works on the new connection.
         self.assertEqual((await sb.exec("echo back")).stdout_text, "back\n")
         self.assertIsNone(await sb.dispose())
+
+
+class Reconnect(unittest.IsolatedAsyncioTestCase):
+    """The default client after a real daemon restart: the first call after it works; a call
+    in flight when the daemon went away raises ConnectionLost, and is never sent again."""
+
+    async def asyncSetUp(self) -> None:
+        self.s = fx.session()
+
+    async def test_a_restart_between_calls_is_invisible(self) -> None:
+        d = await asyncio.to_thread(self.s.daemon)
+        client = msb.AsyncClient(d.sock)
+        await client.connect()
+        self.addAsyncCleanup(client.close)
+        sb = await client.acquire(self.s.key("restart-idle"), self.s.spec())
+        # Stopped and started again without this loop turning (a script's blocking restart):
+        # the client has not seen the close when the next call comes.
+        fx.check_clean_exit(d)
+        d2 = self.s.daemon(sock=d.sock)
+        self.addCleanup(fx.check_clean_exit, d2)
+        self.assertTrue((await client.status())["engine"]["reachable"])
+        self.assertEqual((await sb.exec("echo back")).stdout_text, "back\n")
+        self.assertIsNone(await sb.dispose())
+
+    async def test_a_call_in_flight_fails_and_the_next_one_reconnects(self) -> None:
+        d = await asyncio.to_thread(self.s.daemon)
+        client = msb.AsyncClient(d.sock)
+        await client.connect()
+        self.addAsyncCleanup(client.close)
+        sb = await client.acquire(self.s.key("restart-mid"), self.s.spec())
+        marker = "/tmp/ran-once"
+        call = asyncio.create_task(sb.exec(f"echo x >> {marker}; sleep 30", timeout=60))
+        async with asyncio.timeout(10):  # until the command runs (observed in the guest)
+            while subprocess.run(["docker", "exec", sb.instance_id, "test", "-e", marker],
+                                 check=False).returncode != 0:
+                await asyncio.sleep(0.05)
+        d.signal(signal.SIGKILL)
+        with self.assertRaises(msb.ConnectionLost) as cm:
+            await asyncio.wait_for(call, PROMPT_SECONDS)
+        self.assertIn("went away mid-call", str(cm.exception))
+        self.assertIn("may or may not have run", str(cm.exception))
+        self.assertTrue(cm.exception.data.get("in_flight"))
+        self.assertIsNotNone(await asyncio.to_thread(d.wait, 5), "the killed daemon lingers")
+        d2 = await asyncio.to_thread(self.s.daemon, sock=d.sock)
+        self.addCleanup(fx.check_clean_exit, d2)
+        # The first call after the restart works, on a new connection.
+        self.assertEqual((await sb.exec(f"cat {marker}")).stdout_text, "x\n")  # never replayed
+        self.assertTrue(client.connected)
+        self.assertIsNone(await sb.dispose())
+
+    def test_the_blocking_client_reconnects_too(self) -> None:
+        d = self.s.daemon()
+        with msb.connect(d.sock, timeout=30) as client:
+            self.assertTrue(client.aio.auto_reconnect)
+            client.status()
+            fx.check_clean_exit(d)
+            d2 = self.s.daemon(sock=d.sock)
+            try:
+                self.assertTrue(client.status()["engine"]["reachable"])
+            finally:
+                client.close()
+                fx.check_clean_exit(d2)
 
 
 class SyncClient(unittest.TestCase):

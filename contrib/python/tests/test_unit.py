@@ -590,7 +590,7 @@ class ConnectionBehaviour(ScriptedServer):
             await w.drain()
 
         await self.serve(script)
-        async with msb.AsyncClient(self.sock) as client:
+        async with msb.AsyncClient(self.sock, auto_reconnect=False) as client:
             results = await asyncio.gather(client.call("a"), client.call("b"),
                                            return_exceptions=True)
             for r in results:
@@ -603,11 +603,81 @@ class ConnectionBehaviour(ScriptedServer):
             await _read_request(r)
 
         await self.serve(script)
-        async with msb.AsyncClient(self.sock) as client:
+        async with msb.AsyncClient(self.sock, auto_reconnect=False) as client:
             with self.assertRaises(msb.ConnectionLost):
                 await client.call("a")
             with self.assertRaises(msb.ConnectionLost):
                 await client.call("b")
+
+    async def test_a_call_in_flight_is_lost_never_replayed_and_the_next_reconnects(self) -> None:
+        # By default: the call in flight when the daemon went away raises ConnectionLost
+        # saying so; the next call opens a new connection; nothing is sent twice.
+        seen: list[list[str]] = []
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            mine: list[str] = []
+            seen.append(mine)
+            req = await _read_request(r)
+            mine.append(req["method"])
+            if len(seen) == 1:
+                return  # gone mid-call
+            _send(w, {"jsonrpc": "2.0", "id": req["id"], "result": len(seen)})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            self.assertTrue(client.auto_reconnect)
+            with self.assertRaises(msb.ConnectionLost) as cm:
+                await client.call("first")
+            self.assertIn("went away mid-call", str(cm.exception))
+            self.assertIn("may or may not have run", str(cm.exception))
+            self.assertTrue(cm.exception.data.get("in_flight"))
+            self.assertEqual(cm.exception.data.get("method"), "first")
+            self.assertEqual(await client.call("second"), 2)
+        self.assertEqual(seen, [["first"], ["second"]])
+
+    async def test_a_close_the_reader_has_not_seen_yet_is_replaced(self) -> None:
+        # A restart between two calls with no loop turn in between (a blocking wait): the
+        # next call finds the daemon's close by a peek and goes on a new connection, also
+        # with auto_reconnect off (nothing was in flight). The server is a thread, so it
+        # closes while this loop does not run.
+        for auto in (True, False):
+            seen: list[str] = []
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            path = os.path.join(self.dir, f"thread-{auto}.sock")
+            listener.bind(path)
+            listener.listen(2)
+            first_closed = threading.Event()
+            may_close = threading.Event()
+
+            def serve() -> None:
+                for n in (1, 2):
+                    conn, _ = listener.accept()
+                    with conn, conn.makefile("rb") as f:
+                        req = json.loads(f.readline())
+                        seen.append(req["method"])
+                        conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"],
+                                                 "result": n}).encode() + b"\n")
+                        if n == 1:
+                            may_close.wait(5)
+                            conn.shutdown(socket.SHUT_RDWR)
+                        else:
+                            f.readline()
+                    if n == 1:
+                        first_closed.set()
+
+            thread = threading.Thread(target=serve, daemon=True)
+            thread.start()
+            async with msb.AsyncClient(path, auto_reconnect=auto) as client:
+                self.assertEqual(await client.call("a"), 1)
+                may_close.set()
+                self.assertTrue(first_closed.wait(5))  # blocking: this loop's reader sleeps
+                self.assertTrue(client.connected)     # the reader has not seen the close
+                self.assertEqual(await client.call("b"), 2)
+            thread.join(5)
+            listener.close()
+            self.assertEqual(seen, ["a", "b"])
 
     async def test_an_idle_close_is_replaced_on_the_next_call(self) -> None:
         # The daemon closes a connection idle for limits.idle_timeout_ms: the next call opens
@@ -1368,6 +1438,53 @@ class Blocking(unittest.TestCase):
             self.assertEqual(sb.instance_id, "0" * 64)
             self.assertTrue(client.connected)
             self.assertEqual(client.max_frame_bytes, msb.DEFAULT_MAX_FRAME_BYTES)
+
+
+class SandboxReferences(unittest.TestCase):
+    """``await client.sandbox(ref)``: full id, name, or a unique 12+ hex prefix."""
+
+    @staticmethod
+    def entries() -> list[msb.SandboxInfo]:
+        def one(sid: str, name: str) -> msb.SandboxInfo:
+            return msb.SandboxInfo.from_wire({"sandbox": sid, "name": name, "kind": "k",
+                                              "key": {"scope": "s", "thread_id": "t",
+                                                      "agent_dir": "a", "call_id": ""}})
+        return [one("abcdef012345" + "0" * 52, "maf-sandbox-docker-aaaa"),
+                one("abcdef012346" + "1" * 52, "maf-sandbox-docker-bbbb"),
+                one("abcdef0123467" + "2" * 51, "maf-sandbox-docker-cccc")]
+
+    def test_full_id_name_and_prefix(self) -> None:
+        from maf_sandbox_client.client import _match_sandbox
+        e = self.entries()
+        self.assertIs(_match_sandbox(e[0].sandbox, e), e[0])
+        self.assertIs(_match_sandbox("maf-sandbox-docker-bbbb", e), e[1])
+        self.assertIs(_match_sandbox("abcdef012345", e), e[0])
+        self.assertIs(_match_sandbox("abcdef0123461", e), e[1])
+
+    def test_unknown_ambiguous_and_short(self) -> None:
+        from maf_sandbox_client.client import _match_sandbox
+        e = self.entries()
+        with self.assertRaises(msb.SandboxNotFound) as nf:
+            _match_sandbox("nothere", e)
+        self.assertIn("nothere", str(nf.exception))
+        with self.assertRaises(msb.InvalidParams) as amb:
+            _match_sandbox("abcdef012346", e)
+        self.assertIn("ambiguous", str(amb.exception))
+        self.assertEqual(sorted(amb.exception.data["candidates"]),
+                         sorted([e[1].sandbox, e[2].sandbox]))
+        with self.assertRaises(msb.InvalidParams) as short:
+            _match_sandbox("abcdef", e)
+        self.assertIn("at least 12", str(short.exception))
+        with self.assertRaises(msb.SandboxNotFound):
+            _match_sandbox("ffffffffffff", e)
+
+    def test_mode_is_checked_client_side(self) -> None:
+        from maf_sandbox_client.client import _mode
+        self.assertEqual(_mode(0o755, "mode"), 0o755)
+        self.assertIsNone(_mode(None, "mode"))
+        for bad in (0o4755, 0o1777, -1, True, "755", 0o1000):
+            with self.assertRaises(msb.InvalidParams):
+                _mode(bad, "mode")  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
