@@ -40,9 +40,11 @@
 
 #include "base64.h"
 #include "cleanup.h"
+#include "errors.h"
 #include "msb-limits.h"
 #include "msb.h"
 #include "types.h"
+#include "units.h"
 #include "xmalloc.h"
 
 
@@ -113,7 +115,11 @@ enum cli_opt {
 	CLI_OPT_ENV,         /* repeatable: each goes to cli_opts.env[] */
 	CLI_OPT_SH,
 	CLI_OPT_FOLLOW,      /* also -f */
+	CLI_OPT_ALL,         /* reap: every scope */
+	CLI_OPT_DRY_RUN,     /* reap: list, remove nothing */
 	CLI_OPT_MODE,        /* put: the file's permission bits, octal */
+	CLI_OPT_INTERACTIVE, /* also -i */
+	CLI_OPT_NO_STDIN,
 	_CLI_OPT_MAX,
 };
 #define CLI_NOPTS (_CLI_OPT_MAX - CLI_OPT_SCOPE)
@@ -175,69 +181,139 @@ static const char options_help[] =
 /* Prints the top-level help (cmd NULL) or a command's help to stdout. */
 static void print_help(const struct cli_cmd *cmd);
 
+/* --- errors: plain text, or with --json one JSON object each ------------ */
+
+/* With --json every error goes to stderr as one JSON object on one line,
+ * {"code", "type", "message", "data"} (cli_error_json). main() sets it from
+ * argv before parsing, so an error met before --json is parsed is JSON too. */
+static bool cli_json_errors;
+
+/* The error types of the CLI's own errors (the daemon's errors keep the
+ * daemon's code and type); their "code" is the exit status they cause. */
+#define CLI_ERR_USAGE       "UsageError"        /* the command line: exit 2 */
+#define CLI_ERR_INPUT       "InputError"        /* a local file the CLI reads: exit 2 */
+#define CLI_ERR_CONNECTION  "ConnectionError"   /* cannot connect: exit 3 */
+#define CLI_ERR_CLOSED      "ConnectionClosed"  /* the daemon closed the connection: exit 4 */
+#define CLI_ERR_IO          "IOError"           /* a read or write on the socket failed: exit 4 */
+#define CLI_ERR_PROTOCOL    "ProtocolError"     /* the daemon's reply is not what was asked for: exit 4 */
+#define CLI_ERR_TIMEOUT     "ClientTimeout"     /* --timeout passed without a reply: exit 4 */
+#define CLI_ERR_OUTPUT      "OutputError"       /* writing stdout or a LOCAL file failed: exit 4 */
+#define CLI_ERR_INTERNAL    "InternalError"     /* a request or result could not be encoded: exit 4 */
+
+/* Prints one error as one JSON object on one line to stderr:
+ * {"code": code, "type": type, "message": message, "data": data or null}.
+ * data is borrowed. The one printer of every JSON error (exec's partial
+ * output rides in data). */
+static void cli_error_json(json_int_t code, const char *type, const char *message, const json_t *data)
+{
+	json_auto_t *o = json_pack("{s:I, s:s?, s:s?, s:O?}", "code", code, "type", type,
+				   "message", message, "data", data);
+	_cleanup_free_ char *s = NULL;
+
+	if (o && !json_object_get(o, "data"))
+		json_object_set_new(o, "data", json_null());
+	if (o && !json_object_get(o, "type"))
+		json_object_set_new(o, "type", json_null());
+	s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	if (s)
+		fprintf(stderr, "%s\n", s);
+	else
+		fprintf(stderr, "{\"code\":%" JSON_INTEGER_FORMAT ",\"type\":\"%s\",\"message\":null,"
+			"\"data\":null}\n", code, type ? type : "InternalError");
+	fflush(stderr);
+}
+
+/* Says one error: "maf-sandbox: MESSAGE" (hint on a line of its own, if
+ * any), or with --json cli_error_json(exit, type, MESSAGE, data). data is
+ * stolen. Returns exit. */
+static int cli_errorv(int exit, const char *type, json_t *data, const char *hint, const char *fmt,
+		      va_list ap) __attribute__((format(printf, 5, 0)));
+
+static int cli_errorv(int exit, const char *type, json_t *data, const char *hint, const char *fmt,
+		      va_list ap)
+{
+	_cleanup_free_ char *msg = xvasprintf(fmt, ap);
+
+	if (cli_json_errors)
+		cli_error_json(exit, type, msg, data);
+	else
+		fprintf(stderr, "maf-sandbox: %s\n%s", msg, hint ? hint : "");
+	json_decref(data);
+	return exit;
+}
+
+static int cli_error(int exit, const char *type, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int cli_error(int exit, const char *type, json_t *data, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = cli_errorv(exit, type, data, NULL, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
 static int usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 static int usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 {
+	_cleanup_free_ char *hint = xasprintf("Try 'maf-sandbox %s%s--help'.\n", cmd ? cmd->name : "",
+					      cmd ? " " : "");
 	va_list ap;
+	int r;
 
-	fputs("maf-sandbox: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = cli_errorv(CLI_EXIT_USAGE, CLI_ERR_USAGE, cmd ? json_pack("{s:s}", "command", cmd->name) : NULL,
+		       hint, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'maf-sandbox %s%s--help'.\n", cmd ? cmd->name : "", cmd ? " " : "");
-	return CLI_EXIT_USAGE;
+	return r;
 }
 
-/* SECONDS (decimal, fractions allowed) to ms; 0 stays 0 (no timeout). */
+/* Whether argv asks for --json (-j), up to "--": errors met before the
+ * option itself is parsed are JSON too. */
+static bool argv_wants_json(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "-j"))
+			return true;
+	return false;
+}
+
+/* SECONDS (decimal, fractions allowed), or a duration with a unit (units.h:
+ * 500ms, 1.5s, 2m), to whole ms; 0 stays 0 (no timeout). */
 static int parse_timeout(const char *s, int *ret_ms)
 {
-	char *end;
-	double secs, ms;
+	uint64_t ms;
+	int r = msb_duration_parse(s, MSB_TIME_S, MSB_TIME_MS, &ms);
 
-	errno = 0;
-	secs = strtod(s, &end);
-	if (errno || end == s || *end || !(secs >= 0 && secs <= CLI_TIMEOUT_MAX_SECONDS))
-		return -EINVAL;
-	ms = secs * 1000.0;
-	*ret_ms = secs > 0 && ms < 1 ? 1 : (int)ms;
+	if (r < 0)
+		return r;
+	if (ms > (uint64_t)CLI_TIMEOUT_MAX_SECONDS * 1000)
+		return -ERANGE;
+	*ret_ms = (int)ms;
 	return 0;
 }
 
-/* "90", "90s", "15m", "24h", "7d": a whole number of seconds, minutes, hours
- * or days, from 1 s to CLI_DURATION_MAX_DAYS. Returns 0, -EINVAL (not a
- * duration, or zero) or -ERANGE (too long). */
+/* "90", "90s", "15m", "1.5h", "7d" (units.h): a whole number of seconds
+ * from 1 s to CLI_DURATION_MAX_DAYS. Returns 0, -EINVAL (not a duration, or
+ * zero), -EDOM (not whole seconds) or -ERANGE (too long). */
 static int parse_duration(const char *s, long long *ret_secs)
 {
-	static const struct { char unit; long long secs; } units[] = {
-		{ 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', CLI_SECONDS_PER_DAY },
-	};
-	const long long max = (long long)CLI_DURATION_MAX_DAYS * CLI_SECONDS_PER_DAY;
-	long long n = 0, mult = 1;
-	const char *p = s;
+	const uint64_t max = (uint64_t)CLI_DURATION_MAX_DAYS * CLI_SECONDS_PER_DAY;
+	uint64_t secs;
+	int r = msb_duration_parse(s, MSB_TIME_S, MSB_TIME_S, &secs);
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		n = n * 10 + (*p - '0');
-		if (n > max)
-			return -ERANGE;
-	}
-	if (p == s)
+	if (r < 0)
+		return r;
+	if (secs == 0)
 		return -EINVAL;
-	if (*p) {
-		size_t i;
-
-		for (i = 0; i < ELEMENTSOF(units) && units[i].unit != *p; i++)
-			;
-		if (i == ELEMENTSOF(units) || p[1])
-			return -EINVAL;
-		mult = units[i].secs;
-	}
-	if (n == 0)
-		return -EINVAL;
-	if (n > max / mult)
+	if (secs > max)
 		return -ERANGE;
-	*ret_secs = n * mult;
+	*ret_secs = (long long)secs;
 	return 0;
 }
 
@@ -264,7 +340,11 @@ static const struct option cli_options[] = {
 	{ "env", required_argument, NULL, CLI_OPT_ENV },
 	{ "sh", required_argument, NULL, CLI_OPT_SH },
 	{ "follow", no_argument, NULL, CLI_OPT_FOLLOW },
+	{ "all", no_argument, NULL, CLI_OPT_ALL },
+	{ "dry-run", no_argument, NULL, CLI_OPT_DRY_RUN },
 	{ "mode", required_argument, NULL, CLI_OPT_MODE },
+	{ "interactive", no_argument, NULL, CLI_OPT_INTERACTIVE },
+	{ "no-stdin", no_argument, NULL, CLI_OPT_NO_STDIN },
 	{ 0 },
 };
 
@@ -276,6 +356,7 @@ static const struct {
 	{ 'w', CLI_OPT_WORKDIR },
 	{ 'r', CLI_OPT_RECURSIVE },
 	{ 'f', CLI_OPT_FOLLOW },
+	{ 'i', CLI_OPT_INTERACTIVE },
 };
 
 /* The command option a short option letter stands for, or c itself. */
@@ -337,18 +418,20 @@ static int parse_options(int argc, char **argv, struct cli_opts *opts, const str
 
 	optind = 0;  /* glibc: start over, from argv[1] */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:rf", cli_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:s:jt:hVw:rfi", cli_options, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			opts->socket = optarg;
 			break;
 		case 'j':
 			opts->json = true;
+			cli_json_errors = true;
 			break;
 		case 't':
 			if (parse_timeout(optarg, &opts->timeout_ms) < 0)
-				return usage_error(cmd, "invalid --timeout '%s': want seconds from 0 to %d",
-						   optarg, CLI_TIMEOUT_MAX_SECONDS);
+				return usage_error(cmd, "invalid --timeout '%s': want seconds from 0 to %d, "
+						   "in whole milliseconds (%s)", optarg, CLI_TIMEOUT_MAX_SECONDS,
+						   MSB_DURATION_FORMS_S);
 			break;
 		case 'h':
 			print_help(cmd);
@@ -403,26 +486,45 @@ static int cli_connect(const struct cli_opts *opts, struct msb_conn **ret_conn)
 	if (r < 0) {
 		int err = errno;
 
-		fprintf(stderr, "maf-sandbox: cannot connect to %s: %s%s\n", path, strerror(err),
-			connect_hint(err));
-		return CLI_EXIT_CONNECT;
+		return cli_error(CLI_EXIT_CONNECT, CLI_ERR_CONNECTION,
+				 json_pack("{s:s, s:s?}", "socket", path, "errno", strerrorname_np(err)),
+				 "cannot connect to %s: %s%s", path, strerror(err), connect_hint(err));
 	}
 	if (opts->timeout_ms >= 0)
 		msb_set_timeout(*ret_conn, opts->timeout_ms);
 	return 0;
 }
 
+/* The CLI's error type for a failed call's MSB_E_* (not MSB_E_REMOTE). */
+static const char *local_error_type(int r)
+{
+	switch (r) {
+	case MSB_E_INVAL: return CLI_ERR_USAGE;
+	case MSB_E_CONNECT: return CLI_ERR_CONNECTION;
+	case MSB_E_IO: return CLI_ERR_IO;
+	case MSB_E_PROTO: return CLI_ERR_PROTOCOL;
+	case MSB_E_TIMEOUT: return CLI_ERR_TIMEOUT;
+	case MSB_E_CLOSED: return CLI_ERR_CLOSED;
+	default: return CLI_ERR_INTERNAL;
+	}
+}
+
 /* Says why a call failed, as "maf-sandbox: <type or code>: <message>" for the
- * daemon's errors. Returns the exit code. */
+ * daemon's errors (with --json: the daemon's code, type, message and data).
+ * Returns the exit code. */
 static int report_failure(const struct cli_cmd *cmd, const struct msb_conn *conn, int r)
 {
 	int err = errno;
+	int exit = r == MSB_E_INVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
 
 	if (r == MSB_E_REMOTE) {
 		const char *type = msb_last_error_type(conn);
 		const char *msg = msb_last_error_message(conn);
 
-		if (type)
+		if (cli_json_errors)
+			cli_error_json(msb_last_error_code(conn), type, msg ? msg : "",
+				       msb_last_error_data(conn));
+		else if (type)
 			fprintf(stderr, "maf-sandbox: %s: %s\n", type, msg ? msg : "");
 		else
 			fprintf(stderr, "maf-sandbox: %d: %s\n", msb_last_error_code(conn),
@@ -430,10 +532,9 @@ static int report_failure(const struct cli_cmd *cmd, const struct msb_conn *conn
 		return CLI_EXIT_REMOTE;
 	}
 	if (r == MSB_E_IO)
-		fprintf(stderr, "maf-sandbox: %s: %s: %s\n", cmd->name, msb_strerror(r), strerror(err));
-	else
-		fprintf(stderr, "maf-sandbox: %s: %s\n", cmd->name, msb_strerror(r));
-	return r == MSB_E_INVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+		return cli_error(exit, local_error_type(r), json_pack("{s:s?}", "errno", strerrorname_np(err)),
+				 "%s: %s: %s", cmd->name, msb_strerror(r), strerror(err));
+	return cli_error(exit, local_error_type(r), NULL, "%s: %s", cmd->name, msb_strerror(r));
 }
 
 static int print_json(const json_t *result)
@@ -441,8 +542,7 @@ static int print_json(const json_t *result)
 	_cleanup_free_ char *s = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY);
 
 	if (!s) {
-		fprintf(stderr, "maf-sandbox: cannot encode the result as JSON\n");
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "cannot encode the result as JSON");
 	}
 	puts(s);
 	return CLI_EXIT_OK;
@@ -696,6 +796,31 @@ static void print_file_plane(const json_t *r)
 	putchar('\n');
 }
 
+static void put_clean(FILE *f, const char *s, size_t width);
+
+/* "egress: closed, allowlist (proxy PATH)", or "egress: closed; allowlist
+ * off: WHY" from status's "egress". */
+static void print_status_egress(const json_t *e)
+{
+	const char *bin = get_str(e, "proxy_binary"), *why = get_str(e, "allowlist_off_reason");
+	struct line l = { "egress: ", ", ", 0 };
+
+	if (!json_is_object(e))
+		return;
+	line_add_list(&l, json_object_get(e, "modes"));
+	if (l.n == 0)
+		line_add(&l, "none");
+	if (why) {
+		fputs("; allowlist off: ", stdout);
+		put_clean(stdout, why, 0);
+	} else if (bin) {
+		fputs(" (proxy ", stdout);
+		put_clean(stdout, bin, 0);
+		putchar(')');
+	}
+	line_end(&l);
+}
+
 static void print_status(const json_t *r)
 {
 	static const char *const conn_keys[][2] = {
@@ -708,6 +833,7 @@ static void print_status(const json_t *r)
 	print_status_daemon(json_object_get(r, "daemon"));
 	print_status_engine(json_object_get(r, "engine"));
 	print_file_plane(r);
+	print_status_egress(json_object_get(r, "egress"));
 	print_counters("connections: ", json_object_get(r, "connections"), conn_keys,
 		       ELEMENTSOF(conn_keys));
 	print_counters("requests: ", json_object_get(r, "requests"), req_keys, ELEMENTSOF(req_keys));
@@ -1113,13 +1239,12 @@ static int input_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 static int input_error(const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	fputs("maf-sandbox: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = cli_errorv(CLI_EXIT_USAGE, CLI_ERR_INPUT, NULL, NULL, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return CLI_EXIT_USAGE;
+	return r;
 }
 
 /* --- params -------------------------------------------------------------- */
@@ -1232,11 +1357,22 @@ static int reap_params(const struct cli_cmd *cmd, const struct cli_opts *opts, j
 	const char *s = opt_arg(opts, CLI_OPT_OLDER_THAN);
 	long long secs;
 
+	bool all = opt_arg(opts, CLI_OPT_ALL) != NULL, dry = opt_arg(opts, CLI_OPT_DRY_RUN) != NULL;
+
 	if (parse_duration(s, &secs) < 0)
 		return usage_error(cmd, "invalid --older-than '%s': want a duration like 90s, 15m, "
-				   "24h or 7d, from 1s to %dd", s, CLI_DURATION_MAX_DAYS);
+				   "1.5h or 7d (plain: seconds), whole seconds from 1s to %dd", s,
+				   CLI_DURATION_MAX_DAYS);
+	if (all && opt_arg(opts, CLI_OPT_SCOPE))
+		return usage_error(cmd, "'%s' takes --scope S or --all, not both", cmd->name);
+	if (!all && !dry && !opt_arg(opts, CLI_OPT_SCOPE))
+		return usage_error(cmd, "'%s' without --scope disposes of every sandbox on this host older "
+				   "than %s, whoever owns it: give --all to mean that, or --scope S for one "
+				   "scope (--dry-run lists what would go)", cmd->name, s);
 	*ret_params = json_pack("{s:I, s:s*}", "older_than_seconds", (json_int_t)secs,
 				"scope", opt_arg(opts, CLI_OPT_SCOPE));
+	if (*ret_params && dry)
+		json_object_set_new(*ret_params, "dry_run", json_true());
 	return CLI_CONTINUE;
 }
 
@@ -1247,8 +1383,12 @@ static void print_disposal_failure(const char *label, const json_t *f)
 {
 	const char *code = get_str(f, "code"), *detail = get_str(f, "detail");
 
-	fprintf(stderr, "maf-sandbox: %s: %s: %s\n", label, code ? code : "unknown",
-		detail ? detail : "");
+	if (cli_json_errors)
+		cli_error_json(CLI_EXIT_REMOTE, strcmp(label, "not reaped") ? "DisposalIncomplete" : "NotReaped",
+			       label, f);
+	else
+		fprintf(stderr, "maf-sandbox: %s: %s: %s\n", label, code ? code : "unknown",
+			detail ? detail : "");
 }
 
 static int report_acquire(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
@@ -1258,8 +1398,8 @@ static int report_acquire(const struct cli_cmd *cmd, const struct cli_opts *opts
 	if (opts->json)
 		return print_json(r);
 	if (!id) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result names no sandbox\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result names no sandbox", cmd->name);
 	}
 	puts(id);
 	return CLI_EXIT_OK;
@@ -1302,6 +1442,36 @@ static int report_dispose_scope(const struct cli_cmd *cmd, const struct cli_opts
 	return ret;
 }
 
+/* A dry run's result: "would remove: ..." and one line per sandbox,
+ * "NAME SCOPE CREATED ID", cleaned for a terminal. */
+static void print_reap_dry_run(const json_t *r)
+{
+	static const char *const keys[][2] = {
+		{ "would_remove_proxies", "proxy container(s)" }, { "would_remove_networks", "network(s)" },
+	};
+	const json_t *would = json_object_get(r, "would_dispose");
+	struct line l = { "would remove: ", ", ", 0 };
+	json_int_t n;
+	size_t i;
+	json_t *w;
+
+	line_add(&l, "%zu sandbox(es)", json_array_size(would));
+	for (i = 0; i < ELEMENTSOF(keys); i++)
+		if (get_int(r, keys[i][0], &n))
+			line_add(&l, "%" JSON_INTEGER_FORMAT " %s", n, keys[i][1]);
+	line_end(&l);
+	json_array_foreach(would, i, w) {
+		const char *cols[] = { get_str(w, "name"), get_str(w, "scope"), get_str(w, "created"),
+				       get_str(w, "sandbox") };
+
+		for (size_t c = 0; c < ELEMENTSOF(cols); c++) {
+			fputs(c ? " " : "  ", stdout);
+			put_clean(stdout, cols[c] ? cols[c] : "-", 0);
+		}
+		putchar('\n');
+	}
+}
+
 static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
 {
 	static const char *const keys[][2] = {
@@ -1315,6 +1485,8 @@ static int report_reap(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 
 	if (opts->json)
 		ret = print_json(r);
+	else if (json_is_true(json_object_get(r, "dry_run")))
+		print_reap_dry_run(r);
 	else
 		print_counters("removed: ", r, keys, ELEMENTSOF(keys));
 	json_array_foreach(failures, i, f) {
@@ -1342,8 +1514,8 @@ static int file_params_new(const struct cli_cmd *cmd, const struct cli_opts *opt
 	params = json_pack("{s:s, s:s, s:s*}", "sandbox", sandbox, key, guest, "working_directory",
 			   opt_arg(opts, CLI_OPT_WORKDIR));
 	if (!params) {
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	*ret_params = params;
 	return CLI_CONTINUE;
@@ -1475,27 +1647,24 @@ static int put_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 		json_object_set_new(params, "mode", json_integer(mode_bits));
 	if (!content || json_object_set_new(params, "content_b64", content) < 0) {
 		json_decref(params);
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	*ret_params = params;
 	return CLI_CONTINUE;
 }
 
-/* A whole number of bytes from 0 to CLI_FILE_MAX_BYTES. */
+/* A size (units.h: 4096, 64K, 1.5M) from 0 to CLI_FILE_MAX_BYTES. */
 static int parse_bytes(const char *s, json_int_t *ret)
 {
-	json_int_t n = 0;
-	const char *p = s;
+	uint64_t n;
+	int r = msb_size_parse(s, &n);
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		n = n * 10 + (*p - '0');
-		if (n > (json_int_t)CLI_FILE_MAX_BYTES)
-			return -ERANGE;
-	}
-	if (p == s || *p)
-		return -EINVAL;
-	*ret = n;
+	if (r < 0)
+		return r;
+	if (n > CLI_FILE_MAX_BYTES)
+		return -ERANGE;
+	*ret = (json_int_t)n;
 	return 0;
 }
 
@@ -1516,8 +1685,8 @@ static int get_params(const struct cli_cmd *cmd, const struct cli_opts *opts, js
 		return usage_error(cmd, "'%s --json' prints the daemon's result: it takes no LOCAL file",
 				   cmd->name);
 	if (max && parse_bytes(max, &n) < 0)
-		return usage_error(cmd, "invalid --max-bytes '%s': want a number of bytes from 0 to %zu",
-				   max, CLI_FILE_MAX_BYTES);
+		return usage_error(cmd, "invalid --max-bytes '%s': want a size from 0 to %zu bytes (%s)",
+				   max, CLI_FILE_MAX_BYTES, MSB_SIZE_FORMS);
 	r = file_params_new(cmd, opts, "path", opts->operands[1], ret_params);
 	if (r == CLI_CONTINUE && max)
 		json_object_set_new(*ret_params, "max_bytes", json_integer(n));
@@ -1631,8 +1800,9 @@ static int local_write_atomic(const char *path, const uint8_t *data, size_t len)
 		(void)unlink(tmp);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (r < 0) {
-		fprintf(stderr, "maf-sandbox: cannot write %s: %s\n", path, strerror(-r));
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT,
+				 json_pack("{s:s, s:s?}", "path", path, "errno", strerrorname_np(-r)),
+				 "cannot write %s: %s", path, strerror(-r));
 	}
 	return CLI_EXIT_OK;
 }
@@ -1652,16 +1822,14 @@ static int report_get(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 	if (!json_is_string(b64) || !get_int(r, "size", &size) ||
 	    msb_base64_decode(json_string_value(b64), json_string_length(b64), &data, &len) < 0 ||
 	    size < 0 || (uint64_t)size != len) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a file's content\n",
-			cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a file's content", cmd->name);
 	}
 	if (strcmp(local, "-"))
 		return local_write_atomic(local, data, len);
-	if (fwrite(data, 1, len, stdout) != len) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
-		return CLI_EXIT_FAILURE;
-	}
+	if (fwrite(data, 1, len, stdout) != len)
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+				 strerror(errno));
 	return CLI_EXIT_OK;
 }
 
@@ -1685,8 +1853,12 @@ static void print_entry(const json_t *e, const char *dflt)
 static int report_stat(const struct cli_cmd *cmd, const struct cli_opts *opts, const json_t *r)
 {
 	if (json_is_null(r)) {
-		if (opts->json)
+		if (opts->json) {
 			print_json(r);
+			return cli_error(CLI_EXIT_REMOTE, "FileNotFoundError",
+					 json_pack("{s:s}", "path", opts->operands[1]),
+					 "%s: no such file", opts->operands[1]);
+		}
 		fputs("maf-sandbox: ", stderr);
 		put_clean(stderr, opts->operands[1], 0);
 		fputs(": no such file\n", stderr);
@@ -1709,8 +1881,8 @@ static int report_dir(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 	if (opts->json)
 		return print_json(r);
 	if (!json_is_array(entries)) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a listing\n", cmd->name);
-		return CLI_EXIT_FAILURE;
+		return cli_error(CLI_EXIT_FAILURE, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a listing", cmd->name);
 	}
 	json_array_foreach(entries, i, e)
 		if (json_is_object(e))
@@ -1722,6 +1894,8 @@ static int report_dir(const struct cli_cmd *cmd, const struct cli_opts *opts, co
 
 /* The highest exit status a command can have. */
 #define CLI_EXEC_MAX_EXIT_CODE 255
+/* A signal that cancelled the exec: 128 + its number (130 SIGINT, 143 SIGTERM). */
+#define CLI_EXEC_SIGNAL_BASE 128
 
 /* exec's status when the command's result could not be had: usage errors
  * stay 2, everything else is CLI_EXIT_EXEC_FAILED. */
@@ -1838,8 +2012,8 @@ static int exec_params(const struct cli_cmd *cmd, const struct cli_opts *opts, j
 				"timeout_seconds", timeout, "working_directory",
 				opt_arg(opts, CLI_OPT_WORKDIR), "env", env);
 	if (!*ret_params) {
-		fprintf(stderr, "maf-sandbox: %s: cannot build the request\n", cmd->name);
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_INTERNAL, NULL, "%s: cannot build the request",
+				 cmd->name);
 	}
 	return CLI_CONTINUE;
 }
@@ -1904,9 +2078,8 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 		     b64_member(r, "stderr_b64", &err, &err_len) == 0;
 	}
 	if (!ok) {
-		fprintf(stderr, "maf-sandbox: %s: the daemon's result is not a command's result\n",
-			cmd->name);
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_PROTOCOL, NULL,
+				 "%s: the daemon's result is not a command's result", cmd->name);
 	}
 	if (opts->json)
 		return (int)code;
@@ -1915,10 +2088,73 @@ static int report_exec(const struct cli_cmd *cmd, const struct cli_opts *opts, c
 	    fflush(stdout) != 0 ||
 	    fwrite(err + exec_streamed.err, 1, err_len - exec_streamed.err, stderr) != err_len - exec_streamed.err ||
 	    fflush(stderr) != 0) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
-		return CLI_EXIT_EXEC_FAILED;
+		return cli_error(CLI_EXIT_EXEC_FAILED, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+				 strerror(errno));
 	}
 	return (int)code;
+}
+
+/* exec: SIGINT or SIGTERM while the command runs cancels it (call.cancel:
+ * the daemon kills what it started) and exits 128 + the signal. */
+static volatile sig_atomic_t exec_cancel;
+
+static void exec_signal_cb(int sig)
+{
+	exec_cancel = sig;
+}
+
+static void exec_catch_signals(void)
+{
+	struct sigaction sa = { .sa_handler = exec_signal_cb };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* exec's stdin goes to the command when it is not a terminal, or with -i;
+ * never with --no-stdin. */
+static bool exec_forwards_stdin(const struct cli_cmd *cmd, const struct cli_opts *opts, int *ret)
+{
+	bool force = opt_arg(opts, CLI_OPT_INTERACTIVE) != NULL, off = opt_arg(opts, CLI_OPT_NO_STDIN) != NULL;
+
+	*ret = CLI_CONTINUE;
+	if (force && off) {
+		*ret = usage_error(cmd, "'%s' takes -i or --no-stdin, not both", cmd->name);
+		return false;
+	}
+	if (off)
+		return false;
+	return force || !isatty(STDIN_FILENO);
+}
+
+/* The daemon refused the exec's stdin (SandboxCapabilityNotSupported for
+ * capability exec.stdin): nothing ran. */
+static bool exec_stdin_refused(const struct msb_conn *conn, int r)
+{
+	const json_t *data = msb_last_error_data(conn);
+
+	return r == MSB_E_REMOTE && msb_last_error_code(conn) == MSB_ERR_CAPABILITY_NOT_SUPPORTED &&
+	       json_is_string(json_object_get(data, "capability")) &&
+	       strcmp(json_string_value(json_object_get(data, "capability")), "exec.stdin") == 0;
+}
+
+/* --json of an exec that timed out or was cancelled: the error, with the
+ * output that came before it (data.stdout_b64, stderr_b64 and their text
+ * views), on stdout as a result would be. */
+static void exec_print_partial(const struct msb_conn *conn)
+{
+	int code = msb_last_error_code(conn);
+	json_auto_t *j = NULL;
+
+	if (code != MSB_ERR_TIMEOUT && code != MSB_ERR_CANCELLED)
+		return;
+	j = json_pack("{s:i, s:s?, s:s?, s:O?}", "code", code, "type", msb_last_error_type(conn), "message",
+		      msb_last_error_message(conn), "data", msb_last_error_data(conn));
+	if (j) {
+		print_json(j);
+		fflush(stdout);
+	}
 }
 
 /* exec: as cmd_method, but every failure to get the command's result exits
@@ -1930,9 +2166,12 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 	struct msb_conn *conn = NULL;
 	json_auto_t *result = NULL;
 	json_t *params = NULL;
+	bool with_stdin = false;
 	int r, ms = 0;
 
 	r = parse_cmd_options(cmd, opts, argc, argv);
+	if (r == CLI_CONTINUE)
+		with_stdin = exec_forwards_stdin(cmd, opts, &r);
 	if (r == CLI_CONTINUE)
 		r = cmd->params(cmd, opts, &params);
 	if (r != CLI_CONTINUE)
@@ -1953,12 +2192,32 @@ static int cmd_exec(const struct cli_cmd *cmd, struct cli_opts *opts, int argc, 
 		 * daemon adds only when asked. */
 		json_object_set_new(params, "text", json_true());
 	}
-	r = msb_call(conn, cmd->method, params, &result);
+	exec_catch_signals();
+	msb_set_cancel_flag(conn, &exec_cancel);
+	if (with_stdin) {
+		json_t *again = opt_arg(opts, CLI_OPT_INTERACTIVE) ? NULL : json_deep_copy(params);
+
+		r = msb_call_stdin(conn, cmd->method, params, STDIN_FILENO, &result);
+		/* A daemon that cannot pass stdin (its engine over TLS) refused
+		 * before anything ran: without -i, the command runs without it. */
+		if (again && exec_stdin_refused(conn, r)) {
+			fprintf(stderr, "maf-sandbox: %s: stdin not sent: %s\n", cmd->name,
+				msb_last_error_message(conn) ? msb_last_error_message(conn) : "not supported");
+			r = msb_call(conn, cmd->method, TAKE_PTR(again), &result);
+		}
+		json_decref(again);
+	} else {
+		r = msb_call(conn, cmd->method, params, &result);
+	}
+	if (r == MSB_E_REMOTE && opts->json)
+		exec_print_partial(conn);
 	if (r < 0)
 		r = exec_failure(report_failure(cmd, conn, r));
 	else
 		r = cmd->report(cmd, opts, result);
 	msb_conn_free(conn);
+	if (exec_cancel)
+		return CLI_EXEC_SIGNAL_BASE + exec_cancel;
 	return r;
 }
 
@@ -2041,8 +2300,9 @@ static void print_event_what(const json_t *ev)
 }
 
 /* One event as one line: "TIME DECISION HOST:PORT sandbox=NAME scope=S
- * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME]" (count and
- * first when it stands for more than one decision). */
+ * thread=T agent=A [call=C] kind=K [count=N first=FIRST_TIME] [reason=R]"
+ * (count and first when it stands for more than one decision; reason when
+ * the decision has one, e.g. not_connect). */
 static void print_event(const json_t *ev)
 {
 	const json_t *key = json_object_get(ev, "key");
@@ -2063,6 +2323,10 @@ static void print_event(const json_t *ev)
 	if (get_int(ev, "count", &count) && count > 1) {
 		printf(" count=%" JSON_INTEGER_FORMAT " first=", count);
 		put_value(get_str(ev, "first_time"));
+	}
+	if (get_str(ev, "reason")) {
+		fputs(" reason=", stdout);
+		put_value(get_str(ev, "reason"));
 	}
 	putchar('\n');
 }
@@ -2144,10 +2408,9 @@ static int cmd_events(const struct cli_cmd *cmd, struct cli_opts *opts, int argc
 		r = report_failure(cmd, conn, r);
 	else
 		r = follow ? events_follow(cmd, conn, &out) : CLI_EXIT_OK;
-	if (r == CLI_EXIT_OK && out.failed) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(out.write_errno));
-		r = CLI_EXIT_FAILURE;
-	}
+	if (r == CLI_EXIT_OK && out.failed)
+		r = cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s",
+			      strerror(out.write_errno));
 	msb_conn_free(conn);
 	return r;
 }
@@ -2174,8 +2437,9 @@ static const struct cli_cmd cli_cmds[] = {
 		.summary = "the daemon's and the engine's state, with counters",
 		.help = "Show the daemon's state (daemon.status): version, pid and uptime, whether\n"
 			"the Docker engine is reachable and at which API version, the file plane\n"
-			"new sandboxes get (and, for the archive plane, why), and the connection\n"
-			"and request counters.",
+			"new sandboxes get (and, for the archive plane, why), the egress modes\n"
+			"served (with the proxy binary, or why allowlist is off and which\n"
+			"setting turns it on), and the connection and request counters.",
 		.handler = cmd_query, .query = msb_status, .print = print_status,
 	},
 	{
@@ -2241,10 +2505,16 @@ static const struct cli_cmd cli_cmds[] = {
 			"Prints nothing when done. When the daemon could not finish, says why on\n"
 			"stderr (\"disposal incomplete: CODE: DETAIL\") and exits with status 1.\n"
 			"\n"
+			"What goes: every sandbox of the key (every kind unless --kind), and\n"
+			"without --call that includes the key's call-scoped sandboxes, those of\n"
+			"every call; with --call C, only the sandboxes of call C. --sandbox ID\n"
+			"narrows it to that one container.\n"
+			"\n"
 			"  --scope S     the key's scope\n"
 			"  --thread T    the key's thread id\n"
 			"  --agent A     the key's agent directory\n"
-			"  --call C      the key's call id\n"
+			"  --call C      the key's call id: only call C's sandboxes (without it:\n"
+			"                the key's own and every call's)\n"
 			"  --kind K      the sandbox's kind\n"
 			"  --sandbox ID  only this sandbox of the key: its name, full id or a unique\n"
 			"                ID prefix (12+ hex digits), as ls shows them",
@@ -2272,17 +2542,23 @@ static const struct cli_cmd cli_cmds[] = {
 	},
 	{
 		.name = "reap",
-		.usage = "reap --older-than DURATION [--scope S]",
+		.usage = "reap --older-than DURATION (--scope S | --all) [--dry-run]",
 		.summary = "dispose of sandboxes older than a duration (admin only)",
 		.help = "Dispose of the sandboxes created longer ago than DURATION, and remove the\n"
-			"egress proxies and networks left unused (sandbox.reap; admin only).\n"
+			"egress proxies and networks left unused (sandbox.reap; admin only): those\n"
+			"of one scope, or with --all every one on this host, whoever owns it.\n"
 			"Prints how many of each were removed, then each failure on stderr; exits\n"
-			"with status 1 if there was any.\n"
+			"with status 1 if there was any. With --dry-run nothing is removed: prints\n"
+			"what would be (the same selection), one sandbox per line as\n"
+			"\"NAME SCOPE CREATED ID\".\n"
 			"\n"
-			"  --older-than DURATION  90s, 15m, 24h, 7d, or plain seconds\n"
-			"  --scope S              only sandboxes of this scope",
+			"  --older-than DURATION  90s, 15m, 1.5h, 7d, or plain seconds\n"
+			"  --scope S              only sandboxes of this scope\n"
+			"  --all                  every scope (needed without --scope, unless --dry-run)\n"
+			"  --dry-run              list what would be removed; remove nothing",
 		.handler = cmd_method,
-		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE),
+		.opts = CLI_OPT_BIT(CLI_OPT_OLDER_THAN) | CLI_OPT_BIT(CLI_OPT_SCOPE) | CLI_OPT_BIT(CLI_OPT_ALL) |
+			CLI_OPT_BIT(CLI_OPT_DRY_RUN),
 		.required = CLI_OPT_BIT(CLI_OPT_OLDER_THAN),
 		.method = MSB_METHOD_SANDBOX_REAP, .params = reap_params, .report = report_reap,
 	},
@@ -2319,8 +2595,9 @@ static const struct cli_cmd cli_cmds[] = {
 			"\n"
 			CLI_HELP_SANDBOX
 			CLI_HELP_WORKDIR "\n"
-			"  --max-bytes N               refuse a file over N bytes (default and most:\n"
-			"                              64 MiB, the per-file ceiling)",
+			"  --max-bytes N               refuse a file over N bytes, e.g. 4096, 64K,\n"
+			"                              1.5M (default and most: 64 MiB, the per-file\n"
+			"                              ceiling)",
 		.handler = cmd_method,
 		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_MAX_BYTES),
 		.min_operands = 2, .max_operands = 3,
@@ -2402,9 +2679,9 @@ static const struct cli_cmd cli_cmds[] = {
 	},
 	{
 		.name = "exec",
-		.usage = "exec [-w WD] [--timeout S] [--env NAME=VALUE]... SANDBOX -- ARGV...\n"
-			 "   or: maf-sandbox [OPTIONS] exec [-w WD] [--timeout S] [--env NAME=VALUE]...\n"
-			 "         --sh STRING SANDBOX",
+		.usage = "exec [-i|--no-stdin] [-w WD] [--timeout S] [--env NAME=VALUE]... SANDBOX -- ARGV...\n"
+			 "   or: maf-sandbox [OPTIONS] exec [-i|--no-stdin] [-w WD] [--timeout S]\n"
+			 "         [--env NAME=VALUE]... --sh STRING SANDBOX",
 		.summary = "run a command in a sandbox; its output and exit status are this one's",
 		.help = "Run a command in the sandbox as the image's user and wait for it\n"
 			"(sandbox.exec): ARGV is the command's argv itself (no shell; nothing is\n"
@@ -2426,6 +2703,18 @@ static const struct cli_cmd cli_cmds[] = {
 			"                              allowed (default 600, also for 0; at most\n"
 			"                              86400): past it, the command and every\n"
 			"                              process it started are killed (TimeoutError)\n"
+			"  -i, --interactive           send this one's stdin to the command even when\n"
+			"                              it is a terminal (by default it is sent when it\n"
+			"                              is not one: a pipe or a file; the command sees\n"
+			"                              its end as the end of its stdin)\n"
+			"  --no-stdin                  never send stdin: the command's is closed (use\n"
+			"                              it in a loop that reads its own stdin)\n"
+			"\n"
+			"SIGINT or SIGTERM while the command runs cancels it: the daemon kills it and\n"
+			"every process it started (as past the deadline), and exec exits 130 or 143.\n"
+			"With --json, a command that timed out or was cancelled prints the error\n"
+			"with the output that came before it (code, type, message, data with\n"
+			"stdout_b64, stderr_b64, stdout_text, stderr_text) on stdout.\n"
 			"\n"
 			"Exit status of exec, in place of the list below: the command's own\n"
 			"(0-255; 126 or 127 when the guest could not run it); 125 when there is no\n"
@@ -2434,7 +2723,8 @@ static const struct cli_cmd cli_cmds[] = {
 			"SandboxNotFound), or no connection, a protocol or I/O error, the client's\n"
 			"own timeout; 2 for a usage error (nothing was sent).",
 		.handler = cmd_exec,
-		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH),
+		.opts = CLI_OPT_BIT(CLI_OPT_WORKDIR) | CLI_OPT_BIT(CLI_OPT_ENV) | CLI_OPT_BIT(CLI_OPT_SH) |
+			CLI_OPT_BIT(CLI_OPT_INTERACTIVE) | CLI_OPT_BIT(CLI_OPT_NO_STDIN),
 		.min_operands = 1, .max_operands = INT_MAX,
 		.method = MSB_METHOD_SANDBOX_EXEC, .params = exec_params, .report = report_exec,
 	},
@@ -2451,9 +2741,12 @@ static const struct cli_cmd cli_cmds[] = {
 			"written at once:\n"
 			"\n"
 			"  TIME DECISION HOST:PORT sandbox=NAME scope=S thread=T agent=A [call=C] kind=K\n"
+			"      [count=N first=TIME] [reason=R]      (all on one line)\n"
 			"\n"
 			"DECISION is ALLOW, DENY, DENY-NONGLOBAL or UNREACHABLE; an IPv6 HOST is in\n"
-			"brackets; call= is there only for a call-scoped key; \"-\" stands for a\n"
+			"brackets; call= is there only for a call-scoped key; count= and first= for\n"
+			"an event standing for several decisions; reason= for a decision that has\n"
+			"one (not_connect: a plain-HTTP request, refused); \"-\" stands for a\n"
 			"value not there. With --json: each event as one compact JSON object per\n"
 			"line, as the daemon sent it.\n"
 			"\n"
@@ -2495,7 +2788,9 @@ static const struct cli_cmd *cmd_find(const char *name)
 static int close_stdout(int r)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "maf-sandbox: cannot write the output: %s\n", strerror(errno));
+		int e = errno;
+
+		cli_error(CLI_EXIT_FAILURE, CLI_ERR_OUTPUT, NULL, "cannot write the output: %s", strerror(e));
 		return r == CLI_EXIT_OK ? CLI_EXIT_FAILURE : r;
 	}
 	return r;
@@ -2507,6 +2802,7 @@ int main(int argc, char **argv)
 	const struct cli_cmd *cmd;
 	int r;
 
+	cli_json_errors = argv_wants_json(argc, argv);
 	r = parse_options(argc, argv, &opts, NULL);
 	if (r != CLI_CONTINUE)
 		return close_stdout(r);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base64.h"
 #include "cleanup.h"
 #include "errors.h"
 #include "frame.h"
@@ -45,6 +47,12 @@ struct msb_conn {
 				 * then is no idle close */
 	bool subscribed;        /* events.subscribe succeeded: a close loses
 				 * events, so it is never replaced silently */
+	/* msb_set_cancel_flag: the call in flight, and whether its
+	 * call.cancel went out. */
+	volatile sig_atomic_t *cancel_flag;
+	json_int_t call_id;
+	bool in_call;
+	bool cancel_sent;
 };
 
 static const char *const error_strings[] = {
@@ -285,6 +293,25 @@ static int send_all(int fd, const char *p, size_t n, int64_t deadline)
 	return MSB_OK;
 }
 
+/* A signal came while a call waited: with the cancel flag set, call.cancel
+ * for it goes out once, as a notification (nothing answers it; the call's
+ * own answer says what became of it). */
+static void call_cancel_maybe(struct msb_conn *conn, int64_t deadline)
+{
+	json_auto_t *n = NULL;
+	_cleanup_free_ char *frame = NULL;
+	size_t len;
+
+	if (!conn->cancel_flag || !*conn->cancel_flag || !conn->in_call || conn->cancel_sent)
+		return;
+	conn->cancel_sent = true;
+	n = json_pack("{s:s, s:s, s:{s:I}}", "jsonrpc", "2.0", "method", MSB_METHOD_CALL_CANCEL, "params", "id",
+		      conn->call_id);
+	frame = n ? frame_encode(n, &len) : NULL;
+	if (frame)
+		(void)send_all(conn->fd, frame, len, deadline);
+}
+
 /* Reads what the socket holds into conn->in, waiting for it if need be
  * (until deadline; stop_on_signal as for wait_fd). */
 static int recv_some(struct msb_conn *conn, int64_t deadline, bool stop_on_signal)
@@ -303,7 +330,12 @@ static int recv_some(struct msb_conn *conn, int64_t deadline, bool stop_on_signa
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
-		r = wait_fd(conn->fd, POLLIN, deadline, stop_on_signal);
+		r = wait_fd(conn->fd, POLLIN, deadline, stop_on_signal || conn->cancel_flag);
+		if (r == MSB_E_TIMEOUT && !stop_on_signal && conn->cancel_flag && (!deadline || now_ms() < deadline)) {
+			/* A signal, not the deadline: maybe cancel; wait on. */
+			call_cancel_maybe(conn, deadline);
+			continue;
+		}
 		if (r < 0)
 			return r;
 	}
@@ -480,7 +512,12 @@ static int call_checked(struct msb_conn *conn, const char *method, json_t *param
 	 * null, e.g. TooManyConnections): read what it sent before giving up. */
 	if (r < 0 && r != MSB_E_CLOSED)
 		return r;
-	return await_reply(conn, id, deadline, ret_result);
+	conn->call_id = id;
+	conn->in_call = true;
+	conn->cancel_sent = false;
+	r = await_reply(conn, id, deadline, ret_result);
+	conn->in_call = false;
+	return r;
 }
 
 int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result)
@@ -565,4 +602,182 @@ int msb_status(struct msb_conn *conn, json_t **ret_result)
 int msb_engine(struct msb_conn *conn, json_t **ret_result)
 {
 	return msb_call(conn, MSB_METHOD_DAEMON_ENGINE, NULL, ret_result);
+}
+
+void msb_set_cancel_flag(struct msb_conn *conn, volatile sig_atomic_t *flag)
+{
+	if (conn)
+		conn->cancel_flag = flag;
+}
+
+/* ---- msb_call_stdin ---------------------------------------------------------- */
+
+struct stdin_call {
+	json_int_t id;          /* the call's */
+	json_int_t chunk_id;    /* the exec.stdin in flight; 0: none */
+	size_t chunk_len;
+	bool in_done;           /* nothing more goes: eof sent, or the command stopped reading */
+	bool answered;          /* the call's reply (or error) came */
+	int result;             /* its outcome: MSB_OK or MSB_E_REMOTE */
+};
+
+/* One frame while the call runs: the answer to an exec.stdin, the call's
+ * own, or a notification. MSB_OK, or MSB_E_PROTO. */
+static int stdin_take_frame(struct msb_conn *conn, struct stdin_call *sc, const char *line, size_t len,
+			    json_t **ret_result)
+{
+	struct jsonrpc_response resp;
+	int r;
+
+	if (jsonrpc_response_parse(line, len, &resp) == 0) {
+		bool is_chunk = sc->chunk_id && json_is_integer(resp.id) && json_integer_value(resp.id) == sc->chunk_id;
+
+		if (is_chunk) {
+			json_int_t written = json_integer_value(json_object_get(resp.result, "written"));
+
+			/* Refused, or not all taken: the command reads no more. */
+			if (resp.error || written < 0 || (size_t)written < sc->chunk_len)
+				sc->in_done = true;
+			sc->chunk_id = 0;
+			jsonrpc_response_release(&resp);
+			return MSB_OK;
+		}
+		jsonrpc_response_release(&resp);
+	}
+	r = take_reply(conn, line, len, sc->id, ret_result);
+	if (r == 1)
+		return MSB_OK;   /* a notification */
+	if (r == MSB_OK || r == MSB_E_REMOTE) {
+		sc->answered = true;
+		sc->result = r;
+		return MSB_OK;
+	}
+	return r;
+}
+
+/* Reads one chunk of fd and sends it as exec.stdin (its end: eof). */
+static int stdin_send_chunk(struct msb_conn *conn, struct stdin_call *sc, int fd, uint8_t *buf, int64_t deadline)
+{
+	_cleanup_free_ char *frame = NULL, *b64 = NULL;
+	json_auto_t *params = NULL, *req = NULL;
+	size_t len, b64_len;
+	ssize_t n;
+
+	do
+		n = read(fd, buf, MSB_STDIN_CHUNK_BYTES);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return MSB_OK;
+	if (n < 0)
+		n = 0;   /* unreadable: its end */
+	b64 = msb_base64_encode(buf, (size_t)n, &b64_len);
+	params = json_pack("{s:I, s:s%, s:b}", "call", sc->id, "data_b64", b64, b64_len, "eof", n == 0);
+	req = params ? jsonrpc_request_new(conn->next_id, MSB_METHOD_EXEC_STDIN, json_incref(params)) : NULL;
+	frame = req ? frame_encode(req, &len) : NULL;
+	if (!frame)
+		return MSB_E_NOMEM;
+	sc->chunk_id = conn->next_id++;
+	sc->chunk_len = (size_t)n;
+	if (n == 0)
+		sc->in_done = true;
+	return send_all(conn->fd, frame, len, deadline);
+}
+
+static int stdin_call_run(struct msb_conn *conn, struct stdin_call *sc, int fd, int64_t deadline,
+			  json_t **ret_result)
+{
+	_cleanup_free_ uint8_t *buf = xmalloc(MSB_STDIN_CHUNK_BYTES);
+
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = conn->fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
+		const char *line;
+		size_t len;
+		int64_t left;
+		int r, nfds;
+
+		while ((r = frame_buf_next(&conn->in, &line, &len)) > 0) {
+			r = stdin_take_frame(conn, sc, line, len, ret_result);
+			if (r < 0)
+				return r;
+		}
+		if (r < 0)
+			return MSB_E_PROTO;
+		if (sc->answered && !sc->chunk_id)
+			return sc->result;
+		if (conn->cancel_sent)
+			sc->in_done = true;   /* cancelled: no more of it */
+		nfds = !sc->in_done && !sc->chunk_id && !sc->answered ? 2 : 1;
+		left = deadline ? deadline - now_ms() : -1;
+		if (deadline && left <= 0)
+			return MSB_E_TIMEOUT;
+		r = poll(pfd, (nfds_t)nfds, (int)left);
+		if (r < 0) {
+			if (errno != EINTR)
+				return MSB_E_IO;
+			call_cancel_maybe(conn, deadline);
+			continue;
+		}
+		if (pfd[0].revents) {
+			char in[MSB_READ_CHUNK_BYTES];
+			ssize_t k = recv(conn->fd, in, sizeof(in), MSG_DONTWAIT);
+
+			if (k == 0)
+				return MSB_E_CLOSED;
+			if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				return errno_is_closed() ? MSB_E_CLOSED : MSB_E_IO;
+			if (k > 0 && frame_buf_append(&conn->in, in, (size_t)k) < 0)
+				return MSB_E_PROTO;
+			continue;
+		}
+		if (nfds == 2 && pfd[1].revents) {
+			r = stdin_send_chunk(conn, sc, fd, buf, deadline);
+			if (r < 0 && r != MSB_E_CLOSED)
+				return r;
+		}
+	}
+}
+
+int msb_call_stdin(struct msb_conn *conn, const char *method, json_t *params, int fd, json_t **ret_result)
+{
+	_cleanup_free_ char *frame = NULL;
+	struct stdin_call sc = { 0 };
+	int64_t deadline;
+	size_t len;
+	int r;
+
+	if (!conn || conn->in_notify || !method || !json_is_object(params) || fd < 0) {
+		json_decref(params);
+		return MSB_E_INVAL;
+	}
+	json_decref(conn->last_error);
+	conn->last_error = NULL;
+	if (conn->fd < 0) {
+		json_decref(params);
+		return MSB_E_CLOSED;
+	}
+	json_object_set_new(params, "stdin_stream", json_true());
+	deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
+	r = conn_revive(conn, deadline);
+	if (r < 0) {
+		json_decref(params);
+		return r;
+	}
+	sc.id = conn->next_id;
+	r = encode_request(sc.id, method, params, &frame, &len);
+	if (r < 0)
+		return r;
+	conn->next_id++;
+	r = send_all(conn->fd, frame, len, deadline);
+	if (r < 0 && r != MSB_E_CLOSED) {
+		conn_close(conn);
+		return r;
+	}
+	conn->call_id = sc.id;
+	conn->in_call = true;
+	conn->cancel_sent = false;
+	r = stdin_call_run(conn, &sc, fd, deadline, ret_result);
+	conn->in_call = false;
+	if (r == MSB_E_IO || r == MSB_E_PROTO || r == MSB_E_TIMEOUT || r == MSB_E_CLOSED || r == MSB_E_NOMEM)
+		conn_close(conn);
+	return r;
 }

@@ -30,10 +30,11 @@
  * Small allocations abort on out-of-memory (as everywhere in maf-sandbox);
  * MSB_E_NOMEM reports a JSON value that could not be built or encoded.
  *
- * This header stands alone: it needs only jansson. */
+ * This header stands alone: it needs only jansson (and signal.h's sig_atomic_t). */
 #ifndef MSB_CLIENT_H
 #define MSB_CLIENT_H
 
+#include <signal.h>
 #include <jansson.h>
 
 #ifdef __cplusplus
@@ -142,6 +143,38 @@ int msb_last_error_code(const struct msb_conn *conn);          /* error.code */
 const char *msb_last_error_type(const struct msb_conn *conn);  /* error.data.type, or NULL */
 const char *msb_last_error_message(const struct msb_conn *conn); /* error.message */
 json_t *msb_last_error_data(const struct msb_conn *conn);      /* error.data, or NULL */
+
+/* Cancelling the call in flight (call.cancel, PROTOCOL.md). flag (borrowed;
+ * NULL = never, the default) is typically set by a signal handler: when a
+ * signal interrupts msb_call()'s or msb_call_stdin()'s wait and *flag is
+ * non-zero, call.cancel {id} for that call is sent, once per call, as a
+ * notification, and the call keeps waiting for its answer (a cancelled
+ * sandbox.exec answers Cancelled, 1209, with its partial output; a call
+ * that cannot be cancelled, or that had finished, answers as it would
+ * have). Signals that leave *flag 0 are ignored, as before. The handler
+ * must be installed so that poll() is interrupted (any sigaction: poll is
+ * never restarted). */
+void msb_set_cancel_flag(struct msb_conn *conn, volatile sig_atomic_t *flag);
+
+/* Bytes of fd sent in one exec.stdin request (the daemon's bound on one is
+ * larger). */
+#define MSB_STDIN_CHUNK_BYTES (256 * 1024)
+
+/* As msb_call(), for a call that takes a streamed stdin (sandbox.exec):
+ * "stdin_stream": true is set in params (which must be an object, stolen),
+ * and while the call waits, what fd (borrowed, left open) yields is sent as
+ * exec.stdin requests {call, data_b64, eof} of at most
+ * MSB_STDIN_CHUNK_BYTES, one at a time (the next only once the daemon
+ * answered the last: it answers once the bytes reached the engine, so the
+ * daemon holds at most one chunk and fd is read no faster than the command
+ * takes it); fd's end (read returns 0, or fails) is sent as eof. Their
+ * answers are taken here, with their own ids; an answer that says fewer
+ * bytes went than were sent (the command closed its stdin or ended) stops
+ * the reading of fd. Notifications go to the hook, the cancel flag works as
+ * for msb_call(), and the result and errors are msb_call()'s (plus
+ * MSB_E_INVAL for fd < 0). fd may be a pipe, a file or a terminal; it is
+ * read only when poll() says it is readable. */
+int msb_call_stdin(struct msb_conn *conn, const char *method, json_t *params, int fd, json_t **ret_result);
 
 /* Shorthands for msb_call(conn, "daemon.*", NULL, ret_result); same ownership. */
 int msb_describe(struct msb_conn *conn, json_t **ret_result);  /* daemon.describe */

@@ -18,12 +18,13 @@
 #include "plane_local.h"
 #include "replybound.h"
 #include "subnet.h"
+#include "units.h"
 #include "xmalloc.h"
 
 enum config_type {
 	CONFIG_STRING,   /* char *, "" means unset (NULL) where nullable */
-	CONFIG_LONG,     /* long within [min, max] */
-	CONFIG_SIZE,     /* size_t within [min, max], suffixes K M G (binary) */
+	CONFIG_LONG,     /* long within [min, max]; a *_ms or *_s key is a duration (units.h) */
+	CONFIG_SIZE,     /* size_t within [min, max], a size as units.h reads it */
 	CONFIG_MODE,     /* unsigned, octal, within [0, 0777] */
 	CONFIG_BOOL,     /* true/false/yes/no/on/off/1/0 */
 	CONFIG_DOUBLE,   /* double within [min, max] */
@@ -206,30 +207,6 @@ static int parse_integer(const char *s, int base, long long *ret)
 	return (int)(end - s);
 }
 
-static int parse_size(const char *s, long long *ret)
-{
-	long long v, mult = 1;
-	int n = parse_integer(s, 10, &v);
-
-	if (n < 0)
-		return n;
-	s += n;
-	if (*s == 'K' || *s == 'k')
-		mult = 1024LL;
-	else if (*s == 'M' || *s == 'm')
-		mult = 1024LL * 1024;
-	else if (*s == 'G' || *s == 'g')
-		mult = 1024LL * 1024 * 1024;
-	else if (*s)
-		return -EINVAL;
-	if (*s && s[1] && strcmp(s + 1, "iB") && strcmp(s + 1, "B"))
-		return -EINVAL;
-	if (v < 0 || v > LLONG_MAX / mult)
-		return -ERANGE;
-	*ret = v * mult;
-	return 0;
-}
-
 static int parse_bool(const char *s, bool *ret)
 {
 	static const char *const yes[] = { "1", "yes", "true", "on" };
@@ -261,18 +238,62 @@ static int set_double(struct msbd_config *cfg, const struct config_key *k, const
 	return 0;
 }
 
+/* A duration key's unit by its name: *_ms in milliseconds, *_s in seconds;
+ * _MSB_TIME_UNIT_MAX for a key that is not a duration. */
+static enum msb_time_unit config_key_time_unit(const struct config_key *k)
+{
+	size_t n = strlen(k->name);
+
+	if (k->type != CONFIG_LONG)
+		return _MSB_TIME_UNIT_MAX;
+	if (n > 3 && strcmp(k->name + n - 3, "_ms") == 0)
+		return MSB_TIME_MS;
+	if (n > 2 && strcmp(k->name + n - 2, "_s") == 0)
+		return MSB_TIME_S;
+	return _MSB_TIME_UNIT_MAX;
+}
+
+/* A size or duration key: the shared parser (units.h), then the key's range. */
+static int set_units(struct msbd_config *cfg, const struct config_key *k, const char *value,
+		     char **reterr_message)
+{
+	enum msb_time_unit unit = config_key_time_unit(k);
+	uint64_t v;
+	int r;
+
+	if (k->type == CONFIG_SIZE)
+		r = msb_size_parse(value, &v);
+	else
+		r = msb_duration_parse(value, unit, unit, &v);
+	if (r < 0 || v < (uint64_t)k->min || v > (uint64_t)k->max) {
+		if (k->type == CONFIG_SIZE)
+			*reterr_message = xasprintf("%s: \"%s\" is not a size from %lld to %lld bytes (%s)",
+						    k->name, value, k->min, k->max, MSB_SIZE_FORMS);
+		else
+			*reterr_message = xasprintf("%s: \"%s\" is not a duration from %lld to %lld %s%s%s (%s)",
+						    k->name, value, k->min, k->max, msb_time_unit_to_string(unit),
+						    r == -EDOM ? ", in whole " : "",
+						    r == -EDOM ? msb_time_unit_to_string(unit) : "",
+						    unit == MSB_TIME_MS ? MSB_DURATION_FORMS_MS : MSB_DURATION_FORMS_S);
+		return -EINVAL;
+	}
+	if (k->type == CONFIG_SIZE)
+		*(size_t *)((char *)cfg + k->offset) = (size_t)v;
+	else
+		*(long *)((char *)cfg + k->offset) = (long)v;
+	return 0;
+}
+
 static int set_number(struct msbd_config *cfg, const struct config_key *k, const char *value,
 		      char **reterr_message)
 {
 	long long v;
 	int r;
 
-	if (k->type == CONFIG_SIZE)
-		r = parse_size(value, &v);
-	else {
-		r = parse_integer(value, k->type == CONFIG_MODE ? 8 : 10, &v);
-		r = r < 0 ? r : value[r] ? -EINVAL : 0;
-	}
+	if (k->type == CONFIG_SIZE || config_key_time_unit(k) != _MSB_TIME_UNIT_MAX)
+		return set_units(cfg, k, value, reterr_message);
+	r = parse_integer(value, k->type == CONFIG_MODE ? 8 : 10, &v);
+	r = r < 0 ? r : value[r] ? -EINVAL : 0;
 	if (r < 0 || v < k->min || v > k->max) {
 		*reterr_message = xasprintf("%s: \"%s\" is not %s from %lld to %lld", k->name, value,
 					    k->type == CONFIG_MODE ? "an octal mode" : "a number",
@@ -281,8 +302,6 @@ static int set_number(struct msbd_config *cfg, const struct config_key *k, const
 	}
 	if (k->type == CONFIG_LONG)
 		*(long *)((char *)cfg + k->offset) = (long)v;
-	else if (k->type == CONFIG_SIZE)
-		*(size_t *)((char *)cfg + k->offset) = (size_t)v;
 	else
 		*(unsigned *)((char *)cfg + k->offset) = (unsigned)v;
 	return 0;

@@ -18,8 +18,11 @@ struct docker_reply;
 void errmap_docker(const struct docker_reply *r, const char *what, struct msb_error *reterr);
 
 /* The failure of a command run in the guest (execrun.h: error < 0 other
- * than the caller's own -ETIMEDOUT and -EFBIG, which each caller answers
- * its way). what: the command, for messages ("rm"). */
+ * than the caller's own -ETIMEDOUT and -EFBIG, and the -ECANCELED of its
+ * own execrun_cancel (sandbox.exec's cancel: MSB_ERR_CANCELLED, with the
+ * partial output), which each caller answers its way; a -ECANCELED here is
+ * the engine going away: ShuttingDown). what: the command, for messages
+ * ("rm"). */
 struct execrun_result;
 void errmap_execrun(const struct execrun_result *r, const char *what, struct msb_error *reterr);
 

@@ -32,7 +32,7 @@ bool log_is_debug(void)
 static const char *level_name(int prio)
 {
 	switch (prio) {
-	case LOG_CRIT: return "fatal";
+	case LOG_CRIT: return "error";      /* fatal(): the daemon exits */
 	case LOG_ERR: return "error";
 	case LOG_WARNING: return "warning";
 	case LOG_NOTICE: return "notice";
@@ -76,6 +76,18 @@ void log_warn(const char *fmt, ...)
 void log_warnx(const char *fmt, ...)
 {
 	LOG_BODY(LOG_WARNING, NULL, NULL);
+}
+
+void log_error(const char *fmt, ...)
+{
+	const char *e = strerror(errno);
+
+	LOG_BODY(LOG_ERR, NULL, e);
+}
+
+void log_errorx(const char *fmt, ...)
+{
+	LOG_BODY(LOG_ERR, NULL, NULL);
 }
 
 void log_info(const char *fmt, ...)

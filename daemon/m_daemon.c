@@ -193,6 +193,22 @@ static json_t *status_add_fairness(json_t *status, const struct server *srv)
 	return status;
 }
 
+/* status's "egress" gains what a user needs to see why allowlist is or is
+ * not served: "modes" (as describe's egress_modes), "proxy_binary" (the
+ * egress.proxy_binary key, null when unset) and "allowlist_off_reason"
+ * (null while allowlist is served). */
+static void status_add_egress(json_t *egress, const struct msbd *d)
+{
+	_cleanup_free_ char *why = egress_allowlist_off_reason(d);
+	const char *bin = d->config->egress_proxy_binary;
+
+	if (!json_is_object(egress))
+		return;
+	json_object_set_new(egress, "modes", msb_egress_set_encode(msbd_egress_modes(d)));
+	json_object_set_new(egress, "proxy_binary", json_string_or_null(bin && *bin ? bin : NULL));
+	json_object_set_new(egress, "allowlist_off_reason", json_string_or_null(why));
+}
+
 static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *params)
 {
 	const struct msbd *d = rpc_call_ctx(call);
@@ -217,6 +233,8 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 		"file_plane_reason", d->plane_reason);
 	if (r)
 		json_object_set_new(r, "memory", status_memory(s, d->config));
+	if (r)
+		status_add_egress(json_object_get(r, "egress"), d);
 	return rpc_reply(call, status_add_fairness(r, d->server));
 }
 
@@ -371,6 +389,8 @@ const struct rpc_method msbd_methods[] = {
 	{ MSB_METHOD_SANDBOX_REAP, m_sandbox_reap, m_sandbox_reap_spec,
 	  sizeof(struct m_sandbox_reap_params), NULL },
 	{ MSB_METHOD_SANDBOX_EXEC, m_exec, m_exec_spec, sizeof(struct m_exec_params), replybound_exec },
+	{ MSB_METHOD_EXEC_STDIN, m_exec_stdin, m_exec_stdin_spec, sizeof(struct m_exec_stdin_params), NULL },
+	{ MSB_METHOD_CALL_CANCEL, m_call_cancel, m_call_cancel_spec, sizeof(struct m_call_cancel_params), NULL },
 	{ MSB_METHOD_FILES_WRITE, m_files_write, m_files_write_spec, sizeof(struct m_files_params), NULL },
 	{ MSB_METHOD_FILES_READ, m_files_read, m_files_read_spec, sizeof(struct m_files_params),
 	  replybound_files_read },

@@ -9,7 +9,25 @@
  * whenever that cannot finish, every guest process carrying the call's
  * mark in its environment (MSB_EXEC_ID) is killed from inside. The
  * sandbox stays (exec.on_timeout = dispose removes it instead). The
- * exec_req outlives its call until the kill is over. */
+ * exec_req outlives its call until the kill is over.
+ *
+ * A cancel (call.cancel naming the call, or its client gone: the rpc
+ * cancel hook, rpc.h) takes the same path: the hook only marks the call
+ * and wakes cancel_ev; from the loop the run is cancelled (execrun_cancel),
+ * and the answer is Cancelled with the output so far, then the kill. A
+ * deadline's TimeoutError carries that output too.
+ *
+ * stdin (stdin_b64, or stdin_stream fed by exec.stdin requests of the
+ * same connection, which find the exec through the hook's arg): chunks
+ * queue here (at most EXEC_STDIN_MAX_BUFFERED_BYTES) and go to the run
+ * one at a time (execrun_stdin_write: the hijacked start); each
+ * exec.stdin is answered {written} when its bytes were handed to the
+ * engine, so the client's pace is the command's. Chunks left when the
+ * command stops reading, or ends, are answered with what of them went.
+ *
+ * A working directory that is not there: the runtime's exit 126 with its
+ * text is checked by looking at the directory (exec_wd_check) and becomes
+ * FileNotFoundError / NotADirectoryError. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -113,7 +131,19 @@ const struct rpc_param m_exec_spec[] = {
 	P("max_output_bytes", RPC_PARAM_JSON, false, max_output_bytes, check_count),
 	P("stream", RPC_PARAM_BOOL, false, stream, NULL),
 	P("text", RPC_PARAM_BOOL, false, text, NULL),
+	P("stdin_b64", RPC_PARAM_JSON, false, stdin_b64, rpc_check_string),
+	P("stdin_stream", RPC_PARAM_BOOL, false, stdin_stream, NULL),
 	{ NULL },
+};
+
+/* exec.stdin: one chunk of a streamed stdin. */
+struct stdin_chunk {
+	struct stdin_chunk *next;
+	struct rpc_call *call;   /* the exec.stdin call to answer; NULL: stdin_b64 */
+	uint8_t *data;
+	size_t len;
+	size_t written;          /* handed to the engine so far */
+	bool eof;
 };
 
 struct exec_req {
@@ -155,6 +185,28 @@ struct exec_req {
 	struct event *claim_ev;     /* bounds the wait for that freeze */
 	bool claim_timed_out;       /* the wait ran out: freeze_cancel was ours */
 	bool freeing;               /* exec_req_free runs: a callback is a no-op */
+	/* Cancel (call.cancel, a closed connection): the hook takes it, the
+	 * run is cancelled from the loop (cancel_ev), then the kill as on a
+	 * deadline. */
+	struct execrun *run;        /* the run in flight, else NULL */
+	struct event *cancel_ev;
+	bool cancelled;
+	const char *cancel_why;       /* static text, for the log */
+	char *user;                 /* the run's "uid:gid" (the directory check) */
+	bool checking_wd;           /* the command ended; its directory is being checked */
+	/* The output that arrived before a deadline or a cancel (the error's
+	 * data). */
+	uint8_t *part_out, *part_err;
+	size_t part_out_len, part_err_len;
+	/* stdin (stdin_b64, or stdin_stream with exec.stdin chunks): the
+	 * chunks not yet handed to the engine, the head in flight. */
+	bool stdin_attach;
+	bool stdin_stream;
+	bool stdin_closed;          /* a chunk with eof was queued */
+	bool stdin_broken;          /* the engine took no more: later chunks go nowhere */
+	bool stdin_writing;         /* the head is with execrun_stdin_write */
+	struct stdin_chunk *stdin_head, **stdin_tail;
+	size_t stdin_queued;        /* bytes queued, not yet handed */
 };
 
 static long since_ms(const struct timespec *t)
@@ -318,8 +370,16 @@ static void exec_output_cb(unsigned stream, const uint8_t *data, size_t len, voi
 		exec_stream_flush(x);
 }
 
+static void exec_stdin_drop_all(struct exec_req *x);
+
 static void exec_req_free(struct exec_req *x)
 {
+	exec_stdin_drop_all(x);
+	if (x->cancel_ev)
+		event_free(x->cancel_ev);
+	free(x->user);
+	free(x->part_out);
+	free(x->part_err);
 	if (x->claim_ev)
 		event_free(x->claim_ev);
 	if (x->claim) {
@@ -341,13 +401,56 @@ static void exec_req_free(struct exec_req *x)
 	free(x);
 }
 
-/* Answers the deadline or the overflow (x->failure); the kill follows. */
+/* The output that arrived before a deadline or a cancel, as the error's
+ * data: the bytes in base64, and the text views when the call asked them
+ * (the reply bound covers them as it covers a result). */
+static json_t *exec_partial_data(const struct exec_req *x, json_t *data)
+{
+	static const uint8_t empty[1];
+	const uint8_t *out = x->part_out ? x->part_out : empty, *err = x->part_err ? x->part_err : empty;
+
+	json_object_set_new(data, "stdout_b64", msb_base64_json(out, x->part_out_len));
+	json_object_set_new(data, "stderr_b64", msb_base64_json(err, x->part_err_len));
+	if (x->text) {
+		json_object_set_new(data, "stdout_text", m_exec_text_view(out, x->part_out_len));
+		json_object_set_new(data, "stderr_text", m_exec_text_view(err, x->part_err_len));
+	}
+	return data;
+}
+
+static uint8_t *memdup_n(const uint8_t *p, size_t n)
+{
+	uint8_t *c = xmalloc(n ? n : 1);
+
+	memcpy(c, p, n);
+	return c;
+}
+
+/* Keeps what arrived (r's buffers are lent to the callback only). */
+static void exec_keep_partial(struct exec_req *x, const struct execrun_result *r)
+{
+	free(x->part_out);
+	free(x->part_err);
+	x->part_out = r->out_len ? memdup_n(r->out, r->out_len) : NULL;
+	x->part_out_len = r->out_len;
+	x->part_err = r->err_len ? memdup_n(r->err, r->err_len) : NULL;
+	x->part_err_len = r->err_len;
+}
+
+/* Answers the deadline, the cancel or the overflow (x->failure); the kill
+ * follows. */
 static void exec_fail_final(struct exec_req *x)
 {
+	if (!x->call)
+		return;
 	if (x->failure == -ETIMEDOUT)
-		rpc_call_fail(x->call, MSB_ERR_TIMEOUT, json_pack("{s:I}", "timeout_ms", (json_int_t)x->timeout_ms),
+		rpc_call_fail(x->call, MSB_ERR_TIMEOUT,
+			      exec_partial_data(x, json_pack("{s:I}", "timeout_ms", (json_int_t)x->timeout_ms)),
 			      "the command did not finish within %ld ms; what it started is killed",
 			      x->timeout_ms);
+	else if (x->failure == -ECANCELED)
+		rpc_call_fail(x->call, MSB_ERR_CANCELLED, exec_partial_data(x, json_object()),
+			      "the command was cancelled; what it started is killed");
 	else
 		rpc_call_fail(x->call, MSB_ERR_EXEC_OUTPUT_LIMIT,
 			      json_pack("{s:I}", "limit", (json_int_t)x->max_output),
@@ -375,7 +478,8 @@ static void exec_disposed_cb(const struct docker_reply *r, void *arg)
 			  r->error ? strerror(-r->error) : r->message ? r->message : "engine refused");
 	else
 		log_info("sandbox %.12s removed after its command %s (exec.on_timeout=dispose)", x->id,
-			 x->failure == -ETIMEDOUT ? "timed out" : "overflowed");
+			 x->failure == -ETIMEDOUT ? "timed out" : x->failure == -ECANCELED ? "was cancelled" :
+			 "overflowed");
 	exec_fail_final(x);
 	exec_req_free(x);
 }
@@ -599,19 +703,112 @@ static json_t *exec_result(const struct exec_req *x, const struct execrun_result
 			 "stderr_text", m_exec_text_view(r->err, r->err_len), "duration_ms", ms);
 }
 
+/* ---- a working directory the runtime could not enter -------------------- */
+
+/* The runtime fails a command whose working directory is missing with exit
+ * 126 and its own text on the exec's stdout. The text alone proves
+ * nothing (a guest may print it): the directory is looked at, by a
+ * second exec as the same user from "/", and only a directory that is
+ * not there (or not a directory) makes the typed error. */
+#define EXEC_WD_CHECK_SCRIPT \
+	"if [ -d \"$1\" ]; then exit 0; elif [ -e \"$1\" ]; then exit 2; else exit 3; fi"
+#define EXEC_WD_CHECK_TIMEOUT_MS 5000
+#define EXEC_WD_RUNTIME_TEXT "chdir to cwd"
+
+static bool exec_wd_suspect(const struct execrun_result *r)
+{
+	return r->exit_code == 126 && r->out_len >= strlen(EXEC_WD_RUNTIME_TEXT) &&
+	       memmem(r->out, r->out_len, EXEC_WD_RUNTIME_TEXT, strlen(EXEC_WD_RUNTIME_TEXT)) != NULL;
+}
+
+static void exec_reply_kept(struct exec_req *x)
+{
+	static const uint8_t empty[1];
+	struct execrun_result r = {
+		.exit_code = 126,
+		.out = x->part_out ? x->part_out : empty, .out_len = x->part_out_len,
+		.err = x->part_err ? x->part_err : empty, .err_len = x->part_err_len,
+	};
+
+	rpc_call_reply(x->call, exec_result(x, &r));
+	x->call = NULL;
+}
+
+static void exec_wd_checked_cb(const struct execrun_result *r, void *arg)
+{
+	struct exec_req *x = arg;
+
+	x->run = NULL;
+	if (r->error == 0 && (r->exit_code == 2 || r->exit_code == 3)) {
+		bool missing = r->exit_code == 3;
+
+		rpc_call_fail(x->call, missing ? MSB_ERR_FILE_NOT_FOUND : MSB_ERR_NOT_A_DIRECTORY,
+			      json_pack("{s:s, s:s}", "field", "working_directory", "path", x->working_dir),
+			      "the working directory %.*s %s in the sandbox; create it first (files.write of a "
+			      "file beneath it makes it) or choose another",
+			      msb_echo_len(x->working_dir), x->working_dir,
+			      missing ? "does not exist" : "is not a directory");
+		x->call = NULL;
+	} else {
+		exec_reply_kept(x);
+	}
+	exec_req_free(x);
+}
+
+/* Exit 126 with the runtime's text: is the directory there? */
+static void exec_wd_check(struct exec_req *x, const struct execrun_result *r)
+{
+	const char *argv[] = { "sh", "-c", EXEC_WD_CHECK_SCRIPT, "sh", x->working_dir, NULL };
+	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = x->user,
+				     .timeout_ms = EXEC_WD_CHECK_TIMEOUT_MS, .max_output = 4096 };
+
+	exec_keep_partial(x, r);
+	x->checking_wd = true;
+	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_wd_checked_cb, x,
+			  &x->run) < 0) {
+		x->run = NULL;
+		exec_reply_kept(x);
+		exec_req_free(x);
+	}
+}
+
+static void exec_log_end(const struct exec_req *x, const char *what)
+{
+	log_info("exec in sandbox %.12s %s after %ld ms (timeout %ld ms%s%s); what it started is killed", x->id,
+		 what, since_ms(&x->started), x->timeout_ms, x->cancelled ? ", cancelled by " : "",
+		 x->cancelled && x->cancel_why ? x->cancel_why : "");
+}
+
 static void exec_done_cb(const struct execrun_result *r, void *arg)
 {
 	struct exec_req *x = arg;
 
+	x->run = NULL;
+	x->stdin_broken = true;
+	exec_stdin_drop_all(x);
 	/* What was streamed comes before the reply (or the error). */
 	exec_stream_flush(x);
 
+	if (r->error == -ECANCELED && x->cancelled) {
+		exec_log_end(x, "was cancelled");
+		exec_keep_partial(x, r);
+		x->exec_id = r->exec_id ? xstrdup(r->exec_id) : NULL;
+		exec_kill_then_fail(x, -ECANCELED);
+		return;
+	}
 	switch (r->error) {
 	case 0:
+		if (exec_wd_suspect(r)) {
+			exec_wd_check(x, r);
+			return;
+		}
 		rpc_call_reply(x->call, exec_result(x, r));
 		break;
 	case -ETIMEDOUT:
 	case -EFBIG:
+		if (r->error == -ETIMEDOUT)
+			exec_log_end(x, "timed out");
+		exec_keep_partial(x, r);
 		x->exec_id = r->exec_id ? xstrdup(r->exec_id) : NULL;
 		exec_kill_then_fail(x, r->error);
 		return;
@@ -625,6 +822,128 @@ static void exec_done_cb(const struct execrun_result *r, void *arg)
 	}
 	}
 	exec_req_free(x);
+}
+
+/* ---- cancel --------------------------------------------------------------- */
+
+/* The hook (rpc.h): taken once, while the call is not yet answered; the
+ * run is cancelled from the loop (exec_cancel_cb), never from inside
+ * whatever closed the connection. */
+static bool exec_cancel_hook(struct rpc_call *call, const char *why, void *arg)
+{
+	struct exec_req *x = arg;
+
+	(void)call;
+	x->cancel_why = why;
+	/* Already answering: a deadline or an overflow (failure), or the
+	 * command ended and its directory is being checked. */
+	if (!x->call || x->cancelled || !x->cancel_ev || x->failure || x->checking_wd)
+		return false;
+	x->cancelled = true;
+	event_active(x->cancel_ev, EV_TIMEOUT, 0);
+	return true;
+}
+
+static void exec_cancel_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_req *x = arg;
+
+	(void)fd;
+	(void)what;
+	/* Without a run (the identity still resolves) exec_guest_cb answers. */
+	if (x->run)
+		execrun_cancel(x->run);   /* exec_done_cb runs now, with -ECANCELED */
+}
+
+/* ---- stdin ---------------------------------------------------------------- */
+
+static void stdin_chunk_answer(struct stdin_chunk *c)
+{
+	if (c->call)
+		rpc_call_reply(c->call, json_pack("{s:I}", "written", (json_int_t)c->written));
+	free(c->data);
+	free(c);
+}
+
+static struct stdin_chunk *exec_stdin_pop(struct exec_req *x)
+{
+	struct stdin_chunk *c = x->stdin_head;
+
+	if (!c)
+		return NULL;
+	x->stdin_head = c->next;
+	if (!x->stdin_head)
+		x->stdin_tail = &x->stdin_head;
+	x->stdin_queued -= c->len;
+	return c;
+}
+
+/* The command reads no more (it ended, or the engine closed its side):
+ * every chunk left is answered with what of it went (0 for those not
+ * begun). */
+static void exec_stdin_drop_all(struct exec_req *x)
+{
+	struct stdin_chunk *c;
+
+	x->stdin_writing = false;
+	while ((c = exec_stdin_pop(x)))
+		stdin_chunk_answer(c);
+}
+
+static void exec_stdin_pump(struct exec_req *x);
+
+static void exec_stdin_written_cb(int error, size_t written, void *arg)
+{
+	struct exec_req *x = arg;
+	struct stdin_chunk *c;
+
+	if (!x->stdin_writing)
+		return;
+	x->stdin_writing = false;
+	c = exec_stdin_pop(x);
+	c->written = written;
+	stdin_chunk_answer(c);
+	if (error < 0) {
+		log_debug("op", "exec in %.12s: its stdin is closed (%s)", x->id, strerror(-error));
+		x->stdin_broken = true;
+		exec_stdin_drop_all(x);
+		return;
+	}
+	exec_stdin_pump(x);
+}
+
+/* Hands the head chunk to the run (one at a time: the daemon holds at most
+ * EXEC_STDIN_MAX_BUFFERED_BYTES of stdin an exec). */
+static void exec_stdin_pump(struct exec_req *x)
+{
+	struct stdin_chunk *c = x->stdin_head;
+
+	if (!x->run || x->stdin_writing || !c)
+		return;
+	if (execrun_stdin_write(x->run, c->data, c->len, c->eof, exec_stdin_written_cb, x) < 0) {
+		x->stdin_broken = true;
+		exec_stdin_drop_all(x);
+		return;
+	}
+	x->stdin_writing = true;
+}
+
+static void exec_stdin_queue(struct exec_req *x, struct rpc_call *call, uint8_t *data, size_t len, bool eof)
+{
+	struct stdin_chunk *c = xcalloc(1, sizeof(*c));
+
+	c->call = call;
+	c->data = data;
+	c->len = len;
+	c->eof = eof;
+	if (!x->stdin_tail)
+		x->stdin_tail = &x->stdin_head;
+	*x->stdin_tail = c;
+	x->stdin_tail = &c->next;
+	x->stdin_queued += len;
+	if (eof)
+		x->stdin_closed = true;
+	exec_stdin_pump(x);
 }
 
 /* ---- the handler ---------------------------------------------------------- */
@@ -665,6 +984,12 @@ static void exec_start_error(int r, struct msb_error *e)
 			      "the command is not valid");
 	else if (r == -ENOENT)
 		msb_error_set(e, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+	else if (r == -EPROTONOSUPPORT)
+		msb_error_set(e, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+			      json_pack("{s:s, s:s}", "capability", "exec.stdin", "field", "stdin"),
+			      "stdin for a command needs the engine's raw exec stream, which this daemon drives "
+			      "only over a unix socket or plain tcp (engine.host), not over TLS; run the command "
+			      "without stdin_b64/stdin_stream");
 	else if (r == -ENOKEY)
 		msb_error_set(e, MSB_ERR_CAPABILITY_NOT_SUPPORTED, json_pack("{s:s}", "capability", "exec"),
 			      "the sandbox's user (the image's Config.User) could not be resolved to a uid:gid, "
@@ -685,6 +1010,7 @@ static int exec_begin(struct exec_req *x)
 	struct execrun_spec spec;
 	size_t i;
 	json_t *v;
+	int r;
 
 	if (!sb || identity_fixed_user(&sb->guest, user) < 0)
 		return sb ? -ENOKEY : -ENOENT;
@@ -704,7 +1030,10 @@ static int exec_begin(struct exec_req *x)
 		.user = user,
 		.timeout_ms = x->timeout_ms, .max_output = x->max_output,
 		.on_output = x->stream ? exec_output_cb : NULL, .output_arg = x,
+		.attach_stdin = x->stdin_attach,
 	};
+	free(x->user);
+	x->user = xstrdup(user);
 	clock_gettime(CLOCK_MONOTONIC, &x->started);
 	x->since = execkill_now_ticks();
 	if (sb) {
@@ -712,7 +1041,13 @@ static int exec_begin(struct exec_req *x)
 		sb->exec_starts[x->start_seq % SANDBOX_EXEC_STARTS] =
 			(struct sandbox_exec_start){ x->start_seq, x->since };
 	}
-	return execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_done_cb, x, NULL);
+	r = execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_done_cb, x, &x->run);
+	if (r < 0) {
+		x->run = NULL;
+		return r;
+	}
+	exec_stdin_pump(x);
+	return 0;
 }
 
 /* The sandbox's identity, fixed now (its first call since this daemon
@@ -724,6 +1059,13 @@ static void exec_guest_cb(const struct msb_error *err, const struct guest_identi
 	int r;
 
 	(void)id;   /* fixed in the registry entry: exec_begin reads it there */
+	if (x->cancelled) {
+		exec_log_end(x, "cancelled before it started");
+		x->failure = -ECANCELED;
+		exec_fail_final(x);
+		exec_req_free(x);
+		return;
+	}
 	if (err) {
 		rpc_call_fail_error(x->call, err);
 		exec_req_free(x);
@@ -847,6 +1189,29 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		}
 		x->max_output = (size_t)m;
 	}
+	/* stdin: the bytes given (then closed), or held open for exec.stdin. */
+	if (p->stdin_b64 && p->stdin_stream) {
+		exec_req_free(x);
+		return fail_field(call, "stdin_stream", "give stdin_b64 (the whole input) or stdin_stream: true "
+				  "(exec.stdin requests), not both");
+	}
+	if (p->stdin_b64) {
+		uint8_t *data = NULL;
+		size_t len = 0;
+
+		if (msb_base64_decode(json_string_value(p->stdin_b64), json_string_length(p->stdin_b64), &data,
+				      &len) < 0) {
+			exec_req_free(x);
+			return fail_field(call, "stdin_b64", "stdin_b64 is not valid base64");
+		}
+		x->stdin_attach = true;
+		exec_stdin_queue(x, NULL, data, len, true);
+	} else if (p->stdin_stream) {
+		x->stdin_attach = true;
+		x->stdin_stream = true;
+	}
+	x->cancel_ev = event_new(d->base, -1, 0, exec_cancel_cb, x);
+	rpc_call_set_cancel(call, exec_cancel_hook, x);
 	/* The notifications' envelopes get what replybound_exec allows them. */
 	x->env_left = REPLYBOUND_BASE64(x->max_output) + 4;
 	if (x->env_left < REPLYBOUND_DEFAULT_BYTES)
@@ -866,4 +1231,71 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		return fail;
 	}
 	return rpc_pending(call);
+}
+
+/* ---- exec.stdin ------------------------------------------------------------ */
+
+const struct rpc_param m_exec_stdin_spec[] = {
+	{ "call", RPC_PARAM_JSON, true, offsetof(struct m_exec_stdin_params, call), NULL },
+	{ "data_b64", RPC_PARAM_JSON, false, offsetof(struct m_exec_stdin_params, data_b64), rpc_check_string },
+	{ "eof", RPC_PARAM_BOOL, false, offsetof(struct m_exec_stdin_params, eof), NULL },
+	{ NULL },
+};
+
+struct rpc_result *m_exec_stdin(struct rpc_call *call, const void *params)
+{
+	const struct m_exec_stdin_params *p = params;
+	struct rpc_call *target = rpc_call_find_sibling(call, p->call);
+	struct exec_req *x = target ? rpc_call_cancel_arg(target, exec_cancel_hook) : NULL;
+	uint8_t *data = NULL;
+	size_t len = 0;
+
+	if (!x || !x->stdin_stream)
+		return fail_field(call, "call", "call names no sandbox.exec with stdin_stream: true running on "
+				  "this connection (its request id, as sent)");
+	if (x->stdin_closed)
+		return fail_field(call, "call", "that exec's stdin is already closed (eof was sent)");
+	if (p->data_b64 && msb_base64_decode(json_string_value(p->data_b64), json_string_length(p->data_b64),
+					     &data, &len) < 0)
+		return fail_field(call, "data_b64", "data_b64 is not valid base64");
+	if (len > EXEC_STDIN_MAX_CHUNK_BYTES) {
+		free(data);
+		return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+				json_pack("{s:s, s:I}", "field", "data_b64", "limit", (json_int_t)EXEC_STDIN_MAX_CHUNK_BYTES),
+				"one exec.stdin carries at most %u bytes; send the rest in further requests",
+				EXEC_STDIN_MAX_CHUNK_BYTES);
+	}
+	if (x->stdin_queued + len > EXEC_STDIN_MAX_BUFFERED_BYTES) {
+		free(data);
+		return rpc_fail(call, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				json_pack("{s:s, s:I}", "field", "data_b64", "limit",
+					  (json_int_t)EXEC_STDIN_MAX_BUFFERED_BYTES),
+				"more than %u bytes of stdin would wait for this command; wait for the answers "
+				"({written}) of earlier exec.stdin requests before sending more",
+				EXEC_STDIN_MAX_BUFFERED_BYTES);
+	}
+	if (x->stdin_broken) {
+		/* The command's stdin is gone (it ended or closed it): nothing goes. */
+		free(data);
+		return rpc_reply(call, json_pack("{s:i}", "written", 0));
+	}
+	exec_stdin_queue(x, call, data, len, p->eof);
+	return rpc_pending(call);
+}
+
+/* ---- call.cancel ------------------------------------------------------------ */
+
+const struct rpc_param m_call_cancel_spec[] = {
+	{ "id", RPC_PARAM_JSON, true, offsetof(struct m_call_cancel_params, id), NULL },
+	{ NULL },
+};
+
+struct rpc_result *m_call_cancel(struct rpc_call *call, const void *params)
+{
+	const struct m_call_cancel_params *p = params;
+	struct rpc_call *target = rpc_call_find_sibling(call, p->id);
+	bool taken = target && rpc_call_cancel(target, "call.cancel");
+
+	log_debug("op", "call.cancel: %s", taken ? "taken" : target ? "not cancellable now" : "no such call");
+	return rpc_reply(call, json_pack("{s:b}", "cancelled", taken));
 }

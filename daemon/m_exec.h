@@ -21,6 +21,25 @@ struct m_exec_params {
 	json_t *max_output_bytes;   /* integer or NULL */
 	bool stream;                /* exec.output notifications as output arrives */
 	bool text;                  /* the reply also carries stdout_text/stderr_text */
+	json_t *stdin_b64;          /* string or NULL: the whole stdin, then closed */
+	bool stdin_stream;          /* stdin stays open for exec.stdin requests */
+};
+
+/* exec.stdin: a chunk carries at most EXEC_STDIN_MAX_CHUNK_BYTES; at most
+ * EXEC_STDIN_MAX_BUFFERED_BYTES of one exec's stdin wait in the daemon (a
+ * chunk is answered {written} once handed to the engine: a client that
+ * waits for its answers never meets the bound). */
+#define EXEC_STDIN_MAX_CHUNK_BYTES    (1024u * 1024)
+#define EXEC_STDIN_MAX_BUFFERED_BYTES (4u * 1024 * 1024)
+
+struct m_exec_stdin_params {
+	json_t *call;               /* the sandbox.exec request's id */
+	json_t *data_b64;           /* string or NULL */
+	bool eof;
+};
+
+struct m_call_cancel_params {
+	json_t *id;
 };
 
 /* Sent with stream: true: output merged per stream for up to this long or
@@ -37,6 +56,10 @@ struct m_exec_params {
 
 extern const struct rpc_param m_exec_spec[];
 struct rpc_result *m_exec(struct rpc_call *call, const void *params);
+extern const struct rpc_param m_exec_stdin_spec[];
+struct rpc_result *m_exec_stdin(struct rpc_call *call, const void *params);
+extern const struct rpc_param m_call_cancel_spec[];
+struct rpc_result *m_call_cancel(struct rpc_call *call, const void *params);
 
 /* bytes as a JSON string of UTF-8 text: each byte that does not begin a
  * valid sequence (RFC 3629), and each NUL, becomes U+FFFD. New reference. */

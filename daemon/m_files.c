@@ -184,17 +184,28 @@ static char *files_outside_target(const char *given, const char *wd)
 	return s;
 }
 
+/* Client text in a message (a path, a working directory, what they name):
+ * cut at MSB_ECHO_MAX_BYTES on a character, "..." marking a cut, as a
+ * method or param name is (data.path keeps the path whole). Owned. */
+static char *files_echo(const char *s)
+{
+	int n = msb_echo_len(s);
+
+	return s[n] ? xasprintf("%.*s...", n, s) : xstrdup(s);
+}
+
 /* The fix a refusal's message ends with ("" when there is none; owned). */
 static char *files_hint(int reason, enum paths_op op, const char *given, const char *wd)
 {
-	_cleanup_free_ char *target = NULL;
+	_cleanup_free_ char *target = NULL, *full = NULL;
 	char *s = NULL;
 
 	switch (reason) {
 	case PATHS_R_OUTSIDE:
-		target = files_outside_target(given, wd);
-		if (!target)
+		full = files_outside_target(given, wd);
+		if (!full)
 			break;
+		target = files_echo(full);
 		if (op == PATHS_OP_RECLAIM) {
 			if (asprintf(&s, "; it names %s: give that absolute path to reclaim it", target) < 0)
 				s = NULL;
@@ -237,7 +248,7 @@ static void files_error_name_path(struct msb_error *e, enum paths_op op, const c
 {
 	const char *at = e->data ? json_string_value(json_object_get(e->data, "path")) : NULL;
 	bool other = at && rel && strcmp(at, rel) != 0;
-	_cleanup_free_ char *hint = NULL;
+	_cleanup_free_ char *hint = NULL, *given_echo = NULL, *at_echo = NULL, *wd_echo = NULL;
 	char *msg = NULL;
 
 	if (!given || (!at && e->code != MSB_ERR_CONFINEMENT))
@@ -249,10 +260,19 @@ static void files_error_name_path(struct msb_error *e, enum paths_op op, const c
 		e->data = json_object();
 	if (!at)
 		json_object_set_new(e->data, "path", json_string(given));
-	if (wd)
+	/* A resolved one is at most PATHS_MAX_BYTES; a refused one, the
+	 * caller's own, may be as long as a frame: cut as the message's. */
+	if (wd && strlen(wd) <= PATHS_MAX_BYTES)
 		json_object_set_new(e->data, "working_directory", json_string(wd));
+	else if (wd)
+		json_object_set_new(e->data, "working_directory", json_string(wd_echo = files_echo(wd)));
+	given_echo = files_echo(given);
+	at_echo = other ? files_echo(at) : NULL;
+	if (wd && !wd_echo)
+		wd_echo = files_echo(wd);
 	if (asprintf(&msg, "%s: %s (%s%s%sresolved in %s)%s", e->message ? e->message : "the path is refused",
-		     given, other ? "at " : "", other ? at : "", other ? ", " : "", wd ? wd : "?", hint) < 0)
+		     given_echo, other ? "at " : "", other ? at_echo : "", other ? ", " : "", wd ? wd_echo : "?",
+		     hint) < 0)
 		return;
 	free(e->message);
 	e->message = msg;
@@ -267,8 +287,11 @@ static struct rpc_result *fail_reason_named(struct rpc_call *call, enum paths_re
 	struct rpc_result *r;
 	_cleanup_free_ char *wd_abs = files_wd_resolved(wd, sb);
 	const char *given = json_string_value(path);
+	/* A path longer than any path is may be as long as a frame: data.path
+	 * holds it cut, as the message does. */
+	_cleanup_free_ char *shown = given && strlen(given) > PATHS_MAX_BYTES ? files_echo(given) : NULL;
 
-	fileop_error_from_reason(reason, given, &e);
+	fileop_error_from_reason(reason, shown ? shown : given, &e);
 	files_error_name_path(&e, op, given, NULL, wd_abs ? wd_abs : wd ? json_string_value(wd) : NULL, (int)reason);
 	r = rpc_fail_error(call, &e);
 	msb_error_clear(&e);
@@ -765,6 +788,22 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 
 /* files.stat and files.list: one path param, one item. A listing on the
  * archive plane is refused before the path is looked at. */
+
+/* A listing refused because the whole daemon serves the archive plane: the
+ * key that would serve it (files.plane) and why the plane is archive. */
+static void no_listing_name_key(const struct msbd *d, struct msb_error *e)
+{
+	char *msg;
+
+	if (d->plane_local || !e->data)
+		return;
+	json_object_set_new(e->data, "config_key", json_string("files.plane"));
+	msg = xasprintf("%s: this daemon serves the archive plane (%s); files.plane = auto or local "
+			"serves listings where the daemon runs as root on a local engine socket",
+			e->message ? e->message : "no listing", d->plane_reason ? d->plane_reason : "not available");
+	free(e->message);
+	e->message = msg;
+}
 static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_files_params *p,
 					 enum paths_op pop, enum fileop_kind kind)
 {
@@ -781,6 +820,7 @@ static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_f
 		struct msb_error e = { 0 };
 
 		fileop_error_no_listing(&e);
+		no_listing_name_key(d, &e);
 		fail = rpc_fail_error(call, &e);
 		msb_error_clear(&e);
 		return fail;

@@ -55,6 +55,7 @@ const struct rpc_param m_sandbox_reap_spec[] = {
 	{ "older_than_seconds", RPC_PARAM_INT, true,
 	  offsetof(struct m_sandbox_reap_params, older_than_seconds), NULL },
 	{ "scope", RPC_PARAM_STRING, false, offsetof(struct m_sandbox_reap_params, scope), NULL },
+	{ "dry_run", RPC_PARAM_BOOL, false, offsetof(struct m_sandbox_reap_params, dry_run), NULL },
 	{ NULL },
 };
 
@@ -78,6 +79,46 @@ static bool egress_accepts(const struct msbd *d, const struct msb_spec *spec)
 	return spec->egress == MSB_EGRESS_ALLOWLIST && egress_usable(d->egress);
 }
 
+/* An egress mode this daemon does not serve. Allowlist names the key that
+ * would serve it (data.config_key) and why it is off now. */
+static int refuse_egress(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)
+{
+	_cleanup_free_ char *why = spec->egress == MSB_EGRESS_ALLOWLIST ? egress_allowlist_off_reason(d) : NULL;
+	json_t *data = json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes(d)));
+
+	if (why) {
+		json_object_set_new(data, "config_key", json_string("egress.proxy_binary"));
+		msb_error_set(err, MSB_ERR_EGRESS_NOT_ENFORCED, data,
+			      "this daemon does not serve egress allowlist: %s", why);
+	} else {
+		msb_error_set(err, MSB_ERR_EGRESS_NOT_ENFORCED, data,
+			      "this backend cannot enforce egress %s (it serves closed, and allowlist where "
+			      "egress.proxy_binary is set)", msb_egress_to_string(spec->egress));
+	}
+	return -EPERM;
+}
+
+/* Capabilities the spec requires and this daemon does not declare; files_list
+ * names files.plane, the key that serves it where the host allows. */
+static int refuse_capabilities(const struct msbd *d, uint32_t missing, struct msb_error *err)
+{
+	json_t *data = json_pack("{s:o, s:o}", "missing", msb_capability_set_encode(missing),
+				 "declared", msb_capability_set_encode(msbd_capabilities(d)));
+
+	if (missing & MSB_BIT(MSB_CAP_FILES_LIST)) {
+		json_object_set_new(data, "config_key", json_string("files.plane"));
+		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED, data,
+			      "the spec requires capabilities this backend does not declare: files_list needs "
+			      "the local file plane, and this daemon serves the archive plane (%s); "
+			      "files.plane = auto or local serves it where the daemon runs as root on a local "
+			      "engine socket", d->plane_reason ? d->plane_reason : "not available");
+		return -EPERM;
+	}
+	msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED, data,
+		      "the spec requires capabilities this backend does not declare");
+	return -EPERM;
+}
+
 static int match_declarations(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)
 {
 	const struct msb_transfer_limits ceiling = {
@@ -91,13 +132,8 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 			      msb_isolation_to_string(spec->min_isolation));
 		return -EPERM;
 	}
-	if (missing) {
-		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
-			      json_pack("{s:o, s:o}", "missing", msb_capability_set_encode(missing),
-					"declared", msb_capability_set_encode(msbd_capabilities(d))),
-			      "the spec requires capabilities this backend does not declare");
-		return -EPERM;
-	}
+	if (missing)
+		return refuse_capabilities(d, missing, err);
 	if (spec->requires_os_family >= 0 &&
 	    !(msbd_os_families(d) & MSB_BIT(spec->requires_os_family))) {
 		msb_error_set(err, MSB_ERR_OS_FAMILY_NOT_SUPPORTED,
@@ -113,12 +149,8 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 			      "the spec's transfer limits exceed this backend's");
 		return -EPERM;
 	}
-	if (!(msbd_egress_modes(d) & MSB_BIT(spec->egress)) && !egress_accepts(d, spec)) {
-		msb_error_set(err, MSB_ERR_EGRESS_NOT_ENFORCED,
-			      json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes(d))),
-			      "this backend cannot enforce egress %s", msb_egress_to_string(spec->egress));
-		return -EPERM;
-	}
+	if (!(msbd_egress_modes(d) & MSB_BIT(spec->egress)) && !egress_accepts(d, spec))
+		return refuse_egress(d, spec, err);
 	if (!(msbd_scopes() & MSB_BIT(spec->isolation_scope))) {
 		msb_error_set(err, MSB_ERR_SCOPE_NOT_ENFORCED, NULL,
 			      "this backend does not enforce isolation scope %s",
@@ -859,8 +891,8 @@ struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
 				"older_than_seconds must be a positive number of seconds");
 	clock_gettime(CLOCK_REALTIME, &now);
-	r = reap_start(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
-		       m_reap_done_cb, call);
+	r = reap_start_dry(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
+			   p->dry_run, m_reap_done_cb, call);
 	if (r < 0) {
 		/* The params were checked above: any failure here is the engine
 		 * request's (-ENOTCONN: unreachable), a code and a stable reason. */

@@ -25,6 +25,7 @@ struct m_sandbox_scope_params {
 struct m_sandbox_reap_params {
 	int64_t older_than_seconds;
 	const char *scope;
+	bool dry_run;               /* list what would go, remove nothing */
 };
 
 extern const struct rpc_param m_sandbox_acquire_spec[];

@@ -30,6 +30,7 @@
 #include "msb-build.h"
 #include "msb-limits.h"
 #include "sd.h"
+#include "startup.h"
 #include "server.h"
 #include "xmalloc.h"
 
@@ -59,7 +60,9 @@ static void usage(FILE *out)
 		"                          (same as --set engine.host=URL)\n"
 		"      --set KEY=VALUE     set any configuration key (repeatable)\n"
 		"  -d, --debug             debug logging (same as --set log.debug=true)\n"
-		"  -n, --check-config      check the configuration, print it, and exit\n"
+		"  -n, --check-config      check the configuration as start-up does (the\n"
+		"                          file, the freeze lock file, the Docker endpoint,\n"
+		"                          files.plane), print it, and exit (1 if refused)\n"
 		"  -h, --help              this help\n"
 		"  -V, --version           print the version\n\n"
 		"Signals: TERM/INT drain requests in flight, then exit 0; HUP reloads the\n"
@@ -97,7 +100,8 @@ static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_c
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "f:s:e:dnhV", opts, NULL)) != -1) {
+	opterr = 0;     /* said here, labelled error: */
+	while ((ch = getopt_long(argc, argv, ":f:s:e:dnhV", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'f': c->config_file = optarg; break;
 		case 's': cmdline_add(c, xasprintf("socket.path=%s", optarg)); break;
@@ -107,11 +111,21 @@ static int parse_args(int argc, char **argv, struct msbd_cmdline *c, bool *ret_c
 		case 'n': *ret_check = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("maf-sandboxd %s\n", PACKAGE_VERSION); return 0;
-		default: usage(stderr); return 2;
+		case ':':
+			fprintf(stderr, "maf-sandboxd: error: option '%s' needs an argument\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		default:
+			if (optopt)
+				fprintf(stderr, "maf-sandboxd: error: unknown option '-%c'\n", optopt);
+			else
+				fprintf(stderr, "maf-sandboxd: error: unknown option '%s'\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "maf-sandboxd: unexpected argument \"%s\"\n", argv[optind]);
+		fprintf(stderr, "maf-sandboxd: error: unexpected argument \"%s\"\n", argv[optind]);
 		usage(stderr);
 		return 2;
 	}
@@ -342,6 +356,17 @@ static void reap_timer_cb(evutil_socket_t fd, short what, void *arg)
 		m->reap_running = true;
 }
 
+/* A new configuration that the next start would refuse is refused now,
+ * by the same checks (startup.h). */
+static int reload_startup_check(const struct msbd_config *cfg, char **reterr_message)
+{
+	struct msbd_startup su = { 0 };
+	int r = msbd_startup_check(cfg, &su, reterr_message);
+
+	msbd_startup_clear(&su);
+	return r;
+}
+
 static void reload(struct msbd_main *m)
 {
 	struct msbd_config *cfg = NULL;
@@ -349,9 +374,10 @@ static void reload(struct msbd_main *m)
 	struct engine_options eo;
 
 	sd_notify_reloading();
-	if (config_load(&m->cmdline, &cfg, &err) < 0) {
+	if (config_load(&m->cmdline, &cfg, &err) < 0 || reload_startup_check(cfg, &err) < 0) {
 		log_warnx("reload: %s; keeping the old configuration", err);
 		sd_notify_ready("serving; reload failed, old configuration kept");
+		config_free(cfg);
 		return;
 	}
 	restart = config_restart_keys_changed(m->d.config, cfg);
@@ -477,31 +503,15 @@ static int setup_signals(struct msbd_main *m)
 	return 0;
 }
 
-/* files.plane: local when the kernel and the endpoint allow it (each
- * sandbox must still let its init be pinned, fileop.h), else archive. */
-static int choose_plane(struct msbd *d, const struct engine_endpoint *ep)
+/* files.plane, as msbd_startup_check() decided it. */
+static void log_plane(struct msbd *d, const struct msbd_startup *su)
 {
-	const char *want = d->config->files_plane, *why = NULL;
-
-	d->plane_local = false;
-	if (strcmp(want, "archive") == 0) {
-		d->plane_reason = "files.plane is archive";
-	} else if (ep->kind != ENGINE_ENDPOINT_UNIX) {
-		why = "the engine is not on a local unix socket";
-	} else if (plocal_available(&why) == 0) {
-		d->plane_local = true;
-		d->plane_reason = NULL;
+	d->plane_local = su->plane_local;
+	d->plane_reason = su->plane_reason;
+	if (d->plane_local)
 		log_info("file plane: local (openat2 beneath each container's root, no freeze)");
-		return 0;
-	}
-	if (why && strcmp(want, "local") == 0) {
-		log_warnx("files.plane is local, but %s", why);
-		return -EINVAL;
-	}
-	if (why)
-		d->plane_reason = why;
-	log_info("file plane: archive (%s)", d->plane_reason);
-	return 0;
+	else
+		log_info("file plane: archive (%s)", d->plane_reason);
 }
 
 /* The exec kill from the host (execkill.h, m_exec.c): the engine's
@@ -528,29 +538,24 @@ static void choose_exec_kill(struct msbd *d, const struct engine_endpoint *ep)
 
 static int start(struct msbd_main *m)
 {
-	struct engine_endpoint *ep = NULL;
+	struct msbd_startup su = { 0 };
 	_cleanup_free_ char *err = NULL;
 	struct engine_options eo = engine_options_from(m->d.config);
 
-	/* Without it a freeze of ours could be lifted by another daemon's start,
-	 * and ours could lift theirs: a daemon that cannot keep its freezes
-	 * apart does not run. */
-	if (hostlock_open(m->d.config->freeze_lock_file, &m->hostlock, &err) < 0) {
-		log_warnx("cannot open the freeze lock file (freeze.lock_file): %s", err);
-		return -EIO;
+	/* The same checks --check-config makes (startup.h). */
+	if (msbd_startup_check(m->d.config, &su, &err) < 0) {
+		log_errorx("%s", err);
+		return -EINVAL;
 	}
+	m->hostlock = TAKE_PTR(su.hostlock);
 	log_debug("op", "freeze lock file %s", m->d.config->freeze_lock_file);
-	if (engine_endpoint_resolve(m->d.config->engine_host, &ep, &err) < 0) {
-		log_warnx("cannot resolve the Docker endpoint: %s", err);
-		return -EINVAL;
-	}
-	log_info("Docker endpoint %s (from %s)", ep->host, ep->source);
-	if (choose_plane(&m->d, ep) < 0)
-		return -EINVAL;
-	choose_exec_kill(&m->d, ep);
-	m->d.engine = engine_new(m->d.base, ep, &eo, engine_state_changed_cb, m);
+	log_info("Docker endpoint %s (from %s)", su.endpoint->host, su.endpoint->source);
+	log_plane(&m->d, &su);
+	choose_exec_kill(&m->d, su.endpoint);
+	m->d.engine = engine_new(m->d.base, TAKE_PTR(su.endpoint), &eo, engine_state_changed_cb, m);
+	msbd_startup_clear(&su);
 	if (!m->d.engine) {
-		log_warnx("cannot set up the engine client");
+		log_errorx("cannot set up the engine client");
 		return -EIO;
 	}
 	m->d.registry = registry_new();
@@ -573,11 +578,11 @@ static int start(struct msbd_main *m)
 	}
 	m->d.server = server_new(&m->d);
 	if (server_listen(m->d.server, &err) < 0) {
-		log_warnx("cannot listen: %s", err);
+		log_errorx("cannot listen: %s", err);
 		return -EIO;
 	}
 	if (setup_signals(m) < 0) {
-		log_warnx("cannot set up signal handling");
+		log_errorx("cannot set up signal handling");
 		return -EIO;
 	}
 	engine_start(m->d.engine);
@@ -663,6 +668,22 @@ static void malloc_tune(void)
 		log_debug("mem", "mallopt refused the allocator's thresholds; idle memory may stay with the daemon");
 }
 
+/* --check-config: the start-up checks too (startup.h), then the dump. */
+static int check_config(struct msbd_main *m)
+{
+	struct msbd_startup su = { 0 };
+	_cleanup_free_ char *err = NULL;
+	int r = msbd_startup_check(m->d.config, &su, &err);
+
+	msbd_startup_clear(&su);
+	if (r < 0)
+		log_errorx("%s", err);        /* as start() says it */
+	else
+		config_dump(m->d.config, stdout);
+	stop(m);
+	return r < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct msbd_main m = { 0 };
@@ -677,15 +698,12 @@ int main(int argc, char **argv)
 		return r;
 	}
 	if (config_load(&m.cmdline, &m.d.config, &err) < 0) {
-		log_warnx("configuration: %s", err);
+		log_errorx("configuration: %s", err);
 		cmdline_free(&m.cmdline);
 		return 1;
 	}
-	if (check) {
-		config_dump(m.d.config, stdout);
-		stop(&m);
-		return 0;
-	}
+	if (check)
+		return check_config(&m);
 	log_set_debug(m.d.config->debug);
 	malloc_tune();
 	raise_fd_limit();

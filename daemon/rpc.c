@@ -27,6 +27,8 @@ struct rpc_call {
 	void *ops_arg;
 	rpc_orphan_fn *orphan_done;      /* detached: told when it finishes */
 	void *orphan_arg;
+	rpc_cancel_fn *cancel;           /* NULL: not cancellable */
+	void *cancel_arg;
 	bool pending;
 };
 
@@ -360,4 +362,32 @@ struct rpc_call *rpc_dispatch(const struct rpc_method *table, size_t n_methods,
 	res = call->method->handler(call, call->params);
 	assert(res == &rpc_finished_marker || res == &rpc_pending_marker);
 	return res == &rpc_pending_marker ? call : NULL;
+}
+
+void rpc_call_set_cancel(struct rpc_call *call, rpc_cancel_fn *fn, void *arg)
+{
+	call->cancel = fn;
+	call->cancel_arg = arg;
+}
+
+bool rpc_call_cancel(struct rpc_call *call, const char *why)
+{
+	return call->cancel ? call->cancel(call, why, call->cancel_arg) : false;
+}
+
+bool rpc_call_is_cancellable(const struct rpc_call *call)
+{
+	return call->cancel != NULL;
+}
+
+void *rpc_call_cancel_arg(const struct rpc_call *call, rpc_cancel_fn *fn)
+{
+	return call->cancel && call->cancel == fn ? call->cancel_arg : NULL;
+}
+
+struct rpc_call *rpc_call_find_sibling(const struct rpc_call *call, const json_t *id)
+{
+	if (!call->ops || !call->ops->find || !id || json_is_null(id))
+		return NULL;
+	return call->ops->find(call, id, call->ops_arg);
 }

@@ -39,10 +39,15 @@ typedef void rpc_done_fn(struct rpc_call *call, json_t *reply, void *arg);
 /* Sends a notification frame (stolen) to the call's client. */
 typedef void rpc_notify_fn(struct rpc_call *call, json_t *notification, void *arg);
 
+/* The call in flight on the same connection as call whose request id is
+ * id (json_equal), other than call itself; NULL if none. */
+typedef struct rpc_call *rpc_find_fn(const struct rpc_call *call, const json_t *id, void *arg);
+
 /* How a call reaches its client (the server's connection). */
 struct rpc_call_ops {
 	rpc_done_fn *done;
 	rpc_notify_fn *notify;   /* NULL: notifications are dropped */
+	rpc_find_fn *find;       /* NULL: no call is found (call.cancel, exec.stdin) */
 };
 
 typedef struct rpc_result *rpc_handler(struct rpc_call *call, const void *params);
@@ -141,5 +146,25 @@ const struct rpc_peer *rpc_call_peer(const struct rpc_call *call);
 const char *rpc_call_method(const struct rpc_call *call);
 /* A daemon-unique number for log lines. */
 uint64_t rpc_call_seq(const struct rpc_call *call);
+
+/* ---- cancellation (call.cancel, a closed connection) --------------------
+ * A pending call whose method can be cancelled sets a hook. rpc_call_cancel
+ * runs it: it returns true when it took the cancel (the call is then
+ * finished later, from the loop, never from inside the hook), false when
+ * the call is past cancelling (already answering). The hook stays set (a
+ * second cancel asks it again: it answers false). The hook's arg also
+ * lets a sibling request (exec.stdin) reach the call's state: see
+ * rpc_call_cancel_arg. */
+typedef bool rpc_cancel_fn(struct rpc_call *call, const char *why, void *arg);
+void rpc_call_set_cancel(struct rpc_call *call, rpc_cancel_fn *fn, void *arg);
+/* false when the call has no hook. why (static text: "call.cancel",
+ * "the client leaving") is for the log. */
+bool rpc_call_cancel(struct rpc_call *call, const char *why);
+bool rpc_call_is_cancellable(const struct rpc_call *call);
+/* The hook's arg when the call's hook is fn, else NULL. */
+void *rpc_call_cancel_arg(const struct rpc_call *call, rpc_cancel_fn *fn);
+/* The call in flight on call's connection with request id id (not call
+ * itself), or NULL (none, or call is detached). */
+struct rpc_call *rpc_call_find_sibling(const struct rpc_call *call, const json_t *id);
 
 #endif

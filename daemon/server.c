@@ -988,9 +988,24 @@ static void conn_call_notify(struct rpc_call *call, json_t *notification, void *
 	conn_rb_send_notification(arg, call, notification);
 }
 
+/* call.cancel and exec.stdin name a call of the same connection by its id. */
+static struct rpc_call *conn_call_find(const struct rpc_call *call, const json_t *id, void *arg)
+{
+	struct conn *c = arg;
+
+	for (size_t i = 0; i < c->n_calls; i++) {
+		const json_t *cid = rpc_call_id(c->calls[i]);
+
+		if (c->calls[i] != call && !json_is_null(cid) && json_equal(cid, id))
+			return c->calls[i];
+	}
+	return NULL;
+}
+
 static const struct rpc_call_ops conn_call_ops = {
 	.done = conn_call_done,
 	.notify = conn_call_notify,
+	.find = conn_call_find,
 };
 
 static void conn_handle_frame(struct conn *c, const char *line, size_t len)
@@ -1141,6 +1156,27 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 	server_check_drained(c->srv);
 }
 
+/* The client is gone (closed both ways, or reset): the connection's
+ * cancellable calls (sandbox.exec) are cancelled (rpc_call_cancel: each
+ * hook only arranges it; the calls finish later, from the loop). A
+ * connection the daemon closes for its own reasons (a protocol error, a
+ * write timeout) keeps today's rule: its calls run on, orphaned. */
+static void conn_cancel_calls(struct conn *c)
+{
+	struct rpc_call **cancel = xcalloc(c->n_calls + 1, sizeof(*cancel));
+	size_t n = 0;
+
+	for (size_t i = 0; i < c->n_calls; i++)
+		if (rpc_call_is_cancellable(c->calls[i]))
+			cancel[n++] = c->calls[i];
+	if (n)
+		log_debug("conn", "connection %llu: the client is gone; cancelling %zu call(s)",
+			  (unsigned long long)c->id, n);
+	for (size_t i = 0; i < n; i++)
+		rpc_call_cancel(cancel[i], "the client leaving");
+	free(cancel);
+}
+
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -1149,6 +1185,9 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (c->dead)
 		return;
 	if (what & BEV_EVENT_ERROR) {
+		/* The client reset it (or it broke): its cancellable calls are
+		 * cancelled; the others run on, orphaned. */
+		conn_cancel_calls(c);
 		conn_close(c, "connection error");
 		return;
 	}
@@ -1168,6 +1207,11 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 				  (unsigned long long)c->id, c->in.tail);
 		frame_buf_drop_partial(&c->in);
 		conn_rb_peer_gone(c);
+		/* Gone both ways (not a half-close that still reads its
+		 * answers): its cancellable calls (sandbox.exec) are cancelled,
+		 * the others run on. */
+		if (c->rb_peer_gone)
+			conn_cancel_calls(c);
 		conn_process(c);
 	}
 }

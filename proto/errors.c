@@ -42,6 +42,7 @@ static const struct msb_error_info error_table[] = {
 	{ MSB_ERR_SANDBOX_NOT_FOUND, "SandboxNotFound", "no such sandbox" },
 	{ MSB_ERR_FREEZE_FAILED, "SandboxFreezeFailed", "the sandbox could not be frozen for a file call" },
 	{ MSB_ERR_EXEC_OUTPUT_LIMIT, "SandboxExecOutputLimitExceeded", "the command's output exceeded its limit" },
+	{ MSB_ERR_CANCELLED, "Cancelled", "the call was cancelled" },
 
 	{ MSB_ERR_PERMISSION_DENIED, "PermissionDenied", "permission denied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, "FrameTooLarge", "frame exceeds the size limit" },

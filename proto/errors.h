@@ -43,6 +43,7 @@ enum msb_errcode {
 	MSB_ERR_SANDBOX_NOT_FOUND           = 1206,
 	MSB_ERR_FREEZE_FAILED               = 1207,
 	MSB_ERR_EXEC_OUTPUT_LIMIT           = 1208,
+	MSB_ERR_CANCELLED                   = 1209,
 
 	MSB_ERR_PERMISSION_DENIED           = 1300,
 	MSB_ERR_FRAME_TOO_LARGE             = 1301,

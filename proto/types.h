@@ -20,6 +20,8 @@
 #define MSB_METHOD_SANDBOX_LIST          "sandbox.list"
 #define MSB_METHOD_SANDBOX_REAP          "sandbox.reap"
 #define MSB_METHOD_SANDBOX_EXEC          "sandbox.exec"
+#define MSB_METHOD_EXEC_STDIN            "exec.stdin"
+#define MSB_METHOD_CALL_CANCEL           "call.cancel"
 #define MSB_METHOD_FILES_WRITE           "files.write"
 #define MSB_METHOD_FILES_READ            "files.read"
 #define MSB_METHOD_FILES_STAT            "files.stat"

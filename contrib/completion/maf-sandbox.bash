@@ -15,13 +15,13 @@ _maf_sandbox_cmd_opts()
 	ls) echo '--scope --thread' ;;
 	dispose) echo '--scope --thread --agent --call --kind --sandbox' ;;
 	dispose-scope) echo '--scope --thread' ;;
-	reap) echo '--older-than --scope' ;;
+	reap) echo '--older-than --scope --all --dry-run' ;;
 	put) echo '-w --working-directory --cwd --mode' ;;
 	stat | dir) echo '-w --working-directory --cwd' ;;
 	get) echo '-w --working-directory --cwd --max-bytes' ;;
 	rm) echo '-w --working-directory --cwd -r --recursive' ;;
 	reclaim) echo '-w --working-directory --cwd' ;;
-	exec) echo '-w --working-directory --cwd --env --sh' ;;
+	exec) echo '-w --working-directory --cwd --env --sh -i --interactive --no-stdin' ;;
 	events) echo '-f --follow --scope' ;;
 	esac
 }

@@ -11,8 +11,11 @@
  * stdout (each line flushed; the daemon reads it through `docker logs`):
  *   listening on <port>; allowing: <entry>, <entry> | nothing
  *   ALLOW|DENY|DENY-NONGLOBAL|UNREACHABLE <host>:<port>
- * one decision line per CONNECT that names a target, in decision order; no
- * line for a 400 or 405. Diagnostics go to stderr only.
+ *   DENY <host>:<port> not-CONNECT
+ * one decision line per CONNECT that names a target, in decision order, and
+ * one per plain-HTTP request (405) whose absolute-form target names one
+ * (proxy_head_plain_target); no line for a 400, nor for a 405 without a
+ * target. Diagnostics go to stderr only.
  *
  * One connection is one struct tunnel, driven through
  *   TUNNEL_HEAD → TUNNEL_RESOLVE → TUNNEL_CONNECT → TUNNEL_PIPE
@@ -155,6 +158,21 @@ static void log_decision(enum proxy_decision d, const struct proxy_target *targe
 	char line[PROXY_LOG_LINE_MAX];
 
 	if (proxy_format_decision(d, target, line, sizeof(line)) < 0)
+		return;
+	fputs(line, stdout);
+	fflush(stdout);
+}
+
+/* A plain-HTTP request's decision: DENY with its reason, when its target
+ * can be read. */
+static void log_not_connect(const struct proxy_head *head)
+{
+	char line[PROXY_LOG_LINE_MAX + sizeof(PROXY_REASON_NOT_CONNECT)];
+	struct proxy_target target;
+
+	if (proxy_head_plain_target(head, &target) < 0 ||
+	    proxy_format_decision_reason(PROXY_DENY, &target, PROXY_REASON_NOT_CONNECT, line,
+					 sizeof(line)) < 0)
 		return;
 	fputs(line, stdout);
 	fflush(stdout);
@@ -612,6 +630,7 @@ static void head_read_cb(struct bufferevent *bev, void *arg)
 		tunnel_reply(t, 400);
 		return;
 	case PROXY_HEAD_NOT_CONNECT:
+		log_not_connect(&t->t_head);
 		tunnel_reply(t, 405);
 		return;
 	case PROXY_HEAD_DONE:

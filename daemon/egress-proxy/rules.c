@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "cleanup.h"
@@ -609,6 +610,68 @@ int proxy_format_reply(int status, char *buf, size_t size)
 	if (n < 0 || (size_t)n >= size)
 		return -EINVAL;
 	return n;
+}
+
+int proxy_format_decision_reason(enum proxy_decision d, const struct proxy_target *target,
+				 const char *reason, char *buf, size_t size)
+{
+	const char *name = proxy_decision_to_string(d);
+	int n;
+
+	assert(name && reason);
+	n = snprintf(buf, size, "%s %s:%u %s\n", name, target->host, (unsigned)target->port, reason);
+	if (n < 0 || (size_t)n >= size)
+		return -EINVAL;
+	return n;
+}
+
+/* Whether an authority (no userinfo) ends in ":port": after the last ']'
+ * when it is a bracketed IPv6 literal. */
+static bool authority_has_port(const char *a, size_t len)
+{
+	const char *close = a[0] == '[' ? memchr(a, ']', len) : NULL;
+	const char *from = close ? close : a;
+
+	return memchr(from, ':', len - (size_t)(from - a)) != NULL;
+}
+
+int proxy_head_plain_target(const struct proxy_head *head, struct proxy_target *ret_target)
+{
+	static const struct {
+		const char *scheme;
+		const char *port;
+	} schemes[] = { { "http://", "80" }, { "https://", "443" } };
+	size_t kept = head->ph_target_len < sizeof(head->ph_target_text) ? head->ph_target_len
+		: sizeof(head->ph_target_text);
+	const char *t = head->ph_target_text, *auth = NULL, *end, *dflt = NULL, *why;
+	char buf[PROXY_TARGET_MAX + 8];
+	size_t alen;
+	int n;
+
+	if (head->ph_result != PROXY_HEAD_NOT_CONNECT)
+		return -EINVAL;
+	for (size_t i = 0; i < ELEMENTSOF(schemes) && !auth; i++) {
+		size_t sl = strlen(schemes[i].scheme);
+
+		if (kept >= sl && strncasecmp(t, schemes[i].scheme, sl) == 0) {
+			auth = t + sl;
+			dflt = schemes[i].port;
+		}
+	}
+	if (!auth)
+		return -EINVAL;
+	for (end = auth; end < t + kept && *end != '/' && *end != '?' && *end != '#'; end++)
+		;
+	alen = (size_t)(end - auth);
+	if ((end == t + kept && head->ph_target_len > kept) || alen == 0 || memchr(auth, '@', alen))
+		return -EINVAL;
+	if (authority_has_port(auth, alen))
+		n = snprintf(buf, sizeof(buf), "%.*s", (int)alen, auth);
+	else
+		n = snprintf(buf, sizeof(buf), "%.*s:%s", (int)alen, auth, dflt);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return -EINVAL;
+	return proxy_target_parse(buf, (size_t)n, ret_target, &why);
 }
 
 int proxy_format_decision(enum proxy_decision d, const struct proxy_target *target, char *buf,

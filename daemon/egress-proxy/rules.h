@@ -180,4 +180,20 @@ int proxy_format_reply(int status, char *buf, size_t size);
 int proxy_format_decision(enum proxy_decision d, const struct proxy_target *target, char *buf,
 			  size_t size);
 
+/* The reason word a decision line may end with (after a space): a request
+ * that is not CONNECT (plain HTTP through the proxy, refused with 405). */
+#define PROXY_REASON_NOT_CONNECT "not-CONNECT"
+
+/* "<DECISION> <host>:<port> <reason>\n". As proxy_format_decision. */
+int proxy_format_decision_reason(enum proxy_decision d, const struct proxy_target *target,
+				 const char *reason, char *buf, size_t size);
+
+/* The target of a head refused as not CONNECT (PROXY_HEAD_NOT_CONNECT), from
+ * an absolute-form request target: "http://" or "https://" (any case), then
+ * the authority up to the first '/', '?' or '#' (no userinfo), its port or
+ * else 80 / 443, read by proxy_target_parse. Returns 0 and *ret_target, or
+ * -EINVAL (another result, origin form, a target cut at PROXY_TARGET_MAX
+ * bytes before its authority ended, an authority that does not parse). */
+int proxy_head_plain_target(const struct proxy_head *head, struct proxy_target *ret_target);
+
 #endif

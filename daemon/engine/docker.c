@@ -1152,6 +1152,53 @@ int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_m
 	return exec_stream_start(e, &call, data, done, arg, ret_req);
 }
 
+struct docker_attached {
+	docker_data_cb *data;
+	docker_exec_done_cb *done;
+	void *arg;
+};
+
+static int attached_data_cb(const void *data, size_t len, void *arg)
+{
+	struct docker_attached *a = arg;
+
+	return a->data(data, len, a->arg);
+}
+
+static void attached_done_cb(int error, long status, const char *body, size_t body_len, void *arg)
+{
+	struct docker_attached *a = arg;
+	_cleanup_free_ char *message = NULL;
+
+	if (error == 0 && status != 101 && status != 200) {
+		json_auto_t *v = json_loadb(body, body_len, 0, NULL);
+		const char *m = json_string_value(json_object_get(v, "message"));   /* borrows */
+
+		message = m ? xstrdup(m) : xasprintf("the engine answered HTTP %ld", status);
+	}
+	a->done(error, error < 0 ? 0 : status == 101 ? 200 : status, message, a->arg);
+	free(a);
+}
+
+int docker_exec_start_attached(struct engine *e, const char *exec_id, docker_data_cb *data,
+			       docker_exec_done_cb *done, void *arg, struct engine_hijack **ret)
+{
+	_cleanup_free_ char *path = path_with("/exec/", exec_id, "/start");
+	struct docker_attached *a;
+	int r;
+
+	if (!e || !path || !data || !done)
+		return -EINVAL;
+	a = xcalloc(1, sizeof(*a));
+	a->data = data;
+	a->done = done;
+	a->arg = arg;
+	r = engine_hijack_call(e, path, DOCKER_EXEC_START_BODY, attached_data_cb, attached_done_cb, a, ret);
+	if (r < 0)
+		free(a);
+	return r;
+}
+
 int docker_container_logs(struct engine *e, const char *id, bool follow, const char *since,
 			  long idle_timeout_ms, docker_data_cb *data, docker_exec_done_cb *done, void *arg,
 			  struct engine_req **ret_req)

@@ -178,6 +178,16 @@ typedef void docker_exec_done_cb(int error, long status, const char *message, vo
  * byte. done fires exactly once, after the last data call. */
 int docker_exec_start(struct engine *e, const char *exec_id, long idle_timeout_ms, docker_data_cb *data,
 		      docker_exec_done_cb *done, void *arg, struct engine_req **ret_req);
+
+/* The same start with the exec's stdin (an exec created with
+ * AttachStdin): the request is hijacked (hijack.h: `Connection: Upgrade`,
+ * answered 101), its output goes to data as above, and stdin is written
+ * with engine_hijack_write on *ret (its end: eof). done as above (status
+ * 101 or 200 for a stream that ran to its end; a refusal's message from
+ * its body). -EPROTONOSUPPORT over a TLS endpoint (stdin is not offered
+ * there), -ENOTCONN unless the engine is reachable. */
+int docker_exec_start_attached(struct engine *e, const char *exec_id, docker_data_cb *data,
+			       docker_exec_done_cb *done, void *arg, struct engine_hijack **ret);
 /* GET /exec/{eid}/json: 200 {"Running", "ExitCode" (null while running),
  * ...}; 404 no such exec (exited execs are collected after minutes, and
  * at an engine restart). */

@@ -19,6 +19,7 @@
 
 #include "cleanup.h"
 #include "engine.h"
+#include "hijack.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -55,6 +56,7 @@ struct engine {
 	uint64_t call_requests;
 	unsigned busy;
 	bool dead;
+	struct engine_hijack_set hijacks;   /* hijack.h: cancelled by engine_free */
 };
 
 /* What a call carries through its request. */
@@ -540,6 +542,22 @@ int engine_call_start(struct engine *e, const struct engine_call *call, engine_d
 	return 0;
 }
 
+int engine_hijack_call(struct engine *e, const char *path, const char *body,
+		       int (*data)(const void *, size_t, void *),
+		       void (*done)(int, long, const char *, size_t, void *), void *arg,
+		       struct engine_hijack **ret)
+{
+	_cleanup_free_ char *vpath = NULL;
+
+	if (!e || !path || path[0] != '/')
+		return -EINVAL;
+	if (e->dead || e->state != ENGINE_REACHABLE)
+		return -ENOTCONN;
+	vpath = xasprintf("/v%s%s", e->api, path);
+	e->call_requests++;
+	return engine_hijack_start(e->base, e->ep, &e->hijacks, vpath, body, data, done, arg, ret);
+}
+
 /* ---- lifetime and getters ---------------------------------------------------- */
 
 struct engine *engine_new(struct event_base *base, struct engine_endpoint *endpoint,
@@ -596,6 +614,7 @@ struct engine *engine_free(struct engine *e)
 		return NULL;
 	e->dead = true;
 	engine_enter(e);
+	engine_hijack_set_cancel_all(&e->hijacks);
 	/* Cancels the probe (ignored, e is dead) and every call (their callbacks fire). */
 	e->http = engine_http_free(e->http);
 	engine_leave(e);

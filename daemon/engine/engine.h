@@ -98,6 +98,17 @@ long engine_default_timeout_ms(const struct engine *e);
 int engine_call_start(struct engine *e, const struct engine_call *call, engine_done_cb *cb,
 		      void *arg, struct engine_req **ret_req);
 
+/* A hijacked request (hijack.h) on the negotiated version: path is
+ * unversioned. -ENOTCONN unless ENGINE_REACHABLE; -EPROTONOSUPPORT over
+ * TLS. engine_free cancels every one still running (done: -ECANCELED). A
+ * transport failure does not mark the engine unreachable (the ordinary
+ * requests do that). */
+struct engine_hijack;
+int engine_hijack_call(struct engine *e, const char *path, const char *body,
+		       int (*data)(const void *, size_t, void *),
+		       void (*done)(int, long, const char *, size_t, void *), void *arg,
+		       struct engine_hijack **ret);
+
 /* Compares "1.41"-style versions: <0, 0, >0. Unparseable sorts lowest. */
 int engine_api_version_cmp(const char *a, const char *b);
 

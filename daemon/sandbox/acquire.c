@@ -1102,8 +1102,12 @@ static void acq_egress(struct acquire_op *op, bool fresh, bool then_prepare)
 	r = egress_ensure(op->d->egress, op->name, &op->key, &op->spec, fresh ? op->owner : acq_topology_owner(op),
 			  fresh, acq_egress_cb, op, &op->eop);
 	if (r < 0) {
-		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED, NULL,
-			      "this daemon has no egress proxy configured (egress.proxy_binary)");
+		_cleanup_free_ char *why = egress_allowlist_off_reason(op->d);
+
+		msb_error_set(&op->err, MSB_ERR_EGRESS_NOT_ENFORCED,
+			      json_pack("{s:s}", "config_key", "egress.proxy_binary"),
+			      "this daemon does not serve egress allowlist: %s",
+			      why ? why : "egress.proxy_binary names no usable proxy");
 		acq_fail(op);
 	}
 }

@@ -216,6 +216,32 @@ bool egress_configured(const struct msbd *d)
 	return path && *path && access(path, X_OK) == 0;
 }
 
+char *egress_allowlist_off_reason(const struct msbd *d)
+{
+	const char *path = d->config->egress_proxy_binary;
+	const struct egress *eg = d->egress;
+
+	if (!path || !*path)
+		return xstrdup("egress.proxy_binary is not set: set it to the path of "
+			       "maf-sandbox-egress-proxy (the daemon builds the proxy image from it)");
+	if (access(path, X_OK) < 0)
+		return xasprintf("egress.proxy_binary %s is not an executable file (%s): install "
+				 "maf-sandbox-egress-proxy there, or set egress.proxy_binary to where it is",
+				 path, strerror(errno));
+	if (!eg)
+		return xstrdup("the daemon is starting");
+	switch (eg->image) {
+	case IMAGE_READY:
+		return NULL;
+	case IMAGE_FAILED:
+		return xasprintf("the egress proxy image could not be made from egress.proxy_binary %s: %s",
+				 path, eg->image_error ? eg->image_error : "unknown error");
+	default:
+		return xasprintf("the egress proxy image is being made from egress.proxy_binary %s "
+				 "(an allowlist acquire waits for it)", path);
+	}
+}
+
 bool egress_ready(const struct egress *eg)
 {
 	return eg && egress_configured(eg->d) && eg->image == IMAGE_READY;
@@ -430,8 +456,9 @@ static void log_decision(struct follower *f, const struct egress_decision *dec)
 	}
 	if (f->log_count < EGRESS_LOG_PER_SECOND) {
 		f->log_count++;
-		log_info("egress: %s %s:%u (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
-			 dec->port, f->workload);
+		log_info("egress: %s %s:%u%s%s (sandbox %s)", egress_verdict_to_string(dec->verdict), dec->host,
+			 dec->port, dec->reason ? " " : "", dec->reason ? egress_reason_to_log(dec->reason) : "",
+			 f->workload);
 		return;
 	}
 	f->log_suppressed++;
@@ -459,6 +486,8 @@ static void publish(struct follower *f, const struct egress_decision *dec, uint6
 			   "port", (int)dec->port, "time", ts, "count", (json_int_t)count);
 	if (count > 1)
 		json_object_set_new(params, "first_time", json_string(first_ts));
+	if (egress_reason_to_string(dec->reason))
+		json_object_set_new(params, "reason", json_string(egress_reason_to_string(dec->reason)));
 	server_publish(eg->d->server, SERVER_EVENT_EGRESS_DECISION, f->owner, f->key.scope, "events.event",
 		       params);
 	json_decref(params);

@@ -91,6 +91,10 @@ void egress_resync(struct egress *eg);
 /* A proxy binary is configured and installed (executable): names get their
  * allow: part, and an allowlist spec is considered. */
 bool egress_configured(const struct msbd *d);
+/* Why allowlist is not declared now, naming what would change it (the
+ * egress.proxy_binary key, or the image's failure), or NULL when it is
+ * (egress_ready). malloc'd. */
+char *egress_allowlist_off_reason(const struct msbd *d);
 /* ... and its image is current: allowlist is declared, observes_egress. */
 bool egress_ready(const struct egress *eg);
 /* Configured, and its image not known to be unmakeable: an allowlisted

@@ -77,12 +77,39 @@ static bool port_parse(const char *p, size_t len, uint16_t *ret)
 	return true;
 }
 
+static const char *const reason_log_words[_EGRESS_REASON_MAX] = {
+	[EGRESS_REASON_NOT_CONNECT] = "not-CONNECT",
+};
+
+static const char *const reason_wire_words[_EGRESS_REASON_MAX] = {
+	[EGRESS_REASON_NOT_CONNECT] = "not_connect",
+};
+
+const char *egress_reason_to_log(enum egress_reason r)
+{
+	return (unsigned)r < _EGRESS_REASON_MAX ? reason_log_words[r] : NULL;
+}
+
+const char *egress_reason_to_string(enum egress_reason r)
+{
+	return (unsigned)r < _EGRESS_REASON_MAX ? reason_wire_words[r] : NULL;
+}
+
+/* The reason word r[0..len) names, or -1. */
+static int reason_of(const char *r, size_t len)
+{
+	for (int i = EGRESS_REASON_NONE + 1; i < _EGRESS_REASON_MAX; i++)
+		if (strlen(reason_log_words[i]) == len && memcmp(r, reason_log_words[i], len) == 0)
+			return i;
+	return -1;
+}
+
 int egresslog_parse(const char *line, size_t len, struct egress_decision *ret)
 {
-	const char *rest, *colon;
+	const char *rest, *colon, *space;
 	size_t skip, rlen, hlen;
 	uint16_t port;
-	int v;
+	int v, reason = EGRESS_REASON_NONE;
 
 	if (len > 0 && line[len - 1] == '\r')
 		len--;
@@ -91,6 +118,13 @@ int egresslog_parse(const char *line, size_t len, struct egress_decision *ret)
 		return 0;
 	rest = line + skip;
 	rlen = len - skip;
+	space = memchr(rest, ' ', rlen);       /* the host has none: a reason follows */
+	if (space) {
+		reason = reason_of(space + 1, rlen - (size_t)(space - rest) - 1);
+		if (reason < 0 || v != EGRESS_DENY)
+			return 0;
+		rlen = (size_t)(space - rest);
+	}
 	colon = memrchr(rest, ':', rlen);
 	if (!colon)
 		return 0;
@@ -98,6 +132,7 @@ int egresslog_parse(const char *line, size_t len, struct egress_decision *ret)
 	if (!host_is_valid(rest, hlen) || !port_parse(colon + 1, rlen - hlen - 1, &port))
 		return 0;
 	ret->verdict = (enum egress_verdict)v;
+	ret->reason = (enum egress_reason)reason;
 	memcpy(ret->host, rest, hlen);
 	ret->host[hlen] = '\0';
 	ret->port = port;
@@ -134,7 +169,8 @@ static void held_add(struct egress_held *h, const struct egress_decision *dec, c
 
 static bool same_decision(const struct egress_decision *a, const struct egress_decision *b)
 {
-	return a->verdict == b->verdict && a->port == b->port && strcmp(a->host, b->host) == 0;
+	return a->verdict == b->verdict && a->reason == b->reason && a->port == b->port &&
+	       strcmp(a->host, b->host) == 0;
 }
 
 enum egress_coalesce_result egress_coalesce_add(struct egress_coalesce *c, const struct egress_decision *dec,

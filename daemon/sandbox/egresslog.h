@@ -39,14 +39,27 @@ enum egress_verdict {
 /* The log's word: "ALLOW", "DENY", "DENY-NONGLOBAL", "UNREACHABLE". */
 const char *egress_verdict_to_string(enum egress_verdict v);
 
+/* Why, beyond the verdict: a decision line may end in a reason word. */
+enum egress_reason {
+	EGRESS_REASON_NONE,
+	EGRESS_REASON_NOT_CONNECT,   /* "not-CONNECT": plain HTTP, refused with 405 (DENY) */
+	_EGRESS_REASON_MAX
+};
+/* The log's word ("not-CONNECT"), or NULL for none. */
+const char *egress_reason_to_log(enum egress_reason r);
+/* The wire's word ("not_connect": egress.decision's reason), or NULL for none. */
+const char *egress_reason_to_string(enum egress_reason r);
+
 struct egress_decision {
 	enum egress_verdict verdict;
+	enum egress_reason reason;          /* EGRESS_REASON_NONE for a CONNECT's decision */
 	char host[EGRESSLOG_HOST_MAX + 1];  /* NUL-terminated; brackets kept */
 	uint16_t port;                      /* 1..65535 */
 };
 
 /* One log line (line[0..len), no '\n'; one trailing '\r' is dropped) against
- * ^(ALLOW|DENY-NONGLOBAL|DENY|UNREACHABLE) (?P<host>.+):(?P<port>\d+)$ with
+ * ^(ALLOW|DENY-NONGLOBAL|DENY|UNREACHABLE) (?P<host>.+):(?P<port>\d+)( REASON)?$ with
+ * REASON a known reason word (egress_reason_to_log; only after DENY), and
  * the host greedy: the port is the digits after the last ':', so
  * "ALLOW ::1:443" is host "::1". Beyond the pattern: the host is 1..
  * EGRESSLOG_HOST_MAX bytes of printable ASCII (no space, no control, no

@@ -52,6 +52,7 @@
 #include "errors.h"
 #include "execrun.h"
 #include "freeze.h"
+#include "hijack.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -158,6 +159,17 @@ struct execrun {
 	int exit_code;
 	long status;                           /* the failure's (or last refusal's) HTTP status */
 	char *message;                         /* and its text */
+	/* stdin (spec.attach_stdin): the start is hijacked (docker_exec_start_
+	 * attached) and the caller's one write at a time is handed to it once
+	 * it runs; a write the engine never took (a refused start retried)
+	 * stays here for the next start. */
+	bool attach_stdin;
+	struct engine_hijack *hijack;          /* STARTING, attached */
+	const uint8_t *in_p;
+	size_t in_n;
+	bool in_eof, in_active, in_submitted;
+	execrun_stdin_cb *in_cb;
+	void *in_arg;
 };
 
 static const char *execrun_state_to_string(enum execrun_state s)
@@ -224,11 +236,47 @@ static void execrun_unmark(struct execrun *x)
 		engine_req_cancel(probe);
 }
 
+/* The caller's stdin write ends (its callback, cleared first). */
+static void execrun_in_end(struct execrun *x, int error, size_t written)
+{
+	if (!x->in_active)
+		return;
+	x->in_active = false;
+	x->in_submitted = false;
+	x->in_cb(error, written, x->in_arg);
+}
+
+static void execrun_in_done_cb(int error, size_t written, void *arg)
+{
+	struct execrun *x = arg;
+
+	if (error == -EAGAIN) {
+		x->in_submitted = false;   /* the start was refused: nothing went */
+		return;
+	}
+	execrun_in_end(x, error, written);
+}
+
+/* Hands the pending write to the running start. */
+static int execrun_in_submit(struct execrun *x)
+{
+	int r;
+
+	if (!x->in_active || x->in_submitted || !x->hijack)
+		return 0;
+	r = engine_hijack_write(x->hijack, x->in_p, x->in_n, x->in_eof, execrun_in_done_cb, x);
+	if (r < 0)
+		return r;
+	x->in_submitted = true;
+	return 0;
+}
+
 /* The one place the callback fires; frees x. */
 static void execrun_finish(struct execrun *x, int error)
 {
 	static const uint8_t empty[1];
 	struct engine_req *req = TAKE_PTR(x->req);
+	struct engine_hijack *hijack = TAKE_PTR(x->hijack);
 	struct execrun_result r = {
 		.error = error,
 		.status = error < 0 ? x->status : 0,
@@ -247,6 +295,9 @@ static void execrun_finish(struct execrun *x, int error)
 	execrun_unmark(x);
 	if (req)
 		engine_req_cancel(req);   /* its completion finds the run DONE */
+	if (hijack)
+		engine_hijack_cancel(hijack);   /* a write's end, then its done: the run is DONE */
+	execrun_in_end(x, -ECANCELED, 0);
 	log_debug("op", "exec in %.64s: error %d, exit code %d", x->id, error, r.exit_code);
 	x->cb(&r, x->arg);
 	execrun_free(x);
@@ -339,7 +390,7 @@ static int execrun_sink(unsigned stream, const uint8_t *p, size_t n, bool frame_
 
 	switch ((enum execrun_stream)stream) {
 	case EXECRUN_STREAM_STDIN:
-		return 0;   /* never sent without AttachStdin; ignored */
+		return 0;   /* the engine never sends it; ignored */
 	case EXECRUN_STREAM_STDOUT:
 		return output_add(x, &x->out, p, n);
 	case EXECRUN_STREAM_STDERR:
@@ -392,6 +443,15 @@ static int step_start(struct execrun *x)
 	x->probes = 0;
 	if (x->freezes && freeze_exec_starting_begin(x->freezes, x->id, x->timer, &x->mark) < 0)
 		x->mark = NULL;
+	if (x->attach_stdin) {
+		int r = docker_exec_start_attached(x->e, x->exec_id, start_data_cb, start_done_cb, x, &x->hijack);
+
+		if (r < 0) {
+			x->hijack = NULL;
+			return r;
+		}
+		return execrun_in_submit(x);
+	}
 	return docker_exec_start(x->e, x->exec_id, 0, start_data_cb, start_done_cb, x, &x->req);
 }
 
@@ -515,6 +575,7 @@ static void start_done_cb(int error, long status, const char *message, void *arg
 	struct execrun *x = arg;
 
 	x->req = NULL;
+	x->hijack = NULL;
 	if (x->state == EXECRUN_DONE)
 		return;   /* cancelled by execrun_finish */
 	/* The process ran, or never will: a freeze may go on. */
@@ -722,8 +783,8 @@ static int config_set_string(json_t *o, const char *key, const char *s)
 /* The exec create body of engine-api.md §2.3 for a checked spec. */
 static int config_new(const struct execrun_spec *spec, json_t **ret)
 {
-	json_auto_t *cfg = json_pack("{sbsbsbsb}", "AttachStdin", 0, "AttachStdout", 1, "AttachStderr", 1,
-				     "Tty", 0);
+	json_auto_t *cfg = json_pack("{sbsbsbsb}", "AttachStdin", spec->attach_stdin, "AttachStdout", 1,
+				     "AttachStderr", 1, "Tty", 0);
 	json_t *cmd = json_array();
 	int r;
 
@@ -760,6 +821,9 @@ int execrun_start(struct event_base *base, struct engine *e, struct freeze_table
 
 	if (!base || !e || !id || !*id || !spec || !cb)
 		return -EINVAL;
+	if (spec->attach_stdin && engine_get_endpoint(e) && engine_get_endpoint(e)->kind == ENGINE_ENDPOINT_TCP &&
+	    engine_get_endpoint(e)->tls)
+		return -EPROTONOSUPPORT;
 	r = spec_check(spec);
 	if (r >= 0)
 		r = config_new(spec, &config);
@@ -775,6 +839,7 @@ int execrun_start(struct event_base *base, struct engine *e, struct freeze_table
 	x->max_output = spec->max_output ? spec->max_output : EXECRUN_DEFAULT_MAX_OUTPUT;
 	x->on_output = spec->on_output;
 	x->output_arg = spec->output_arg;
+	x->attach_stdin = spec->attach_stdin;
 	x->state = EXECRUN_CREATING;
 	x->deadline = evtimer_new(base, execrun_deadline_cb, x);
 	x->timer = evtimer_new(base, execrun_timer_cb, x);
@@ -801,4 +866,29 @@ void execrun_cancel(struct execrun *x)
 	if (!x)
 		return;
 	execrun_fail(x, -ECANCELED, 0, NULL);
+}
+
+int execrun_stdin_write(struct execrun *x, const uint8_t *p, size_t n, bool eof, execrun_stdin_cb *cb, void *arg)
+{
+	int r;
+
+	if (!x || !cb || (!p && n) || !x->attach_stdin)
+		return -EINVAL;
+	if (x->state == EXECRUN_DONE)
+		return -EPIPE;
+	if (x->in_active)
+		return -EBUSY;
+	x->in_p = p;
+	x->in_n = n;
+	x->in_eof = eof;
+	x->in_cb = cb;
+	x->in_arg = arg;
+	x->in_active = true;
+	x->in_submitted = false;
+	r = execrun_in_submit(x);
+	if (r < 0) {
+		x->in_active = false;
+		return r;
+	}
+	return 0;
 }

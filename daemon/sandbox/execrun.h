@@ -78,6 +78,8 @@ struct execrun_spec {
 	size_t max_output;           /* stdout + stderr bytes; 0 = EXECRUN_DEFAULT_MAX_OUTPUT */
 	execrun_output_cb *on_output; /* NULL: none */
 	void *output_arg;
+	bool attach_stdin;           /* the command's stdin is ours (execrun_stdin_write);
+				      * else it is closed. Over a TLS engine: -EPROTONOSUPPORT */
 };
 
 struct execrun_result {
@@ -175,5 +177,17 @@ int execrun_start(struct event_base *base, struct engine *e, struct freeze_table
 /* The callback fires now with -ECANCELED; a request in flight is cancelled
  * (the command may run on in the guest). NULL-safe. */
 void execrun_cancel(struct execrun *x);
+
+/* stdin (spec.attach_stdin): the start is hijacked (hijack.h) and
+ * p[0..n) (borrowed until cb) goes to the command's stdin, then, if eof,
+ * the stdin is closed. One write at a time (-EBUSY); it waits for the
+ * start (a start refused and retried keeps it). cb fires from the loop
+ * once every byte was handed to the engine (error 0), or with -EPIPE (the
+ * engine closed its side: the command ended or closed its stdin) or
+ * -ECANCELED (the run ends: it fires before the run's callback), written
+ * the bytes that went. Returns 0, -EINVAL (no attach_stdin), -EPIPE (the
+ * run is over, or eof was sent). */
+typedef void execrun_stdin_cb(int error, size_t written, void *arg);
+int execrun_stdin_write(struct execrun *x, const uint8_t *p, size_t n, bool eof, execrun_stdin_cb *cb, void *arg);
 
 #endif

@@ -832,7 +832,10 @@ static int do_write(int root, const struct paths_plan *plan, const char *tmp, co
 	r = write_leaf_check(dir, leaf, rel, err);
 	if (r < 0)
 		return r;
-	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE);
+	/* Created with no bit the file will not have (a 0600 file's content is
+	 * never readable by others on the way); the descriptor writes whatever
+	 * the mode, 0 included. */
+	fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & FILE_MODE);
 	if (fd < 0 && errno == ENOENT)
 		/* The directory was removed under us. */
 		return fail_reason(PATHS_R_NOT_FOUND, rel, err);

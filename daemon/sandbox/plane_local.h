@@ -182,8 +182,9 @@ struct plocal_journal {
 int plocal_write(int root, const struct paths_plan *plan, const struct plocal_cred *c,
 		 const struct plocal_journal *j, const uint8_t *data, size_t len, struct msb_error *reterr);
 /* plocal_write with the file's permission bits (mode & 0777; the
- * caller refuses setuid, setgid and sticky): set on the temporary before
- * the rename, as c (the guest owns what it made). */
+ * caller refuses setuid, setgid and sticky): the temporary is created
+ * with no bit beyond them (and 0644) and set to them before the rename,
+ * as c (the guest owns what it made). */
 #define PLOCAL_WRITE_MODE_MASK 0777
 int plocal_write_mode(int root, const struct paths_plan *plan, const struct plocal_cred *c,
 		      const struct plocal_journal *j, const uint8_t *data, size_t len, mode_t mode,

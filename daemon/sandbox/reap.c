@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cleanup.h"
 #include "daemon.h"
@@ -295,6 +296,8 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
 		return -EBADMSG;
 	}
 	item_fill(ret_item, (enum reap_kind)kind, id, name, &t);
+	snprintf(ret_item->scope, sizeof(ret_item->scope), "%s",
+		 json_string_value(json_object_get(labels, LABEL_SCOPE)));
 	return 1;
 }
 
@@ -385,6 +388,7 @@ struct reap {
 	struct reap_item *items;            /* the inventory */
 	size_t n_items, cap_items;
 	struct reap_result result;
+	bool dry_run;                       /* select only: nothing is removed */
 	reap_done_cb *done;
 	void *arg;
 };
@@ -398,6 +402,7 @@ static void reap_free(struct reap *rp)
 	free(rp->ids);
 	free(rp->items);
 	json_decref(rp->result.failures);
+	json_decref(rp->result.would_dispose);
 	free(rp);
 }
 
@@ -479,8 +484,13 @@ static void reap_finish(struct reap *rp)
 {
 	size_t n_failures = json_array_size(rp->result.failures);
 
-	log_info("reap: removed %zu sandbox(es), %zu prox(ies), %zu network(s); %zu failure(s)",
-		 rp->result.disposed, rp->result.proxies_removed, rp->result.networks_removed, n_failures);
+	if (rp->dry_run)
+		log_info("reap (dry run): would remove %zu sandbox(es), %zu prox(ies), %zu network(s); "
+			 "%zu failure(s)", json_array_size(rp->result.would_dispose), rp->result.would_remove_proxies,
+			 rp->result.would_remove_networks, n_failures);
+	else
+		log_info("reap: removed %zu sandbox(es), %zu prox(ies), %zu network(s); %zu failure(s)",
+			 rp->result.disposed, rp->result.proxies_removed, rp->result.networks_removed, n_failures);
 	rp->done(&rp->result, rp->arg);
 	reap_free(rp);
 }
@@ -780,6 +790,55 @@ static void reap_drained_cb(int error, void *arg)
 	reap_run(rp);
 }
 
+/* The one selection of the removal, the dry run's too: expired, and its
+ * group not held. */
+static bool reap_item_goes(const struct reap_item *it)
+{
+	return it->expired && !it->held;
+}
+
+/* RFC 3339 UTC, seconds (and nanoseconds when there are any). */
+static void reap_time_format(const struct reap_time *t, char *buf, size_t size)
+{
+	time_t secs = (time_t)t->s;
+	struct tm tm;
+	size_t n;
+
+	if (!gmtime_r(&secs, &tm)) {
+		snprintf(buf, size, "%lld", (long long)t->s);
+		return;
+	}
+	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (t->ns)
+		snprintf(buf + n, size - n, ".%09dZ", (int)t->ns);
+	else
+		snprintf(buf + n, size - n, "Z");
+}
+
+/* The dry run, at the point removal would start: what it would remove, by
+ * the same selection (reap_item_goes), and nothing removed. */
+static void reap_dry_select(struct reap *rp)
+{
+	for (size_t i = 0; i < rp->n_items; i++) {
+		const struct reap_item *it = &rp->items[i];
+		char created[64];
+
+		if (!reap_item_goes(it))
+			continue;
+		if (it->kind == REAP_PROXY) {
+			rp->result.would_remove_proxies++;
+		} else if (it->kind == REAP_NETWORK) {
+			rp->result.would_remove_networks++;
+		} else {
+			reap_time_format(&it->created, created, sizeof(created));
+			json_array_append_new(rp->result.would_dispose,
+					      json_pack("{s:s, s:s, s:s, s:s}", "sandbox", it->id, "name", it->name,
+							"scope", it->scope, "created", created));
+		}
+	}
+	reap_enter(rp, REAP_DONE);
+}
+
 /* Removes the next resource of this state's kind, or moves on. Containers
  * with force; networks without, so an attached container keeps its network. */
 static int reap_remove_next(struct reap *rp)
@@ -788,8 +847,7 @@ static int reap_remove_next(struct reap *rp)
 	const struct reap_item *it;
 	int r;
 
-	while (rp->next < rp->n_items && !(rp->items[rp->next].kind == kind && rp->items[rp->next].expired &&
-					    !rp->items[rp->next].held))
+	while (rp->next < rp->n_items && !(rp->items[rp->next].kind == kind && reap_item_goes(&rp->items[rp->next])))
 		rp->next++;
 	if (rp->next == rp->n_items) {
 		reap_enter(rp, (enum reap_state)(rp->state + 1));
@@ -833,6 +891,11 @@ static void reap_run(struct reap *rp)
 		case REAP_REMOVE_PROXIES:
 		case REAP_REMOVE_WORKLOADS:
 		case REAP_REMOVE_NETWORKS:
+			if (rp->dry_run) {
+				reap_dry_select(rp);
+				r = 0;
+				break;
+			}
 			r = reap_remove_next(rp);
 			break;
 		case REAP_DONE:
@@ -850,6 +913,12 @@ static void reap_run(struct reap *rp)
 int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double now, reap_done_cb *done,
 	       void *arg)
 {
+	return reap_start_dry(d, older_than_s, scope, now, false, done, arg);
+}
+
+int reap_start_dry(struct msbd *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
+		   reap_done_cb *done, void *arg)
+{
 	struct reap *rp;
 	int r;
 
@@ -864,6 +933,9 @@ int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double n
 	rp->filters = reap_list_filters(rp->scope_value);
 	rp->has_cutoff = reap_cutoff(now, older_than_s, &rp->cutoff);
 	rp->result.failures = json_array();
+	rp->dry_run = dry_run;
+	rp->result.dry_run = dry_run;
+	rp->result.would_dispose = dry_run ? json_array() : NULL;
 	/* The first request is started here so that "unreachable" is the
 	 * caller's answer, with done never called. */
 	r = docker_containers_list(d->engine, rp->filters, reap_listed_cb, rp, NULL);
@@ -876,7 +948,16 @@ int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double n
 
 json_t *reap_result_to_json(const struct reap_result *result)
 {
-	return json_pack("{s:I, s:I, s:I, s:O}", "disposed", (json_int_t)result->disposed,
-			 "proxies_removed", (json_int_t)result->proxies_removed, "networks_removed",
-			 (json_int_t)result->networks_removed, "failures", result->failures);
+	json_t *j = json_pack("{s:I, s:I, s:I, s:O}", "disposed", (json_int_t)result->disposed,
+			      "proxies_removed", (json_int_t)result->proxies_removed, "networks_removed",
+			      (json_int_t)result->networks_removed, "failures", result->failures);
+
+	if (j && result->dry_run) {
+		json_object_set_new(j, "dry_run", json_true());
+		json_object_set(j, "would_dispose", result->would_dispose);
+		json_object_set_new(j, "would_remove_proxies", json_integer((json_int_t)result->would_remove_proxies));
+		json_object_set_new(j, "would_remove_networks",
+				    json_integer((json_int_t)result->would_remove_networks));
+	}
+	return j;
 }

@@ -26,6 +26,8 @@
 
 #define REAP_ID_HEX        NAMES_ID_HEX    /* a full engine ID: 64 lowercase hex */
 #define REAP_NAME_MAX      NAMES_CONTAINER_MAX   /* fits NAME, NAME-proxy, NAME-net and a NUL */
+/* A label value (names_label_value: at most 63 bytes) and a NUL. */
+#define REAP_SCOPE_LABEL_MAX 64
 /* More IDs than this in one listing → "unlisted" (the sweep is refused). */
 #define REAP_MAX_RESOURCES 65536
 /* 0001-01-01T00:00:00Z, the earliest time there is (Python's datetime.min):
@@ -50,6 +52,11 @@ struct reap_result {
 	size_t proxies_removed;
 	size_t networks_removed;
 	json_t *failures;           /* [{"code", "detail"}], in the order they happened */
+	/* A dry run (reap_start_dry): nothing removed, the counts above 0. */
+	bool dry_run;
+	json_t *would_dispose;      /* [{"sandbox", "name", "scope", "created"}]: the workloads */
+	size_t would_remove_proxies;
+	size_t would_remove_networks;
 };
 typedef void reap_done_cb(const struct reap_result *result, void *arg);   /* result borrowed */
 
@@ -65,8 +72,17 @@ typedef void reap_done_cb(const struct reap_result *result, void *arg);   /* res
 int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double now,
 	       reap_done_cb *done, void *arg);
 
+/* reap_start, or with dry_run the same inventory, plan and revalidation
+ * (the same selection) that stops where removal would start: done's result
+ * has dry_run, would_dispose (each workload: its ID, name, scope label and
+ * creation time, RFC 3339 UTC) and the proxies' and networks' counts, and
+ * nothing is removed. */
+int reap_start_dry(struct msbd *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
+		   reap_done_cb *done, void *arg);
+
 /* The wire form {"disposed", "proxies_removed", "networks_removed",
- * "failures"}. New reference. */
+ * "failures"}, and for a dry run also "dry_run": true, "would_dispose",
+ * "would_remove_proxies", "would_remove_networks". New reference. */
 json_t *reap_result_to_json(const struct reap_result *result);
 
 /* ---- the pure core ---------------------------------------------------------- */
@@ -118,6 +134,7 @@ struct reap_item {
 	char id[REAP_ID_HEX + 1];
 	char name[REAP_NAME_MAX];      /* without a leading '/' */
 	char group[REAP_NAME_MAX];     /* the workload's name: name less -proxy / -net */
+	char scope[REAP_SCOPE_LABEL_MAX]; /* its scope label (label_value of the scope) */
 	struct reap_time created;
 	bool anchor;                   /* reap_plan: its group's age anchor */
 	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */

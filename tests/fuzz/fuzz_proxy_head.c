@@ -81,6 +81,19 @@ static void fuzz_head(const char *s, size_t len, size_t step)
 		require(ua == len && len < PROXY_HEAD_MAX, "MORE past the limit");
 	if (ra == PROXY_HEAD_BAD || ra == PROXY_HEAD_NOT_CONNECT)
 		require(a.ph_error != NULL, "a refusal without a reason");
+	if (ra == PROXY_HEAD_NOT_CONNECT) {
+		struct proxy_target pt;
+
+		/* A plain-HTTP request's target, when it has one, logs as any other. */
+		if (proxy_head_plain_target(&a, &pt) == 0) {
+			require(pt.port != 0, "plain target port 0");
+			check_log_line(&pt);
+		}
+	} else {
+		struct proxy_target pt;
+
+		require(proxy_head_plain_target(&a, &pt) < 0, "a plain target of a head that is not 405");
+	}
 	if (ra != PROXY_HEAD_DONE)
 		return;
 	require(strcmp(a.ph_target.host, b.ph_target.host) == 0 &&

@@ -27,7 +27,7 @@
 # gets one verdict per target, "TARGET ok" or "TARGET failed".
 set -eu
 
-ALL_TARGETS="proxy_head frame params exec_demux tarball stat_header jsonfast"
+ALL_TARGETS="proxy_head frame params exec_demux tarball stat_header jsonfast hijack_head"
 DEFAULT_SECONDS=60
 TIMEOUT_S=10
 RSS_LIMIT_MB=2048
@@ -37,6 +37,7 @@ max_len() {
 	tarball) echo 32768 ;;
 	params) echo 16384 ;;
 	frame) echo 8192 ;;
+	hijack_head) echo 20000 ;;
 	*) echo 4096 ;;
 	esac
 }

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -223,6 +224,79 @@ static void all_bytes(uint8_t buf[256])
 		buf[i] = (uint8_t)i;
 }
 
+/* ---- reap: --all, --dry-run ---------------------------------------------- */
+
+/* How long a dry run is retried until the sandbox is older than the
+ * minimum age (1 s): a hang guard, not a measure. */
+#define REAP_AGE_WAIT_MS 30000
+#define REAP_POLL_MS 200
+
+/* reap without --scope or --all is refused by the CLI (exit 2, nothing
+ * sent); --dry-run lists the sandbox by the sweep's selection and removes
+ * nothing (the engine still runs it); the real sweep of the scope then
+ * removes what the dry run listed. */
+START_TEST(reap_needs_a_scope_and_dry_run_removes_nothing)
+{
+	struct env e = { 0 };
+	char scope[96], *out = NULL, *err = NULL, *state;
+	json_t *r;
+	int rc = -1;
+
+	env_start(&e, "reap");
+	snprintf(scope, sizeof(scope), "%s-reap", run_id);
+	rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1"), &out, &err);
+	assert_cli(rc, 2, err);
+	ck_assert_msg(strstr(err, "--all") && strstr(err, "--scope"), "stderr: %s", err);
+	free(out), free(err);
+	/* The dry run, until the sandbox is old enough to be listed. */
+	for (int waited = 0; ; waited += REAP_POLL_MS) {
+		rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1", "--scope", scope, "--dry-run"),
+			     &out, &err);
+		assert_cli(rc, 0, err);
+		free(err);
+		if (strstr(out, e.sandbox))
+			break;
+		ck_assert_msg(waited < REAP_AGE_WAIT_MS, "the dry run never listed %s: %s", e.sandbox, out);
+		free(out);
+		usleep(REAP_POLL_MS * 1000);
+	}
+	ck_assert_msg(!strncmp(out, "would remove: 1 sandbox(es), 0 proxy container(s), 0 network(s)\n", 64) &&
+		      strstr(out, scope), "dry run output: %s", out);
+	free(out);
+	state = sh_out("docker inspect -f '{{.State.Running}}' %s 2>&1", e.sandbox);
+	ck_assert_msg(!strcmp(state, "true"), "the dry run touched the sandbox: %s", state);
+	free(state);
+	/* --json: the daemon's result, would_dispose with the sandbox. */
+	rc = run_cli(ARGS("--socket", e.d.sock, "--json", "reap", "--older-than", "1", "--scope", scope,
+			  "--dry-run"), &out, &err);
+	assert_cli(rc, 0, err);
+	r = json_loads(out, 0, NULL);
+	ck_assert_msg(r && json_is_true(json_object_get(r, "dry_run")), "dry run --json: %s", out);
+	{
+		size_t i;
+		json_t *w;
+		bool found = false;
+
+		json_array_foreach(json_object_get(r, "would_dispose"), i, w)
+			found |= jstr(w, "sandbox") && !strcmp(jstr(w, "sandbox"), e.sandbox) &&
+				 jstr(w, "scope") && !strcmp(jstr(w, "scope"), scope);
+		ck_assert_msg(found, "would_dispose lacks %s: %s", e.sandbox, out);
+	}
+	ck_assert_int_eq(jint(r, "disposed"), 0);
+	json_decref(r);
+	free(out), free(err);
+	/* The sweep itself removes what the dry run listed. */
+	rc = run_cli(ARGS("--socket", e.d.sock, "reap", "--older-than", "1", "--scope", scope), &out, &err);
+	assert_cli(rc, 0, err);
+	ck_assert_msg(!strcmp(out, "removed: 1 sandbox(es), 0 proxy container(s), 0 network(s)\n"), "reap: %s", out);
+	free(out), free(err);
+	state = sh_out("docker inspect -f '{{.State.Running}}' %s 2>&1", e.sandbox);
+	ck_assert_msg(strstr(state, "No such"), "the sweep left the sandbox: %s", state);
+	free(state);
+	env_stop(&e);
+}
+END_TEST
+
 /* ---- put and get -------------------------------------------------------- */
 
 START_TEST(put_get_round_trip_all_byte_values)
@@ -362,8 +436,9 @@ START_TEST(failed_get_leaves_local_alone)
 	ck_assert_ptr_null(file_get(lpath(&e, 2, "new"), NULL));
 	ck_assert_int_eq(dir_count(e.local), 3);         /* all.bin, keep, adir: no temporary left */
 	ck_assert_int_eq(dir_count(lpath(&e, 3, "adir")), 0);
-	/* And the same get with room enough succeeds (the refusals were the limits'). */
-	assert_cli(cli(&e, "get", ARGS("--max-bytes", "256"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
+	/* And the same get with room enough succeeds (the refusals were the
+	 * limits'): 0.25K is 256 bytes (units.h). */
+	assert_cli(cli(&e, "get", ARGS("--max-bytes", "0.25K"), ARGS("all.bin", lpath(&e, 2, "new")), NULL,
 		       &err), 0, err);
 	free(err);
 	env_stop(&e);
@@ -600,7 +675,9 @@ static const struct usage_row usage_rows[] = {
 	{ { "get", "SB", NULL }, "missing arguments" },
 	{ { "get", "SB", "guest", "local", "extra", NULL }, "at most 3" },
 	{ { "get", "--max-bytes", "67108865", "SB", "guest", NULL }, "--max-bytes" },
-	{ { "get", "--max-bytes", "12k", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "12q", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "64.5M", "SB", "guest", NULL }, "--max-bytes" },
+	{ { "get", "--max-bytes", "-1K", "SB", "guest", NULL }, "1.5G" },
 	{ { "get", "--json", "SB", "guest", "local", NULL }, "LOCAL" },
 	{ { "stat", "SB", NULL }, "missing arguments" },
 	{ { "stat", "-r", "SB", "guest", NULL }, "--recursive" },
@@ -733,6 +810,109 @@ START_TEST(ls_short_id_then_exec_by_name_and_get_by_prefix)
 }
 END_TEST
 
+/* ---- exec: stdin, a signal's cancel, --json of a timeout (issue 19) --------- */
+
+#define KILL_GRACE_MS 5000
+#define POLL_MS 100
+
+/* Guest processes whose command line ends with suffix, seen by the engine. */
+static int guest_count(const struct env *e, const char *suffix)
+{
+	char *out = sh_out("docker exec %s ps -o args | grep -c -- '%s$'", e->sandbox, suffix);
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+START_TEST(exec_forwards_its_stdin)
+{
+	struct env e = { 0 };
+	const char *cli_path = getenv("MSB_CLI");
+	char *out, *err = NULL;
+	uint8_t bytes[256];
+	size_t len;
+
+	env_start(&e, "execstdin");
+	/* echo hi | maf-sandbox exec S -- cat */
+	out = sh_out("echo hi | %s --socket %s exec %s -- cat", cli_path, e.d.sock, e.sandbox);
+	ck_assert_str_eq(out, "hi");
+	free(out);
+	/* --no-stdin: the command's stdin is closed, whatever this one's is. */
+	out = sh_out("echo hi | %s --socket %s exec --no-stdin %s -- cat; echo \"rc=$?\"", cli_path, e.d.sock,
+		     e.sandbox);
+	ck_assert_str_eq(out, "rc=0");
+	free(out);
+	/* Every byte value, from a file, out exactly. */
+	all_bytes(bytes);
+	file_put(lpath(&e, 0, "in.bin"), bytes, sizeof(bytes));
+	assert_cli(run_cli_io(ARGS("--socket", e.d.sock, "exec", e.sandbox, "--", "cat"), lpath(&e, 0, "in.bin"),
+			      lpath(&e, 1, "out.bin"), &err), 0, err);
+	free(err);
+	out = file_get(lpath(&e, 1, "out.bin"), &len);
+	ck_assert_uint_eq(len, sizeof(bytes));
+	ck_assert(memcmp(out, bytes, sizeof(bytes)) == 0);
+	free(out);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exec_sigint_cancels_and_kills)
+{
+	struct env e = { 0 };
+	char out_path[192], err_path[192], *out;
+	long waited = 0;
+	int status, n;
+	pid_t pid;
+
+	env_start(&e, "execsigint");
+	snprintf(out_path, sizeof(out_path), "%s", lpath(&e, 0, "out"));
+	snprintf(err_path, sizeof(err_path), "%s", lpath(&e, 1, "err"));
+	pid = spawn_cli(ARGS("--socket", e.d.sock, "exec", "--sh", "echo started; sleep 302", e.sandbox), out_path,
+			err_path);
+	while (guest_count(&e, "sleep 302") == 0) {
+		ck_assert_msg(waited < 60000, "the command never ran");
+		usleep(POLL_MS * 1000);
+		waited += POLL_MS;
+	}
+	kill(pid, SIGINT);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "exit status %d", status);
+	out = file_get(out_path, NULL);
+	ck_assert_str_eq(out, "started\n");
+	free(out);
+	out = file_get(err_path, NULL);
+	ck_assert_msg(strstr(out, "Cancelled"), "stderr: %s", out);
+	free(out);
+	for (waited = 0; (n = guest_count(&e, "sleep 302")) > 0 && waited < KILL_GRACE_MS; waited += POLL_MS)
+		usleep(POLL_MS * 1000);
+	ck_assert_msg(n == 0, "%d process(es) survived the cancel", n);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(exec_json_keeps_a_timeouts_partial_output)
+{
+	struct env e = { 0 };
+	char *out = NULL, *err = NULL;
+	json_t *j;
+
+	env_start(&e, "execjson");
+	assert_cli(cli(&e, "exec", ARGS("--json", "--timeout", "1", "--sh", "echo early; sleep 30"), NULL, &out,
+		       &err), 125, err);
+	j = json_loads(out, 0, NULL);
+	ck_assert_msg(j, "stdout is not JSON: %s", out);
+	ck_assert_int_eq(jint(j, "code"), 1205);
+	ck_assert_str_eq(jstr(j, "type"), "TimeoutError");
+	ck_assert_str_eq(jstr(j, "data.stdout_text"), "early\n");
+	ck_assert_str_eq(jstr(j, "data.stdout_b64"), "ZWFybHkK");
+	json_decref(j);
+	free(out);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
+
 static Suite *cli_files_suite(void)
 {
 	Suite *s = suite_create("cli_files");
@@ -759,6 +939,18 @@ static Suite *cli_files_suite(void)
 	tc = tcase_create("naming");
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, ls_short_id_then_exec_by_name_and_get_by_prefix);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("exec");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, exec_forwards_its_stdin);
+	tcase_add_test(tc, exec_sigint_cancels_and_kills);
+	tcase_add_test(tc, exec_json_keeps_a_timeouts_partial_output);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reap");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, reap_needs_a_scope_and_dry_run_removes_nothing);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("usage");

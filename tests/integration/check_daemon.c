@@ -884,6 +884,104 @@ START_TEST(unresolvable_endpoint_refuses_to_start)
 }
 END_TEST
 
+/* Every refusal start-up makes of a configuration, --check-config makes too
+ * (startup.h), with the same message, labelled "error:" (never
+ * "warning:"), exit status 1. Each row's daemon is refused before it
+ * listens (timeout: a hang guard should one start serving). */
+static const struct {
+	const char *env;      /* prefix of the command: environment */
+	const char *args;
+	const char *expect;   /* in both messages */
+} startup_refusals[] = {
+	{ "", "--engine-host ssh://user@host", "ssh://" },
+	{ "", "--set engine.host=fd://", "fd://" },
+	{ "", "--set engine.host=npipe:////./pipe/docker_engine", "npipe://" },
+	{ "", "--set engine.host=http://127.0.0.1:2375", "engine.host" },
+	{ "env -u DOCKER_HOST DOCKER_CONTEXT=no-such-context-xyz HOME=/nonexistent ", "", "no-such-context-xyz" },
+	{ "env DOCKER_HOST=ssh://a@b ", "", "DOCKER_HOST" },
+	{ "", "--set engine.host=tcp://127.0.0.1:1 --set files.plane=local", "files.plane is local, but" },
+	{ "", "--set freeze.lock_file=/etc/passwd/freeze.lock", "freeze.lock_file" },
+	{ "", "--set sandbox.memory=1.5X", "sandbox.memory" },
+	{ "", "--set reap.max_age_s=1500ms", "reap.max_age_s" },
+};
+
+START_TEST(check_config_refuses_what_start_up_refuses)
+{
+	char cmd[1024], *checked, *started;
+	const char *msg;
+
+	snprintf(cmd, sizeof(cmd), "%stimeout 60 %s --check-config --socket /tmp/msb-never.sock %s",
+		 startup_refusals[_i].env, getenv("MSB_DAEMON"), startup_refusals[_i].args);
+	checked = sh(cmd);
+	snprintf(cmd, sizeof(cmd), "%stimeout 60 %s --socket /tmp/msb-never.sock %s",
+		 startup_refusals[_i].env, getenv("MSB_DAEMON"), startup_refusals[_i].args);
+	started = sh(cmd);
+	ck_assert_msg(strstr(started, "exit=1") && strstr(started, startup_refusals[_i].expect),
+		      "start-up with %s: %.300s", startup_refusals[_i].args, started);
+	ck_assert_msg(strstr(checked, "exit=1") && strstr(checked, startup_refusals[_i].expect),
+		      "--check-config with %s accepted what start-up refuses: %.300s",
+		      startup_refusals[_i].args, checked);
+	ck_assert_msg(strstr(started, "maf-sandboxd: error: ") && !strstr(started, "warning:"),
+		      "start-up's refusal is not labelled error: %.300s", started);
+	ck_assert_msg(strstr(checked, "maf-sandboxd: error: ") && !strstr(checked, "warning:"),
+		      "--check-config's refusal is not labelled error: %.300s", checked);
+	/* The same message, word for word. */
+	msg = strstr(started, "error: ");
+	ck_assert_msg(strncmp(strstr(checked, "error: "), msg, strcspn(msg, "\n")) == 0,
+		      "messages differ:\n%.300s\n%.300s", checked, started);
+	ck_assert_int_ne(access("/tmp/msb-never.sock", F_OK), 0);
+	free(checked);
+	free(started);
+}
+END_TEST
+
+/* Capability refusals name the key that would lift them (issue 19), and
+ * the CLI's --json prints them as one JSON object on stderr with the
+ * daemon's code, type and data: an allowlist without egress.proxy_binary,
+ * files_list on a daemon whose files.plane is archive. Both are refused
+ * before anything is made. */
+static const struct {
+	const char *spec;
+	int code;
+	const char *type;
+	const char *key;
+} capability_refusals[] = {
+	{ "{\"egress\":\"allowlist\",\"egress_allow\":[\"a.test\"]}", 1101, "SandboxEgressNotEnforced",
+	  "egress.proxy_binary" },
+	{ "{\"requires\":[\"files_list\"]}", 1100, "SandboxCapabilityNotSupported", "files.plane" },
+};
+
+START_TEST(capability_refusals_name_the_key)
+{
+	struct msbd_proc d = { 0 };
+	char spec_path[256], *out = NULL, *err = NULL;
+	json_t *e;
+	FILE *f;
+
+	msbd_start(&d, (const char *[]){ "--set", "egress.proxy_binary=", "--set", "files.plane=archive", NULL });
+	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
+	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", d.dir);
+	f = fopen(spec_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(capability_refusals[_i].spec, f);
+	fclose(f);
+	ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "--json", "acquire", "--scope", "s",
+						   "--thread", "t", "--agent", "a", "--kind", "k", "--image",
+						   "msb-none:0", "--spec", spec_path, NULL }, &out, &err), 1);
+	ck_assert_str_eq(out, "");
+	e = json_loads(err, 0, NULL);
+	ck_assert_msg(e, "stderr is not one JSON object: %s", err);
+	ck_assert_int_eq(jint(e, "code"), capability_refusals[_i].code);
+	ck_assert_str_eq(jstr(e, "type"), capability_refusals[_i].type);
+	ck_assert_str_eq(jstr(e, "data.config_key"), capability_refusals[_i].key);
+	ck_assert_msg(strstr(jstr(e, "message"), capability_refusals[_i].key), "the message does not name %s: %s",
+		      capability_refusals[_i].key, jstr(e, "message"));
+	json_decref(e);
+	free(out), free(err);
+	ck_assert_int_eq(msbd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- signals ---------------------------------------------------------- */
 
 START_TEST(sighup_reloads_and_keeps_a_good_config)
@@ -924,6 +1022,30 @@ START_TEST(sighup_reloads_and_keeps_a_good_config)
 	usleep(300 * 1000);
 	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
 	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);   /* the old one is kept */
+	json_decref(desc);
+	/* A configuration the next start would refuse (startup.h) is refused
+	 * now: the log says so (watched, a hang guard), the old one is kept. */
+	f = fopen(path, "w");
+	fputs("limits.max_inflight = 8\nengine.host = ssh://user@host\n", f);
+	fclose(f);
+	msbd_signal(&d, SIGHUP);
+	{
+		char cmd[256], *log = NULL;
+		bool said = false;
+
+		snprintf(cmd, sizeof(cmd), "grep -c 'reload: cannot resolve the Docker endpoint: engine.host: ssh://' %s", d.log);
+		for (int i = 0; i < 200 && !said; i++) {
+			free(log);
+			log = sh(cmd);
+			said = strncmp(log, "1\n", 2) == 0;
+			if (!said)
+				usleep(50 * 1000);
+		}
+		ck_assert_msg(said, "the reload of an ssh:// engine.host was not refused: %s", log);
+		free(log);
+	}
+	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
+	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);
 	json_decref(desc);
 	ck_assert_int_eq(msbd_stop_keep_dir(&d), 0);
 	{
@@ -1440,6 +1562,10 @@ static Suite *daemon_suite(void)
 	tcase_add_test(lifecycle, socket_activation_serves_describe);
 	tcase_add_test(lifecycle, stale_socket_is_replaced_live_one_refused);
 	tcase_add_test(lifecycle, check_config_prints_and_refuses);
+	tcase_add_loop_test(lifecycle, check_config_refuses_what_start_up_refuses, 0,
+			    sizeof(startup_refusals) / sizeof(startup_refusals[0]));
+	tcase_add_loop_test(lifecycle, capability_refusals_name_the_key, 0,
+			    sizeof(capability_refusals) / sizeof(capability_refusals[0]));
 	tcase_add_test(lifecycle, socket_group_and_journal_log_prefixes);
 	tcase_add_test(lifecycle, unresolvable_endpoint_refuses_to_start);
 	tcase_add_test(lifecycle, sighup_reloads_and_keeps_a_good_config);

@@ -487,6 +487,7 @@ struct decision {
 	const char *decision;
 	const char *host;
 	int port;
+	const char *reason;   /* the event's "reason", or NULL: none */
 };
 
 static void assert_event(json_t *n, const struct sbx *sb, const struct decision *want, size_t i)
@@ -502,6 +503,9 @@ static void assert_event(json_t *n, const struct sbx *sb, const struct decision 
 		      jstr(n, "params.host") && !strcmp(jstr(n, "params.host"), want->host) &&
 		      json_integer_value(jget(n, "params.port")) == want->port,
 		      "event %zu: want %s %s:%d, got %s", i, want->decision, want->host, want->port, text);
+	ck_assert_msg(want->reason ? jstr(n, "params.reason") && !strcmp(jstr(n, "params.reason"), want->reason)
+			       : !jget(n, "params.reason"),
+		      "event %zu: want reason %s: %s", i, want->reason ? want->reason : "(none)", text);
 	ck_assert_msg(jstr(n, "params.sandbox") && !strcmp(jstr(n, "params.sandbox"), sb->name),
 		      "event %zu: sandbox is not %s: %s", i, sb->name, text);
 	ck_assert_msg(jstr(n, "params.kind") && !strcmp(jstr(n, "params.kind"), "k"), "event %zu: kind: %s", i, text);
@@ -551,6 +555,14 @@ START_TEST(describe_declares_allowlist_only_with_the_proxy)
 
 	daemon_up(&d, state);
 	ck_assert(describe_observes(d.sock, &allowlist) && allowlist);
+	{
+		char *out = NULL, want[600];
+
+		snprintf(want, sizeof(want), "\negress: allowlist, closed (proxy %s)\n", proxy_binary);
+		ck_assert_int_eq(run_cli((const char *[]){ "--socket", d.sock, "status", NULL }, &out, NULL), 0);
+		ck_assert_msg(strstr(out, want), "status lacks \"%s\": %s", want + 1, out);
+		free(out);
+	}
 	ck_assert_int_eq(msbd_stop(&d), 0);
 
 	/* No proxy binary: neither declared, and an allowlisted acquire is
@@ -566,7 +578,27 @@ START_TEST(describe_declares_allowlist_only_with_the_proxy)
 	acquire_allow_rep(bare.sock, &sb, default_allow, &rep);
 	ck_assert_msg(!rep.result && rep.code == ERR_EGRESS_NOT_ENFORCED,
 		      "want SandboxEgressNotEnforced, got %d %s %s", rep.code, rep.type, rep.message);
+	/* The refusal names the key that would serve allowlist (issue 19). */
+	ck_assert_msg(rep.message && strstr(rep.message, "egress.proxy_binary") &&
+		      strstr(rep.message, "maf-sandbox-egress-proxy"),
+		      "the refusal does not name egress.proxy_binary: %s", rep.message);
 	reply_clear(&rep);
+	/* status says so too: the egress line, and daemon.status's egress. */
+	{
+		char *out = NULL;
+		json_t *st = call(bare.sock, "daemon.status", NULL, NULL, NULL);
+
+		ck_assert_int_eq(run_cli((const char *[]){ "--socket", bare.sock, "status", NULL }, &out, NULL), 0);
+		ck_assert_msg(strstr(out, "\negress: closed; allowlist off: egress.proxy_binary is not set"),
+			      "status has no egress line naming egress.proxy_binary: %s", out);
+		free(out);
+		ck_assert_msg(st && jstr(st, "egress.allowlist_off_reason") &&
+			      strstr(jstr(st, "egress.allowlist_off_reason"), "egress.proxy_binary") &&
+			      json_is_null(jget(st, "egress.proxy_binary")) &&
+			      json_array_size(jget(st, "egress.modes")) == 1,
+			      "daemon.status egress lacks modes/proxy_binary/allowlist_off_reason");
+		json_decref(st);
+	}
 	ck_assert_int_eq(engine_count_containers("maf-sandbox.scope", scope, NULL), 0);
 	ck_assert_int_eq(engine_count_networks("maf-sandbox.scope", scope, NULL), 0);
 	ck_assert_int_eq(msbd_stop(&bare), 0);
@@ -896,16 +928,20 @@ static const struct probe_row {
 	const char *status;
 	struct decision decision;   /* .decision NULL: the proxy decides nothing */
 } probe_rows[] = {
-	{ "allowed.test:443", CONNECT_HEAD("allowed.test:443"), "ping\\n", "200", { "ALLOW", "allowed.test", 443 } },
-	{ "denied.test:443", CONNECT_HEAD("denied.test:443"), "ping\\n", "403", { "DENY", "denied.test", 443 } },
-	{ "allowed.test:80", CONNECT_HEAD("allowed.test:80"), "ping\\n", "403", { "DENY", "allowed.test", 80 } },
+	{ "allowed.test:443", CONNECT_HEAD("allowed.test:443"), "ping\\n", "200", { "ALLOW", "allowed.test", 443, NULL } },
+	{ "denied.test:443", CONNECT_HEAD("denied.test:443"), "ping\\n", "403", { "DENY", "denied.test", 443, NULL } },
+	{ "allowed.test:80", CONNECT_HEAD("allowed.test:80"), "ping\\n", "403", { "DENY", "allowed.test", 80, NULL } },
+	/* Plain HTTP (not CONNECT), to an allowed host too: a DENY whose reason says so;
+	 * in origin form it names no target, so no decision. */
 	{ "absolute-form GET", "GET http://allowed.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n", NULL, "405",
-	  { NULL, NULL, 0 } },
-	{ "malformed", "NOT-A-REQUEST\\r\\n\\r\\n", NULL, "400", { NULL, NULL, 0 } },
+	  { "DENY", "allowed.test", 80, "not_connect" } },
+	{ "origin-form GET", "GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n", NULL, "405",
+	  { NULL, NULL, 0, NULL } },
+	{ "malformed", "NOT-A-REQUEST\\r\\n\\r\\n", NULL, "400", { NULL, NULL, 0, NULL } },
 	{ "private.test:443", CONNECT_HEAD("private.test:443"), "ping\\n", "403",
-	  { "DENY-NONGLOBAL", "private.test", 443 } },
+	  { "DENY-NONGLOBAL", "private.test", 443, NULL } },
 	{ "allowed.test:444 (nothing listens)", CONNECT_HEAD("allowed.test:444"), NULL, "502",
-	  { "UNREACHABLE", "allowed.test", 444 } },
+	  { "UNREACHABLE", "allowed.test", 444, NULL } },
 };
 #define N_PROBES (sizeof(probe_rows) / sizeof(probe_rows[0]))
 
@@ -1258,9 +1294,9 @@ END_TEST
 
 START_TEST(decisions_made_while_no_daemon_runs_are_published_by_the_next)
 {
-	static const struct decision d1[] = { { "ALLOW", "allowed.test", 443 }, { "DENY", "denied.test", 1001 } };
-	static const struct decision d2[] = { { "DENY", "denied.test", 2001 }, { "DENY", "denied.test", 2002 },
-					      { "DENY", "denied.test", 3001 } };
+	static const struct decision d1[] = { { "ALLOW", "allowed.test", 443, NULL }, { "DENY", "denied.test", 1001, NULL } };
+	static const struct decision d2[] = { { "DENY", "denied.test", 2001, NULL }, { "DENY", "denied.test", 2002, NULL },
+					      { "DENY", "denied.test", 3001, NULL } };
 	struct msbd_proc a = { 0 }, b = { 0 };
 	char state[128], scope[96];
 	struct sub sub;
@@ -1453,7 +1489,7 @@ static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const st
 
 START_TEST(cli_events_print_each_decision)
 {
-	static const struct decision want[] = { { "ALLOW", "allowed.test", 443 }, { "DENY", "denied.test", 443 } };
+	static const struct decision want[] = { { "ALLOW", "allowed.test", 443, NULL }, { "DENY", "denied.test", 443, NULL } };
 	struct msbd_proc d = { 0 };
 	char state[128], scope[96], other[96], expect[256], *out, *save = NULL, *line;
 	struct sbx sb;

@@ -10,11 +10,13 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -82,6 +84,10 @@
 #define CLI_MAX_ARGS 24
 
 #define ERR_INVALID_PARAMS (-32602)
+#define ERR_NOT_A_DIRECTORY 1201
+#define ERR_FILE_NOT_FOUND 1202
+#define ERR_CANCELLED 1209
+#define ERR_TRANSFER_CAP 1204
 #define ERR_TIMEOUT 1205
 #define ERR_OUTPUT_LIMIT 1208
 #define ERR_SANDBOX_NOT_FOUND 1206
@@ -398,12 +404,29 @@ START_TEST(working_directory_is_honoured)
 	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "../.."), &rep);
 	ck_assert_msg(!rep.result && !strcmp(rep.type, "ConfinementError"), "wd '../..': %s", rep.text);
 	reply_clear(&rep);
-	/* One that is not there: the runtime fails the command, a result. */
+	/* One that is not there: FileNotFoundError naming it, not the runtime's exit 126. */
 	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "no-such-dir"),
 		 &rep);
-	ck_assert_msg(rep.result, "wd 'no-such-dir': %s", rep.text);
-	ck_assert_msg(jint(rep.result, "exit_code") == 126 || jint(rep.result, "exit_code") == 127,
+	ck_assert_msg(!rep.result && rep.code == ERR_FILE_NOT_FOUND && !strcmp(rep.type, "FileNotFoundError"),
 		      "wd 'no-such-dir': %s", rep.text);
+	ck_assert_str_eq(json_string_value(json_object_get(rep.data, "path")), GUEST_BASE "/no-such-dir");
+	ck_assert_str_eq(json_string_value(json_object_get(rep.data, "field")), "working_directory");
+	ck_assert_msg(strstr(rep.text, GUEST_BASE "/no-such-dir"), "the message names no path: %s", rep.text);
+	reply_clear(&rep);
+	/* A file where the directory should be: NotADirectoryError. */
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "pwd", "working_directory", "sub/.keep"), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_NOT_A_DIRECTORY && !strcmp(rep.type, "NotADirectoryError"),
+		      "wd 'sub/.keep': %s", rep.text);
+	ck_assert_str_eq(json_string_value(json_object_get(rep.data, "path")), GUEST_BASE "/sub/.keep");
+	reply_clear(&rep);
+	/* A guest that prints the runtime's text itself and exits 126 in a
+	 * directory that is there: its own result, kept. */
+	exec_rpc(&e, json_pack("{s:s}", "command",
+			       "echo 'OCI runtime exec failed: exec failed: unable to start container process: "
+			       "chdir to cwd (\"/x\") set in config.json failed: no such file or directory: unknown'; "
+			       "exit 126"), &rep);
+	ck_assert_msg(rep.result && jint(rep.result, "exit_code") == 126, "the guest's own 126: %s", rep.text);
+	ck_assert_msg(strstr(jstr(rep.result, "stdout_text"), "chdir to cwd"), "its stdout: %s", rep.text);
 	reply_clear(&rep);
 	env_stop(&e);
 }
@@ -1308,6 +1331,8 @@ static const struct usage_row usage_rows[] = {
 	{ { "exec", "SB", "--", "\xff", NULL }, "UTF-8" },
 	{ { "exec", "--sh", "\xff", "SB", NULL }, "UTF-8" },
 	{ { "get", "--sh", "x", "SB", "g", NULL }, "--sh" },
+	{ { "exec", "-i", "--no-stdin", "SB", "--", "true", NULL }, "not both" },
+	{ { "get", "-i", "SB", "g", NULL }, "--interactive" },
 };
 
 START_TEST(cli_usage_errors_exit_2)
@@ -1325,6 +1350,359 @@ START_TEST(cli_usage_errors_exit_2)
 	ck_assert_msg(rc == CLI_EXEC_USAGE, "row %d: exit status %d; stderr: %s", _i, rc, err);
 	ck_assert_msg(strstr(err, row->needle), "row %d: stderr lacks '%s': %s", _i, row->needle, err);
 	free(err);
+}
+END_TEST
+
+
+/* ---- stdin and cancel (issue 19) ------------------------------------------ */
+
+/* The 32 MiB streamed through exec.stdin in chunks of this many bytes. */
+#define STDIN_BIG_BYTES (32 * 1024 * 1024)
+#define STDIN_CHUNK_BYTES (1024 * 1024)
+/* How far the daemon's peak resident set may grow while it passes them on:
+ * far below the input (it holds one chunk, its base64 and its frame). */
+#define STDIN_HWM_SLACK_BYTES (16 * 1024 * 1024)
+#define STDIN_EXEC_ID 61
+#define CANCEL_EXEC_ID 71
+
+/* Reads frames on fd until the reply to id (notifications skipped, any
+ * other reply fails the test). New reference. */
+static json_t *raw_reply_to(int fd, json_int_t id)
+{
+	json_t *j;
+
+	while ((j = raw_recv(fd, CLIENT_TIMEOUT_MS))) {
+		if (json_object_get(j, "method")) {
+			json_decref(j);
+			continue;
+		}
+		if (jint(j, "id") == id)
+			return j;
+		{
+			char *t = json_dumps(j, JSON_COMPACT);
+
+			ck_abort_msg("a reply to another id than %lld: %s", (long long)id, t);
+		}
+	}
+	ck_abort_msg("no reply to %lld within %d ms", (long long)id, CLIENT_TIMEOUT_MS);
+	return NULL;
+}
+
+static uint8_t *json_b64(json_t *j, const char *path, size_t *len)
+{
+	json_t *v = jget(j, path);
+	uint8_t *raw = NULL;
+
+	ck_assert_msg(json_is_string(v), "%s is not a string", path);
+	ck_assert_int_eq(msb_base64_decode(json_string_value(v), json_string_length(v), &raw, len), 0);
+	return raw;
+}
+
+START_TEST(stdin_bytes_reach_the_command)
+{
+	static const uint8_t bin[] = { 'a', 0, 'b', 0xff, '\n', 0, 0, 'z', 0x80 };
+	struct env e = { 0 };
+	struct reply rep;
+	char *b64 = harness_b64_encode(bin, sizeof(bin));
+	uint8_t *got;
+	size_t len;
+
+	env_start(&e, "stdin");
+	/* stdin_b64: the whole input, NULs and all, then closed. */
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "cat", "stdin_b64", b64), &rep);
+	ck_assert_msg(rep.result && jint(rep.result, "exit_code") == 0, "cat with stdin_b64: %s", rep.text);
+	got = b64_get(rep.result, "stdout_b64", &len);
+	ck_assert_msg(len == sizeof(bin) && memcmp(got, bin, len) == 0, "cat echoed %zu bytes: %s", len, rep.text);
+	free(got);
+	reply_clear(&rep);
+	/* Without stdin, as before: closed (cat ends at once, empty). */
+	exec_ok(&e, ARGV("s", "cat"), &rep);
+	assert_stream(rep.result, "stdout", "");
+	reply_clear(&rep);
+	/* Not both; not base64. */
+	exec_rpc(&e, json_pack("{s:[s], s:s, s:b}", "command", "cat", "stdin_b64", b64, "stdin_stream", 1), &rep);
+	ck_assert_msg(rep.code == ERR_INVALID_PARAMS && !strcmp(jstr(rep.data, "field"), "stdin_stream"),
+		      "both: %s", rep.text);
+	reply_clear(&rep);
+	exec_rpc(&e, json_pack("{s:[s], s:s}", "command", "cat", "stdin_b64", "!!"), &rep);
+	ck_assert_msg(rep.code == ERR_INVALID_PARAMS && !strcmp(jstr(rep.data, "field"), "stdin_b64"),
+		      "bad base64: %s", rep.text);
+	reply_clear(&rep);
+	/* exec.stdin naming no exec of this connection. */
+	rpc(e.d.sock, "exec.stdin", json_pack("{s:i, s:s}", "call", 12345, "data_b64", b64), &rep);
+	ck_assert_msg(rep.code == ERR_INVALID_PARAMS && !strcmp(jstr(rep.data, "field"), "call"),
+		      "exec.stdin of no exec: %s", rep.text);
+	reply_clear(&rep);
+	free(b64);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(stdin_streamed_in_chunks_then_eof)
+{
+	struct env e = { 0 };
+	json_t *j;
+	uint8_t *got;
+	size_t len;
+	int fd;
+
+	env_start(&e, "stdinstream");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, STDIN_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:[s], s:i, s:b}", "sandbox", e.sandbox, "command", "cat", "timeout_seconds",
+			      EXEC_TIMEOUT_S, "stdin_stream", 1));
+	raw_request(fd, 1, "exec.stdin", json_pack("{s:i, s:s}", "call", STDIN_EXEC_ID, "data_b64", "b25lLA=="));
+	j = raw_reply_to(fd, 1);
+	ck_assert_int_eq(jint(j, "result.written"), 4);
+	json_decref(j);
+	/* The end, and right behind it (the exec still runs: its stdin is not
+	 * even written yet) one more, refused: the stdin is closed. */
+	raw_request(fd, 2, "exec.stdin", json_pack("{s:i, s:s, s:b}", "call", STDIN_EXEC_ID, "data_b64", "dHdv",
+						   "eof", 1));
+	raw_request(fd, 3, "exec.stdin", json_pack("{s:i, s:s}", "call", STDIN_EXEC_ID, "data_b64", "eA=="));
+	for (int seen = 0; seen != 7;) {
+		j = raw_recv(fd, CLIENT_TIMEOUT_MS);
+		ck_assert_ptr_nonnull(j);
+		if (json_object_get(j, "method")) {
+			json_decref(j);
+			continue;
+		}
+		switch (jint(j, "id")) {
+		case 2:
+			ck_assert_int_eq(jint(j, "result.written"), 3);
+			seen |= 1;
+			break;
+		case 3:
+			ck_assert_int_eq(jint(j, "error.code"), ERR_INVALID_PARAMS);
+			ck_assert_str_eq(jstr(j, "error.data.field"), "call");
+			seen |= 2;
+			break;
+		case STDIN_EXEC_ID:
+			got = json_b64(j, "result.stdout_b64", &len);
+			ck_assert_msg(len == 7 && memcmp(got, "one,two", 7) == 0, "cat echoed '%.*s'", (int)len, got);
+			free(got);
+			seen |= 4;
+			break;
+		default:
+			ck_abort_msg("a reply to an unknown id");
+		}
+		json_decref(j);
+	}
+	close(fd);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(a_large_streamed_stdin_arrives_whole_in_bounded_memory)
+{
+	struct env e = { 0 };
+	char path[PATH_MAX], *want, *got_sum;
+	uint8_t *data = malloc(STDIN_BIG_BYTES);
+	uint32_t seed = 12345;
+	long before, after;
+	json_t *j;
+	FILE *f;
+	int fd;
+
+	ck_assert_ptr_nonnull(data);
+	for (size_t i = 0; i < STDIN_BIG_BYTES; i++) {
+		seed = seed * 1103515245u + 12345u;
+		data[i] = (uint8_t)(seed >> 16);
+	}
+	snprintf(path, sizeof(path), "/tmp/msb-stdin-%d.bin", (int)getpid());
+	f = fopen(path, "we");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fwrite(data, 1, STDIN_BIG_BYTES, f), STDIN_BIG_BYTES);
+	fclose(f);
+	want = sh_out("sha256sum %s | cut -c1-64", path);
+	unlink(path);
+
+	/* Under AddressSanitizer freed memory is held in quarantine (256 MiB),
+	 * not reused, so the peak would count every chunk ever decoded: the
+	 * daemon of this test keeps a small one, and its peak is what it
+	 * holds at once. */
+	{
+		const char *asan = getenv("ASAN_OPTIONS");
+		char opts[512];
+
+		snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=1:thread_local_quarantine_size_kb=64",
+			 asan ? asan : "", asan && *asan ? ":" : "");
+		setenv("ASAN_OPTIONS", opts, 1);
+	}
+	env_start(&e, "stdinbig");
+	before = vm_hwm_bytes(e.d.pid);
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, STDIN_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i, s:b, s:b}", "sandbox", e.sandbox, "command",
+			      "sha256sum | cut -c1-64", "timeout_seconds", 120, "stdin_stream", 1, "text", 1));
+	for (size_t off = 0, i = 0; off < STDIN_BIG_BYTES; off += STDIN_CHUNK_BYTES, i++) {
+		char *b64 = harness_b64_encode(data + off, STDIN_CHUNK_BYTES);
+
+		raw_request(fd, 100 + (json_int_t)i, "exec.stdin",
+			    json_pack("{s:i, s:s, s:b}", "call", STDIN_EXEC_ID, "data_b64", b64, "eof",
+				      off + STDIN_CHUNK_BYTES >= STDIN_BIG_BYTES));
+		free(b64);
+		j = raw_reply_to(fd, 100 + (json_int_t)i);
+		ck_assert_msg(jint(j, "result.written") == STDIN_CHUNK_BYTES, "chunk %zu: written %lld", i,
+			      (long long)jint(j, "result.written"));
+		json_decref(j);
+	}
+	j = raw_reply_to(fd, STDIN_EXEC_ID);
+	got_sum = strdup(jstr(j, "result.stdout_text") ? jstr(j, "result.stdout_text") : "");
+	json_decref(j);
+	close(fd);
+	after = vm_hwm_bytes(e.d.pid);
+	fprintf(stderr, "32 MiB through exec.stdin: VmHWM %ld -> %ld KiB\n", before / 1024, after / 1024);
+	ck_assert_msg(strncmp(got_sum, want, 64) == 0, "the guest's sha256 %s, want %s", got_sum, want);
+	ck_assert_msg(after - before < STDIN_HWM_SLACK_BYTES, "VmHWM grew by %ld KiB, want under %d KiB",
+		      (after - before) / 1024, STDIN_HWM_SLACK_BYTES / 1024);
+	free(got_sum);
+	free(want);
+	free(data);
+	env_stop(&e);
+}
+END_TEST
+
+/* Waits until the guest runs a process ending with suffix (the exec began). */
+static void await_guest_proc(const struct env *e, const char *suffix)
+{
+	long deadline = now_ms() + CLIENT_TIMEOUT_MS;
+
+	while (guest_procs(e, suffix) == 0) {
+		ck_assert_msg(now_ms() < deadline, "'...%s' never ran in the guest", suffix);
+		usleep(POLL_MS * 1000);
+	}
+}
+
+/* The command: prints, then leaves a sleep in its own session, its
+ * environment emptied (the mark shed: only the host-side kill finds it),
+ * and sleeps itself. */
+#define CANCEL_CMD "echo before; echo err >&2; setsid env -i sleep 301 & sleep 300"
+
+START_TEST(call_cancel_kills_the_command_and_answers_cancelled)
+{
+	struct env e = { 0 };
+	struct reply rep;
+	uint8_t *out;
+	size_t len;
+	json_t *j;
+	int fd;
+
+	env_start(&e, "cancel");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, CANCEL_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i}", "sandbox", e.sandbox, "command", CANCEL_CMD, "timeout_seconds",
+			      EXEC_TIMEOUT_S));
+	await_guest_proc(&e, " sleep 300");
+	await_guest_proc(&e, " sleep 301");
+	raw_request(fd, 2, "call.cancel", json_pack("{s:i}", "id", CANCEL_EXEC_ID));
+	/* The two answers, in either order. */
+	for (int k = 0; k < 2; k++) {
+		j = raw_recv(fd, CLIENT_TIMEOUT_MS);
+		ck_assert_ptr_nonnull(j);
+		if (jint(j, "id") == 2) {
+			ck_assert_msg(json_is_true(jget(j, "result.cancelled")), "call.cancel not taken");
+		} else {
+			ck_assert_int_eq(jint(j, "id"), CANCEL_EXEC_ID);
+			ck_assert_int_eq(jint(j, "error.code"), ERR_CANCELLED);
+			ck_assert_str_eq(jstr(j, "error.data.type"), "Cancelled");
+			out = json_b64(j, "error.data.stdout_b64", &len);
+			ck_assert_msg(len == 7 && memcmp(out, "before\n", 7) == 0, "partial stdout '%.*s'", (int)len, out);
+			free(out);
+			out = json_b64(j, "error.data.stderr_b64", &len);
+			ck_assert_msg(len == 4 && memcmp(out, "err\n", 4) == 0, "partial stderr '%.*s'", (int)len, out);
+			free(out);
+		}
+		json_decref(j);
+	}
+	/* Cancelling it again, or an id never sent: false. */
+	raw_request(fd, 3, "call.cancel", json_pack("{s:i}", "id", CANCEL_EXEC_ID));
+	j = raw_reply_to(fd, 3);
+	ck_assert_msg(json_is_false(jget(j, "result.cancelled")), "a finished call was cancelled");
+	json_decref(j);
+	raw_request(fd, 4, "call.cancel", json_pack("{s:s}", "id", "never-sent"));
+	j = raw_reply_to(fd, 4);
+	ck_assert_msg(json_is_false(jget(j, "result.cancelled")), "an unknown id was cancelled");
+	json_decref(j);
+	close(fd);
+	assert_no_survivor(&e, " sleep 300");
+	assert_no_survivor(&e, " sleep 301");
+	/* The sandbox stays. */
+	exec_ok(&e, ARGV("s, s", "printf", "after"), &rep);
+	assert_stream(rep.result, "stdout", "after");
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(a_closed_connection_cancels_its_exec)
+{
+	struct env e = { 0 };
+	int fd;
+
+	env_start(&e, "cancelclose");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, CANCEL_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i}", "sandbox", e.sandbox, "command", CANCEL_CMD, "timeout_seconds",
+			      EXEC_TIMEOUT_S));
+	await_guest_proc(&e, " sleep 300");
+	await_guest_proc(&e, " sleep 301");
+	close(fd);
+	assert_no_survivor(&e, " sleep 300");
+	assert_no_survivor(&e, " sleep 301");
+	env_stop(&e);
+}
+END_TEST
+
+/* A half-close (the client sent everything, and still reads) is no
+ * cancel: the exec runs to its end and is answered. */
+START_TEST(a_half_closed_connection_still_gets_its_answer)
+{
+	struct env e = { 0 };
+	json_t *j;
+	int fd;
+
+	env_start(&e, "halfclose");
+	fd = raw_connect(e.d.sock);
+	ck_assert_int_ge(fd, 0);
+	raw_request(fd, CANCEL_EXEC_ID, "sandbox.exec",
+		    json_pack("{s:s, s:s, s:i, s:b}", "sandbox", e.sandbox, "command", "sleep 1; printf done",
+			      "timeout_seconds", EXEC_TIMEOUT_S, "text", 1));
+	ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+	j = raw_reply_to(fd, CANCEL_EXEC_ID);
+	ck_assert_msg(json_is_object(jget(j, "result")), "the half-closed exec was not answered with its result");
+	ck_assert_str_eq(jstr(j, "result.stdout_text"), "done");
+	json_decref(j);
+	close(fd);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(a_timeout_carries_the_partial_output)
+{
+	struct env e = { 0 };
+	struct reply rep;
+	uint8_t *out;
+	size_t len;
+
+	env_start(&e, "timeoutpartial");
+	exec_rpc(&e, json_pack("{s:s, s:i}", "command", "echo early; echo warn >&2; sleep 30", "timeout_seconds",
+			       PROBE_TIMEOUT_S), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_TIMEOUT, "timeout: %s", rep.text);
+	out = json_b64(rep.data, "stdout_b64", &len);
+	ck_assert_msg(len == 6 && memcmp(out, "early\n", 6) == 0, "partial stdout: %s", rep.text);
+	free(out);
+	out = json_b64(rep.data, "stderr_b64", &len);
+	ck_assert_msg(len == 5 && memcmp(out, "warn\n", 5) == 0, "partial stderr: %s", rep.text);
+	free(out);
+	ck_assert_str_eq(jstr(rep.data, "stdout_text"), "early\n");
+	reply_clear(&rep);
+	assert_no_survivor(&e, " sleep 30");
+	env_stop(&e);
 }
 END_TEST
 
@@ -1366,6 +1744,21 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, a_timeout_raises_timeout_error);
 	tcase_add_test(tc, a_timeout_kills_what_ignores_term_and_its_children);
 	tcase_add_test(tc, output_over_the_cap_is_refused_and_killed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stdin");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, stdin_bytes_reach_the_command);
+	tcase_add_test(tc, stdin_streamed_in_chunks_then_eof);
+	tcase_add_test(tc, a_large_streamed_stdin_arrives_whole_in_bounded_memory);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cancel");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, call_cancel_kills_the_command_and_answers_cancelled);
+	tcase_add_test(tc, a_closed_connection_cancels_its_exec);
+	tcase_add_test(tc, a_half_closed_connection_still_gets_its_answer);
+	tcase_add_test(tc, a_timeout_carries_the_partial_output);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cli");

@@ -305,6 +305,7 @@ static char last_call[640];
 static char last_reply[640];
 static int last_code;
 static char last_message[1024];
+static size_t last_message_len;     /* the whole message's, before the copy's cut */
 static char last_type[64];
 static json_t *last_data;
 
@@ -344,6 +345,7 @@ static json_t *rpc(const char *method, json_t *params)
 	last_code = msb_last_error_code(fx.c);
 	snprintf(last_message, sizeof(last_message), "%s",
 		 msb_last_error_message(fx.c) ? msb_last_error_message(fx.c) : "");
+	last_message_len = msb_last_error_message(fx.c) ? strlen(msb_last_error_message(fx.c)) : 0;
 	snprintf(last_type, sizeof(last_type), "%s", msb_last_error_type(fx.c) ? msb_last_error_type(fx.c) : "");
 	last_data = json_deep_copy(msb_last_error_data(fx.c));
 	err = json_pack("{s:i, s:s?, s:O?}", "code", last_code, "message", msb_last_error_message(fx.c),
@@ -2802,6 +2804,65 @@ START_TEST(a_write_over_a_directory_says_to_remove_it_first)
 }
 END_TEST
 
+/* memory.replies_over_bound of daemon.status. */
+static json_int_t replies_over_bound(void)
+{
+	json_t *st = rpc("daemon.status", NULL);
+	json_int_t n;
+
+	EXPECT_OK(st);
+	n = json_integer_value(json_object_get(json_object_get(st, "memory"), "replies_over_bound"));
+	json_decref(st);
+	return n;
+}
+
+/* Client text echoed in a message is cut (MSB_ECHO_MAX_BYTES, as a method
+ * or param name is): a path of 4000 control characters (6 bytes each on
+ * the wire) named four times over passed the error's reply bound. data.path
+ * keeps the path whole. */
+START_TEST(an_echoed_path_is_cut_in_the_message)
+{
+	char path[4096], wd[4096];
+	size_t n = 0;
+	json_int_t before = replies_over_bound();
+
+	n += (size_t)snprintf(path, sizeof(path), "../");
+	while (n + 252 < 4000) {
+		memset(path + n, '\x01', 250);
+		path[n + 250] = '/';
+		n += 251;
+	}
+	path[--n] = '\0';     /* no trailing slash: data.path is the path as given */
+	EXPECT_ERR_PATH(f_stat(fx.id, NULL, path), "ConfinementError", path);
+	ck_assert_msg(last_message_len < 1024, "a message of %zu bytes: %.200s", last_message_len, last_message);
+	expect_message_holds("...", "-w /", NULL);
+	/* Found missing (after the walk): the same cut. */
+	EXPECT_ERR_PATH(f_read(fx.id, NULL, path + 3), "FileNotFoundError", path + 3);
+	ck_assert_msg(last_message_len < 1024, "a message of %zu bytes: %.200s", last_message_len, last_message);
+	/* A refused working directory of 4000 bytes, echoed cut. */
+	memcpy(wd, path, n + 1);
+	for (size_t i = 3; i < n; i++)
+		wd[i] = wd[i] == '/' ? '/' : '\x02';
+	EXPECT_ERR(f_stat(fx.id, wd, "x"), "ConfinementError");
+	ck_assert_msg(last_message_len < 1024, "a message of %zu bytes: %.200s", last_message_len, last_message);
+	/* A path refused for its length (12000 bytes): data.path cut too. */
+	{
+		char *longp = malloc(12001);
+
+		ck_assert_ptr_nonnull(longp);
+		memset(longp, '\x01', 12000);
+		for (size_t i = 200; i < 12000; i += 201)
+			longp[i] = '/';
+		longp[12000] = '\0';
+		EXPECT_ERR(f_stat(fx.id, NULL, longp), "InvalidParams");
+		ck_assert_msg(last_message_len < 1024, "a message of %zu bytes", last_message_len);
+		ck_assert_uint_lt(strlen(json_string_value(json_object_get(last_data, "path"))), 1024);
+		free(longp);
+	}
+	ck_assert_int_eq(replies_over_bound(), before);
+}
+END_TEST
+
 /* ---- write modes ---------------------------------------------------------- */
 
 static json_t *f_write_mode(const char *sb, const char *path, const char *text, json_int_t mode)
@@ -3018,6 +3079,7 @@ static Suite *files_suite(void)
 		ADD(msg, a_missing_file_names_its_path_and_working_directory);
 		ADD(msg, an_escape_says_how_to_widen_the_working_directory);
 		ADD(msg, a_write_over_a_directory_says_to_remove_it_first);
+		ADD(msg, an_echoed_path_is_cut_in_the_message);
 		ADD(msg, a_written_file_can_be_executable);
 		ADD(msg, setuid_setgid_and_sticky_are_refused);
 		ADD(msg, a_non_root_guests_file_gets_its_mode);

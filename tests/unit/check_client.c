@@ -39,7 +39,7 @@ int cli_main(int argc, char **argv);
 /* --- the fake daemon ----------------------------------------------------- */
 
 #define FAKE_MAX_CHUNKS    8
-#define FAKE_MAX_EXCHANGES 2
+#define FAKE_MAX_EXCHANGES 3
 /* The fake never waits longer than this for the client, so a broken test
  * ends instead of hanging (stretched under valgrind: slow.h). */
 #define FAKE_IO_WAIT_MS    (2000 * test_slow_factor())
@@ -95,7 +95,8 @@ static bool fake_wait(int fd)
 	return poll(&pfd, 1, FAKE_IO_WAIT_MS) > 0;
 }
 
-/* Reads one request, up to and including its LF. NULL if none came. */
+/* Reads one request, up to and including its LF (never a byte of the
+ * next: a client may send two back to back). NULL if none came. */
 static char *fake_read_request(int fd, size_t *ret_len)
 {
 	size_t len = 0, cap = 4096;
@@ -103,10 +104,19 @@ static char *fake_read_request(int fd, size_t *ret_len)
 
 	while (!memchr(buf, '\n', len)) {
 		ssize_t k;
+		char *lf;
 
 		if (len == cap)
 			buf = realloc(buf, cap *= 2);
-		if (!fake_wait(fd) || (k = recv(fd, buf + len, cap - len, 0)) <= 0) {
+		if (!fake_wait(fd) || (k = recv(fd, buf + len, cap - len, MSG_PEEK)) <= 0) {
+			free(buf);
+			return NULL;
+		}
+		lf = memchr(buf + len, '\n', (size_t)k);
+		if (lf)
+			k = lf - (buf + len) + 1;
+		k = recv(fd, buf + len, (size_t)k, 0);
+		if (k <= 0) {
 			free(buf);
 			return NULL;
 		}
@@ -1579,7 +1589,9 @@ static const struct duration_row duration_rows[] = {
 	{ "5 ", -EINVAL, 0 },
 	{ "5x", -EINVAL, 0 },
 	{ "5S", -EINVAL, 0 },
-	{ "1.5h", -EINVAL, 0 },
+	{ "1.5h", 0, 5400 },          /* the shared parser (units.h): fractions */
+	{ "1.5s", -EDOM, 0 },         /* ... but whole seconds */
+	{ "2000ms", 0, 2 },
 	{ "5sm", -EINVAL, 0 },
 	{ "1h30m", -EINVAL, 0 },
 	{ "5s\n", -EINVAL, 0 },
@@ -1875,7 +1887,7 @@ static const struct cli_row cli_rows[] = {
 	  "sandbox.dispose_scope", "{\"scope\":\"s\",\"thread_id\":\"t\"}",
 	  1, "disposed 1 sandbox(es)\n", "maf-sandbox: disposal incomplete: refused: in use\n", false },
 	{ "reap",
-	  { "reap", "--older-than", "24h" }, NULL,
+	  { "reap", "--older-than", "24h", "--all" }, NULL,
 	  ONE(REPLY("{\"disposed\":3,\"proxies_removed\":1,\"networks_removed\":2,\"failures\":[]}")),
 	  "sandbox.reap", "{\"older_than_seconds\":86400}",
 	  0, "removed: 3 sandbox(es), 1 proxy container(s), 2 network(s)\n", "", false },
@@ -1888,7 +1900,7 @@ static const struct cli_row cli_rows[] = {
 	  1, "removed: 0 sandbox(es), 0 proxy container(s), 0 network(s)\n",
 	  "maf-sandbox: not reaped: unreachable: engine down\nmaf-sandbox: not reaped: unknown: ?\n", false },
 	{ "reap by a non-admin",
-	  { "reap", "--older-than", "7d" }, NULL,
+	  { "reap", "--older-than", "7d", "--all" }, NULL,
 	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1300,\"message\":\"sandbox.reap is "
 	      "for admins\",\"data\":{\"type\":\"PermissionDenied\"}}}\n"),
 	  "sandbox.reap", "{\"older_than_seconds\":604800}",
@@ -1910,8 +1922,65 @@ static const struct cli_row cli_rows[] = {
 	  NULL, 2, "", "maf-sandbox: 'dispose-scope' needs --thread\n"
 	  "Try 'maf-sandbox dispose-scope --help'.\n", false },
 	{ "reap --older-than 0", { "reap", "--older-than", "0" }, NULL, { 0 }, NULL, NULL, 2, "",
-	  "maf-sandbox: invalid --older-than '0': want a duration like 90s, 15m, 24h or 7d, from 1s "
-	  "to 36500d\nTry 'maf-sandbox reap --help'.\n", false },
+	  "maf-sandbox: invalid --older-than '0': want a duration like 90s, 15m, 1.5h or 7d (plain: "
+	  "seconds), whole seconds from 1s to 36500d\nTry 'maf-sandbox reap --help'.\n", false },
+	/* reap: a sweep of every scope must be asked for (--all); --dry-run lists. */
+	{ "reap without --scope or --all is refused", { "reap", "--older-than", "1" }, NULL, { 0 }, NULL,
+	  NULL, 2, "", "maf-sandbox: 'reap' without --scope disposes of every sandbox on this host older "
+	  "than 1, whoever owns it: give --all to mean that, or --scope S for one scope (--dry-run lists "
+	  "what would go)\nTry 'maf-sandbox reap --help'.\n", false },
+	{ "reap --all and --scope", { "reap", "--older-than", "1", "--all", "--scope", "s" }, NULL, { 0 },
+	  NULL, NULL, 2, "", "maf-sandbox: 'reap' takes --scope S or --all, not both\n"
+	  "Try 'maf-sandbox reap --help'.\n", false },
+	{ "reap --dry-run lists what would go",
+	  { "reap", "--older-than", "1d", "--dry-run" }, NULL,
+	  ONE(REPLY("{\"disposed\":0,\"proxies_removed\":0,\"networks_removed\":0,\"failures\":[],"
+		    "\"dry_run\":true,\"would_dispose\":[{\"sandbox\":\"" SANDBOX_ID "\",\"name\":"
+		    "\"maf-sandbox-docker-111111111111\",\"scope\":\"s\",\"created\":\"2026-09-06T12:00:00Z\"}],"
+		    "\"would_remove_proxies\":1,\"would_remove_networks\":2}")),
+	  "sandbox.reap", "{\"older_than_seconds\":86400,\"dry_run\":true}",
+	  0, "would remove: 1 sandbox(es), 1 proxy container(s), 2 network(s)\n"
+	  "  maf-sandbox-docker-111111111111 s 2026-09-06T12:00:00Z " SANDBOX_ID "\n", "", false },
+	{ "reap --dry-run --scope",
+	  { "reap", "--older-than", "90", "--scope", "s", "--dry-run" }, NULL,
+	  ONE(REPLY("{\"disposed\":0,\"proxies_removed\":0,\"networks_removed\":0,\"failures\":[],"
+		    "\"dry_run\":true,\"would_dispose\":[],\"would_remove_proxies\":0,"
+		    "\"would_remove_networks\":0}")),
+	  "sandbox.reap", "{\"older_than_seconds\":90,\"scope\":\"s\",\"dry_run\":true}",
+	  0, "would remove: 0 sandbox(es), 0 proxy container(s), 0 network(s)\n", "", false },
+	/* --json: every error one JSON object on stderr, the exit status unchanged. */
+	{ "--json: the daemon's error as JSON",
+	  { "--json", "reap", "--older-than", "7d", "--all" }, NULL,
+	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1300,\"message\":\"sandbox.reap is "
+	      "for admins\",\"data\":{\"type\":\"PermissionDenied\"}}}\n"),
+	  "sandbox.reap", "{\"older_than_seconds\":604800}",
+	  1, "", "{\"code\":1300,\"type\":\"PermissionDenied\",\"message\":\"sandbox.reap is for admins\","
+	  "\"data\":{\"type\":\"PermissionDenied\"}}\n", false },
+	{ "--json: an error without data.type",
+	  { "ls", "-j" }, NULL,
+	  ONE("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"no\"}}\n"),
+	  "sandbox.list", "{}",
+	  1, "", "{\"code\":-32601,\"type\":null,\"message\":\"no\",\"data\":null}\n", false },
+	{ "--json: a usage error as JSON",
+	  { "reap", "--older-than", "7d", "--json" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "{\"code\":2,\"type\":\"UsageError\",\"message\":\"'reap' without --scope disposes of every "
+	  "sandbox on this host older than 7d, whoever owns it: give --all to mean that, or --scope S for "
+	  "one scope (--dry-run lists what would go)\",\"data\":{\"command\":\"reap\"}}\n", false },
+	{ "--json: an error before --json is parsed",
+	  { "--bogus", "--json", "ls" }, NULL, { 0 }, NULL, NULL, 2, "",
+	  "{\"code\":2,\"type\":\"UsageError\",\"message\":\"unknown option '--bogus'\",\"data\":null}\n",
+	  false },
+	{ "--json: an input error as JSON", { "--json", "acquire", KEY_ARGS, "--kind", "k", "--spec", "@SPEC" },
+	  "[1]", { 0 }, NULL, NULL, 2, "",
+	  "{\"code\":2,\"type\":\"InputError\",\"message\":\"the spec @SPEC is not a JSON object\","
+	  "\"data\":null}\n", false },
+	{ "--json: a disposal failure as JSON",
+	  { "--json", "dispose", KEY_ARGS }, NULL,
+	  ONE(REPLY("{\"code\":\"timeout\",\"detail\":\"slow\"}")),
+	  "sandbox.dispose", "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}}",
+	  1, "{\n  \"code\": \"timeout\",\n  \"detail\": \"slow\"\n}\n",
+	  "{\"code\":1,\"type\":\"DisposalIncomplete\",\"message\":\"disposal incomplete\",\"data\":"
+	  "{\"code\":\"timeout\",\"detail\":\"slow\"}}\n", false },
 	{ "reap --older-than 2w", { "reap", "--older-than", "2w" }, NULL, { 0 }, NULL, NULL, 2, "",
 	  NULL, false },
 	{ "an option of another command", { "ls", "--image", "x" }, NULL, { 0 }, NULL, NULL, 2, "",
@@ -1939,6 +2008,14 @@ static const struct cli_row cli_rows[] = {
 	  "events.subscribe", SUBSCRIBE_JSON, 0,
 	  "T9 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k count=2980 first=T1\n"
 	  "T10 DENY a.test:1 sandbox=x scope=s1 thread=t1 agent=a1 kind=k\n", "", false },
+	{ "events: a decision's reason ends its line",
+	  { "events" }, NULL,
+	  ONE(EVENT("{\"type\":\"egress.decision\",\"key\":" EV_KEY("") ",\"kind\":\"k\",\"sandbox\":\"x\","
+		    "\"decision\":\"DENY\",\"host\":\"a.test\",\"port\":80,\"time\":\"T\",\"count\":1,"
+		    "\"reason\":\"not_connect\"}")
+	      SUBSCRIBED),
+	  "events.subscribe", SUBSCRIBE_JSON, 0,
+	  "T DENY a.test:80 sandbox=x scope=s1 thread=t1 agent=a1 kind=k reason=not_connect\n", "", false },
 	{ "events with none kept prints nothing", { "events" }, NULL, ONE(SUBSCRIBED),
 	  "events.subscribe", SUBSCRIBE_JSON, 0, "", "", false },
 	{ "events --scope --json: each event's params, compact, one per line",
@@ -2084,6 +2161,73 @@ START_TEST(test_cli_spec_too_large)
 	cli_result_free(&res);
 	free(big);
 	unlink(spec_path);
+	rmdir(dir);
+}
+END_TEST
+
+/* --json: a connection error is one JSON object on stderr, code 3 (the exit
+ * status), type ConnectionError, data naming the socket and the errno. */
+START_TEST(test_cli_json_connect_error)
+{
+	static const char *const args[] = { "status", "--json", NULL };
+	char dir[64], missing[128];
+	struct cli_result res;
+	json_t *e;
+
+	tmpdir_make(dir, sizeof(dir));
+	snprintf(missing, sizeof(missing), "%s/none.sock", dir);
+	cli_run(dir, missing, args, "", -1, &res);
+	ck_assert_int_eq(res.rc, CLI_EXIT_CONNECT);
+	ck_assert_str_eq(res.out, "");
+	ck_assert_ptr_nonnull(strchr(res.err, '\n'));
+	ck_assert_msg(strchr(res.err, '\n')[1] == '\0', "more than one line: %s", res.err);
+	e = json_loads(res.err, 0, NULL);
+	ck_assert_msg(e, "stderr is not JSON: %s", res.err);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), CLI_EXIT_CONNECT);
+	ck_assert_str_eq(get_str(e, "type"), "ConnectionError");
+	ck_assert_ptr_nonnull(strstr(get_str(e, "message"), missing));
+	ck_assert_str_eq(get_str(json_object_get(e, "data"), "socket"), missing);
+	ck_assert_str_eq(get_str(json_object_get(e, "data"), "errno"), "ENOENT");
+	json_decref(e);
+	cli_result_free(&res);
+	rmdir(dir);
+}
+END_TEST
+
+/* status's egress line: the modes, then the proxy binary, or why allowlist
+ * is off (which names the key). */
+static const struct {
+	const char *egress;
+	const char *want;
+} status_egress_rows[] = {
+	{ "{\"configured\":false,\"modes\":[\"closed\"],\"proxy_binary\":null,\"allowlist_off_reason\":"
+	  "\"egress.proxy_binary is not set: set it\"}",
+	  "egress: closed; allowlist off: egress.proxy_binary is not set: set it\n" },
+	{ "{\"configured\":true,\"modes\":[\"closed\",\"allowlist\"],\"proxy_binary\":\"/usr/p\","
+	  "\"allowlist_off_reason\":null}",
+	  "egress: closed, allowlist (proxy /usr/p)\n" },
+	{ "{\"configured\":false}", "egress: none\n" },
+};
+
+START_TEST(test_cli_status_egress_line)
+{
+	static const char *const args[] = { "status", NULL };
+	char dir[64], reply[1024];
+	struct fake_script script = { 0 };
+	struct cli_result res;
+	struct fake f;
+
+	snprintf(reply, sizeof(reply), "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"egress\":%s}}\n",
+		 status_egress_rows[_i].egress);
+	script.replies[0].chunks[0] = reply;
+	tmpdir_make(dir, sizeof(dir));
+	fake_start(&f, &script);
+	cli_run(dir, f.path, args, "", -1, &res);
+	fake_stop(&f);
+	ck_assert_int_eq(res.rc, 0);
+	ck_assert_str_eq(res.out, status_egress_rows[_i].want);
+	fake_free(&f);
+	cli_result_free(&res);
 	rmdir(dir);
 }
 END_TEST
@@ -2244,6 +2388,71 @@ START_TEST(test_cli_progress_on_terminal)
 }
 END_TEST
 
+/* --- msb_call_stdin --------------------------------------------------------- */
+
+START_TEST(test_call_stdin_streams_an_fd)
+{
+	/* The exec (id 1), then its stdin as exec.stdin requests with ids of
+	 * their own (2: the bytes, 3: the end), each sent once the last was
+	 * answered; the exec's result comes after. */
+	const struct fake_script s = {
+		.requests = 3,
+		.replies = { { .chunks = { NULL } },
+			     { .chunks = { "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"written\":3}}\n" } },
+			     { .chunks = { "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"written\":0}}\n"
+					   "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"exit_code\":0}}\n" } } },
+	};
+	struct msb_conn *conn;
+	json_t *result = NULL, *req;
+	int pfd[2];
+	struct fake f;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(write(pfd[1], "abc", 3), 3);
+	close(pfd[1]);
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", json_pack("{s:s}", "sandbox", "x"), pfd[0], &result),
+			 MSB_OK);
+	ck_assert_int_eq(json_integer_value(json_object_get(result, "exit_code")), 0);
+	json_decref(result);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	req = check_request(f.request[0], f.request_len[0], "sandbox.exec");
+	ck_assert(json_is_true(json_object_get(json_object_get(req, "params"), "stdin_stream")));
+	json_decref(req);
+	req = check_request(f.request[1], f.request_len[1], "exec.stdin");
+	ck_assert_int_eq(json_integer_value(json_object_get(req, "id")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(req, "params"), "call")), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(req, "params"), "data_b64")), "YWJj");
+	ck_assert(json_is_false(json_object_get(json_object_get(req, "params"), "eof")));
+	json_decref(req);
+	req = check_request(f.request[2], f.request_len[2], "exec.stdin");
+	ck_assert_int_eq(json_integer_value(json_object_get(req, "id")), 3);
+	ck_assert(json_is_true(json_object_get(json_object_get(req, "params"), "eof")));
+	json_decref(req);
+	close(pfd[0]);
+	fake_free(&f);
+}
+END_TEST
+
+START_TEST(test_call_stdin_bad_arguments)
+{
+	struct msb_conn *conn;
+	struct fake f;
+	const struct fake_script s = { .deaf = true };
+
+	fake_start(&f, &s);
+	ck_assert_int_eq(msb_connect(f.path, &conn), MSB_OK);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", json_object(), -1, NULL), MSB_E_INVAL);
+	ck_assert_int_eq(msb_call_stdin(conn, "sandbox.exec", NULL, 0, NULL), MSB_E_INVAL);
+	ck_assert_int_eq(msb_call_stdin(NULL, "sandbox.exec", json_object(), 0, NULL), MSB_E_INVAL);
+	msb_conn_free(conn);
+	fake_stop(&f);
+	fake_free(&f);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -2286,6 +2495,10 @@ static Suite *client_suite(void)
 	tcase_add_loop_test(tc, test_request_shorthands, 0, ELEMENTSOF(shorthand_rows));
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("call_stdin");
+	tcase_add_test(tc, test_call_stdin_streams_an_fd);
+	tcase_add_test(tc, test_call_stdin_bad_arguments);
+	suite_add_tcase(s, tc);
 	tc = tcase_create("rejects_bad_arguments");
 	tcase_add_test(tc, test_bad_arguments);
 	suite_add_tcase(s, tc);
@@ -2329,6 +2542,8 @@ static Suite *client_suite(void)
 	tc = tcase_create("cli_runs_commands");
 	tcase_add_loop_test(tc, test_cli_command, 0, ELEMENTSOF(cli_rows));
 	tcase_add_test(tc, test_cli_spec_too_large);
+	tcase_add_test(tc, test_cli_json_connect_error);
+	tcase_add_loop_test(tc, test_cli_status_egress_line, 0, ELEMENTSOF(status_egress_rows));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cli_prints_events");

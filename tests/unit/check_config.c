@@ -1,6 +1,8 @@
 /* check_config.c — defaults → file → flags, the file format, validation. */
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +356,86 @@ START_TEST(dump_lists_every_key)
 }
 END_TEST
 
+/* Sizes and durations with units (units.h) on every size and duration
+ * key; the key's range still applies; a refusal names the key and the
+ * accepted forms. */
+static const struct {
+	const char *key, *value;
+	size_t offset;
+	bool is_size;
+	long long want;     /* < 0: refused */
+	const char *expect; /* a part of the refusal's message */
+} unit_rows[] = {
+	{ "sandbox.memory", "1.5G", offsetof(struct msbd_config, memory_bytes), true, 3LL << 29, NULL },
+	{ "sandbox.memory", "128M", offsetof(struct msbd_config, memory_bytes), true, 128LL << 20, NULL },
+	{ "sandbox.memory", "512MiB", offsetof(struct msbd_config, memory_bytes), true, 512LL << 20, NULL },
+	{ "limits.max_frame_bytes", "2m", offsetof(struct msbd_config, max_frame_bytes), true, 2LL << 20, NULL },
+	{ "limits.buffer_budget_bytes", "1T", offsetof(struct msbd_config, buffer_budget_bytes), true, 1LL << 40, NULL },
+	{ "events.max_backlog_bytes", "4096", offsetof(struct msbd_config, events_max_backlog_bytes), true, 4096, NULL },
+	{ "engine.timeout_ms", "1.5s", offsetof(struct msbd_config, engine_timeout_ms), false, 1500, NULL },
+	{ "engine.timeout_ms", "2m", offsetof(struct msbd_config, engine_timeout_ms), false, 120000, NULL },
+	{ "engine.timeout_ms", "250ms", offsetof(struct msbd_config, engine_timeout_ms), false, 250, NULL },
+	{ "engine.timeout_ms", "30000", offsetof(struct msbd_config, engine_timeout_ms), false, 30000, NULL },
+	{ "sandbox.pull_timeout_ms", "1h", offsetof(struct msbd_config, pull_timeout_ms), false, 3600000, NULL },
+	{ "reap.max_age_s", "24h", offsetof(struct msbd_config, reap_max_age_s), false, 86400, NULL },
+	{ "reap.max_age_s", "1.5d", offsetof(struct msbd_config, reap_max_age_s), false, 129600, NULL },
+	{ "reap.max_age_s", "90", offsetof(struct msbd_config, reap_max_age_s), false, 90, NULL },
+	{ "reap.interval_s", "15m", offsetof(struct msbd_config, reap_interval_s), false, 900, NULL },
+	{ "limits.idle_timeout_ms", "0", offsetof(struct msbd_config, idle_timeout_ms), false, 0, NULL },
+	/* Refused: junk, negative, overflow, out of range, not whole. */
+	{ "sandbox.memory", "1.5X", 0, true, -1, "sandbox.memory: \"1.5X\" is not a size" },
+	{ "sandbox.memory", "-1G", 0, true, -1, "128M" },
+	{ "sandbox.memory", "99999999999999999999999", 0, true, -1, "sandbox.memory" },
+	{ "sandbox.memory", "16777216T", 0, true, -1, "sandbox.memory" },
+	{ "limits.max_frame_bytes", "2G", 0, true, -1, "from 4096 to 1073741824 bytes" },
+	{ "engine.timeout_ms", "2d", 0, false, -1, "engine.timeout_ms: \"2d\" is not a duration from 100 to 3600000 milliseconds" },
+	{ "engine.timeout_ms", "1.5", 0, false, -1, "in whole milliseconds" },
+	{ "engine.timeout_ms", "-5s", 0, false, -1, "24h" },
+	{ "engine.timeout_ms", "5 s", 0, false, -1, "engine.timeout_ms" },
+	{ "reap.max_age_s", "1500ms", 0, false, -1, "in whole seconds" },
+	{ "reap.max_age_s", "3w", 0, false, -1, "reap.max_age_s" },
+	{ "reap.max_age_s", "18446744073709551616", 0, false, -1, "reap.max_age_s" },
+	{ "limits.max_inflight", "1k", 0, false, -1, "limits.max_inflight" },   /* a count: no units */
+};
+
+START_TEST(sizes_and_durations_take_units)
+{
+	struct msbd_config *cfg = config_new_defaults();
+	char *err = NULL;
+	int r = config_set(cfg, unit_rows[_i].key, unit_rows[_i].value, &err);
+	const char *base = (const char *)cfg + unit_rows[_i].offset;
+
+	if (unit_rows[_i].want >= 0) {
+		ck_assert_msg(r == 0, "%s = %s refused: %s", unit_rows[_i].key, unit_rows[_i].value, err);
+		if (unit_rows[_i].is_size)
+			ck_assert_uint_eq(*(const size_t *)base, (size_t)unit_rows[_i].want);
+		else
+			ck_assert_int_eq(*(const long *)base, unit_rows[_i].want);
+	} else {
+		ck_assert_msg(r < 0, "%s = %s accepted", unit_rows[_i].key, unit_rows[_i].value);
+		ck_assert_msg(err && strstr(err, unit_rows[_i].expect), "message \"%s\" lacks \"%s\"",
+			      err, unit_rows[_i].expect);
+	}
+	free(err);
+	config_free(cfg);
+}
+END_TEST
+
+/* A file with suffixed values loads whole. */
+START_TEST(file_with_units)
+{
+	struct msbd_config *cfg = NULL;
+	char *err = NULL;
+
+	ck_assert_msg(load("sandbox.memory = 1.5G\nreap.max_age_s = 24h\nlimits.frame_timeout_ms = 30s\n",
+			   NULL, 0, &cfg, &err) == 0, "%s", err);
+	ck_assert_uint_eq(cfg->memory_bytes, 3ULL << 29);
+	ck_assert_int_eq(cfg->reap_max_age_s, 86400);
+	ck_assert_int_eq(cfg->frame_timeout_ms, 30000);
+	config_free(cfg);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -373,6 +455,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, restart_keys_are_reported);
 	tcase_add_test(tc, reply_budgets_admit_the_largest_reply);
 	tcase_add_test(tc, dump_lists_every_key);
+	tcase_add_loop_test(tc, sizes_and_durations_take_units, 0, sizeof(unit_rows) / sizeof(unit_rows[0]));
+	tcase_add_test(tc, file_with_units);
 	suite_add_tcase(s, tc);
 	return s;
 }

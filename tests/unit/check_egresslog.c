@@ -85,6 +85,15 @@ static const struct parse_row parse_rows[] = {
 	{ "", NO },
 	{ "\r", NO },
 	{ "Traceback (most recent call last):", NO },
+	/* A reason word after the port (reason_rows): only known words, only after DENY. */
+	{ "ALLOW example.com:80 not-CONNECT", NO },
+	{ "UNREACHABLE example.com:80 not-CONNECT", NO },
+	{ "DENY example.com:80 not-connect", NO },
+	{ "DENY example.com:80 not-CONNECT x", NO },
+	{ "DENY example.com:80  not-CONNECT", NO },
+	{ "DENY example.com:80 not-CONNECT ", NO },
+	{ "DENY example.com not-CONNECT", NO },
+	{ "DENY not-CONNECT", NO },
 };
 
 START_TEST(test_parse)
@@ -102,6 +111,33 @@ START_TEST(test_parse)
 	ck_assert_int_eq(d.verdict, row->verdict);
 	ck_assert_str_eq(d.host, row->host);
 	ck_assert_uint_eq(d.port, row->port);
+	ck_assert_int_eq(d.reason, EGRESS_REASON_NONE);
+}
+END_TEST
+
+/* A plain-HTTP request's decision (the proxy's "DENY host:port not-CONNECT"). */
+static const struct {
+	const char *line;
+	const char *host;
+	unsigned port;
+} reason_rows[] = {
+	{ "DENY example.com:80 not-CONNECT", "example.com", 80 },
+	{ "DENY [::1]:8080 not-CONNECT", "[::1]", 8080 },
+	{ "DENY a:443 not-CONNECT\r", "a", 443 },
+};
+
+START_TEST(test_parse_reason)
+{
+	struct egress_decision d = { .verdict = _EGRESS_VERDICT_MAX };
+
+	ck_assert_int_eq(egresslog_parse(reason_rows[_i].line, strlen(reason_rows[_i].line), &d), 1);
+	ck_assert_int_eq(d.verdict, EGRESS_DENY);
+	ck_assert_int_eq(d.reason, EGRESS_REASON_NOT_CONNECT);
+	ck_assert_str_eq(d.host, reason_rows[_i].host);
+	ck_assert_uint_eq(d.port, reason_rows[_i].port);
+	ck_assert_str_eq(egress_reason_to_string(d.reason), "not_connect");
+	ck_assert_str_eq(egress_reason_to_log(d.reason), "not-CONNECT");
+	ck_assert_ptr_null(egress_reason_to_string(EGRESS_REASON_NONE));
 }
 END_TEST
 
@@ -779,6 +815,7 @@ static Suite *egresslog_suite(void)
 
 	tc = tcase_create("grammar");
 	tcase_add_loop_test(tc, test_parse, 0, ELEMENTSOF(parse_rows));
+	tcase_add_loop_test(tc, test_parse_reason, 0, ELEMENTSOF(reason_rows));
 	tcase_add_test(tc, test_parse_length);
 	tcase_add_test(tc, test_verdict_names);
 	tcase_add_loop_test(tc, test_ready, 0, ELEMENTSOF(ready_rows));

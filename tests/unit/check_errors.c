@@ -46,6 +46,7 @@ static const struct pin pins[] = {
 	{ MSB_ERR_SANDBOX_NOT_FOUND, 1206, "SandboxNotFound" },
 	{ MSB_ERR_FREEZE_FAILED, 1207, "SandboxFreezeFailed" },
 	{ MSB_ERR_EXEC_OUTPUT_LIMIT, 1208, "SandboxExecOutputLimitExceeded" },
+	{ MSB_ERR_CANCELLED, 1209, "Cancelled" },
 
 	{ MSB_ERR_PERMISSION_DENIED, 1300, "PermissionDenied" },
 	{ MSB_ERR_FRAME_TOO_LARGE, 1301, "FrameTooLarge" },
@@ -70,7 +71,7 @@ static const struct block blocks[] = {
 static const int standard_codes[] = { -32700, -32600, -32601, -32602, -32603 };
 
 /* Codes the table does not hold. */
-static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1209, 1305, -32000, -32604, 4242 };
+static const int unknown_codes[] = { 0, 1, -1, 999, 1004, 1107, 1210, 1305, -32000, -32604, 4242 };
 
 static json_t *parse(const char *s)
 {

@@ -28,6 +28,8 @@
 #include <ftw.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -37,6 +39,9 @@
 #include <unistd.h>
 #include <linux/capability.h>
 #include <linux/openat2.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/fsuid.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -961,6 +966,80 @@ START_TEST(test_write_parents_and_modes)
 	ck_assert_uint_eq(lmode("/w/real/more.txt") & 07777, 0644);
 	no_temp_under("/w");
 	outside_intact();
+}
+END_TEST
+
+/* ---- a write's mode, from the first byte ------------------------------------ */
+
+/* The mode a write's temporary has while its content goes in: the
+ * content's second page is missing (userfaultfd), so the write stops on
+ * it; this thread stats the temporary then, and lets the write go on. */
+struct temp_watch {
+	int uffd;
+	char *pages;
+	size_t page;
+	const char *dir;             /* host path of the temporary's directory */
+	int mode;                    /* -1 until seen */
+};
+
+static void *temp_watch_run(void *arg)
+{
+	struct temp_watch *w = arg;
+	struct pollfd pfd = { .fd = w->uffd, .events = POLLIN };
+	struct uffdio_zeropage z = { .range = { (uintptr_t)(w->pages + w->page), w->page } };
+	struct uffd_msg msg;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (poll(&pfd, 1, 30000) != 1 || read(w->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
+	    msg.event != UFFD_EVENT_PAGEFAULT)
+		return NULL;
+	d = opendir(w->dir);
+	while (d && (de = readdir(d)))
+		if (plocal_name_is_temp(de->d_name) && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			w->mode = (int)(st.st_mode & 07777);
+	if (d)
+		closedir(d);
+	ioctl(w->uffd, UFFDIO_ZEROPAGE, &z);
+	return NULL;
+}
+
+START_TEST(test_write_mode_from_the_first_byte)
+{
+	struct temp_watch w = { .page = (size_t)sysconf(_SC_PAGESIZE), .dir = H("/w"), .mode = -1 };
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	struct paths_plan *p = plan_of(PATHS_OP_WRITE, "/w", "secret-new.txt");
+	struct msb_error e = { 0 };
+	pthread_t t;
+
+	w.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (w.uffd < 0) {
+		fprintf(stderr, "SKIP test_write_mode_from_the_first_byte: no userfaultfd (%s)\n", strerror(errno));
+		paths_plan_free(p);
+		return;
+	}
+	ck_assert_int_eq(ioctl(w.uffd, UFFDIO_API, &api), 0);
+	w.pages = mmap(NULL, 2 * w.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert(w.pages != MAP_FAILED);
+	memset(w.pages, 's', w.page);
+	reg.range = (struct uffdio_range){ (uintptr_t)(w.pages + w.page), w.page };
+	ck_assert_int_eq(ioctl(w.uffd, UFFDIO_REGISTER, &reg), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, temp_watch_run, &w), 0);
+	ck_assert_int_eq(plocal_write_mode(root, p, &guest_root, NULL, (const uint8_t *)w.pages, 2 * w.page, 0600, &e),
+			 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	/* Never readable by others, not even while the content goes in. */
+	ck_assert_int_eq(w.mode, 0600);
+	ck_assert_uint_eq(lmode("/w/secret-new.txt") & 07777, 0600);
+	/* Mode 0: the writer's descriptor writes all the same. */
+	ck_assert_int_eq(plocal_write_mode(root, p, &guest_root, NULL, (const uint8_t *)"x", 1, 0, &e), 0);
+	ck_assert_uint_eq(lmode("/w/secret-new.txt") & 07777, 0);
+	munmap(w.pages, 2 * w.page);
+	close(w.uffd);
+	paths_plan_free(p);
+	no_temp_under("/w");
 }
 END_TEST
 
@@ -2437,6 +2516,7 @@ static Suite *plane_local_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_write_parents_and_modes);
 	tcase_add_test(tc, test_write_replaces);
+	tcase_add_test(tc, test_write_mode_from_the_first_byte);
 	tcase_add_test(tc, test_write_link_leaf);
 	tcase_add_test(tc, test_write_fifo_leaf);
 	tcase_add_test(tc, test_write_dir_leaf);

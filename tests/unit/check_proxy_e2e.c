@@ -1,7 +1,8 @@
 /* check_proxy_e2e.c — the built maf-sandbox-egress-proxy ($MSB_PROXY), end to
  * end, on loopback only: the readiness line, a tunnel with bytes both ways
  * and half-close, back-pressure on a large echo, every decision and its
- * reply, no decision line for 400/405, the exact stdout, and exit 0 on
+ * reply, no decision line for a 400 nor for a 405 without a target (a
+ * plain-HTTP request naming one is a DENY ... not-CONNECT), the exact stdout, and exit 0 on
  * SIGTERM. Names resolve through a fake DNS server on 127.0.0.1 that the
  * proxy is pointed at with MAF_SANDBOX_PROXY_RESOLV_CONF; nothing leaves
  * the machine. */
@@ -688,12 +689,16 @@ START_TEST(test_echo_large)
 }
 END_TEST
 
-/* DENY for hosts and ports not listed; 405 and 400 without a line. */
+/* DENY for hosts and ports not listed; a plain-HTTP request (405) is a
+ * DENY with the reason not-CONNECT when its absolute-form target names a
+ * host (an allowed one too: only CONNECT is served), none without; 400
+ * without a line. */
 START_TEST(test_refusals)
 {
 	static const char nul_head[] = "CONNECT a\0b:443 HTTP/1.1\r\n\r\n";
-	char t1[64], t2[64], l1[96], l2[96], l3[96], l4[96], req[256];
-	const char *const want[] = { l1, l2, l3, l4, NULL };
+	char t1[64], t2[64], l1[96], l2[96], l3[96], l4[96], l5[96], req[256];
+	const char *const want[] = { l1, l2, l3, l4, l5, "DENY example.com:443 not-CONNECT",
+				     "DENY [::1]:8080 not-CONNECT", NULL };
 
 	proxy_start(&proxy, allow_list, "127.0.0.0/8", dns.resolv, shown_allow());
 	target(t1, sizeof(t1), "127.0.0.2");
@@ -705,6 +710,13 @@ START_TEST(test_refusals)
 	snprintf(req, sizeof(req), "GET http://127.0.0.1:%u/ HTTP/1.1\r\nHost: x\r\n\r\n",
 		 (unsigned)target_port);
 	request_expect(proxy.port, req, strlen(req), reply_405);
+	request_expect(proxy.port, "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", 32, reply_405);
+	snprintf(req, sizeof(req), "POST HTTPS://example.com?q HTTP/1.0\r\n\r\n");
+	request_expect(proxy.port, req, strlen(req), reply_405);
+	snprintf(req, sizeof(req), "GET http://u@example.com/ HTTP/1.1\r\n\r\n");
+	request_expect(proxy.port, req, strlen(req), reply_405);
+	snprintf(req, sizeof(req), "HEAD http://[::1]:8080/x HTTP/1.1\r\n\r\n");
+	request_expect(proxy.port, req, strlen(req), reply_405);
 	snprintf(req, sizeof(req), "CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n");
 	request_expect(proxy.port, req, strlen(req), reply_400);
 	request_expect(proxy.port, nul_head, sizeof(nul_head) - 1, reply_400);
@@ -715,6 +727,7 @@ START_TEST(test_refusals)
 	snprintf(l2, sizeof(l2), "DENY 127.0.0.1:1");
 	snprintf(l3, sizeof(l3), "DENY example.com:443");
 	snprintf(l4, sizeof(l4), "DENY %s", t2);
+	snprintf(l5, sizeof(l5), "DENY 127.0.0.1:%u not-CONNECT", (unsigned)target_port);
 	proxy_stop_expect(&proxy, want);
 }
 END_TEST

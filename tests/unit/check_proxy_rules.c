@@ -770,6 +770,81 @@ START_TEST(test_decisions)
 }
 END_TEST
 
+/* A plain-HTTP request's target (proxy_head_plain_target): absolute form
+ * only, http or https, the scheme's port unless given; its decision line
+ * carries the reason. */
+static const struct {
+	const char *head;
+	const char *host;   /* NULL: no target */
+	unsigned port;
+} plain_rows[] = {
+	{ "GET http://example.com/ HTTP/1.1\r\n", "example.com", 80 },
+	{ "GET http://example.com HTTP/1.1\r\n", "example.com", 80 },
+	{ "POST HTTPS://Example.COM?q=1 HTTP/1.0\r\n", "Example.COM", 443 },
+	{ "GET http://example.com:8080/x#f HTTP/1.1\r\n", "example.com", 8080 },
+	{ "HEAD http://[::1]/ HTTP/1.1\r\n", "[::1]", 80 },
+	{ "HEAD http://[::1]:81/ HTTP/1.1\r\n", "[::1]", 81 },
+	{ "GET http://10.0.0.1:1/ HTTP/1.1\r\n", "10.0.0.1", 1 },
+	{ "GET / HTTP/1.1\r\n", NULL, 0 },
+	{ "GET ftp://example.com/ HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http:/example.com/ HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http:///x HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http://user@example.com/ HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http://example.com:0/ HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http://example.com:99999/ HTTP/1.1\r\n", NULL, 0 },
+	{ "GET http://*.example.com/ HTTP/1.1\r\n", NULL, 0 },
+};
+
+START_TEST(test_plain_target)
+{
+	struct proxy_target t = { .port = 7 };
+	struct proxy_head h;
+	char line[512];
+	size_t used;
+	int r;
+
+	proxy_head_init(&h);
+	ck_assert_int_eq(proxy_head_feed(&h, plain_rows[_i].head, strlen(plain_rows[_i].head), &used),
+			 PROXY_HEAD_NOT_CONNECT);
+	r = proxy_head_plain_target(&h, &t);
+	if (!plain_rows[_i].host) {
+		ck_assert_msg(r == -EINVAL, "%s: a target", plain_rows[_i].head);
+		return;
+	}
+	ck_assert_msg(r == 0, "%s: no target", plain_rows[_i].head);
+	ck_assert_str_eq(t.host, plain_rows[_i].host);
+	ck_assert_uint_eq(t.port, plain_rows[_i].port);
+	snprintf(line, sizeof(line), "DENY %s:%u not-CONNECT\n", plain_rows[_i].host, plain_rows[_i].port);
+	ck_assert_int_eq(proxy_format_decision_reason(PROXY_DENY, &t, PROXY_REASON_NOT_CONNECT, line + 256, 256),
+			 (int)strlen(line));
+	ck_assert_str_eq(line + 256, line);
+	ck_assert_int_eq(proxy_format_decision_reason(PROXY_DENY, &t, PROXY_REASON_NOT_CONNECT, line, 8), -EINVAL);
+}
+END_TEST
+
+/* Only a head refused as not CONNECT has one; a target cut at
+ * PROXY_TARGET_MAX before its authority ended has none. */
+START_TEST(test_plain_target_refused)
+{
+	_cleanup_free_ char *s = malloc(PROXY_HEAD_MAX);
+	struct proxy_target t;
+	struct proxy_head h;
+	size_t n, used;
+
+	proxy_head_init(&h);
+	ck_assert_int_eq(proxy_head_feed(&h, "CONNECT a:1 HTTP/1.1\r\n\r\n", 24, &used), PROXY_HEAD_DONE);
+	ck_assert_int_eq(proxy_head_plain_target(&h, &t), -EINVAL);
+	ck_assert_ptr_nonnull(s);
+	n = (size_t)snprintf(s, PROXY_HEAD_MAX, "GET http://");
+	memset(s + n, 'a', PROXY_TARGET_MAX);
+	n += PROXY_TARGET_MAX;
+	n += (size_t)snprintf(s + n, PROXY_HEAD_MAX - n, "/ HTTP/1.1\r\n");
+	proxy_head_init(&h);
+	ck_assert_int_eq(proxy_head_feed(&h, s, n, &used), PROXY_HEAD_NOT_CONNECT);
+	ck_assert_int_eq(proxy_head_plain_target(&h, &t), -EINVAL);
+}
+END_TEST
+
 static Suite *proxy_rules_suite(void)
 {
 	Suite *s = suite_create("proxy_rules");
@@ -796,6 +871,8 @@ static Suite *proxy_rules_suite(void)
 
 	tc = tcase_create("targets");
 	tcase_add_loop_test(tc, test_target, 0, ELEMENTSOF(target_rows));
+	tcase_add_loop_test(tc, test_plain_target, 0, ELEMENTSOF(plain_rows));
+	tcase_add_test(tc, test_plain_target_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("addresses");

@@ -666,6 +666,58 @@ START_TEST(test_reaps_in_order)
 }
 END_TEST
 
+/* The dry run: the same inventory, plan and revalidation as the sweep of
+ * test_reaps_in_order, then no removal at all; the result lists the
+ * workloads that would go (ID, name, scope label, creation time) and counts
+ * the proxies and networks; the registry keeps its sandbox. */
+START_TEST(test_dry_run_removes_nothing)
+{
+	static const struct fake_reply entries[] = {
+		LIST_C(LISTED(ID("a")) "," LISTED(ID("b")) "," LISTED(ID("d"))),
+		INSPECT_C(ID("a"), WORKLOAD(ID("a"), NAME1, OLD)),
+		INSPECT_C(ID("b"), PROXY(ID("b"), NAME1, YOUNG)),
+		INSPECT_C(ID("d"), WORKLOAD(ID("d"), NAME2, YOUNG)),
+		LIST_N(LISTED(ID("c"))),
+		INSPECT_N(ID("c"), NETWORK(ID("c"), NAME1, OLD)),
+	};
+	json_auto_t *doc = json_loads(WORKLOAD(ID("a"), NAME1, OLD), 0, NULL);
+	const json_t *would, *w;
+
+	ck_assert_ptr_nonnull(registry_update_from_inspect(d.registry, doc, 0));
+	serve(entries, ELEMENTSOF(entries));
+	ck_assert_int_eq(reap_start_dry(&d, DAY_S, NULL, NOW, true, done_cb, &done), 0);
+	loop_run_until(base, &done.calls, 1, RUN_MAX_MS);
+	loop_run_until(base, NULL, 0, SETTLE_MS);
+	ck_assert_int_eq(done.calls, 1);
+	assert_counts(0, 0, 0, 0);
+	ck_assert_str_eq(trace(), "LC IC:a IC:b IC:d LN IN:c IC:a");
+	ck_assert_str_eq(removals(), "");
+	ck_assert(json_is_true(json_object_get(done.result, "dry_run")));
+	would = json_object_get(done.result, "would_dispose");
+	ck_assert_int_eq(json_array_size(would), 1);
+	w = json_array_get(would, 0);
+	ck_assert_str_eq(json_string_value(json_object_get(w, "sandbox")), ID("a"));
+	ck_assert_str_eq(json_string_value(json_object_get(w, "name")), NAME1);
+	ck_assert_str_eq(json_string_value(json_object_get(w, "scope")), "scope-a");
+	ck_assert_str_eq(json_string_value(json_object_get(w, "created")), OLD);
+	ck_assert_int_eq(json_integer_value(json_object_get(done.result, "would_remove_proxies")), 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(done.result, "would_remove_networks")), 1);
+	ck_assert_uint_eq(registry_count(d.registry), 1);
+}
+END_TEST
+
+/* A real sweep's result has no dry-run members. */
+START_TEST(test_sweep_result_has_no_dry_run_members)
+{
+	static const struct fake_reply entries[] = { LIST_C(""), LIST_N("") };
+
+	serve(entries, ELEMENTSOF(entries));
+	reap(NULL, DAY_S);
+	ck_assert_ptr_null(json_object_get(done.result, "dry_run"));
+	ck_assert_ptr_null(json_object_get(done.result, "would_dispose"));
+}
+END_TEST
+
 /* A lone proxy or network is reachable; within a day, nothing is. */
 START_TEST(test_lone_and_young)
 {
@@ -1023,6 +1075,8 @@ static Suite *reap_suite(void)
 	tc = tcase_create("sweep");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_reaps_in_order);
+	tcase_add_test(tc, test_dry_run_removes_nothing);
+	tcase_add_test(tc, test_sweep_result_has_no_dry_run_members);
 	tcase_add_test(tc, test_lone_and_young);
 	tcase_add_test(tc, test_overflow_keeps_everything);
 	tcase_add_test(tc, test_scope);

@@ -387,6 +387,82 @@ START_TEST(call_numbers_increase)
 }
 END_TEST
 
+static int cancel_calls;
+static const char *cancel_why;
+
+static bool cancel_hook(struct rpc_call *call, const char *why, void *arg)
+{
+	(void)call;
+	cancel_calls++;
+	cancel_why = why;
+	return arg != NULL;   /* "taken" when given an arg */
+}
+
+static struct rpc_call *sibling_of;
+static struct rpc_call *sibling;
+
+static struct rpc_call *find_cb(const struct rpc_call *call, const json_t *id, void *arg)
+{
+	(void)arg;
+	ck_assert_ptr_eq(call, sibling_of);
+	return json_integer_value(id) == 7 ? sibling : NULL;
+}
+
+static const struct rpc_call_ops find_ops = { .done = done_cb, .notify = notify_cb, .find = find_cb };
+
+/* The cancel hook (call.cancel, a closed connection) and the lookup of a
+ * sibling call by its id (exec.stdin, call.cancel). */
+START_TEST(cancel_hooks_and_siblings)
+{
+	struct jsonrpc_request req;
+	struct rpc_peer peer = { .pid = 1 };
+	static int token;
+	struct rpc_call *call, *other;
+	json_t *err = NULL, *id7 = json_integer(7), *id8 = json_integer(8);
+	const char *line = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"test.pending\"}";
+
+	reset();
+	cancel_calls = 0;
+	call = run("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"test.pending\"}");
+	/* No hook: not cancellable, nothing found (no find op). */
+	ck_assert(!rpc_call_is_cancellable(call));
+	ck_assert(!rpc_call_cancel(call, "call.cancel"));
+	ck_assert_ptr_null(rpc_call_find_sibling(call, id7));
+	rpc_call_set_cancel(call, cancel_hook, &token);
+	ck_assert(rpc_call_is_cancellable(call));
+	ck_assert_ptr_eq(rpc_call_cancel_arg(call, cancel_hook), &token);
+	ck_assert(rpc_call_cancel(call, "call.cancel"));
+	ck_assert_int_eq(cancel_calls, 1);
+	ck_assert_str_eq(cancel_why, "call.cancel");
+	ck_assert_int_eq(done_calls, 0);   /* a hook only arranges the cancel */
+	rpc_call_set_cancel(call, cancel_hook, NULL);
+	ck_assert(!rpc_call_cancel(call, "the client leaving"));   /* the hook says no */
+	ck_assert_ptr_null(rpc_call_cancel_arg(call, cancel_hook));
+	rpc_call_reply(call, NULL);
+	ck_assert_int_eq(done_calls, 1);
+
+	/* Siblings through the transport's find op; a detached call finds none. */
+	ck_assert_int_eq(jsonrpc_request_parse(line, strlen(line), &req, &err), 0);
+	other = rpc_dispatch(test_methods, 3, &req, &peer, NULL, &find_ops, &done_calls);
+	jsonrpc_request_release(&req);
+	ck_assert_int_eq(jsonrpc_request_parse(line, strlen(line), &req, &err), 0);
+	call = rpc_dispatch(test_methods, 3, &req, &peer, NULL, &find_ops, &done_calls);
+	jsonrpc_request_release(&req);
+	sibling = other;
+	sibling_of = call;
+	ck_assert_ptr_eq(rpc_call_find_sibling(call, id7), other);
+	ck_assert_ptr_null(rpc_call_find_sibling(call, id8));
+	ck_assert_ptr_null(rpc_call_find_sibling(call, json_null()));
+	rpc_call_detach(call);
+	ck_assert_ptr_null(rpc_call_find_sibling(call, id7));
+	rpc_call_reply(call, NULL);
+	rpc_call_reply(other, NULL);
+	json_decref(id7);
+	json_decref(id8);
+	reset();
+}
+END_TEST
+
 static Suite *rpc_suite(void)
 {
 	Suite *s = suite_create("rpc");
@@ -406,6 +482,7 @@ static Suite *rpc_suite(void)
 	tcase_add_test(contract, pending_call_notifies_its_client);
 	tcase_add_test(contract, detached_call_drops_its_reply);
 	tcase_add_test(contract, call_numbers_increase);
+	tcase_add_test(contract, cancel_hooks_and_siblings);
 	suite_add_tcase(s, params);
 	suite_add_tcase(s, contract);
 	return s;

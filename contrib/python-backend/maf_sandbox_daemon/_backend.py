@@ -263,7 +263,10 @@ class DaemonSandbox:
         """Runs ``command`` (a sequence is the argv; a string runs under ``sh -c``) as the
         image's user, at most ``timeout`` s: then ``TimeoutError`` and what it started is killed
         (the sandbox stays). Output is bounded by the daemon's ``exec.max_output_bytes`` (8 MiB:
-        past it, ``maf_sandbox.SandboxExecOutputLimitExceeded``)."""
+        past it, ``maf_sandbox.SandboxExecOutputLimitExceeded``). Cancelling the call (the task
+        awaiting it, an outer ``asyncio.wait_for``) kills the command and what it started the
+        same way (``call.cancel``), then ``CancelledError`` propagates. maf-sandbox's protocol
+        passes no stdin: the command's is closed."""
         return await self._exec(command, working_directory, timeout, None)
 
     async def exec_bounded(self, command: str | Sequence[str], *, working_directory: str,
@@ -287,6 +290,15 @@ class DaemonSandbox:
         try:
             result = await self._inner.exec(command, working_directory=working_directory,
                                             timeout=timeout, max_output_bytes=max_output_bytes)
+        except (msc.SandboxFileNotFoundError, msc.SandboxNotADirectoryError) as exc:
+            if exc.data.get("field") != "working_directory":
+                raise  # already maf-sandbox's vocabulary (a builtin)
+            # The daemon refuses a working directory that is not there with a typed error;
+            # maf-sandbox's exec answers it with a result (its FILES_IN conformance probes
+            # exec in a directory that may not exist), as a shell does for what it cannot
+            # run: exit 126, the daemon's reason on stderr (never the runtime's text).
+            return ms.ExecResult(stdout_bytes=b"", stderr_bytes=f"{exc.message}\n".encode(),
+                                 exit_code=126)
         except msc.SandboxError as exc:
             if _not_the_callers_timeout(exc):
                 raise EngineDeadline(exc.message, code=exc.code, type=exc.type,

@@ -363,6 +363,35 @@ class ProgramChannelTest(_Case):
                                            timeout=EXEC_TIMEOUT,
                                            max_output_bytes=bad)  # type: ignore[arg-type]
 
+    async def test_a_cancelled_exec_kills_the_command(self) -> None:
+        """Cancelling the task awaiting a backend exec (asyncio.wait_for included) kills the
+        command in the guest (the client sends call.cancel), not only the wait."""
+        backend = await self.backend()
+        sandbox = await backend.acquire(self.key("cancel"), ms.SandboxSpec(
+            kind="cancel", image=self.s.image))
+
+        async def count(suffix: str) -> int:
+            ps = await sandbox.exec(["ps", "-o", "args"], working_directory=".",
+                                    timeout=EXEC_TIMEOUT)
+            return sum(1 for line in ps.stdout_bytes.decode().splitlines()
+                       if line.rstrip().endswith(suffix))
+
+        task = asyncio.create_task(sandbox.exec(["sh", "-c", "setsid env -i sleep 309 & sleep 308"],
+                                                working_directory=".", timeout=EXEC_TIMEOUT))
+        for _ in range(300):
+            if await count("sleep 308") and await count("sleep 309"):
+                break
+            await asyncio.sleep(0.1)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        for _ in range(50):
+            left = await count("sleep 308") + await count("sleep 309")
+            if not left:
+                break
+            await asyncio.sleep(0.1)
+        self.assertEqual(left, 0, "the cancelled command lives on in the guest")
+
 
 _archive: list[fx.Daemon] = []
 

@@ -8,12 +8,12 @@ import builtins
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from .connection import EXEC_OUTPUT, PULL_PROGRESS, Connection
+from .connection import CALL_CANCEL, EXEC_OUTPUT, EXEC_STDIN, PULL_PROGRESS, Connection
 from .errors import (
     ClientTimeout,
     InvalidParams,
@@ -245,14 +245,19 @@ class AsyncClient:
 
     async def _call(self, method: str, params: Mapping[str, Any] | None = None, *,
                     timeout: float | None = DEFAULT, on_notification: _Handler | None = None,
-                    image: str | None = None) -> Any:
+                    image: str | None = None,
+                    on_id: Callable[[Connection, int], None] | None = None,
+                    cancel_on_abort: bool = False) -> Any:
         if timeout is DEFAULT:
             timeout = self.default_deadline(method, params)
         conn = await self._connection()
+        told = None if on_id is None else (lambda request_id: on_id(conn, request_id))
         if on_notification is None:
-            call = conn.request(method, params, image=image)
+            call = conn.request(method, params, image=image, on_id=told,
+                                cancel_on_abort=cancel_on_abort)
         else:
-            call = _with_notifications(conn, method, params, on_notification, image)
+            call = _with_notifications(conn, method, params, on_notification, image,
+                                       on_id=told, cancel_on_abort=cancel_on_abort)
         return await _bounded(call, method, timeout)
 
     # ---- daemon.* ------------------------------------------------------------------------
@@ -399,8 +404,49 @@ async def _bounded(call: Awaitable[Any], method: str, timeout: float | None) -> 
         raise
 
 
+#: Bytes of a streamed stdin one ``exec.stdin`` carries (the daemon takes up to 1 MiB).
+STDIN_CHUNK_BYTES = 256 * 1024
+
+
+async def _feed_stdin(conn: Connection, call_id: int, source: AsyncIterable[bytes]) -> None:
+    """Streams ``source`` to the exec ``call_id`` with ``exec.stdin``, one chunk in flight at a
+    time (each answered once the daemon handed it to the engine), then the end (``eof``).
+    Stops when the command reads no more. An exception of ``source`` cancels the exec
+    (``call.cancel``) and is raised by ``Sandbox.exec``."""
+    try:
+        async for chunk in source:
+            data = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+            for off in range(0, len(data), STDIN_CHUNK_BYTES):
+                part = data[off:off + STDIN_CHUNK_BYTES]
+                answer = await conn.request(EXEC_STDIN, {"call": call_id,
+                                                         "data_b64": b64encode_text(part)})
+                written = answer.get("written") if isinstance(answer, Mapping) else None
+                if not isinstance(written, int) or written < len(part):
+                    return  # the command reads no more
+        await conn.request(EXEC_STDIN, {"call": call_id, "eof": True})
+    except SandboxError:
+        return  # the exec ended (its own answer says how), or the connection did
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        conn.notify_daemon(CALL_CANCEL, {"id": call_id})
+        raise
+
+
+async def _feeder_end(feeder: asyncio.Task[None] | None) -> BaseException | None:
+    """Stops the stdin feeder (if it still runs) and returns its own exception, if any."""
+    if feeder is None:
+        return None
+    if not feeder.done():
+        feeder.cancel()
+    await asyncio.wait({feeder})
+    return None if feeder.cancelled() else feeder.exception()
+
+
 async def _with_notifications(conn: Connection, method: str, params: Mapping[str, Any] | None,
-                              handler: _Handler, image: str | None) -> Any:
+                              handler: _Handler, image: str | None, *,
+                              on_id: Callable[[int], None] | None = None,
+                              cancel_on_abort: bool = False) -> Any:
     """One call whose notifications are handed to ``handler`` in order, from a task of their
     own (a slow or failing handler never holds the reader). Returns once every notification
     that came before the reply has been handled; a handler's exception is raised then."""
@@ -419,7 +465,8 @@ async def _with_notifications(conn: Connection, method: str, params: Mapping[str
     try:
         try:
             result = await conn.request(method, params, image=image,
-                                        notify=lambda m, p: queue.put_nowait((m, p)))
+                                        notify=lambda m, p: queue.put_nowait((m, p)),
+                                        on_id=on_id, cancel_on_abort=cancel_on_abort)
         except Exception:
             # Hand over what came before the error (e.g. output before a timeout) first.
             queue.put_nowait(None)
@@ -608,14 +655,28 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         max_output_bytes: int | None = None,
         on_output: OutputCallback | None = None,
+        stdin: bytes | str | AsyncIterable[bytes] | None = None,
     ) -> ExecResult:
         """``sandbox.exec``: runs ``command`` (a string under ``sh -c``; a sequence is the argv
         itself, never joined) as the image's user and waits for it, at most ``timeout`` s
-        (then :class:`~maf_sandbox_client.SandboxTimeoutError`, a ``TimeoutError``; what the
-        command started is killed, the sandbox stays). A non-zero exit is a result.
+        (then :class:`~maf_sandbox_client.SandboxTimeoutError`, a ``TimeoutError``, whose
+        ``stdout``/``stderr`` hold what came before; what the command started is killed, the
+        sandbox stays). A non-zero exit is a result.
 
         ``on_output(stream, data)`` receives the output as it arrives (``"stdout"`` or
         ``"stderr"``, raw bytes, in order), all of it before this returns.
+
+        ``stdin``: the command's input. ``bytes`` (or ``str``, as UTF-8) go whole with the
+        request (``stdin_b64``, bounded by the frame); an async iterable of ``bytes`` is
+        streamed (``stdin_stream``: ``exec.stdin`` requests of at most
+        :data:`STDIN_CHUNK_BYTES`, each sent once the daemon has handed the last to the engine,
+        then the end); ``None`` (the default): the command's stdin is closed. Iteration stops
+        when the command no longer reads (it ended or closed its stdin).
+
+        Cancelling the task that awaits this (``task.cancel()``, ``asyncio.wait_for``, a
+        client ``timeout``) cancels the command: ``call.cancel`` is sent, and the daemon kills
+        it and every process it started, as on its deadline; ``CancelledError`` (or the
+        timeout's error) propagates here.
         """
         if isinstance(command, str):
             wire_command: str | builtins.list[str] = command
@@ -643,7 +704,41 @@ class Sandbox:
                 data = _decode_content(note.get("data_b64"), "exec.output")
                 return output(stream if isinstance(stream, str) else "stdout", data)
 
-        result = await self.client._call("sandbox.exec", params, on_notification=handler)
+        source: AsyncIterable[bytes] | None = None
+        if stdin is None:
+            pass
+        elif isinstance(stdin, str):
+            params["stdin_b64"] = b64encode_text(stdin.encode())
+        elif isinstance(stdin, (bytes, bytearray, memoryview)):
+            params["stdin_b64"] = b64encode_text(stdin)
+        elif hasattr(stdin, "__aiter__"):
+            params["stdin_stream"] = True
+            source = stdin
+        else:
+            raise TypeError("stdin must be bytes, str, an async iterable of bytes, or None")
+        feeder: asyncio.Task[None] | None = None
+
+        def on_id(conn: Connection, request_id: int) -> None:
+            nonlocal feeder
+            if source is not None:
+                feeder = asyncio.get_running_loop().create_task(
+                    _feed_stdin(conn, request_id, source))
+
+        try:
+            result = await self.client._call("sandbox.exec", params, on_notification=handler,
+                                             on_id=on_id, cancel_on_abort=True)
+        except SandboxError:
+            # A source that failed cancelled the exec: its own exception says why.
+            failure = await _feeder_end(feeder)
+            if failure is not None:
+                raise failure from None
+            raise
+        except BaseException:
+            await _feeder_end(feeder)
+            raise
+        failure = await _feeder_end(feeder)
+        if failure is not None:
+            raise failure
         return ExecResult.from_wire(result)
 
     async def run_code(self, code: str, *, timeout: float) -> ExecResult:

@@ -38,6 +38,7 @@ from .wire import (
     OFFLOAD_BYTES,
     decode_frame,
     decode_on_loop,
+    encode_notification,
     encode_request,
     encode_work,
 )
@@ -51,6 +52,9 @@ NotificationHandler = Callable[[str, Mapping[str, Any]], None]
 
 #: Notifications the daemon sends (PROTOCOL.md, "Notifications from the daemon").
 EXEC_OUTPUT = "exec.output"
+#: Requests about a call in flight (PROTOCOL.md ``call.cancel``, ``exec.stdin``).
+CALL_CANCEL = "call.cancel"
+EXEC_STDIN = "exec.stdin"
 PULL_PROGRESS = "sandbox.pull_progress"
 EVENTS_EVENT = "events.event"
 
@@ -220,11 +224,16 @@ class Connection:
 
     async def request(self, method: str, params: Mapping[str, Any] | None = None, *,
                       notify: NotificationHandler | None = None,
-                      image: str | None = None) -> Any:
+                      image: str | None = None,
+                      on_id: Callable[[int], None] | None = None,
+                      cancel_on_abort: bool = False) -> Any:
         """Sends one request and waits for its reply; returns ``result`` or raises the error.
 
         ``notify`` receives the notifications routed to this call; ``image`` makes it a
-        receiver of ``sandbox.pull_progress`` for that image reference.
+        receiver of ``sandbox.pull_progress`` for that image reference. ``on_id`` is told the
+        request's id once it is queued (``exec.stdin`` names the exec by it). With
+        ``cancel_on_abort``, a wait that ends without the reply (the awaiting task cancelled,
+        a client deadline) sends ``call.cancel`` for it (the daemon kills a cancelled exec).
         """
         if self._closed or self._sock is None or self._fatal is not None or self._write_error:
             raise self.closing_error()
@@ -241,9 +250,22 @@ class Connection:
         self._pending[request_id] = _Pending(method, future, notify, image)
         try:
             self._outbox.put_nowait(frame)
+            if on_id is not None:
+                on_id(request_id)
             return await future
+        except asyncio.CancelledError:
+            if cancel_on_abort and (future.cancelled() or not future.done()):
+                self.notify_daemon(CALL_CANCEL, {"id": request_id})
+            raise
         finally:
             self._pending.pop(request_id, None)
+
+    def notify_daemon(self, method: str, params: Mapping[str, Any]) -> None:
+        """Queues a notification to the daemon (a request without ``id``: nothing answers it);
+        dropped when the connection cannot send."""
+        if self._closed or self._sock is None or self._fatal is not None or self._write_error:
+            return
+        self._outbox.put_nowait(encode_notification(method, params))
 
     async def _write_loop(self) -> None:
         assert self._sock is not None

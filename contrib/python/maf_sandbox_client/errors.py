@@ -13,6 +13,8 @@ Every class also derives from :class:`SandboxError`, which carries ``code``, ``t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import errno as _errno
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +43,7 @@ __all__ = [
     "SandboxEngineUnavailable",
     "SandboxEngineVersionNotSupported",
     "SandboxError",
+    "SandboxExecCancelled",
     "SandboxExecOutputLimitExceeded",
     "SandboxFileNotFoundError",
     "SandboxFilePermissionError",
@@ -280,8 +283,33 @@ class SandboxTransferCapExceeded(SandboxOutputError):
         return value if isinstance(value, int) else None
 
 
-class SandboxTimeoutError(SandboxError, TimeoutError):
-    """1205: the call's own deadline passed (``data.timeout_ms``)."""
+class _PartialOutput:
+    """The output an exec wrote before it timed out or was cancelled (``data.stdout_b64``,
+    ``data.stderr_b64``), as bytes; empty for other calls."""
+
+    data: dict[str, Any]
+
+    def _partial(self, key: str) -> bytes:
+        value = self.data.get(key)
+        if not isinstance(value, str):
+            return b""
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return b""
+
+    @property
+    def stdout(self) -> bytes:
+        return self._partial("stdout_b64")
+
+    @property
+    def stderr(self) -> bytes:
+        return self._partial("stderr_b64")
+
+
+class SandboxTimeoutError(_PartialOutput, SandboxError, TimeoutError):
+    """1205: the call's own deadline passed (``data.timeout_ms``). For an exec, ``stdout`` and
+    ``stderr`` hold what the command wrote before it."""
 
     wire_code, wire_type = 1205, "TimeoutError"
 
@@ -301,6 +329,14 @@ class SandboxExecOutputLimitExceeded(SandboxError, ValueError):
     """1208: stdout and stderr together exceeded ``max_output_bytes``; nothing is returned."""
 
     wire_code, wire_type = 1208, "SandboxExecOutputLimitExceeded"
+
+
+class SandboxExecCancelled(_PartialOutput, SandboxError, RuntimeError):
+    """1209 ``Cancelled``: the command was cancelled (``call.cancel``) and killed; ``stdout`` and
+    ``stderr`` hold what it wrote before. A task awaiting ``Sandbox.exec`` that is cancelled
+    gets ``asyncio.CancelledError`` instead (the client sends the cancel for it)."""
+
+    wire_code, wire_type = 1209, "Cancelled"
 
 
 # ---- authorisation and the connection (1300s), and client-side conditions --------------
@@ -384,6 +420,7 @@ ERROR_CLASSES: Mapping[int, type[SandboxError]] = {
         SandboxNotFound,
         SandboxFreezeFailed,
         SandboxExecOutputLimitExceeded,
+        SandboxExecCancelled,
         SandboxPermissionDenied,
         FrameTooLarge,
         TooManyConnections,

@@ -421,7 +421,8 @@ class SandboxEvent:
     """One ``events.event`` notification (today: ``egress.decision``). ``count`` is how many
     identical decisions it stands for (the daemon coalesces a flood, PROTOCOL.md "Decisions as
     events"): they happened from ``first_time`` to ``time``; ``first_time`` is ``time`` when
-    ``count`` is 1 (or the daemon did not say)."""
+    ``count`` is 1 (or the daemon did not say). ``reason`` is the decision's reason when it has
+    one (``"not_connect"``: a plain-HTTP request to the proxy, refused), else None."""
 
     type: str
     key: SandboxKey | None
@@ -433,6 +434,7 @@ class SandboxEvent:
     time: str | None
     count: int = 1
     first_time: str | None = None
+    reason: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -457,6 +459,7 @@ class SandboxEvent:
             time=s("time"),
             count=count,
             first_time=s("first_time") or s("time"),
+            reason=s("reason"),
             raw=dict(value),
         )
 

@@ -43,6 +43,16 @@ T = TypeVar("T")
 _UNBOUNDED: Any = object()
 
 
+async def _aiter_from(it: Iterator[bytes]) -> Any:
+    """An iterator (maybe blocking: a file) as an async one, each item taken on a thread."""
+    done = object()
+    while True:
+        item = await asyncio.to_thread(next, it, done)
+        if item is done:
+            return
+        yield item
+
+
 class Client:
     """The blocking twin of :class:`~maf_sandbox_client.AsyncClient` (same methods).
 
@@ -203,10 +213,19 @@ class SyncSandbox:
     def exec(self, command: str | Sequence[str], *, timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
              working_directory: str | None = None, env: Mapping[str, str] | None = None,
              max_output_bytes: int | None = None,
-             on_output: OutputCallback | None = None) -> ExecResult:
+             on_output: OutputCallback | None = None,
+             stdin: bytes | str | Iterable[bytes] | None = None) -> ExecResult:
+        """As :meth:`Sandbox.exec`; ``stdin`` may also be an iterable of ``bytes`` (e.g. a file
+        opened ``rb``), read on a worker thread as the command takes it. A call given up here
+        (``KeyboardInterrupt``, the client's ``timeout``) cancels the command: the daemon kills
+        it."""
+        wire_stdin: Any = stdin
+        if stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview, str)) \
+                and not hasattr(stdin, "__aiter__"):
+            wire_stdin = _aiter_from(iter(stdin))
         return self._client._run(self.aio.exec(
             command, timeout=timeout, working_directory=working_directory, env=env,
-            max_output_bytes=max_output_bytes, on_output=on_output))
+            max_output_bytes=max_output_bytes, on_output=on_output, stdin=wire_stdin))
 
     def write_file(self, path: str, content: str | bytes, *,
                    working_directory: str | None = None, mode: int | None = None) -> int:

@@ -45,7 +45,10 @@ class Daemon(ClientTest):
         st = await self.client.status()
         self.assertTrue(st["engine"]["reachable"])
         self.assertEqual(st["daemon"]["socket"], self.daemon.sock)
-        self.assertEqual(st["egress"], {"configured": False})
+        self.assertFalse(st["egress"]["configured"])
+        # why allowlist is off, naming the key that turns it on (issue 19)
+        self.assertEqual(st["egress"]["modes"], ["closed"])
+        self.assertIn("egress.proxy_binary", st["egress"]["allowlist_off_reason"])
         self.assertEqual((await self.client.engine())["os"], "linux")
 
 
@@ -215,6 +218,94 @@ class Exec(ClientTest):
         results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(5)))
         self.assertEqual([r.stdout_text for r in results], [f"{i}\n" for i in range(5)])
         self.assertTrue(self.client.connected)
+
+    # ---- stdin and cancel (issue 19) ------------------------------------------------------
+
+    async def _procs(self, sb: msb.Sandbox, suffix: str) -> int:
+        r = await sb.exec(["ps", "-o", "args"])
+        return sum(1 for line in r.stdout_text.splitlines() if line.rstrip().endswith(suffix))
+
+    async def _await_proc(self, sb: msb.Sandbox, suffix: str) -> None:
+        deadline = time.monotonic() + 30
+        while await self._procs(sb, suffix) == 0:
+            self.assertLess(time.monotonic(), deadline, f"'{suffix}' never ran")
+            await asyncio.sleep(0.1)
+
+    async def _assert_gone(self, sb: msb.Sandbox, suffix: str) -> None:
+        deadline = time.monotonic() + 5
+        while (n := await self._procs(sb, suffix)) > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        self.assertEqual(n, 0, f"'{suffix}' survived the cancel")
+
+    async def test_stdin_bytes_str_and_stream(self) -> None:
+        sb = await self.sandbox()
+        r = await sb.exec("cat", stdin=b"a\x00b\xff\n")
+        self.assertEqual(r.stdout_bytes, b"a\x00b\xff\n")
+        r = await sb.exec("cat", stdin="héllo")
+        self.assertEqual(r.stdout_text, "héllo")
+        r = await sb.exec("cat")  # no stdin: closed, as before
+        self.assertEqual(r.stdout_bytes, b"")
+
+        blob = bytes(range(256)) * 8192  # 2 MiB
+
+        async def pieces():
+            for off in range(0, len(blob), 300_000):
+                yield blob[off:off + 300_000]
+
+        r = await sb.exec("sha256sum | cut -c1-64", stdin=pieces())
+        import hashlib
+        self.assertEqual(r.stdout_text.strip(), hashlib.sha256(blob).hexdigest())
+
+        # A command that reads nothing: the stream stops, the exec answers.
+        async def endless():
+            while True:
+                yield b"x" * 65536
+
+        r = await sb.exec("true", stdin=endless())
+        self.assertEqual(r.exit_code, 0)
+
+    async def test_task_cancellation_kills_the_command(self) -> None:
+        sb = await self.sandbox()
+        task = asyncio.create_task(sb.exec("setsid env -i sleep 305 & sleep 303", timeout=60))
+        await self._await_proc(sb, "sleep 303")
+        await self._await_proc(sb, "sleep 305")
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        await self._assert_gone(sb, "sleep 303")
+        await self._assert_gone(sb, "sleep 305")
+        # asyncio.wait_for does the same.
+        with self.assertRaises(TimeoutError):
+            await asyncio.wait_for(sb.exec("sleep 304", timeout=60), 1.5)
+        await self._assert_gone(sb, "sleep 304")
+
+    async def test_timeout_and_cancel_carry_the_partial_output(self) -> None:
+        sb = await self.sandbox()
+        with self.assertRaises(msb.SandboxTimeoutError) as cm:
+            await sb.exec("echo before; echo warn >&2; sleep 30", timeout=1)
+        self.assertEqual((cm.exception.stdout, cm.exception.stderr), (b"before\n", b"warn\n"))
+        # call.cancel by hand (another task of the same client: the same connection).
+        conn = self.client._conn
+        assert conn is not None
+        ids: list[int] = []
+        call = asyncio.create_task(conn.request("sandbox.exec", {
+            "sandbox": sb.instance_id, "command": "echo part; sleep 306", "timeout_seconds": 60},
+            on_id=ids.append))
+        await self._await_proc(sb, "sleep 306")
+        self.assertEqual(await self.client.call("call.cancel", {"id": ids[0]}), {"cancelled": True})
+        with self.assertRaises(msb.SandboxExecCancelled) as cancelled:
+            await call
+        self.assertEqual(cancelled.exception.code, 1209)
+        self.assertEqual(cancelled.exception.stdout, b"part\n")
+        self.assertEqual(await self.client.call("call.cancel", {"id": ids[0]}), {"cancelled": False})
+        await self._assert_gone(sb, "sleep 306")
+
+    async def test_working_directory_that_is_not_there(self) -> None:
+        sb = await self.sandbox()
+        with self.assertRaises(msb.SandboxFileNotFoundError) as cm:
+            await sb.exec("pwd", working_directory="no/such/dir")
+        self.assertEqual(cm.exception.data.get("path"), "/maf-sandbox/work/no/such/dir")
+        self.assertIsInstance(cm.exception, FileNotFoundError)
 
     async def test_streamed_output(self) -> None:
         sb = await self.sandbox()

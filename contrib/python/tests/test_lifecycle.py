@@ -206,6 +206,26 @@ class SyncClient(unittest.TestCase):
             self.assertEqual(sb.exec("echo still").stdout_text, "still\n")
             self.assertIsNone(sb.dispose())
 
+    def test_sync_stdin_and_a_given_up_call_kills_the_command(self) -> None:
+        s = fx.session()
+        with msb.connect(s.shared.sock) as client:
+            sb = client.acquire(s.key("sync-stdin"), s.spec())
+            self.assertEqual(sb.exec("cat", stdin=b"one").stdout_bytes, b"one")
+            self.assertEqual(sb.exec("cat", stdin=iter([b"a", b"b", b"c"])).stdout_bytes, b"abc")
+            client.timeout = 1.0
+            with self.assertRaises(msb.ClientTimeout):
+                sb.exec("sleep 307", timeout=60)
+            client.timeout = None
+            deadline = time.monotonic() + 5
+            while True:
+                ps = sb.exec(["ps", "-o", "args"]).stdout_text
+                alive = [line for line in ps.splitlines() if line.rstrip().endswith("sleep 307")]
+                if not alive or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(alive, [], "the command outlived the call given up")
+            self.assertIsNone(sb.dispose())
+
     def test_connect_failure(self) -> None:
         with self.assertRaises(msb.DaemonUnavailable):
             msb.connect(fx.session().tmp + "/absent.sock")

@@ -59,6 +59,7 @@ EXPECTED = [
     (1206, "SandboxNotFound", msb.SandboxNotFound, LookupError),
     (1207, "SandboxFreezeFailed", msb.SandboxFreezeFailed, RuntimeError),
     (1208, "SandboxExecOutputLimitExceeded", msb.SandboxExecOutputLimitExceeded, ValueError),
+    (1209, "Cancelled", msb.SandboxExecCancelled, RuntimeError),
     (1300, "PermissionDenied", msb.SandboxPermissionDenied, PermissionError),
     (1301, "FrameTooLarge", msb.FrameTooLarge, ValueError),
     (1302, "TooManyConnections", msb.TooManyConnections, ConnectionError),
@@ -498,9 +499,9 @@ class ScriptedServer(unittest.IsolatedAsyncioTestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.sock = os.path.join(self.dir, "s.sock")
 
-    async def serve(self, script: Script) -> None:
+    async def serve(self, script: Script, *, limit: int = 2 ** 16) -> None:
         server = await asyncio.start_unix_server(
-            lambda r, w: self._run(script, r, w), path=self.sock)
+            lambda r, w: self._run(script, r, w), path=self.sock, limit=limit)
         self.addAsyncCleanup(self._stop, server)
 
     async def _run(self, script: Script, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -773,8 +774,10 @@ class ConnectionBehaviour(ScriptedServer):
             _send(w, {"jsonrpc": "2.0", "id": req["id"],
                       "result": {"types": ["egress.decision"], "scope": "s"}})
             for decision in ("DENY", "UNREACHABLE"):
+                # the DENY of a plain-HTTP request carries its reason
+                extra = {"reason": "not_connect"} if decision == "DENY" else {}
                 _send(w, {"jsonrpc": "2.0", "method": "events.event",
-                          "params": dict(event, decision=decision)})
+                          "params": dict(event, decision=decision, **extra)})
             # a coalesced one: 2980 identical decisions from first_time to time
             _send(w, {"jsonrpc": "2.0", "method": "events.event",
                       "params": dict(event, decision="DENY", count=2980,
@@ -792,6 +795,7 @@ class ConnectionBehaviour(ScriptedServer):
             self.assertEqual(got[0].key, msb.SandboxKey("s", "t", "a"))
             self.assertEqual((got[0].port, got[0].host), (443, "h"))
             self.assertEqual((got[0].count, got[0].first_time), (1, got[0].time))
+            self.assertEqual([e.reason for e in got], [None, "not_connect", None, None])
             self.assertEqual((got[3].count, got[3].first_time, got[3].time),
                              (2980, "2025-12-31T23:59:59.5Z", "2026-01-01T00:00:00.000000001Z"))
             self.assertEqual(stream.subscription, {"types": ["egress.decision"], "scope": "s"})
@@ -862,6 +866,109 @@ class Deadlines(ScriptedServer):
         self.assertEqual(client.default_deadline("files.reclaim", {}), 120)
         client.call_timeout = None
         self.assertIsNone(client.default_deadline("sandbox.exec", {"timeout_seconds": 3}))
+
+
+class StdinAndCancel(ScriptedServer):
+    """exec's stdin and its cancel as frames: what the daemon is sent, and when."""
+
+    async def test_a_cancelled_exec_sends_call_cancel_for_its_id(self) -> None:
+        got: list[dict[str, Any]] = []
+        done = asyncio.Event()
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            got.append(await _read_request(r))   # the exec, never answered
+            got.append(await _read_request(r))   # call.cancel, a notification
+            done.set()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            task = asyncio.create_task(client.sandbox("0" * 64).exec("sleep 9", timeout=30))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            await asyncio.wait_for(done.wait(), 5)
+        self.assertEqual(got[0]["method"], "sandbox.exec")
+        self.assertEqual(got[1], {"jsonrpc": "2.0", "method": "call.cancel",
+                                  "params": {"id": got[0]["id"]}})
+
+    async def test_a_plain_call_cancelled_sends_nothing_more(self) -> None:
+        got: list[dict[str, Any]] = []
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            got.append(await _read_request(r))
+            nxt = await _read_request(r)   # the next call, not a cancel
+            got.append(nxt)
+            _send(w, {"jsonrpc": "2.0", "id": nxt["id"], "result": {}})
+            await w.drain()
+            await r.read()
+
+        await self.serve(script)
+        async with msb.AsyncClient(self.sock) as client:
+            task = asyncio.create_task(client.call("files.stat", {"path": "x"}))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            await client.call("daemon.status")
+        self.assertEqual([m["method"] for m in got], ["files.stat", "daemon.status"])
+
+    async def test_stdin_bytes_go_whole_and_a_stream_one_chunk_at_a_time(self) -> None:
+        got: list[dict[str, Any]] = []
+
+        async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            first = await _read_request(r)
+            got.append(first)
+            _send(w, {"jsonrpc": "2.0", "id": first["id"],
+                      "result": {"exit_code": 0, "stdout_b64": "", "stderr_b64": ""}})
+            await w.drain()
+            exec_req = await _read_request(r)
+            got.append(exec_req)
+            while True:
+                chunk = await _read_request(r)
+                got.append(chunk)
+                # Answered only now: the client must not have sent the next one yet.
+                self.assertFalse(r._buffer, "a chunk was sent before the last was answered")
+                data = base64.b64decode(chunk["params"].get("data_b64", ""))
+                _send(w, {"jsonrpc": "2.0", "id": chunk["id"], "result": {"written": len(data)}})
+                await w.drain()
+                if chunk["params"].get("eof"):
+                    break
+            _send(w, {"jsonrpc": "2.0", "id": exec_req["id"],
+                      "result": {"exit_code": 0, "stdout_b64": "", "stderr_b64": ""}})
+            await w.drain()
+            await r.read()
+
+        async def source():
+            yield b"a" * 300_000
+            yield b"b"
+
+        await self.serve(script, limit=1 << 20)
+        async with msb.AsyncClient(self.sock) as client:
+            sb = client.sandbox("0" * 64)
+            await sb.exec("cat", stdin=b"\x00hi")
+            await sb.exec("cat", stdin=source())
+        self.assertEqual(base64.b64decode(got[0]["params"]["stdin_b64"]), b"\x00hi")
+        self.assertNotIn("stdin_stream", got[0]["params"])
+        self.assertIs(got[1]["params"]["stdin_stream"], True)
+        chunks = got[2:]
+        self.assertTrue(all(c["method"] == "exec.stdin" and c["params"]["call"] == got[1]["id"]
+                            for c in chunks))
+        sizes = [len(base64.b64decode(c["params"].get("data_b64", ""))) for c in chunks]
+        self.assertEqual(sizes, [262144, 300_000 - 262144, 1, 0])
+        self.assertEqual([c["params"].get("eof", False) for c in chunks], [False, False, False, True])
+        with self.assertRaises(TypeError):
+            await client.sandbox("0" * 64).exec("cat", stdin=123)  # type: ignore[arg-type]
+
+    def test_partial_output_of_a_timeout_and_a_cancel(self) -> None:
+        for code, cls in ((1205, msb.SandboxTimeoutError), (1209, msb.SandboxExecCancelled)):
+            exc = msb.error_from_wire({"code": code, "message": "m", "data": {
+                "type": cls.wire_type, "stdout_b64": "b3V0", "stderr_b64": "ZXJy"}})
+            self.assertIsInstance(exc, cls)
+            self.assertEqual((exc.stdout, exc.stderr), (b"out", b"err"))
+        bare = msb.error_from_wire({"code": 1205, "message": "m", "data": {"type": "TimeoutError"}})
+        self.assertEqual((bare.stdout, bare.stderr), (b"", b""))
 
 
 class Files(ScriptedServer):
