@@ -266,6 +266,7 @@ enum sweep_kind {
 struct sweep_item {
 	enum sweep_kind kind;
 	char *ref;                /* id, or name for *_BY_NAME and networks */
+	char *name;               /* a workload's name, for the log (NULL: not known) */
 	bool drained;
 };
 
@@ -331,8 +332,10 @@ static void sweep_add_failure(struct sweep_op *op, const char *code, const char 
 
 static void sweep_free(struct sweep_op *op)
 {
-	for (size_t i = 0; i < op->n_items; i++)
+	for (size_t i = 0; i < op->n_items; i++) {
 		free(op->items[i].ref);
+		free(op->items[i].name);
+	}
 	free(op->items);
 	json_decref(op->filters);
 	json_decref(op->failures);
@@ -359,6 +362,16 @@ static void sweep_add(struct sweep_op *op, enum sweep_kind kind, const char *ref
 			return;
 	op->items = xrealloc(op->items, (op->n_items + 1) * sizeof(*op->items));
 	op->items[op->n_items++] = (struct sweep_item){ .kind = kind, .ref = xstrdup(ref) };
+}
+
+/* Names the workload ref for the log (the registry may have let it go by
+ * the time its removal is answered: its destroy event comes first). */
+static void sweep_name(struct sweep_op *op, const char *ref, const char *name)
+{
+	for (size_t i = 0; i < op->n_items; i++)
+		if (op->items[i].kind == SWEEP_WORKLOAD && strcmp(op->items[i].ref, ref) == 0 && !op->items[i].name &&
+		    name)
+			op->items[i].name = xstrdup(name[0] == '/' ? name + 1 : name);
 }
 
 /* Stable: proxies, workloads, proxies by name, networks. */
@@ -421,10 +434,8 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 	}
 	if (r->error == 0 && r->status == 204) {
 		op->disposed++;
-		if (sb)
-			log_info("sandbox %s disposed: %s", sb->name, op->why ? op->why : "disposal");
-		else
-			log_info("sandbox %.12s disposed: %s", ref, op->why ? op->why : "disposal");
+		log_info("sandbox %s disposed: %s", it->name ? it->name : sb ? sb->name : ref,
+			 op->why ? op->why : "disposal");
 		if (sb)
 			registry_remove(op->d->registry, sb);
 		fileop_journal_forget(op->d, ref);
@@ -549,6 +560,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			if (!id)
 				continue;
 			sweep_add(op, proxy ? SWEEP_PROXY : SWEEP_WORKLOAD, id);
+			sweep_name(op, id, name);
 			if (name && name[0] == '/')
 				name++;
 			if (name && (proxy || (egress && strcmp(egress, "allowlist") == 0))) {
@@ -568,6 +580,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			const char *egress = sandbox_label(sb, LABEL_EGRESS);
 
 			sweep_add(op, SWEEP_WORKLOAD, sb->id);
+			sweep_name(op, sb->id, sb->name);
 			if (egress && strcmp(egress, "allowlist") == 0)
 				sweep_add_topology(op, sb->name);
 		}
@@ -619,6 +632,7 @@ struct instance_op {
 	struct msb_key key;
 	char *kind;      /* NULL: any */
 	char *id;
+	char *name;      /* from its inspect, for the log */
 	bool removing;
 };
 
@@ -627,6 +641,7 @@ static void instance_free(struct instance_op *op)
 	msb_key_release(&op->key);
 	free(op->kind);
 	free(op->id);
+	free(op->name);
 	free(op);
 }
 
@@ -716,12 +731,16 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 		sw->why = xasprintf("sandbox.dispose of it by uid %u", (unsigned)rpc_call_peer(op->call)->uid);
 		sweep_add(sw, SWEEP_PROXY, proxy);
 		sweep_add(sw, SWEEP_WORKLOAD, op->id);
+		sweep_name(sw, op->id, name);
 		sweep_add(sw, SWEEP_NETWORK, net);
 		instance_free(op);
 		sweep_remove_next(sw);
 		return;
 	}
 	if (!op->removing) {
+		const char *name = json_string_value(json_object_get(r->body, "Name"));
+
+		op->name = name ? xstrdup(name[0] == '/' ? name + 1 : name) : NULL;
 		op->removing = true;
 		if (docker_container_remove(op->d->engine, op->id, true, instance_cb, op, NULL) < 0)
 			instance_reply_failure(op, "unreachable", "could not reach the engine");
@@ -729,7 +748,7 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	}
 	sb = registry_find_id(op->d->registry, op->id);
 	if (r->status == 204)
-		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", sb ? sb->name : op->id,
+		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", op->name ? op->name : op->id,
 			 (unsigned)rpc_call_peer(op->call)->uid);
 	if (sb)
 		registry_remove(op->d->registry, sb);
