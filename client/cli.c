@@ -1042,32 +1042,73 @@ struct ls_col {
 	const char *title;
 	const char *member;
 	bool in_key;  /* a member of the entry's "key" */
+	int cut;      /* show at most this many bytes (0: all) */
 };
 
+/* The short id ls shows: as many hex digits as the daemon takes for a
+ * prefix (PROTOCOL.md "Naming a sandbox"). */
+#define CLI_LS_ID_CHARS 12
+/* The LABELS cell, at most (the rest is "..."). */
+#define CLI_LS_LABELS_MAX 256
+
 static const struct ls_col ls_cols[] = {
-	{ "NAME", "name", false },
-	{ "STATE", "state", false },
-	{ "KIND", "kind", false },
-	{ "SCOPE", "scope", true },
-	{ "THREAD", "thread_id", true },
-	{ "AGENT", "agent_dir", true },
-	{ "CALL", "call_id", true },
-	{ "CREATED", "created", false },
+	{ "NAME", "name", false, 0 },
+	{ "ID", "sandbox", false, CLI_LS_ID_CHARS },
+	{ "STATE", "state", false, 0 },
+	{ "KIND", "kind", false, 0 },
+	{ "SCOPE", "scope", true, 0 },
+	{ "THREAD", "thread_id", true, 0 },
+	{ "AGENT", "agent_dir", true, 0 },
+	{ "CALL", "call_id", true, 0 },
+	{ "CREATED", "created", false, 0 },
+	{ "LABELS", "labels", false, 0 },
 };
 #define LS_NCOLS ELEMENTSOF(ls_cols)
 
-/* A cell: the string, or "-" when absent, empty or not a string. */
-static const char *ls_cell(const json_t *entry, const struct ls_col *c)
+/* "K=V,K=V" of an object of strings (its keys in order), into buf. */
+static const char *ls_labels(const json_t *labels, char *buf, size_t size)
 {
-	const char *s = get_str(c->in_key ? json_object_get(entry, "key") : entry, c->member);
+	const char *k;
+	json_t *v;
+	size_t n = 0;
 
+	buf[0] = '\0';
+	json_object_foreach((json_t *)labels, k, v) {
+		int w = snprintf(buf + n, size - n, "%s%s=%s", n ? "," : "", k,
+				 json_is_string(v) ? json_string_value(v) : "?");
+
+		if (w < 0 || (size_t)w >= size - n) {
+			snprintf(buf + size - 4, 4, "...");
+			break;
+		}
+		n += (size_t)w;
+	}
+	return buf;
+}
+
+/* A cell: the string, or "-" when absent, empty or not a string. */
+static const char *ls_cell(const json_t *entry, const struct ls_col *c, char *buf, size_t size)
+{
+	const json_t *from = c->in_key ? json_object_get(entry, "key") : entry;
+	const char *s;
+
+	if (json_is_object(json_object_get(from, c->member)))
+		s = ls_labels(json_object_get(from, c->member), buf, size);
+	else
+		s = get_str(from, c->member);
+	if (s && *s && c->cut > 0 && strlen(s) > (size_t)c->cut) {
+		snprintf(buf, size, "%.*s", c->cut, s);
+		s = buf;
+	}
 	return s && *s ? s : "-";
 }
 
 static void ls_row(const json_t *entry, const size_t width[LS_NCOLS])
 {
+	char buf[CLI_LS_LABELS_MAX];
+
 	for (size_t c = 0; c < LS_NCOLS; c++) {
-		const char *s = entry ? ls_cell(entry, &ls_cols[c]) : ls_cols[c].title;
+		const char *s = entry ? ls_cell(entry, &ls_cols[c], buf, sizeof(buf)) : ls_cols[c].title;
 
 		put_clean(stdout, s, c + 1 < LS_NCOLS ? width[c] + CLI_TABLE_GAP : 0);
 	}
@@ -1087,7 +1128,8 @@ static void print_ls(const json_t *list)
 		if (!json_is_object(e))
 			continue;
 		for (size_t c = 0; c < LS_NCOLS; c++) {
-			size_t w = text_width(ls_cell(e, &ls_cols[c]));
+			char buf[CLI_LS_LABELS_MAX];
+			size_t w = text_width(ls_cell(e, &ls_cols[c], buf, sizeof(buf)));
 
 			if (w > width[c])
 				width[c] = w;
@@ -2384,7 +2426,9 @@ static int cmd_events(const struct cli_cmd *cmd, struct cli_opts *opts, int argc
 }
 
 #define CLI_HELP_SANDBOX \
-	"  SANDBOX                     the sandbox's id, as acquire printed it\n"
+	"  SANDBOX                     the sandbox: its name or ID as ls shows them (an\n" \
+	"                              ID prefix of 12 or more hex digits that only it\n" \
+	"                              has), or the full id acquire printed\n"
 #define CLI_HELP_WORKDIR \
 	"  -w, --working-directory WD  the working directory (also --cwd): absolute, or\n" \
 	"                              relative to the sandbox's work_dir (default: it)"
@@ -2450,9 +2494,11 @@ static const struct cli_cmd cli_cmds[] = {
 		.usage = "ls [--scope S] [--thread T]",
 		.summary = "list sandboxes, all or those of a scope and thread",
 		.help = "List the sandboxes the daemon knows (sandbox.list), as a table of NAME,\n"
-			"STATE, KIND, the key (SCOPE, THREAD, AGENT, CALL) and CREATED; \"-\" stands\n"
-			"for a value not there. With --json: the daemon's list, which also has\n"
-			"each sandbox's id, image and owner. Non-admin users see their own only.\n"
+			"ID (the first 12 hex digits of the id), STATE, KIND, the key (SCOPE,\n"
+			"THREAD, AGENT, CALL), CREATED and the LABELS given at acquire; \"-\" stands\n"
+			"for a value not there. NAME or ID names the sandbox to every command that\n"
+			"takes a SANDBOX. With --json: the daemon's list, which also has each\n"
+			"sandbox's full id, image and owner. Non-admin users see their own only.\n"
 			"\n"
 			"  --scope S   only sandboxes of this scope\n"
 			"  --thread T  only sandboxes of this thread id",
@@ -2480,7 +2526,8 @@ static const struct cli_cmd cli_cmds[] = {
 			"  --call C      the key's call id: only call C's sandboxes (without it:\n"
 			"                the key's own and every call's)\n"
 			"  --kind K      the sandbox's kind\n"
-			"  --sandbox ID  the sandbox's id, as acquire printed it",
+			"  --sandbox ID  only this sandbox of the key: its name, full id or a unique\n"
+			"                ID prefix (12+ hex digits), as ls shows them",
 		.handler = cmd_method,
 		.opts = CLI_KEY_OPTS | CLI_OPT_BIT(CLI_OPT_CALL) | CLI_OPT_BIT(CLI_OPT_KIND) |
 			CLI_OPT_BIT(CLI_OPT_SANDBOX),

@@ -298,43 +298,99 @@ static struct rpc_result *fail_reason_named(struct rpc_call *call, enum paths_re
 	return r;
 }
 
-/* The caller's sandbox by id, or NULL (absent, or another user's). */
-static const struct sandbox *files_sandbox(struct msbd *d, struct rpc_call *call, const char *id)
+/* May the caller reach sb? Its owner, root and sandbox.admin_group only. */
+static bool files_may_reach(const struct sandbox *sb, void *arg)
 {
-	const struct sandbox *sb;
+	struct rpc_call *call = arg;
 	const struct rpc_peer *peer = rpc_call_peer(call);
 
-	if (!names_id_is_full(id))
-		return NULL;
-	sb = registry_find_id(d->registry, id);
-	if (!sb)
-		return NULL;
-	if (!msbd_peer_is_admin(d, peer) && (!sb->has_owner || sb->owner != peer->uid))
-		return NULL;
-	return sb;
+	return msbd_peer_is_admin(rpc_call_ctx(call), peer) || (sb->has_owner && sb->owner == peer->uid);
 }
 
-/* Checks the sandbox param; NULL and *ret_fail set when the call is refused. */
-const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *id,
-					 struct rpc_result **ret_fail)
+/* What the client gave, for a message: cut at MSB_ECHO_MAX_BYTES (at a
+ * character), quoted and escaped as a JSON string. malloc'd. */
+static char *given_quoted(const char *given)
 {
-	const struct sandbox *sb;
+	json_t *s = json_stringn(given, (size_t)msb_echo_len(given));
+	char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+
+	json_decref(s);
+	return q ? q : xstrdup("\"?\"");
+}
+
+static struct rpc_result *fail_ambiguous(struct rpc_call *call, const char *given,
+					 struct sandbox *const *cands, size_t n, size_t matches)
+{
+	_cleanup_free_ char *q = given_quoted(given);
+	json_t *list = json_array();
+	char *names = xstrdup("");
+
+	for (size_t i = 0; i < n; i++) {
+		char *grown = xasprintf("%s%s%s", names, i ? ", " : "", cands[i]->name);
+
+		free(names);
+		names = grown;
+		json_array_append_new(list, json_pack("{s:s, s:s}", "sandbox", cands[i]->id, "name", cands[i]->name));
+	}
+	{
+		struct rpc_result *r = rpc_fail(call, MSB_ERR_INVALID_PARAMS,
+			json_pack("{s:s, s:o, s:I}", "field", "sandbox", "candidates", list, "matches", (json_int_t)matches),
+			"sandbox %s is ambiguous: it begins the ids of %zu sandboxes (%s%s); give more digits or the name",
+			q, matches, names, matches > n ? ", ..." : "");
+
+		free(names);
+		return r;
+	}
+}
+
+int m_files_sandbox_resolve(struct msbd *d, struct rpc_call *call, const char *given,
+			    const struct sandbox **ret_sb, struct rpc_result **reterr_fail)
+{
+	struct sandbox *cands[REGISTRY_CANDIDATES_MAX], *sb = NULL;
+	size_t matches = 0;
+	int r;
+
+	if (!d->registry_synced) {
+		*reterr_fail = rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
+					"the daemon has not read the engine's sandboxes yet");
+		return -EAGAIN;
+	}
+	r = registry_resolve(d->registry, given, files_may_reach, call, &sb, cands, REGISTRY_CANDIDATES_MAX,
+			     &matches);
+	if (r == 0) {
+		*ret_sb = sb;
+		return 0;
+	}
+	if (r == -ENOTUNIQ) {
+		*reterr_fail = fail_ambiguous(call, given, cands,
+					      matches < REGISTRY_CANDIDATES_MAX ? matches : REGISTRY_CANDIDATES_MAX, matches);
+	} else if (r == -EINVAL) {
+		_cleanup_free_ char *q = given_quoted(given);
+
+		*reterr_fail = rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
+					"sandbox %s is too short: name a sandbox by its name, its full id, or at "
+					"least %d hex digits of its id (maf-sandbox ls shows them)", q, REGISTRY_PREFIX_MIN);
+	}
+	return r;
+}
+
+const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *given,
+					    struct rpc_result **ret_fail)
+{
+	const struct sandbox *sb = NULL;
+	int r;
 
 	*ret_fail = NULL;
-	if (!names_id_is_full(id)) {
-		*ret_fail = rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
-				     "sandbox must be a full container id (64 hex digits)");
-		return NULL;
+	r = m_files_sandbox_resolve(d, call, given, &sb, ret_fail);
+	if (r == -ENOENT) {
+		_cleanup_free_ char *q = given_quoted(given);
+
+		*ret_fail = rpc_fail(call, MSB_ERR_SANDBOX_NOT_FOUND,
+				     json_pack("{s:s%}", "sandbox", given, (size_t)msb_echo_len(given)),
+				     "no sandbox %s that you may reach (absent, gone, or not yours); list them with "
+				     "maf-sandbox ls (sandbox.list)", q);
 	}
-	if (!d->registry_synced) {
-		*ret_fail = rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
-				     "the daemon has not read the engine's sandboxes yet");
-		return NULL;
-	}
-	sb = files_sandbox(d, call, id);
-	if (!sb)
-		*ret_fail = rpc_fail(call, MSB_ERR_SANDBOX_NOT_FOUND, NULL, NULL);
-	return sb;
+	return r == 0 ? sb : NULL;
 }
 
 const char *m_files_sandbox_base(const struct sandbox *sb)

@@ -1,5 +1,6 @@
 /* m_sandbox.c — sandbox.acquire, sandbox.dispose, sandbox.dispose_scope,
  * sandbox.list. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "engine.h"
 #include "errmap.h"
 #include "log.h"
+#include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-limits.h"
 #include "names.h"
@@ -166,7 +168,8 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 	struct msb_error err = { 0 };
 	struct rpc_result *r;
 
-	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, &err) < 0) {
+	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, sb->image, sb->image_id,
+			  &err) < 0) {
 		r = rpc_fail_error(call, &err);
 		msb_error_clear(&err);
 		return r;
@@ -263,6 +266,7 @@ enum sweep_kind {
 struct sweep_item {
 	enum sweep_kind kind;
 	char *ref;                /* id, or name for *_BY_NAME and networks */
+	char *name;               /* a workload's name, for the log (NULL: not known) */
 	bool drained;
 };
 
@@ -275,6 +279,7 @@ struct sweep_op {
 	size_t n_items, next;
 	size_t disposed;          /* workloads removed (not proxies, not already absent) */
 	json_t *failures;         /* [{code, detail}] */
+	char *why;                /* for the log: the method and the caller */
 };
 
 /* Precedence, most actionable first (behaviour-core §1.3). */
@@ -327,11 +332,14 @@ static void sweep_add_failure(struct sweep_op *op, const char *code, const char 
 
 static void sweep_free(struct sweep_op *op)
 {
-	for (size_t i = 0; i < op->n_items; i++)
+	for (size_t i = 0; i < op->n_items; i++) {
 		free(op->items[i].ref);
+		free(op->items[i].name);
+	}
 	free(op->items);
 	json_decref(op->filters);
 	json_decref(op->failures);
+	free(op->why);
 	free(op);
 }
 
@@ -354,6 +362,16 @@ static void sweep_add(struct sweep_op *op, enum sweep_kind kind, const char *ref
 			return;
 	op->items = xrealloc(op->items, (op->n_items + 1) * sizeof(*op->items));
 	op->items[op->n_items++] = (struct sweep_item){ .kind = kind, .ref = xstrdup(ref) };
+}
+
+/* Names the workload ref for the log (the registry may have let it go by
+ * the time its removal is answered: its destroy event comes first). */
+static void sweep_name(struct sweep_op *op, const char *ref, const char *name)
+{
+	for (size_t i = 0; i < op->n_items; i++)
+		if (op->items[i].kind == SWEEP_WORKLOAD && strcmp(op->items[i].ref, ref) == 0 && !op->items[i].name &&
+		    name)
+			op->items[i].name = xstrdup(name[0] == '/' ? name + 1 : name);
 }
 
 /* Stable: proxies, workloads, proxies by name, networks. */
@@ -416,6 +434,8 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 	}
 	if (r->error == 0 && r->status == 204) {
 		op->disposed++;
+		log_info("sandbox %s disposed: %s", it->name ? it->name : sb ? sb->name : ref,
+			 op->why ? op->why : "disposal");
 		if (sb)
 			registry_remove(op->d->registry, sb);
 		fileop_journal_forget(op->d, ref);
@@ -540,6 +560,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			if (!id)
 				continue;
 			sweep_add(op, proxy ? SWEEP_PROXY : SWEEP_WORKLOAD, id);
+			sweep_name(op, id, name);
 			if (name && name[0] == '/')
 				name++;
 			if (name && (proxy || (egress && strcmp(egress, "allowlist") == 0))) {
@@ -559,6 +580,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			const char *egress = sandbox_label(sb, LABEL_EGRESS);
 
 			sweep_add(op, SWEEP_WORKLOAD, sb->id);
+			sweep_name(op, sb->id, sb->name);
 			if (egress && strcmp(egress, "allowlist") == 0)
 				sweep_add_topology(op, sb->name);
 		}
@@ -577,6 +599,8 @@ static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mod
 	op->mode = mode;
 	op->filters = filters;
 	op->failures = json_array();
+	op->why = xasprintf("%s by uid %u", mode == SWEEP_KEY ? "sandbox.dispose of its key" : "sandbox.dispose_scope",
+			    (unsigned)rpc_call_peer(call)->uid);
 	if (docker_containers_list(op->d->engine, filters, sweep_listed_cb, op, NULL) < 0) {
 		/* The engine is away: the fallback still names what we know, but
 		 * nothing can be removed; answer now. */
@@ -608,6 +632,7 @@ struct instance_op {
 	struct msb_key key;
 	char *kind;      /* NULL: any */
 	char *id;
+	char *name;      /* from its inspect, for the log */
 	bool removing;
 };
 
@@ -616,6 +641,7 @@ static void instance_free(struct instance_op *op)
 	msb_key_release(&op->key);
 	free(op->kind);
 	free(op->id);
+	free(op->name);
 	free(op);
 }
 
@@ -702,20 +728,28 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 		sw->call = op->call;
 		sw->mode = SWEEP_KEY;
 		sw->failures = json_array();
+		sw->why = xasprintf("sandbox.dispose of it by uid %u", (unsigned)rpc_call_peer(op->call)->uid);
 		sweep_add(sw, SWEEP_PROXY, proxy);
 		sweep_add(sw, SWEEP_WORKLOAD, op->id);
+		sweep_name(sw, op->id, name);
 		sweep_add(sw, SWEEP_NETWORK, net);
 		instance_free(op);
 		sweep_remove_next(sw);
 		return;
 	}
 	if (!op->removing) {
+		const char *name = json_string_value(json_object_get(r->body, "Name"));
+
+		op->name = name ? xstrdup(name[0] == '/' ? name + 1 : name) : NULL;
 		op->removing = true;
 		if (docker_container_remove(op->d->engine, op->id, true, instance_cb, op, NULL) < 0)
 			instance_reply_failure(op, "unreachable", "could not reach the engine");
 		return;
 	}
 	sb = registry_find_id(op->d->registry, op->id);
+	if (r->status == 204)
+		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", op->name ? op->name : op->id,
+			 (unsigned)rpc_call_peer(op->call)->uid);
 	if (sb)
 		registry_remove(op->d->registry, sb);
 	fileop_journal_forget(op->d, op->id);
@@ -723,15 +757,37 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 	instance_free(op);
 }
 
+/* A full id (64 hex, either case) is disposed of as before names: asked
+ * of the engine, whatever the registry knows. Lower-cased into id. */
+static bool dispose_instance_id(const char *given, char id[REGISTRY_ID_LEN + 1])
+{
+	if (strlen(given) != REGISTRY_ID_LEN || strspn(given, "0123456789abcdefABCDEF") != REGISTRY_ID_LEN)
+		return false;
+	for (size_t i = 0; i <= REGISTRY_ID_LEN; i++)
+		id[i] = (char)tolower((unsigned char)given[i]);
+	return true;
+}
+
 static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key *key,
-					   const char *kind, const char *id)
+					   const char *kind, const char *given)
 {
 	struct instance_op *op;
+	char id[REGISTRY_ID_LEN + 1];
 
-	if (!names_id_is_full(id)) {
-		msb_key_release(key);
-		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
-				"sandbox must be a full 64-hex container id");
+	if (!dispose_instance_id(given, id)) {
+		struct rpc_result *fail = NULL;
+		const struct sandbox *sb = NULL;
+		int r = m_files_sandbox_resolve(rpc_call_ctx(call), call, given, &sb, &fail);
+
+		if (r == -ENOENT) {
+			msb_key_release(key);
+			return rpc_reply(call, json_null());     /* nothing of the caller's: idempotent */
+		}
+		if (r < 0) {
+			msb_key_release(key);
+			return fail;
+		}
+		snprintf(id, sizeof(id), "%s", sb->id);
 	}
 	op = xcalloc(1, sizeof(*op));
 	op->d = rpc_call_ctx(call);
@@ -801,11 +857,13 @@ static json_t *list_entry(const struct sandbox *sb)
 				sandbox_label(sb, LABEL_CALL) ? sandbox_label(sb, LABEL_CALL) : "");
 	if (sb->created && gmtime_r(&sb->created, &tm))
 		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	e = json_pack("{s:s, s:s, s:o, s:s?, s:s, s:s?, s:s?, s:s?}", "sandbox", sb->id, "name", sb->name,
+	e = json_pack("{s:s, s:s, s:o, s:s?, s:s, s:s?, s:s?, s:s?, s:o}", "sandbox", sb->id, "name", sb->name,
 		      "key", key ? key : json_null(),
 		      "kind", json_is_array(k) ? json_string_value(json_array_get(k, 4)) : sandbox_label(sb, LABEL_KIND),
 		      "state", sandbox_state_to_string(sb->state), "created", created[0] ? created : NULL,
-		      "image", sb->image, "owner", sandbox_label(sb, LABEL_OWNER));
+		      "image", sandbox_label(sb, LABEL_IMAGE) ? sandbox_label(sb, LABEL_IMAGE) : sb->image,
+		      "owner", sandbox_label(sb, LABEL_OWNER),
+		      "labels", acquire_user_labels(sb->labels));
 	json_decref(k);
 	return e;
 }

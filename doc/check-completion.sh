@@ -60,6 +60,20 @@ expect()
 	fi
 }
 
+# A stand-in CLI on PATH for the completion's own `maf-sandbox ls` (SANDBOX
+# operands complete the names it lists; -s/--socket is passed on).
+stub=$(mktemp -d "${TMPDIR:-/tmp}/msb-compl-stub.XXXXXX") || exit 1
+cat > "$stub/maf-sandbox" <<'STUB'
+#!/bin/sh
+case " $* " in
+*" --socket /other.sock "*) printf 'NAME ID\nmaf-sandbox-docker-000000000000 000000000000\n' ;;
+*" ls "*) printf 'NAME  ID  STATE\nmaf-sandbox-docker-aaaaaaaaaaaa  0123456789ab  running\nmaf-sandbox-docker-abcdefabcdef  ba9876543210  exited\n' ;;
+esac
+STUB
+chmod +x "$stub/maf-sandbox"
+trap 'rm -rf "$stub"' EXIT
+PATH=$stub:$PATH
+
 # --- behaviour ---------------------------------------------------------------
 expect 'maf-sandbox ac' acquire
 expect 'maf-sandbox -j st' stat status
@@ -85,10 +99,19 @@ expect 'maf-sandbox exec --sh true SB ' ''
 expect 'maf-sandbox exec --sh true SB -' ''
 expect 'maf-sandbox exec SB -- ls -' ''
 expect 'maf-sandbox -- st' stat status
+expect 'maf-sandbox exec ' maf-sandbox-docker-aaaaaaaaaaaa maf-sandbox-docker-abcdefabcdef
+expect 'maf-sandbox get maf-sandbox-docker-ab' maf-sandbox-docker-abcdefabcdef
+expect 'maf-sandbox rm -r maf' maf-sandbox-docker-aaaaaaaaaaaa maf-sandbox-docker-abcdefabcdef
+expect 'maf-sandbox dispose --sandbox maf-sandbox-docker-a' maf-sandbox-docker-aaaaaaaaaaaa \
+	maf-sandbox-docker-abcdefabcdef
+expect 'maf-sandbox --socket /other.sock stat ' maf-sandbox-docker-000000000000
+expect 'maf-sandbox stat -s /other.sock ' maf-sandbox-docker-000000000000
+expect 'maf-sandbox ls ' ''
+expect 'maf-sandbox acquire ' ''
 
 # Local files for put's LOCAL, get's LOCAL and --socket, in a directory of our own.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/msb-compl.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$stub"' EXIT
 : > "$tmp/local-file"
 cd "$tmp" || exit 1
 expect 'maf-sandbox put SB loc' local-file

@@ -46,13 +46,25 @@ _maf_sandbox_files()
 	fi
 }
 
+# The names of the sandboxes the daemon lists for this user (the first
+# column of `ls`, after its header), for a SANDBOX operand or --sandbox; on
+# the socket the command line names, if any. Nothing when the daemon cannot
+# be asked (within 2 s).
+_maf_sandbox_names()
+{
+	local cur=$1 sock=$2 cli=${COMP_WORDS[0]:-maf-sandbox}
+	local -a args=(--timeout 2)
+	[[ -n $sock ]] && args+=(--socket "$sock")
+	COMPREPLY+=($(compgen -W "$("$cli" "${args[@]}" ls 2>/dev/null | awk 'NR > 1 { print $1 }')" -- "$cur"))
+}
+
 # How the CLI reads its arguments (getopt_long with "+"): options, then the
 # command, then the command's options (the global ones too) up to its first
 # operand or "--"; every word after that is an operand. exec's second operand
 # is "--", and the words after it are the guest's argv.
 _maf_sandbox()
 {
-	local cur cword i w opt unit cmd='' nops=0 optend=0 argv=0 sh=0 valopt=''
+	local cur cword i w opt unit cmd='' nops=0 optend=0 argv=0 sh=0 valopt='' sock=''
 	local -a words
 	COMPREPLY=()
 	words=("${COMP_WORDS[@]}")
@@ -82,6 +94,9 @@ _maf_sandbox()
 		else
 			opt=$w
 			[[ $opt == --sh || $opt == --sh=* ]] && sh=1
+			[[ $opt == --socket=* ]] && sock=${opt#*=}
+			[[ ($opt == -s || $opt == --socket) && ${words[i + 1]} != = ]] && sock=${words[i + 1]}
+			[[ ($opt == -s || $opt == --socket) && ${words[i + 1]} == = ]] && sock=${words[i + 2]}
 			if [[ ${words[i + 1]} == = ]]; then
 				# "--opt" "=" "VALUE"
 				((i += 2))
@@ -134,6 +149,9 @@ _maf_sandbox()
 		--older-than)
 			COMPREPLY=($(compgen -W '1h 6h 24h 7d 30d' -- "$cur"))
 			;;
+		--sandbox)
+			_maf_sandbox_names "$cur" "$sock"
+			;;
 		esac
 		return 0
 	fi
@@ -149,7 +167,12 @@ _maf_sandbox()
 	fi
 
 	# Operands: nops is the index of the one completed. SANDBOX comes first
-	# (an id: nothing to offer), then per command.
+	# (the names ls shows), then per command.
+	case $cmd in
+	put | get | stat | dir | rm | reclaim | exec)
+		((nops == 0)) && _maf_sandbox_names "$cur" "$sock"
+		;;
+	esac
 	case $cmd in
 	put)
 		# put SANDBOX LOCAL GUEST; LOCAL may be - (stdin).

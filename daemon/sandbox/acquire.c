@@ -167,11 +167,14 @@ const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb)
 json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
 		       const struct egress_info *egress)
 {
-	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s, s:s, s:o*}", "sandbox", sb->id, "name", sb->name,
+	const char *image = sandbox_label(sb, LABEL_IMAGE);
+
+	return json_pack("{s:s, s:s, s:s?, s:s, s:b, s:s, s:s, s:o*, s:s*, s:s*}", "sandbox", sb->id, "name", sb->name,
 			 "kind", sandbox_label(sb, LABEL_KIND), "work_dir", work_dir,
 			 "created", created, "state", sandbox_state_to_string(sb->state),
 			 "file_plane", acquire_file_plane(d, sb),
-			 "egress", egress ? egress_info_json(egress) : NULL);
+			 "egress", egress ? egress_info_json(egress) : NULL,
+			 "image", image ? image : sb->image, "image_id", sb->image_id);
 }
 
 static void acq_enter(struct acquire_op *op, enum acq_state state);
@@ -221,7 +224,8 @@ static bool acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 		rpc_call_fail_error(w->call, &op->err);
 		return false;
 	}
-	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, &err) < 0) {
+	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, sb->image, sb->image_id,
+			  &err) < 0) {
 		rpc_call_fail_error(w->call, &err);
 		msb_error_clear(&err);
 		return false;
@@ -255,6 +259,18 @@ static bool acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct
 	return true;
 }
 
+/* Client text for the log: at most MSB_ECHO_MAX_BYTES, control characters
+ * as '?' (a key cannot forge a log line). malloc'd. */
+static char *log_text(const char *s)
+{
+	char *out = xstrndup(s ? s : "", (size_t)msb_echo_len(s ? s : ""));
+
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < ' ' || *p == 0x7f)
+			*p = '?';
+	return out;
+}
+
 /* Answers every waiter and frees the op (from the loop, via finish_ev). */
 static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -278,9 +294,15 @@ static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
 		if (acq_answer(op, w, sb, first) && first)
 			told = true;
 	}
-	if (sb)
-		log_info("sandbox %s: container=%s kind=%s image=%s", op->created ? "created" : "ready",
-			 op->name, op->spec.kind, msb_spec_image_ref(&op->spec));
+	if (sb) {
+		_cleanup_free_ char *kind = log_text(op->spec.kind), *image = log_text(msb_spec_image_ref(&op->spec));
+		_cleanup_free_ char *scope = log_text(op->key.scope), *thread = log_text(op->key.thread_id);
+		_cleanup_free_ char *call = log_text(op->key.call_id);
+
+		log_info("sandbox %s: container=%s kind=%s image=%s owner=%u scope=%s thread=%s%s%s",
+			 op->created ? "created" : "ready", op->name, kind, image,
+			 (unsigned)(sb->has_owner ? sb->owner : op->owner), scope, thread, *call ? " call=" : "", call);
+	}
 	else
 		log_info("sandbox %s: acquire failed: %s", op->name,
 			 op->err.message ? op->err.message : msb_error_name(op->err.code));
@@ -657,9 +679,132 @@ static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *pee
 	return o == 0 || o == peer->uid || msbd_lookup_admin(d, o, (gid_t)-1);
 }
 
+/* ---- spec conflicts ---------------------------------------------------- */
+
+/* Image ids compare without their "sha256:". */
+static const char *image_id_bare(const char *id)
+{
+	return id && strncmp(id, "sha256:", 7) == 0 ? id + 7 : id;
+}
+
+static bool image_ids_equal(const char *a, const char *b)
+{
+	return a && b && *image_id_bare(a) && strcmp(image_id_bare(a), image_id_bare(b)) == 0;
+}
+
+/* The image difference, or NULL: see acquire_spec_differences. */
+static json_t *image_difference(const struct msb_spec *spec, const json_t *labels, const char *image,
+				const char *image_id)
+{
+	const char *want = msb_spec_image_ref(spec);
+	const char *made = json_string_value(json_object_get(labels, LABEL_IMAGE));
+	const char *existing;
+
+	if (!made && image && strncmp(image, "sha256:", 7) != 0)
+		made = image;            /* the seed's or an older daemon's: Config.Image */
+	if (!want || (made && strcmp(want, made) == 0) || image_ids_equal(spec->image_id, image_id))
+		return NULL;
+	if (!made && !(spec->image_id && image_id))
+		return NULL;             /* nothing to compare with: served */
+	existing = made ? made : image_id;
+	return json_pack("{s:s, s:s, s:s}", "field", spec->image_id ? "image_id" : "image", "requested", want,
+			 "existing", existing);
+}
+
+json_t *acquire_user_labels(const json_t *labels)
+{
+	const char *raw = json_string_value(json_object_get(labels, LABEL_LABELS_JSON));
+	json_t *out = raw ? json_loads(raw, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	const char *k;
+	json_t *v;
+
+	if (json_is_object(out))
+		return out;
+	json_decref(out);
+	out = json_object();
+	json_object_foreach((json_t *)labels, k, v)
+		if (strncmp(k, LABEL_USER_PREFIX, strlen(LABEL_USER_PREFIX)) == 0 && json_is_string(v))
+			json_object_set(out, k + strlen(LABEL_USER_PREFIX), v);
+	return out;
+}
+
+/* Do the container's maf-sandbox.label.* hold exactly the spec's labels? */
+static bool user_labels_match(const json_t *want, const json_t *labels)
+{
+	size_t have = 0, plen = strlen(LABEL_USER_PREFIX);
+	const char *k;
+	json_t *v;
+
+	json_object_foreach((json_t *)labels, k, v)
+		if (strncmp(k, LABEL_USER_PREFIX, plen) == 0)
+			have++;
+	if (have != json_object_size(want))
+		return false;
+	json_object_foreach((json_t *)want, k, v) {
+		_cleanup_free_ char *name = xasprintf("%s%s", LABEL_USER_PREFIX, k);
+		_cleanup_free_ char *lv = names_label_value(json_string_value(v));
+		const char *got = json_string_value(json_object_get(labels, name));
+
+		if (!got || strcmp(got, lv))
+			return false;
+	}
+	return true;
+}
+
+json_t *acquire_spec_differences(const struct msb_spec *spec, const json_t *labels, const char *image,
+				 const char *image_id)
+{
+	const char *wd = json_string_value(json_object_get(labels, LABEL_WORK_DIR));
+	json_t *diffs = json_array(), *img = image_difference(spec, labels, image, image_id);
+
+	if (!wd || strcmp(wd, msb_spec_work_dir(spec)))
+		json_array_append_new(diffs, json_pack("{s:s, s:s, s:s?}", "field", "work_dir", "requested",
+						       msb_spec_work_dir(spec), "existing", wd));
+	if (img)
+		json_array_append_new(diffs, img);
+	if (!user_labels_match(spec->labels, labels))
+		json_array_append_new(diffs, json_pack("{s:s, s:O, s:o}", "field", "labels", "requested", spec->labels,
+						       "existing", acquire_user_labels(labels)));
+	return diffs;
+}
+
+/* The spec must be the one the container was made with: each difference
+ * is named, with the fix. data.work_dir stays for clients of before. */
+static int acq_check_spec(const char *name, const struct msb_spec *spec, const json_t *labels,
+			  const char *image, const char *image_id, const char *wd, struct msb_error *reterr)
+{
+	json_t *diffs = acquire_spec_differences(spec, labels, image, image_id), *d, *data;
+	char *fields = xstrdup("");
+	bool work_dir_differs = false;
+	size_t i;
+
+	if (json_array_size(diffs) == 0) {
+		json_decref(diffs);
+		free(fields);
+		return 0;
+	}
+	json_array_foreach(diffs, i, d) {
+		const char *field = json_string_value(json_object_get(d, "field"));
+		char *grown = xasprintf("%s%s%s", fields, i ? ", " : "", field);
+
+		work_dir_differs |= strcmp(field, "work_dir") == 0;
+		free(fields);
+		fields = grown;
+	}
+	data = json_pack("{s:o}", "differences", diffs);
+	if (work_dir_differs)
+		json_object_set_new(data, "work_dir", wd ? json_string(wd) : json_null());
+	msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, data,
+		      "sandbox %s exists with another %s than this spec asks for (data.differences has both); it is "
+		      "not served as another: dispose of it first (maf-sandbox dispose, sandbox.dispose), or "
+		      "use another kind", name, fields);
+	free(fields);
+	return -EEXIST;
+}
+
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
-		  struct msb_error *reterr)
+		  const char *image, const char *image_id, struct msb_error *reterr)
 {
 	const char *wd = json_string_value(json_object_get(labels, LABEL_WORK_DIR));
 	const char *owner = json_string_value(json_object_get(labels, LABEL_OWNER));
@@ -682,7 +827,7 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 					      "the container under this key's name (%s) was made by uid %u before keys "
 					      "were per owner (or by a former member of sandbox.admin_group); it is not "
 					      "root's to serve. Dispose of it (maf-sandbox dispose --sandbox ID; "
-					      "maf-sandbox list shows it) or reap it", name, (unsigned)o);
+					      "maf-sandbox ls shows it) or reap it", name, (unsigned)o);
 			else
 				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, NULL,
 					      "the container under this key's name (%s) has an unreadable owner label; "
@@ -695,20 +840,16 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 			      "this sandbox key is not available to the caller");
 		return -EPERM;
 	}
-	if (!wd || strcmp(wd, msb_spec_work_dir(spec))) {
-		msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:s?}", "work_dir", wd),
-			      "sandbox %s has a different or unrecorded storage base; dispose it "
-			      "before requesting another base", name);
-		return -EEXIST;
-	}
-	return 0;
+	return acq_check_spec(name, spec, labels, image, image_id, wd, reterr);
 }
 
 static bool acq_may_serve(struct acquire_op *op, const json_t *inspect)
 {
-	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
+	const json_t *config = json_object_get(inspect, "Config");
 
-	return acquire_check(op->d, op->name, &op->key, &op->spec, &op->peer, labels, &op->err) == 0;
+	return acquire_check(op->d, op->name, &op->key, &op->spec, &op->peer, json_object_get(config, "Labels"),
+			     json_string_value(json_object_get(config, "Image")),
+			     json_string_value(json_object_get(inspect, "Image")), &op->err) == 0;
 }
 
 /* ---- the state machine ----------------------------------------------- */
@@ -727,6 +868,11 @@ static json_t *acq_create_config(const struct acquire_op *op)
 	char *raw = json_dumps(raw_key, JSON_COMPACT);
 
 	json_object_set_new(labels, LABEL_KEY_JSON, json_string(raw));
+	free(raw);
+	/* What it is made from, for the spec-conflict check and the listings. */
+	json_object_set_new(labels, LABEL_IMAGE, json_string(msb_spec_image_ref(&op->spec)));
+	raw = json_dumps(op->spec.labels, JSON_COMPACT | JSON_SORT_KEYS);
+	json_object_set_new(labels, LABEL_LABELS_JSON, json_string(raw));
 	free(raw);
 	json_decref(raw_key);
 	for (size_t i = 0; i < ELEMENTSOF(keepalive); i++)

@@ -36,6 +36,12 @@
  * [scope, thread_id, agent_dir, call_id, kind], so listings can show them
  * even where the identity labels are digests. */
 #define LABEL_KEY_JSON "maf-sandbox.key"
+/* Ours too: what the container was made from, for the spec-conflict check
+ * and the listings: the image reference as the spec asked for it (image_id
+ * if given, else image), and the spec's labels as a JSON object (raw: the
+ * maf-sandbox.label.* labels may be digests). */
+#define LABEL_IMAGE "maf-sandbox.image"
+#define LABEL_LABELS_JSON "maf-sandbox.labels"
 /* Keep a container alive whatever the image's own command does: the
  * entrypoint is kept (as the seed does) and the command becomes this. */
 #define ACQUIRE_KEEPALIVE_CMD { "sleep", "infinity" }
@@ -102,16 +108,35 @@ uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer);
 bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 
 /* May the container with these labels be served as name for key/spec to
- * peer? 0, or -EEXIST (not this key's, or another storage base:
- * SandboxConflict) / -EPERM (another owner's: PermissionDenied) with
- * *reterr filled. Root and administrators (root's key space) are served a
+ * peer? 0, or -EEXIST (not this key's; or made from another spec:
+ * SandboxConflict with data.differences [{field, requested, existing}] for
+ * work_dir, image / image_id and labels — see acquire_spec_differences) /
+ * -EPERM (another owner's: PermissionDenied) with *reterr filled. image
+ * and image_id: the container's Config.Image and image id as the engine
+ * says (NULL: not known). Root and administrators (root's key space) are served a
  * container whose owner label is absent (the seed's), 0, their own uid or a
  * current administrator's (msbd_lookup_admin: may block, asked only then);
  * any other owner's (a user's from before per-owner keys, a former
  * administrator's) is -EEXIST SandboxConflict with data.owner. */
 int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
-		  struct msb_error *reterr);
+		  const char *image, const char *image_id, struct msb_error *reterr);
+
+/* The spec fields that shaped the container (PROTOCOL.md "Spec
+ * conflicts") and differ from what it was made with: an array of {field,
+ * requested, existing}, empty when none (new reference). The image is
+ * compared with the maf-sandbox.image label; without it (the seed's, an
+ * older daemon's) with Config.Image (image), unless the engine shows an
+ * image id there; a requested image_id also matches the container's image
+ * id. Without either, the image is not compared (served). Labels: the
+ * spec's against the container's maf-sandbox.label.* (digested alike). */
+json_t *acquire_spec_differences(const struct msb_spec *spec, const json_t *labels, const char *image,
+				 const char *image_id);
+
+/* The caller's labels of a container (the spec's at acquire): the raw
+ * object of maf-sandbox.labels, else the maf-sandbox.label.* labels
+ * without their prefix (values may be digests). New reference. */
+json_t *acquire_user_labels(const json_t *labels);
 
 /* The reply of a successful acquire, from a registry entry. New reference. */
 struct sandbox;

@@ -759,6 +759,9 @@ static void reap_removed_cb(const struct docker_reply *r, void *arg)
 	}
 	if (removed)
 		reap_count(rp, it->kind);
+	if (removed && it->kind == REAP_WORKLOAD)
+		log_info("sandbox %s disposed: reaped (created before the cutoff; sandbox.reap or reap.max_age_s)",
+			 it->name);
 	if (!removed && !absent) {
 		_cleanup_free_ char *why = reply_why(r);
 

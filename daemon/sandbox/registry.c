@@ -82,6 +82,7 @@ static void sandbox_free(struct sandbox *sb)
 	free(sb->id);
 	free(sb->name);
 	free(sb->image);
+	free(sb->image_id);
 	json_decref(sb->labels);
 	free(sb);
 }
@@ -179,8 +180,8 @@ static void sandbox_set_owner(struct sandbox *sb)
 
 /* Adds or updates the entry for (id, name) with the given facts. */
 static struct sandbox *registry_put(struct registry *r, const char *id, const char *name,
-				    const json_t *labels, const char *image, time_t created,
-				    enum sandbox_state state)
+				    const json_t *labels, const char *image, const char *image_id,
+				    time_t created, enum sandbox_state state)
 {
 	struct sandbox *sb;
 
@@ -205,6 +206,10 @@ static struct sandbox *registry_put(struct registry *r, const char *id, const ch
 	sb->labels = json_deep_copy(labels);
 	free(sb->image);
 	sb->image = image ? xstrdup(image) : NULL;
+	if (image_id) {   /* an event does not say: what was known stays */
+		free(sb->image_id);
+		sb->image_id = xstrdup(image_id);
+	}
 	if (created)
 		sb->created = created;
 	sb->state = state;
@@ -222,6 +227,7 @@ struct sandbox *registry_update_from_summary(struct registry *r, const json_t *i
 	return registry_put(r, json_string_value(json_object_get(item, "Id")), name,
 			    json_object_get(item, "Labels"),
 			    json_string_value(json_object_get(item, "Image")),
+			    json_string_value(json_object_get(item, "ImageID")),
 			    (time_t)json_integer_value(json_object_get(item, "Created")),
 			    sandbox_state_from_docker(json_string_value(json_object_get(item, "State"))));
 }
@@ -253,12 +259,20 @@ struct sandbox *registry_update_from_inspect(struct registry *r, const json_t *i
 		const char *id = json_string_value(json_object_get(inspect, "Id"));
 		struct sandbox *known = id ? registry_find_id(r, id) : NULL;
 
-		if (known && known->event_seq > since)
+		if (known && known->event_seq > since) {
+			/* What no event says, and never changes for the container's
+			 * life, is still taken: its image id. */
+			const char *image_id = json_string_value(json_object_get(inspect, "Image"));
+
+			if (!known->image_id && image_id)
+				known->image_id = xstrdup(image_id);
 			return known;
+		}
 	}
 	return registry_put(r, json_string_value(json_object_get(inspect, "Id")), name,
 			    json_object_get(config, "Labels"),
 			    json_string_value(json_object_get(config, "Image")),
+			    json_string_value(json_object_get(inspect, "Image")),
 			    parse_rfc3339(json_string_value(json_object_get(inspect, "Created"))), st);
 }
 
@@ -345,7 +359,7 @@ void registry_apply_event(struct registry *r, const json_t *event)
 			for (size_t k = 0; k < sizeof(not_labels) / sizeof(not_labels[0]); k++)
 				json_object_del(labels, not_labels[k]);
 			sb = registry_put(r, id, json_string_value(json_object_get(attrs, "name")), labels,
-					  json_string_value(json_object_get(attrs, "image")),
+					  json_string_value(json_object_get(attrs, "image")), NULL,
 					  (time_t)json_integer_value(json_object_get(event, "time")),
 					  event_states[i].state);
 			if (sb)
@@ -354,4 +368,73 @@ void registry_apply_event(struct registry *r, const json_t *event)
 		}
 		return;
 	}
+}
+
+/* ---- naming a sandbox --------------------------------------------------- */
+
+static bool is_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F')))
+			return false;
+	return true;
+}
+
+static bool prefix_matches(const char *id, const char *given, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char c = given[i];
+
+		if (c >= 'A' && c <= 'F')
+			c = (char)(c - 'A' + 'a');
+		if (id[i] != c)
+			return false;
+	}
+	return true;
+}
+
+int registry_resolve(const struct registry *r, const char *given, registry_reach_fn *reach, void *arg,
+		     struct sandbox **ret_sb, struct sandbox **reterr_candidates, size_t max_candidates,
+		     size_t *reterr_matches)
+{
+	size_t n = strlen(given), matches = 0;
+	bool hex = is_hex(given, n);
+	const char *name = given[0] == '/' ? given + 1 : given;
+	struct sandbox *sb, *found = NULL;
+
+	if (hex && n == REGISTRY_ID_LEN) {
+		TAILQ_FOREACH(sb, &r->list, entry)
+			if (prefix_matches(sb->id, given, n) && reach(sb, arg)) {
+				*ret_sb = sb;
+				return 0;
+			}
+		return -ENOENT;
+	}
+	TAILQ_FOREACH(sb, &r->list, entry)
+		if (strcmp(sb->name, name) == 0 && reach(sb, arg)) {
+			*ret_sb = sb;
+			return 0;
+		}
+	if (!hex)
+		return -ENOENT;
+	if (n > REGISTRY_ID_LEN)
+		return -ENOENT;
+	if (n < REGISTRY_PREFIX_MIN)
+		return -EINVAL;
+	TAILQ_FOREACH(sb, &r->list, entry) {
+		if (!prefix_matches(sb->id, given, n) || !reach(sb, arg))
+			continue;
+		if (matches < max_candidates)
+			reterr_candidates[matches] = sb;
+		if (matches++ == 0)
+			found = sb;
+	}
+	if (matches == 0)
+		return -ENOENT;
+	if (matches > 1) {
+		*reterr_matches = matches;
+		return -ENOTUNIQ;
+	}
+	*ret_sb = found;
+	return 0;
 }

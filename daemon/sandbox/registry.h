@@ -50,7 +50,8 @@ struct sandbox {
 	char *id;              /* 64 hex */
 	char *name;            /* without a leading '/' */
 	json_t *labels;        /* the container's labels (owned) */
-	char *image;
+	char *image;           /* Config.Image (the list's Image): the reference as the engine keeps it */
+	char *image_id;        /* the image's id ("sha256:..."), NULL when not known */
 	time_t created;        /* unix seconds; 0 if unknown */
 	enum sandbox_state state;
 	bool has_owner;
@@ -116,6 +117,25 @@ void registry_replace_all(struct registry *r, const json_t *list);
 #define REGISTRY_RESYNC_EVENTS_MAX 65536
 void registry_apply_event(struct registry *r, const json_t *event);
 void registry_remove(struct registry *r, struct sandbox *sb);
+
+/* Naming a sandbox (PROTOCOL.md "Naming a sandbox"): a client names one
+ * by its full id, a unique prefix of its id of at least
+ * REGISTRY_PREFIX_MIN hex digits (either case), or its name (with or
+ * without docker's leading '/'). Tried in that order, among the entries
+ * reach(sb, arg) admits only (another user's are never matched, counted
+ * or listed). Returns 0 and *ret_sb; -ENOENT nothing matched; -EINVAL
+ * hex digits too few to be a prefix (and so no name: every name is
+ * maf-sandbox-docker-<hex>); -ENOTUNIQ a prefix of several ids: the
+ * first max_candidates of them in *reterr_candidates (borrowed, as for
+ * any entry pointer; the array is scratch on the other outcomes) and how
+ * many in all in *reterr_matches. */
+#define REGISTRY_PREFIX_MIN 12
+/* Candidates an ambiguity error lists (the count says how many in all). */
+#define REGISTRY_CANDIDATES_MAX 16
+typedef bool registry_reach_fn(const struct sandbox *sb, void *arg);
+int registry_resolve(const struct registry *r, const char *given, registry_reach_fn *reach, void *arg,
+		     struct sandbox **ret_sb, struct sandbox **reterr_candidates, size_t max_candidates,
+		     size_t *reterr_matches);
 
 /* The value of label key, or NULL. */
 const char *sandbox_label(const struct sandbox *sb, const char *key);

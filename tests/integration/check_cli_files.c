@@ -713,6 +713,102 @@ START_TEST(usage_errors_exit_2)
 }
 END_TEST
 
+/* ---- naming a sandbox ---------------------------------------------------- */
+
+/* The sandbox's line of `ls` (malloc'd), its columns split at blanks. */
+static char *ls_line_of(const struct env *e, const char *name)
+{
+	char *out = NULL, *err = NULL, *line, *save = NULL, *found = NULL;
+	char scope[96];
+	int rc;
+
+	snprintf(scope, sizeof(scope), "%s-names", run_id);
+	rc = run_cli(ARGS("--socket", e->d.sock, "ls", "--scope", scope), &out, &err);
+
+	assert_cli(rc, 0, err);
+	ck_assert_msg(strncmp(out, "NAME", 4) == 0 && strstr(out, " ID ") && strstr(out, "LABELS"),
+		      "ls header: %s", out);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == ' ')
+			found = strdup(line);
+	ck_assert_msg(found, "%s is not listed: %s", name, out);
+	free(out);
+	free(err);
+	return found;
+}
+
+/* ls shows the short id beside the name, and the labels given at acquire;
+ * exec takes the name, get the 12 hex digits ls shows, stat the name with
+ * docker's '/'. */
+START_TEST(ls_short_id_then_exec_by_name_and_get_by_prefix)
+{
+	struct env e = { 0 };
+	char name[64], id12[13], *line, *out = NULL, *err = NULL, want_labels[96], scope[96];
+	json_t *r;
+
+	env_start(&e, "names");
+	snprintf(scope, sizeof(scope), "%s-names", run_id);
+	r = call(e.d.sock, "sandbox.list", json_pack("{s:s}", "scope", scope), NULL, NULL);
+	ck_assert_uint_eq(json_array_size(r), 1);
+	snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(json_array_get(r, 0), "name")));
+	json_decref(r);
+	snprintf(id12, sizeof(id12), "%.12s", e.sandbox);
+	line = ls_line_of(&e, name);
+	ck_assert_msg(strncmp(line + strspn(line + strlen(name), " ") + strlen(name), id12, 12) == 0 &&
+		      line[strlen(name) + strspn(line + strlen(name), " ") + 12] == ' ',
+		      "ls: no short id %s beside %s: %s", id12, name, line);
+	snprintf(want_labels, sizeof(want_labels), " %s=%s", RUN_LABEL, run_id);
+	ck_assert_msg(strstr(line, want_labels), "ls: labels %s missing: %s", want_labels, line);
+	free(line);
+	/* --json: the labels too. */
+	assert_cli(run_cli(ARGS("--socket", e.d.sock, "--json", "ls", "--scope", scope), &out, &err), 0, err);
+	r = json_loads(out, 0, NULL);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "labels"), RUN_LABEL)),
+			 run_id);
+	json_decref(r);
+	free(out);
+	free(err);
+	/* exec NAME */
+	assert_cli(run_cli(ARGS("--socket", e.d.sock, "exec", name, "--", "sh", "-c", "echo by-name > n.txt; cat n.txt"),
+			   &out, &err), 0, err);
+	ck_assert_str_eq(out, "by-name\n");
+	free(out);
+	free(err);
+	/* get PREFIX (the 12 digits ls shows, and upper case) */
+	assert_cli(run_cli(ARGS("--socket", e.d.sock, "get", id12, "n.txt", "-"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "by-name\n");
+	free(out);
+	free(err);
+	for (char *p = id12; *p; p++)
+		*p = (char)(*p >= 'a' && *p <= 'f' ? *p - 'a' + 'A' : *p);
+	assert_cli(run_cli(ARGS("--socket", e.d.sock, "get", id12, "n.txt", "-"), &out, &err), 0, err);
+	ck_assert_str_eq(out, "by-name\n");
+	free(out);
+	free(err);
+	/* stat /NAME */
+	{
+		char slash[80];
+
+		snprintf(slash, sizeof(slash), "/%s", name);
+		assert_cli(run_cli(ARGS("--socket", e.d.sock, "stat", slash, "n.txt"), &out, &err), 0, err);
+		free(out);
+		free(err);
+	}
+	/* An unknown name: not found, and the message says how to list. */
+	ck_assert_int_ne(run_cli(ARGS("--socket", e.d.sock, "exec", "maf-sandbox-docker-000000000000", "--", "true"),
+				 &out, &err), 0);
+	ck_assert_msg(strstr(err, "SandboxNotFound") && strstr(err, "maf-sandbox-docker-000000000000") &&
+		      strstr(err, "maf-sandbox ls"), "stderr: %s", err);
+	free(out);
+	free(err);
+	/* Too few digits: the rule. */
+	ck_assert_int_ne(run_cli(ARGS("--socket", e.d.sock, "get", "abcdef", "n.txt", "-"), &out, &err), 0);
+	ck_assert_msg(strstr(err, "InvalidParams") && strstr(err, "12 hex digits"), "stderr: %s", err);
+	free(out);
+	free(err);
+	env_stop(&e);
+}
+END_TEST
 
 /* ---- exec: stdin, a signal's cancel, --json of a timeout (issue 19) --------- */
 
@@ -838,6 +934,11 @@ static Suite *cli_files_suite(void)
 	tcase_add_test(tc, stat_file_directory_missing);
 	tcase_add_test(tc, rm_and_rm_recursive);
 	tcase_add_test(tc, reclaim_a_call_directory);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("naming");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, ls_short_id_then_exec_by_name_and_get_by_prefix);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("exec");

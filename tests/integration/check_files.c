@@ -29,6 +29,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -370,6 +372,7 @@ static const struct error_kind error_kinds[] = {
 	{ "TimeoutError", 1205 },
 	{ "SandboxNotFound", 1206 },
 	{ "SandboxFreezeFailed", 1207 },
+	{ "SandboxConflict", 1106 },
 };
 
 static int code_of(const char *type)
@@ -2422,6 +2425,272 @@ START_TEST(the_plane_is_declared_and_reported)
 }
 END_TEST
 
+/* ---- naming a sandbox (PROTOCOL.md "Naming a sandbox") ----------------------- */
+
+static json_t *exec_echo(const char *sb, const char *word)
+{
+	return rpc("sandbox.exec", json_pack("{s:s, s:[ss], s:i}", "sandbox", sb, "command", "echo", word,
+					     "timeout_seconds", 30));
+}
+
+/* Every form of a sandbox's name reaches it: the full id (either case), 12
+ * hex digits of it (either case), its name, with and without the '/'. */
+START_TEST(a_sandbox_is_named_by_id_prefix_or_name)
+{
+	char id[80], name[80], upper[80], forms[6][96];
+	json_t *r = acquire(key_for("named", NULL), files_spec(img_root));
+
+	EXPECT_OK(r);
+	snprintf(id, sizeof(id), "%s", jstr(r, "sandbox"));
+	snprintf(name, sizeof(name), "%s", jstr(r, "name"));
+	json_decref(r);
+	for (size_t i = 0; i <= strlen(id); i++)
+		upper[i] = (char)(id[i] >= 'a' && id[i] <= 'f' ? id[i] - 'a' + 'A' : id[i]);
+	snprintf(forms[0], sizeof(forms[0]), "%s", id);
+	snprintf(forms[1], sizeof(forms[1]), "%s", upper);
+	snprintf(forms[2], sizeof(forms[2]), "%.12s", id);
+	snprintf(forms[3], sizeof(forms[3]), "%.12s", upper);
+	snprintf(forms[4], sizeof(forms[4]), "%s", name);
+	snprintf(forms[5], sizeof(forms[5]), "/%s", name);
+	for (int i = 0; i < 6; i++) {
+		char *text;
+
+		r = f_write(forms[i], NULL, "named.txt", forms[i]);
+		EXPECT_OK(r);
+		json_decref(r);
+		ASSERT_GUEST_FILE(id, W "/named.txt", forms[i]);
+		r = f_read(forms[i], NULL, "named.txt");
+		EXPECT_OK(r);
+		json_decref(r);
+		r = exec_echo(forms[i], forms[i]);
+		EXPECT_OK(r);
+		text = harness_b64_field(r, "stdout_b64");
+		ck_assert_msg(text && strncmp(text, forms[i], strlen(forms[i])) == 0, "exec by %s: %s", forms[i], text);
+		free(text);
+		json_decref(r);
+	}
+	/* Nothing by that name: not found, saying what was given and how to list. */
+	EXPECT_ERR(f_stat("maf-sandbox-docker-000000000000", NULL, "x"), "SandboxNotFound");
+	ck_assert_str_eq(json_string_value(json_object_get(last_data, "sandbox")), "maf-sandbox-docker-000000000000");
+	ck_assert_msg(strstr(last_reply, "maf-sandbox ls"), "%s", last_reply);
+	/* 11 hex digits: the rule. */
+	forms[2][11] = '\0';
+	EXPECT_ERR(exec_echo(forms[2], "x"), "InvalidParams");
+	ck_assert_str_eq(json_string_value(json_object_get(last_data, "field")), "sandbox");
+	/* dispose by another key's sandbox name: nothing (null), it stays... */
+	r = rpc("sandbox.dispose", json_pack("{s:o, s:s}", "key", key_for("other", NULL), "sandbox", name));
+	ck_assert_msg(r && json_is_null(r), "%s", last_reply);
+	json_decref(r);
+	EXPECT_OK(r = f_stat(name, NULL, "named.txt"));
+	json_decref(r);
+	/* ...by its key and a prefix: gone; then nothing is null again. */
+	snprintf(forms[2], sizeof(forms[2]), "%.12s", id);
+	r = rpc("sandbox.dispose", json_pack("{s:o, s:s}", "key", key_for("named", NULL), "sandbox", forms[2]));
+	ck_assert_msg(r && json_is_null(r), "%s", last_reply);
+	json_decref(r);
+	EXPECT_ERR(f_stat(id, NULL, "x"), "SandboxNotFound");
+	r = rpc("sandbox.dispose", json_pack("{s:o, s:s}", "key", key_for("named", NULL), "sandbox", name));
+	ck_assert_msg(r && json_is_null(r), "%s", last_reply);
+	json_decref(r);
+}
+END_TEST
+
+/* As uid/gid 65534: returns 0, or the number of the first check that
+ * failed. root's sandbox, by name, with '/', by 12 hex digits or its full
+ * id, answers exactly as a sandbox nobody has: SandboxNotFound with only
+ * what was given; a disposal of it is null. */
+static int nobody_names(const char *sock, const char *name, const char *id, json_t *key)
+{
+	char slash[96], prefix[13];
+	const char *forms[] = { name, slash, prefix, id };
+	struct msb_conn *c = NULL;
+	json_t *r = NULL;
+
+	snprintf(slash, sizeof(slash), "/%s", name);
+	snprintf(prefix, sizeof(prefix), "%.12s", id);
+	if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+		return 1;
+	if (msb_connect(sock, &c) != MSB_OK)
+		return 2;
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		const json_t *data;
+
+		if (msb_call(c, "files.stat", json_pack("{s:s, s:s}", "sandbox", forms[i], "path", "x"), &r) !=
+			    MSB_E_REMOTE || msb_last_error_code(c) != 1206)
+			return 10 + (int)i;
+		data = msb_last_error_data(c);
+		if (json_object_size(data) != 2 || strcmp(json_string_value(json_object_get(data, "sandbox")), forms[i]))
+			return 20 + (int)i;
+		if (msb_call(c, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", forms[i], "command", "true",
+							  "timeout_seconds", 5), &r) != MSB_E_REMOTE ||
+		    msb_last_error_code(c) != 1206)
+			return 30 + (int)i;
+		if (msb_call(c, "sandbox.dispose", json_pack("{s:O, s:s}", "key", key, "sandbox", forms[i]), &r) !=
+			    MSB_OK || !json_is_null(r))
+			return 40 + (int)i;
+	}
+	msb_conn_free(c);
+	return 0;
+}
+
+static void fx_nogroup_setup(void)
+{
+	daemon_up((const char *[]){ "--set", "socket.group=nogroup", NULL });
+	ck_assert_int_eq(chmod(fx.d.dir, 0755), 0);   /* nobody must reach the socket's directory */
+}
+
+START_TEST(another_users_sandbox_is_not_found_by_name_or_prefix)
+{
+	char id[80], name[80];
+	json_t *r = acquire(key_for("roots", NULL), files_spec(img_root)), *key = key_for("roots", NULL);
+	int status;
+	pid_t pid;
+
+	EXPECT_OK(r);
+	snprintf(id, sizeof(id), "%s", jstr(r, "sandbox"));
+	snprintf(name, sizeof(name), "%s", jstr(r, "name"));
+	json_decref(r);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(nobody_names(fx.d.sock, name, id, key));
+	waitpid(pid, &status, 0);
+	json_decref(key);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "as uid 65534, check %d failed",
+		      WEXITSTATUS(status));
+	/* root's is untouched, and still root's by name */
+	EXPECT_OK(r = exec_echo(name, "still"));
+	json_decref(r);
+}
+END_TEST
+
+/* ---- spec conflicts (PROTOCOL.md "Spec conflicts") -------------------------- */
+
+static const json_t *difference(const char *field)
+{
+	size_t i;
+	json_t *d;
+
+	json_array_foreach(json_object_get(last_data, "differences"), i, d)
+		if (strcmp(json_string_value(json_object_get(d, "field")), field) == 0)
+			return d;
+	return NULL;
+}
+
+/* The daemon's log holds needle. */
+static bool logged(const char *needle)
+{
+	size_t len;
+	char *log;
+	bool found;
+	FILE *f = fopen(fx.d.log, "re");
+
+	ck_assert_ptr_nonnull(f);
+	log = malloc(1 << 20);
+	ck_assert_ptr_nonnull(log);
+	len = fread(log, 1, (1 << 20) - 1, f);
+	log[len] = '\0';
+	fclose(f);
+	found = strstr(log, needle) != NULL;
+	free(log);
+	return found;
+}
+
+/* The same key with another image or other labels is refused, naming the
+ * differences, warm (running) and cold (stopped); the same spec is served;
+ * acquires of one new key at once with two images: one is served, the
+ * other refused. */
+START_TEST(a_spec_conflict_is_refused_and_the_same_spec_served)
+{
+	char id[80], name[80], needle[512];
+	const json_t *d;
+	json_t *r = acquire(key_for("conflict", NULL), files_spec(img_root)), *spec, *list;
+
+	EXPECT_OK(r);
+	snprintf(id, sizeof(id), "%s", jstr(r, "sandbox"));
+	snprintf(name, sizeof(name), "%s", jstr(r, "name"));
+	ck_assert_str_eq(jstr(r, "image"), img_root);
+	ck_assert_msg(jstr(r, "image_id") && strncmp(jstr(r, "image_id"), "sha256:", 7) == 0, "%s", last_reply);
+	json_decref(r);
+	snprintf(needle, sizeof(needle), "sandbox created: container=%s kind=files image=%s owner=0 scope=%s thread=t",
+		 name, img_root, fx.scope);
+	ck_assert_msg(logged(needle), "not logged: %s", needle);
+	/* another image, warm */
+	EXPECT_ERR(acquire(key_for("conflict", NULL), files_spec(img_u1000)), "SandboxConflict");
+	ck_assert_msg((d = difference("image")) != NULL, "%s", last_reply);
+	ck_assert_str_eq(json_string_value(json_object_get(d, "requested")), img_u1000);
+	ck_assert_str_eq(json_string_value(json_object_get(d, "existing")), img_root);
+	ck_assert_uint_eq(json_array_size(json_object_get(last_data, "differences")), 1);
+	ck_assert_msg(strstr(last_reply, "dispose") && strstr(last_reply, "another kind"), "%s", last_reply);
+	/* other labels */
+	spec = files_spec(img_root);
+	json_object_set_new(json_object_get(spec, "labels"), "team", json_string("blue"));
+	EXPECT_ERR(acquire(key_for("conflict", NULL), spec), "SandboxConflict");
+	ck_assert_msg((d = difference("labels")) != NULL, "%s", last_reply);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(d, "requested"), "team")), "blue");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(d, "existing"), RUN_LABEL)), run_id);
+	/* the same spec: served, the same container */
+	r = acquire(key_for("conflict", NULL), files_spec(img_root));
+	EXPECT_OK(r);
+	ck_assert_str_eq(jstr(r, "sandbox"), id);
+	ck_assert(!json_is_true(jget(r, "created")));
+	json_decref(r);
+	/* cold: stopped, the engine is asked; another image is still refused */
+	free(sh_out("docker stop -t 0 %s >/dev/null 2>&1", id));
+	EXPECT_ERR(acquire(key_for("conflict", NULL), files_spec(img_u1000)), "SandboxConflict");
+	ck_assert_msg(difference("image") != NULL, "%s", last_reply);
+	r = acquire(key_for("conflict", NULL), files_spec(img_root));
+	EXPECT_OK(r);
+	ck_assert_str_eq(jstr(r, "sandbox"), id);
+	json_decref(r);
+	/* the list shows the labels given, and the image */
+	list = rpc("sandbox.list", json_pack("{s:s}", "scope", fx.scope));
+	EXPECT_OK(list);
+	ck_assert_uint_eq(json_array_size(list), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(list, 0), "labels"), RUN_LABEL)),
+			 run_id);
+	ck_assert_uint_eq(json_object_size(json_object_get(json_array_get(list, 0), "labels")), 1);
+	ck_assert_str_eq(jstr(json_array_get(list, 0), "image"), img_root);
+	json_decref(list);
+	/* its disposal is logged with why */
+	r = rpc("sandbox.dispose", json_pack("{s:o}", "key", key_for("conflict", NULL)));
+	ck_assert_msg(r && json_is_null(r), "%s", last_reply);
+	json_decref(r);
+	snprintf(needle, sizeof(needle), "sandbox %s disposed: sandbox.dispose of its key by uid 0", name);
+	ck_assert_msg(logged(needle), "not logged: %s", needle);
+}
+END_TEST
+
+/* Two acquires of one new key at once, with two images (one connection,
+ * pipelined): whichever comes second, joining or warm, is refused. */
+START_TEST(joiners_with_another_image_are_refused)
+{
+	int fd = raw_connect(fx.d.sock), served = 0, refused = 0;
+
+	ck_assert_int_ge(fd, 0);
+	raw_request_send(fd, 1, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for("joined", NULL),
+							     "spec", files_spec(img_root)));
+	raw_request_send(fd, 2, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for("joined", NULL),
+							     "spec", files_spec(img_u1000)));
+	for (int i = 0; i < 2; i++) {
+		json_t *rep = raw_recv(fd, CALL_TIMEOUT_MS);
+
+		ck_assert_ptr_nonnull(rep);
+		if (json_object_get(rep, "result")) {
+			served++;
+			track(jstr(rep, "result.sandbox"));
+		} else {
+			ck_assert_int_eq(jint(rep, "error.code"), 1106);
+			refused++;
+		}
+		json_decref(rep);
+	}
+	close(fd);
+	ck_assert_int_eq(served, 1);
+	ck_assert_int_eq(refused, 1);
+}
+END_TEST
+
 /* ---- errors name the path, the working directory and the fix ---------------- */
 
 /* The last error's message holds each of the NULL-terminated strings. */
@@ -2789,6 +3058,20 @@ static Suite *files_suite(void)
 		ADD(ls, a_listing_names_its_links);
 		ADD(ls, listing_what_is_not_a_directory);
 		suite_add_tcase(s, ls);
+	}
+	{
+		TCase *nm = daemon_tcase("naming", 120), *other = tcase_create("naming_other_user");
+		TCase *sc = daemon_tcase("spec_conflicts", 120);
+
+		ADD(nm, a_sandbox_is_named_by_id_prefix_or_name);
+		suite_add_tcase(s, nm);
+		tcase_add_checked_fixture(other, fx_nogroup_setup, fx_teardown);
+		tcase_set_timeout(other, 60);
+		ADD(other, another_users_sandbox_is_not_found_by_name_or_prefix);
+		suite_add_tcase(s, other);
+		ADD(sc, a_spec_conflict_is_refused_and_the_same_spec_served);
+		ADD(sc, joiners_with_another_image_are_refused);
+		suite_add_tcase(s, sc);
 	}
 	{
 		TCase *msg = layout_tcase("messages", 120);

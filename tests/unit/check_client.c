@@ -1849,20 +1849,21 @@ static const struct cli_row cli_rows[] = {
 	  4, "", "maf-sandbox: acquire: the daemon's result names no sandbox\n", false },
 	{ "ls prints a table",
 	  { "ls" }, NULL,
-	  ONE(REPLY("[{\"sandbox\":\"ab\",\"name\":\"msb-1\",\"key\":{\"scope\":\"conv\","
+	  ONE(REPLY("[{\"sandbox\":\"0123456789abcdef0123\",\"name\":\"msb-1\",\"key\":{\"scope\":\"conv\","
 		    "\"thread_id\":\"t1\",\"agent_dir\":\"/agents/a\",\"call_id\":\"\"},\"kind\":\"python\","
 		    "\"state\":\"running\",\"created\":\"2024-05-01T12:00:00Z\",\"image\":\"python:3\","
-		    "\"owner\":\"1000\"}, 5, {\"sandbox\":\"cd\",\"name\":\"msb-long-name\",\"key\":"
+		    "\"owner\":\"1000\",\"labels\":{\"team\":\"blue\",\"x\":\"1\"}}, 5, {\"sandbox\":\"cd\","
+		    "\"name\":\"msb-long-name\",\"key\":"
 		    "{\"scope\":\"call\",\"thread_id\":\"t\\u001b2\",\"agent_dir\":\"a\",\"call_id\":\"c9\"},"
-		    "\"kind\":\"sh\",\"state\":\"exited\",\"created\":null}]")),
+		    "\"kind\":\"sh\",\"state\":\"exited\",\"created\":null,\"labels\":{}}]")),
 	  "sandbox.list", "{}", 0,
-	  "NAME           STATE    KIND    SCOPE  THREAD  AGENT      CALL  CREATED\n"
-	  "msb-1          running  python  conv   t1      /agents/a  -     2024-05-01T12:00:00Z\n"
-	  "msb-long-name  exited   sh      call   t?2     a          c9    -\n", "", false },
+	  "NAME           ID            STATE    KIND    SCOPE  THREAD  AGENT      CALL  CREATED               LABELS\n"
+	  "msb-1          0123456789ab  running  python  conv   t1      /agents/a  -     2024-05-01T12:00:00Z  team=blue,x=1\n"
+	  "msb-long-name  cd            exited   sh      call   t?2     a          c9    -                     -\n", "", false },
 	{ "ls --scope --thread, none: the header",
 	  { "ls", "--scope", "s", "--thread", "t" }, NULL, ONE(REPLY("[]")),
 	  "sandbox.list", "{\"scope\":\"s\",\"thread_id\":\"t\"}", 0,
-	  "NAME  STATE  KIND  SCOPE  THREAD  AGENT  CALL  CREATED\n", "", false },
+	  "NAME  ID  STATE  KIND  SCOPE  THREAD  AGENT  CALL  CREATED  LABELS\n", "", false },
 	{ "ls --json", { "ls", "--json", "--scope", "s" }, NULL, ONE(REPLY("[{\"name\":\"x\"}]")),
 	  "sandbox.list", "{\"scope\":\"s\"}", 0, "[{\"name\":\"x\"}]", "", true },
 	{ "dispose done: silent",

@@ -3,6 +3,8 @@
  * event: a destroyed container never comes back, a died one is not
  * "running" again. */
 #include <check.h>
+#include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +184,29 @@ START_TEST(an_inspect_never_overrides_a_newer_event)
 }
 END_TEST
 
+/* An entry an event made has no image id (events do not say it); an
+ * inspect older than that event still gives it (it never changes for the
+ * container's life), and nothing else of it. */
+START_TEST(an_older_inspect_still_gives_the_image_id)
+{
+	struct registry *r = registry_new();
+	json_t *running = inspect(ID_A, NAME_A, "running", true);
+	uint64_t since = registry_event_seq(r);
+	struct sandbox *sb;
+
+	json_object_set_new(running, "Image", json_string("sha256:feed"));
+	apply(r, event(ID_A, "create"));
+	sb = registry_find_id(r, ID_A);
+	ck_assert_ptr_nonnull(sb);
+	ck_assert_ptr_null(sb->image_id);
+	registry_update_from_inspect(r, running, since);
+	ck_assert_str_eq(sb->image_id, "sha256:feed");
+	ck_assert_int_eq(sb->state, SANDBOX_CREATED);
+	json_decref(running);
+	registry_free(r);
+}
+END_TEST
+
 START_TEST(only_our_workloads_are_entries)
 {
 	struct registry *r = registry_new();
@@ -204,6 +229,114 @@ START_TEST(only_our_workloads_are_entries)
 }
 END_TEST
 
+/* ---- naming a sandbox ---------------------------------------------------- */
+
+/* Three sandboxes whose ids share their first 12 hex digits: two of uid
+ * 1000 (the caller), one of uid 2000 (never matched, counted or listed). */
+#define SHARED "abcdef012345"
+#define ID_MINE1 SHARED "1111111111111111111111111111111111111111111111111111"
+#define ID_MINE2 SHARED "2222222222222222222222222222222222222222222222222222"
+#define ID_THEIRS SHARED "3333333333333333333333333333333333333333333333333333"
+#define NAME_MINE1 "maf-sandbox-docker-111111111111"
+#define NAME_MINE2 "maf-sandbox-docker-222222222222"
+#define NAME_THEIRS "maf-sandbox-docker-333333333333"
+
+static bool reach_uid_1000(const struct sandbox *sb, void *arg)
+{
+	(void)arg;
+	return sb->has_owner && sb->owner == 1000;
+}
+
+static struct registry *shared_prefix_registry(void)
+{
+	struct registry *r = registry_new();
+	json_t *theirs = summary(ID_THEIRS, NAME_THEIRS, "running");
+	json_t *list;
+
+	json_object_set_new(json_object_get(theirs, "Labels"), "maf-sandbox.owner", json_string("2000"));
+	list = json_pack("[o, o, o]", summary(ID_MINE1, NAME_MINE1, "running"), theirs,
+			 summary(ID_MINE2, NAME_MINE2, "running"));
+	registry_replace_all(r, list);
+	json_decref(list);
+	ck_assert_uint_eq(registry_count(r), 3);
+	return r;
+}
+
+struct resolve_row {
+	const char *given;
+	int want;             /* 0, -ENOENT, -EINVAL, -ENOTUNIQ */
+	const char *want_id;  /* for 0 */
+};
+
+static const struct resolve_row resolve_rows[] = {
+	{ ID_MINE1, 0, ID_MINE1 },                                   /* the full id */
+	{ "ABCDEF0123451111111111111111111111111111111111111111111111111111", 0, ID_MINE1 }, /* upper case */
+	{ NAME_MINE2, 0, ID_MINE2 },                                 /* the name */
+	{ "/" NAME_MINE2, 0, ID_MINE2 },                             /* docker's leading '/' */
+	{ SHARED "2", 0, ID_MINE2 },                                 /* a unique prefix (13) */
+	{ SHARED "22222222", 0, ID_MINE2 },
+	{ SHARED, -ENOTUNIQ, NULL },                                 /* 12 digits, two of mine */
+	{ "ABCDEF012345", -ENOTUNIQ, NULL },
+	{ SHARED "3", -ENOENT, NULL },                               /* another's unique prefix */
+	{ ID_THEIRS, -ENOENT, NULL },                                /* another's full id */
+	{ NAME_THEIRS, -ENOENT, NULL },                              /* another's name */
+	{ "/" NAME_THEIRS, -ENOENT, NULL },
+	{ "abcdef01234", -EINVAL, NULL },                            /* 11 digits */
+	{ "abc", -EINVAL, NULL },
+	{ "", -EINVAL, NULL },
+	{ "000000000000", -ENOENT, NULL },                           /* 12 digits, nothing */
+	{ ID_MINE1 "1", -ENOENT, NULL },                             /* longer than an id */
+	{ "maf-sandbox-docker-999999999999", -ENOENT, NULL },
+	{ "no such thing", -ENOENT, NULL },
+	{ "maf-sandbox-docker-11111111111", -ENOENT, NULL },         /* a name is whole, never a prefix */
+};
+
+START_TEST(naming_a_sandbox)
+{
+	const struct resolve_row *row = &resolve_rows[_i];
+	struct registry *r = shared_prefix_registry();
+	struct sandbox *sb = NULL, *cands[REGISTRY_CANDIDATES_MAX] = { 0 };
+	size_t matches = 0;
+	int rc = registry_resolve(r, row->given, reach_uid_1000, NULL, &sb, cands, REGISTRY_CANDIDATES_MAX, &matches);
+
+	ck_assert_msg(rc == row->want, "\"%s\": got %d, want %d", row->given, rc, row->want);
+	if (rc == 0)
+		ck_assert_str_eq(sb->id, row->want_id);
+	if (rc == -ENOTUNIQ) {
+		/* the caller's two, in registry order; never the other uid's */
+		ck_assert_uint_eq(matches, 2);
+		ck_assert_str_eq(cands[0]->id, ID_MINE1);
+		ck_assert_str_eq(cands[1]->id, ID_MINE2);
+	}
+	registry_free(r);
+}
+END_TEST
+
+/* More candidates than are listed: the count says how many in all. */
+START_TEST(an_ambiguity_lists_at_most_its_cap)
+{
+	struct registry *r = registry_new();
+	struct sandbox *sb = NULL, *cands[2] = { 0 };
+	size_t matches = 0;
+
+	for (int i = 0; i < 5; i++) {
+		char id[65], name[64];
+		json_t *item;
+
+		snprintf(id, sizeof(id), SHARED "%052d", i);
+		snprintf(name, sizeof(name), "maf-sandbox-docker-%012d", i);
+		item = summary(id, name, "running");
+		ck_assert_ptr_nonnull(registry_update_from_summary(r, item));
+		json_decref(item);
+	}
+	ck_assert_int_eq(registry_resolve(r, SHARED, reach_uid_1000, NULL, &sb, cands, 2, &matches), -ENOTUNIQ);
+	ck_assert_uint_eq(matches, 5);
+	ck_assert_ptr_nonnull(cands[0]);
+	ck_assert_ptr_nonnull(cands[1]);
+	registry_free(r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("registry");
@@ -217,6 +350,11 @@ int main(void)
 	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
 	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
 	tcase_add_test(tc, only_our_workloads_are_entries);
+	tcase_add_test(tc, an_older_inspect_still_gives_the_image_id);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("naming");
+	tcase_add_loop_test(tc, naming_a_sandbox, 0, (int)(sizeof(resolve_rows) / sizeof(resolve_rows[0])));
+	tcase_add_test(tc, an_ambiguity_lists_at_most_its_cap);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

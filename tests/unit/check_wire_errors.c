@@ -401,7 +401,7 @@ START_TEST(test_root_space_serves_only_roots)
 	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
 	snprintf(body, sizeof(body),
 		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"State\":{\"Status\":\"running\",\"Running\":true},"
-		 "\"Config\":{\"Image\":\"x\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"Config\":{\"Image\":\"" IMAGE "\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
 		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\"%s,"
 		 "\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, owner);
 	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
@@ -433,6 +433,270 @@ START_TEST(test_root_space_serves_only_roots)
 }
 END_TEST
 
+/* ---- naming a sandbox (PROTOCOL.md "Naming a sandbox") -------------------------- */
+
+/* Three sandboxes whose ids share their first 12 hex digits: two of
+ * USER_UID, one of another uid (never matched, counted or listed for
+ * USER_UID). Ids are the engine's random ones in life: crafted here, so an
+ * ambiguous prefix is deterministic. */
+#define SHARED      "abcdef012345"
+#define NM_ID1      SHARED "1111111111111111111111111111111111111111111111111111"
+#define NM_ID2      SHARED "2222222222222222222222222222222222222222222222222222"
+#define NM_THEIRS   SHARED "3333333333333333333333333333333333333333333333333333"
+#define NM_NAME1    "maf-sandbox-docker-111111111111"
+#define NM_NAME2    "maf-sandbox-docker-222222222222"
+#define NM_NAME_THEIRS "maf-sandbox-docker-333333333333"
+#define NM_KEY      "{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"}"
+
+static void naming_registry(void)
+{
+	static const char *const rows[][3] = {
+		{ NM_ID1, NM_NAME1, "1000" }, { NM_THEIRS, NM_NAME_THEIRS, "2000" }, { NM_ID2, NM_NAME2, "1000" },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+		json_t *item = json_pack("{s:s, s:[s+], s:{s:s, s:s, s:s, s:s, s:s}, s:s}", "Id", rows[i][0],
+					 "Names", "/", rows[i][1], "Labels", "maf-sandbox.scope", "s",
+					 "maf-sandbox.thread", "t", "maf-sandbox.agent", "a", "maf-sandbox.kind", "k",
+					 "maf-sandbox.owner", rows[i][2], "State", "running");
+
+		ck_assert_ptr_nonnull(registry_update_from_summary(d.registry, item));
+		json_decref(item);
+	}
+	d.registry_synced = true;
+}
+
+/* The params of each method that names a sandbox, around SANDBOX. */
+static const char *const naming_calls[][2] = {
+	{ "files.stat", "{\"sandbox\":\"%s\",\"path\":\"x\"}" },
+	{ "files.read", "{\"sandbox\":\"%s\",\"path\":\"x\"}" },
+	{ "files.remove", "{\"sandbox\":\"%s\",\"path\":\"x\"}" },
+	{ "sandbox.exec", "{\"sandbox\":\"%s\",\"command\":\"true\",\"timeout_seconds\":5}" },
+	{ "sandbox.dispose", "{\"key\":" NM_KEY ",\"sandbox\":\"%s\"}" },
+};
+
+static void call_naming(size_t which, const char *sandbox)
+{
+	const char *tpl = naming_calls[which][1], *at = strstr(tpl, "%s");
+	_cleanup_free_ char *params = xasprintf("%.*s%s%s", (int)(at - tpl), tpl, sandbox, at + 2);
+
+	call_as(USER_UID, false, naming_calls[which][0], params);
+}
+
+/* An ambiguous prefix: InvalidParams naming the field, listing the
+ * caller's candidates (never another's) and how many. */
+START_TEST(test_an_ambiguous_prefix_lists_the_candidates)
+{
+	const struct fake_reply script[] = { PING, VERSION };
+	const json_t *e, *data, *cands;
+	_cleanup_free_ char *wire = NULL;
+	const char *msg;
+
+	naming_registry();
+	serve(script, ELEMENTSOF(script));
+	call_naming((size_t)_i, SHARED);
+	loop_log_capture_stop();
+	fake_engine_stop();
+	e = error_of();
+	data = json_object_get(e, "data");
+	msg = json_string_value(json_object_get(e, "message"));
+	wire = json_dumps(answer, JSON_COMPACT);
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), -32602);
+	ck_assert_str_eq(json_string_value(json_object_get(data, "field")), "sandbox");
+	ck_assert_int_eq(json_integer_value(json_object_get(data, "matches")), 2);
+	cands = json_object_get(data, "candidates");
+	ck_assert_uint_eq(json_array_size(cands), 2);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(cands, 0), "sandbox")), NM_ID1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(cands, 0), "name")), NM_NAME1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(cands, 1), "sandbox")), NM_ID2);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(cands, 1), "name")), NM_NAME2);
+	ck_assert_msg(strstr(msg, NM_NAME1) && strstr(msg, NM_NAME2) && strstr(msg, "give more digits or the name"),
+		      "%s", msg);
+	ck_assert_msg(!strstr(wire, NM_THEIRS) && !strstr(wire, NM_NAME_THEIRS), "another's sandbox told: %s", wire);
+}
+END_TEST
+
+/* Nothing the caller may reach: SandboxNotFound naming what was given
+ * and how to list; another user's name, id or unique prefix answer
+ * exactly as a name nobody has. sandbox.dispose: null (idempotent). */
+static const char *const not_found_rows[] = {
+	"maf-sandbox-docker-999999999999", NM_NAME_THEIRS, "/" NM_NAME_THEIRS, NM_THEIRS, SHARED "3",
+};
+
+START_TEST(test_nothing_reachable_is_not_found)
+{
+	const struct fake_reply script[] = { PING, VERSION };
+	const char *given = not_found_rows[_i];
+
+	naming_registry();
+	serve(script, ELEMENTSOF(script));
+	for (size_t m = 0; m < ELEMENTSOF(naming_calls); m++) {
+		const json_t *e, *data;
+		const char *msg;
+
+		call_naming(m, given);
+		if (strcmp(naming_calls[m][0], "sandbox.dispose") == 0) {
+			ck_assert_msg(json_is_null(json_object_get(answer, "result")), "dispose %s: %s", given,
+				      json_dumps(answer, JSON_COMPACT));
+			continue;
+		}
+		e = error_of();
+		data = json_object_get(e, "data");
+		msg = json_string_value(json_object_get(e, "message"));
+		ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1206);
+		ck_assert_str_eq(json_string_value(json_object_get(data, "sandbox")), given);
+		ck_assert_msg(strstr(msg, given) && strstr(msg, "maf-sandbox ls"), "%s", msg);
+		/* the same words for another's as for nobody's */
+		ck_assert_uint_eq(json_object_size(data), 2);   /* type, sandbox */
+	}
+	loop_log_capture_stop();
+	fake_engine_stop();
+}
+END_TEST
+
+/* Too few hex digits to be a prefix: InvalidParams naming the rule. */
+START_TEST(test_too_few_digits_name_the_rule)
+{
+	const struct fake_reply script[] = { PING, VERSION };
+	static const char *const given[] = { "abc", "bcdef012345", "" };
+
+	naming_registry();
+	serve(script, ELEMENTSOF(script));
+	for (size_t g = 0; g < ELEMENTSOF(given); g++)
+		for (size_t m = 0; m < ELEMENTSOF(naming_calls); m++) {
+			const json_t *e;
+
+			call_naming(m, given[g]);
+			e = error_of();
+			ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), -32602);
+			ck_assert_str_eq(json_string_value(json_object_get(json_object_get(e, "data"), "field")), "sandbox");
+			ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "12 hex digits"), "%s",
+				      json_string_value(json_object_get(e, "message")));
+		}
+	loop_log_capture_stop();
+	fake_engine_stop();
+}
+END_TEST
+
+/* What was given is echoed cut at 128 bytes and escaped. */
+START_TEST(test_what_was_given_is_cut_and_escaped)
+{
+	const struct fake_reply script[] = { PING, VERSION };
+	char long_name[300];
+	const json_t *e;
+	const char *msg;
+
+	naming_registry();
+	serve(script, ELEMENTSOF(script));
+	memset(long_name, 'z', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	call_naming(0, long_name);
+	e = error_of();
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "code")), 1206);
+	ck_assert_uint_eq(strlen(json_string_value(json_object_get(json_object_get(e, "data"), "sandbox"))), 128);
+	call_naming(0, "a\\u0007b");
+	e = error_of();
+	msg = json_string_value(json_object_get(e, "message"));
+	ck_assert_msg(strstr(msg, "\"a\\u0007b\"") && !strchr(msg, '\a'), "%s", msg);
+	loop_log_capture_stop();
+	fake_engine_stop();
+}
+END_TEST
+
+/* The registry not read yet: EngineUnavailable, as before names. */
+START_TEST(test_an_unread_registry_is_engine_unavailable)
+{
+	const struct fake_reply script[] = { PING, VERSION };
+
+	naming_registry();
+	d.registry_synced = false;
+	serve(script, ELEMENTSOF(script));
+	call_naming(0, NM_NAME1);
+	ck_assert_int_eq(json_integer_value(json_object_get(error_of(), "code")), 1000);
+	call_naming(0, SHARED "1");
+	ck_assert_int_eq(json_integer_value(json_object_get(error_of(), "code")), 1000);
+	loop_log_capture_stop();
+	fake_engine_stop();
+}
+END_TEST
+
+/* ---- spec conflicts (PROTOCOL.md "Spec conflicts") ----------------------------- */
+
+/* The container under the key's name was made from ... (labels and
+ * Config.Image as the engine's inspect gives them); the acquire asks for
+ * IMAGE, no labels, the default work dir. */
+static const struct conflict_row {
+	const char *what;
+	const char *extra_labels;   /* more labels, JSON members */
+	const char *config_image;   /* Config.Image */
+	const char *want_fields;    /* the differences' fields, comma-joined; NULL: served */
+} conflict_rows[] = {
+	{ "the same spec (labelled)", ",\"maf-sandbox.image\":\"" IMAGE "\",\"maf-sandbox.labels\":\"{}\"", IMAGE, NULL },
+	{ "another image (labelled)", ",\"maf-sandbox.image\":\"other:1\"", "other:1", "image" },
+	{ "another image, the tag since moved (labelled)", ",\"maf-sandbox.image\":\"other:1\"", "sha256:0123", "image" },
+	{ "the seed's, the same image", "", IMAGE, NULL },
+	{ "the seed's, another image", "", "other:1", "image" },
+	{ "the seed's, the engine shows an id only: served", "", "sha256:0123", NULL },
+	{ "labels given then, none now", ",\"maf-sandbox.label.team\":\"blue\"", IMAGE, "labels" },
+	{ "another image and labels", ",\"maf-sandbox.label.team\":\"blue\"", "other:1", "image,labels" },
+};
+
+START_TEST(test_a_spec_conflict_is_refused)
+{
+	const struct conflict_row *row = &conflict_rows[_i];
+	struct msb_key key = { .scope = "s", .thread_id = "t", .agent_dir = "a", .call_id = "" };
+	char seed[NAMES_CONTAINER_MAX], path[128], body[1536];
+	struct fake_reply script[3] = { PING, VERSION };
+	const json_t *e, *diffs, *diff;
+	char fields[64] = "";
+	size_t i;
+
+	names_container(&key, "k", "", seed);
+	snprintf(path, sizeof(path), API "/containers/%s/json", seed);
+	snprintf(body, sizeof(body),
+		 "{\"Id\":\"" ID("c") "\",\"Name\":\"/%s\",\"Image\":\"sha256:0123\","
+		 "\"State\":{\"Status\":\"running\",\"Running\":true},"
+		 "\"Config\":{\"Image\":\"%s\",\"Labels\":{\"maf-sandbox.scope\":\"s\",\"maf-sandbox.thread\":\"t\","
+		 "\"maf-sandbox.agent\":\"a\",\"maf-sandbox.kind\":\"k\",\"maf-sandbox.owner\":\"0\""
+		 "%s,\"maf-sandbox.work-dir.v1\":\"/maf-sandbox/work\"}}}", seed, row->config_image, row->extra_labels);
+	script[2] = (struct fake_reply){ .method = "GET", .path = path, .headers = JSON_TYPE, .body = body };
+	serve(script, ELEMENTSOF(script));
+	call_as(0, true, "sandbox.acquire", ACQUIRE_PARAMS);
+	loop_log_capture_stop();
+	fake_engine_stop();   /* the script lives on this stack */
+	if (!row->want_fields) {
+		const json_t *res = json_object_get(answer, "result");
+
+		ck_assert_msg(res, "%s: not served: %s", row->what, json_dumps(answer, JSON_COMPACT));
+		ck_assert_str_eq(json_string_value(json_object_get(res, "sandbox")), ID("c"));
+		/* the result says the image */
+		ck_assert_str_eq(json_string_value(json_object_get(res, "image")), row->config_image[0] == 's' &&
+				 !strstr(row->extra_labels, "maf-sandbox.image") ? row->config_image : IMAGE);
+		ck_assert_str_eq(json_string_value(json_object_get(res, "image_id")), "sha256:0123");
+		return;
+	}
+	e = error_of();
+	ck_assert_msg(json_integer_value(json_object_get(e, "code")) == 1106, "%s: %s", row->what,
+		      json_dumps(answer, JSON_COMPACT));
+	diffs = json_object_get(json_object_get(e, "data"), "differences");
+	json_array_foreach(diffs, i, diff) {
+		snprintf(fields + strlen(fields), sizeof(fields) - strlen(fields), "%s%s", i ? "," : "",
+			 json_string_value(json_object_get(diff, "field")));
+		ck_assert_ptr_nonnull(json_object_get(diff, "requested"));
+		ck_assert_ptr_nonnull(json_object_get(diff, "existing"));
+		if (strcmp(json_string_value(json_object_get(diff, "field")), "image") == 0) {
+			ck_assert_str_eq(json_string_value(json_object_get(diff, "requested")), IMAGE);
+			ck_assert_str_eq(json_string_value(json_object_get(diff, "existing")), "other:1");
+		}
+	}
+	ck_assert_msg(strcmp(fields, row->want_fields) == 0, "%s: differences %s, want %s", row->what, fields,
+		      row->want_fields);
+	ck_assert_msg(strstr(json_string_value(json_object_get(e, "message")), "dispose") &&
+		      strstr(json_string_value(json_object_get(e, "message")), "another kind"), "%s",
+		      json_string_value(json_object_get(e, "message")));
+}
+END_TEST
+
 static Suite *wire_errors_suite(void)
 {
 	Suite *s = suite_create("wire_errors");
@@ -449,6 +713,18 @@ static Suite *wire_errors_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_acquire_names_its_callers_key_space, 0, ELEMENTSOF(space_rows));
 	tcase_add_loop_test(tc, test_root_space_serves_only_roots, 0, ELEMENTSOF(root_space_rows));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("spec_conflicts");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_a_spec_conflict_is_refused, 0, ELEMENTSOF(conflict_rows));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("naming");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_an_ambiguous_prefix_lists_the_candidates, 0, ELEMENTSOF(naming_calls));
+	tcase_add_loop_test(tc, test_nothing_reachable_is_not_found, 0, ELEMENTSOF(not_found_rows));
+	tcase_add_test(tc, test_too_few_digits_name_the_rule);
+	tcase_add_test(tc, test_what_was_given_is_cut_and_escaped);
+	tcase_add_test(tc, test_an_unread_registry_is_engine_unavailable);
 	suite_add_tcase(s, tc);
 	return s;
 }

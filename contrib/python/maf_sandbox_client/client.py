@@ -328,7 +328,8 @@ class AsyncClient:
         ``info``: an unknown ref raises :class:`~maf_sandbox_client.SandboxNotFound`, an
         ambiguous one (or a prefix shorter than 12) :class:`~maf_sandbox_client.InvalidParams`
         naming the candidates. Without ``await`` no call is made (the handle as before: the id
-        as given; ``key`` and ``kind`` are needed only for :meth:`Sandbox.dispose`)."""
+        as given, which the daemon resolves the same way on every call; ``key`` and ``kind`` are
+        needed only for :meth:`Sandbox.dispose`)."""
         return Sandbox(self, {"sandbox": instance_id, "kind": kind or ""},
                        key=key_to_wire(key) if key is not None else None, spec=None)
 
@@ -595,7 +596,10 @@ class Sandbox:
     def __init__(self, client: AsyncClient, acquired: Mapping[str, Any], *,
                  key: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> None:
         self.client = client
-        #: The container's full 64-hex id: what every call names the sandbox by.
+        #: What every call names the sandbox by: the container's full 64-hex id as acquire
+        #: returned it, or, for a handle made by :meth:`AsyncClient.sandbox`, what was given
+        #: there (a name or a unique id prefix of 12+ hex digits will do: PROTOCOL.md
+        #: "Naming a sandbox").
         self.instance_id: str = str(acquired["sandbox"])
         self.name: str = str(acquired.get("name") or "")
         self.kind: str = str(acquired.get("kind") or (spec or {}).get("kind") or "")
@@ -614,6 +618,12 @@ class Sandbox:
         self.file_plane: str | None = plane if isinstance(plane, str) else None
         self.key: Mapping[str, Any] | None = key
         self.spec: Mapping[str, Any] | None = spec
+        image = acquired.get("image")
+        image_id = acquired.get("image_id")
+        #: The image reference the container was made from, and its id where the engine said
+        #: (``None`` for a handle made by :meth:`AsyncClient.sandbox`).
+        self.image: str | None = image if isinstance(image, str) else None
+        self.image_id: str | None = image_id if isinstance(image_id, str) else None
         self.raw: Mapping[str, Any] = dict(acquired)
         #: What the handle was made with (``client.sandbox(ref)``): resolve() looks it up.
         self._ref: str = self.instance_id

@@ -228,8 +228,9 @@ class SandboxBackendNotPermitted(SandboxError, PermissionError):
 
 
 class SandboxConflict(SandboxError, RuntimeError):
-    """1106: the container under this sandbox's name is not this key's, or has another
-    ``work_dir`` (``data.work_dir``); dispose it first."""
+    """1106: the container under this sandbox's name is not this key's, or was made from
+    another spec (``data.differences``: ``[{field, requested, existing}]`` for ``image`` /
+    ``image_id``, ``labels``, ``work_dir``); dispose it first, or use another kind."""
 
     wire_code, wire_type = 1106, "SandboxConflict"
 
@@ -314,7 +315,8 @@ class SandboxTimeoutError(_PartialOutput, SandboxError, TimeoutError):
 
 
 class SandboxNotFound(SandboxError, LookupError):
-    """1206: no sandbox with this id that the caller may reach."""
+    """1206: no sandbox by this id, id prefix or name that the caller may reach
+    (``data.sandbox``: what was given)."""
 
     wire_code, wire_type = 1206, "SandboxNotFound"
 

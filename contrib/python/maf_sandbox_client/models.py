@@ -395,10 +395,13 @@ class SandboxInfo:
     image: str | None
     owner: str | None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: The labels given at acquire (``spec.labels``); never the daemon's own.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any]) -> SandboxInfo:
         key = value.get("key")
+        labels = value.get("labels")
         return cls(
             sandbox=str(value.get("sandbox", "")),
             name=str(value.get("name", "")),
@@ -409,6 +412,7 @@ class SandboxInfo:
             image=value.get("image") if isinstance(value.get("image"), str) else None,
             owner=None if value.get("owner") is None else str(value.get("owner")),
             raw=dict(value),
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
         )
 
 

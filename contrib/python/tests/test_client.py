@@ -94,6 +94,38 @@ class Lifecycle(ClientTest):
         self.assertEqual(await self.client.dispose_scope(scope, "t2"), msb.ScopePurge(1, None))
         self.assertEqual(await self.client.dispose_scope(scope, "t2"), msb.ScopePurge(0, None))
 
+    async def test_names_labels_and_spec_conflicts(self) -> None:
+        scope = self.s.scope("names")
+        labels = {fx.RUN_LABEL: self.s.run_id, "team": "blue"}
+        sb = await self.sandbox("names", labels=labels)
+        self.assertEqual(sb.image, self.s.image)
+        self.assertTrue(sb.image_id and sb.image_id.startswith("sha256:"), sb.image_id)
+        # list() shows the labels given at acquire, never the daemon's own.
+        (entry,) = await self.client.list(scope=scope)
+        self.assertEqual(entry.labels, labels)
+        # A handle by name (with or without the engine's "/") or by 12 hex digits of the id.
+        for given in (sb.name, "/" + sb.name, sb.instance_id[:12], sb.instance_id[:12].upper()):
+            handle = self.client.sandbox(given)
+            self.assertEqual((await handle.exec(["echo", given])).stdout, given + "\n")
+        await self.client.sandbox(sb.name).write_file("n.txt", "by name")
+        self.assertEqual(await self.client.sandbox(sb.instance_id[:12]).read_file("n.txt"), b"by name")
+        with self.assertRaises(msb.SandboxNotFound) as cm:
+            await self.client.sandbox("maf-sandbox-docker-000000000000").exec("true")
+        self.assertEqual(cm.exception.data["sandbox"], "maf-sandbox-docker-000000000000")
+        with self.assertRaises(msb.InvalidParams):
+            await self.client.sandbox(sb.instance_id[:11]).exec("true")
+        # The same spec by the image's id: served. Other labels: refused, with the difference.
+        by_id = self.s.spec(labels=labels, image_id=sb.image_id)
+        del by_id["image"]
+        again = await self.client.acquire(self.s.key("names"), by_id)
+        self.assertEqual(again.instance_id, sb.instance_id)
+        with self.assertRaises(msb.SandboxConflict) as cm:
+            await self.sandbox("names", labels={fx.RUN_LABEL: self.s.run_id})
+        (diff,) = cm.exception.data["differences"]
+        self.assertEqual((diff["field"], diff["existing"]), ("labels", labels))
+        self.assertIsNone(await self.client.dispose(self.s.key("names"), sandbox=sb.name))
+        self.assertEqual(await self.client.list(scope=scope), [])
+
     async def test_reap_in_one_scope(self) -> None:
         scope = self.s.scope("reap")
         sb = await self.sandbox("reap")
