@@ -711,20 +711,41 @@ static json_t *image_difference(const struct msb_spec *spec, const json_t *label
 			 "existing", existing);
 }
 
+/* Is v an object of strings? */
+static bool is_object_of_strings(const json_t *v)
+{
+	const char *k;
+	json_t *s;
+
+	if (!json_is_object(v))
+		return false;
+	json_object_foreach((json_t *)v, k, s)
+		if (!json_is_string(s))
+			return false;
+	return true;
+}
+
 json_t *acquire_user_labels(const json_t *labels)
 {
 	const char *raw = json_string_value(json_object_get(labels, LABEL_LABELS_JSON));
-	json_t *out = raw ? json_loads(raw, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	json_t *out = raw && strlen(raw) <= ACQUIRE_LABELS_JSON_MAX ? json_loads(raw, JSON_REJECT_DUPLICATES, NULL)
+								     : NULL;
+	size_t plen = strlen(LABEL_USER_PREFIX), bytes = 0;
 	const char *k;
 	json_t *v;
 
-	if (json_is_object(out))
+	if (is_object_of_strings(out))
 		return out;
 	json_decref(out);
 	out = json_object();
-	json_object_foreach((json_t *)labels, k, v)
-		if (strncmp(k, LABEL_USER_PREFIX, strlen(LABEL_USER_PREFIX)) == 0 && json_is_string(v))
-			json_object_set(out, k + strlen(LABEL_USER_PREFIX), v);
+	json_object_foreach((json_t *)labels, k, v) {
+		if (strncmp(k, LABEL_USER_PREFIX, plen) != 0 || !json_is_string(v))
+			continue;
+		bytes += strlen(k + plen) + json_string_length(v);
+		if (bytes > ACQUIRE_LABELS_JSON_MAX)
+			break;
+		json_object_set(out, k + plen, v);
+	}
 	return out;
 }
 
@@ -872,7 +893,8 @@ static json_t *acq_create_config(const struct acquire_op *op)
 	/* What it is made from, for the spec-conflict check and the listings. */
 	json_object_set_new(labels, LABEL_IMAGE, json_string(msb_spec_image_ref(&op->spec)));
 	raw = json_dumps(op->spec.labels, JSON_COMPACT | JSON_SORT_KEYS);
-	json_object_set_new(labels, LABEL_LABELS_JSON, json_string(raw));
+	if (raw && strlen(raw) <= ACQUIRE_LABELS_JSON_MAX)
+		json_object_set_new(labels, LABEL_LABELS_JSON, json_string(raw));
 	free(raw);
 	json_decref(raw_key);
 	for (size_t i = 0; i < ELEMENTSOF(keepalive); i++)

@@ -42,6 +42,14 @@
  * maf-sandbox.label.* labels may be digests). */
 #define LABEL_IMAGE "maf-sandbox.image"
 #define LABEL_LABELS_JSON "maf-sandbox.labels"
+/* The most bytes of maf-sandbox.labels: longer spec labels are not
+ * recorded raw (every engine event carries every label, and an event
+ * longer than DOCKER_MAX_STREAM_LINE breaks the events stream for
+ * everyone); the listing then shows the maf-sandbox.label.* values. A
+ * label read back is taken only up to this size, and only as an object of
+ * strings (anyone with the engine can write it). Also the most bytes of
+ * keys and values a listing's labels carry (the rest left out). */
+#define ACQUIRE_LABELS_JSON_MAX 8192
 /* Keep a container alive whatever the image's own command does: the
  * entrypoint is kept (as the seed does) and the command becomes this. */
 #define ACQUIRE_KEEPALIVE_CMD { "sleep", "infinity" }

@@ -2691,6 +2691,42 @@ START_TEST(joiners_with_another_image_are_refused)
 }
 END_TEST
 
+/* Labels at the spec's limits (64, values of 4096 bytes) make no label
+ * longer than the engine's events may carry (DOCKER_MAX_STREAM_LINE): the
+ * raw labels are recorded only up to ACQUIRE_LABELS_JSON_MAX bytes, and the
+ * registry stays current for everyone (a file call by name, the list); the
+ * list then shows the maf-sandbox.label.* values (long ones digested). */
+START_TEST(labels_at_the_limits_keep_the_registry_current)
+{
+	char name[80], k[16], *v = malloc(4097);
+	json_t *spec = files_spec(img_root), *r, *list;
+
+	ck_assert_ptr_nonnull(v);
+	memset(v, 'v', 4096);
+	v[4096] = '\0';
+	for (int i = 0; i < 63; i++) {
+		snprintf(k, sizeof(k), "l%02d", i);
+		json_object_set_new(json_object_get(spec, "labels"), k, json_string(v));
+	}
+	free(v);
+	r = acquire(key_for("long_labels", NULL), spec);
+	EXPECT_OK(r);
+	snprintf(name, sizeof(name), "%s", jstr(r, "name"));
+	json_decref(r);
+	r = f_write(name, NULL, "long.txt", "x");
+	EXPECT_OK(r);
+	json_decref(r);
+	list = rpc("sandbox.list", json_pack("{s:s}", "scope", fx.scope));
+	EXPECT_OK(list);
+	ck_assert_uint_eq(json_array_size(list), 1);
+	r = json_object_get(json_array_get(list, 0), "labels");
+	ck_assert_uint_eq(json_object_size(r), 64);
+	ck_assert_str_eq(json_string_value(json_object_get(r, RUN_LABEL)), run_id);
+	ck_assert_msg(strncmp(json_string_value(json_object_get(r, "l00")), "sha256-", 7) == 0, "%s", last_reply);
+	json_decref(list);
+}
+END_TEST
+
 /* ---- errors name the path, the working directory and the fix ---------------- */
 
 /* The last error's message holds each of the NULL-terminated strings. */
@@ -3070,6 +3106,7 @@ static Suite *files_suite(void)
 		ADD(other, another_users_sandbox_is_not_found_by_name_or_prefix);
 		suite_add_tcase(s, other);
 		ADD(sc, a_spec_conflict_is_refused_and_the_same_spec_served);
+		ADD(sc, labels_at_the_limits_keep_the_registry_current);
 		ADD(sc, joiners_with_another_image_are_refused);
 		suite_add_tcase(s, sc);
 	}

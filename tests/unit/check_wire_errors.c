@@ -697,6 +697,60 @@ START_TEST(test_a_spec_conflict_is_refused)
 }
 END_TEST
 
+/* maf-sandbox.labels is read as hostile (anyone with the engine writes
+ * it): only up to ACQUIRE_LABELS_JSON_MAX bytes and only as an object of
+ * strings; else the maf-sandbox.label.* values, at most
+ * ACQUIRE_LABELS_JSON_MAX bytes of them. */
+START_TEST(test_recorded_labels_are_read_as_hostile)
+{
+	static const char *const forged[] = {
+		"{\"a\":{\"nested\":[1,2,3]}}", "[\"a\"]", "{\"a\":1}", "{\"a\":\"x\",\"a\":\"y\"}", "{", "null",
+	};
+	json_t *labels = json_pack("{s:s}", LABEL_USER_PREFIX "a", "from-label"), *got;
+	char *big = xmalloc(ACQUIRE_LABELS_JSON_MAX + 16), *v = xmalloc(4001);
+	size_t bytes = 0;
+	const char *k;
+	json_t *e;
+
+	for (size_t i = 0; i < ELEMENTSOF(forged); i++) {
+		json_object_set_new(labels, LABEL_LABELS_JSON, json_string(forged[i]));
+		got = acquire_user_labels(labels);
+		ck_assert_msg(json_object_size(got) == 1 && json_is_string(json_object_get(got, "a")) &&
+			      strcmp(json_string_value(json_object_get(got, "a")), "from-label") == 0, "%s", forged[i]);
+		json_decref(got);
+	}
+	/* a well-formed object longer than the limit is not taken either */
+	snprintf(big, ACQUIRE_LABELS_JSON_MAX + 16, "{\"a\":\"%0*d\"}", ACQUIRE_LABELS_JSON_MAX, 0);
+	json_object_set_new(labels, LABEL_LABELS_JSON, json_string(big));
+	got = acquire_user_labels(labels);
+	ck_assert_str_eq(json_string_value(json_object_get(got, "a")), "from-label");
+	json_decref(got);
+	/* within it, it is */
+	json_object_set_new(labels, LABEL_LABELS_JSON, json_string("{\"a\":\"raw\"}"));
+	got = acquire_user_labels(labels);
+	ck_assert_str_eq(json_string_value(json_object_get(got, "a")), "raw");
+	json_decref(got);
+	/* the fallback is bounded too: 64 keys of 4000 bytes */
+	json_object_del(labels, LABEL_LABELS_JSON);
+	memset(v, 'k', 4000);
+	v[4000] = '\0';
+	for (int i = 0; i < 64; i++) {
+		_cleanup_free_ char *name = xasprintf("%s%02d%s", LABEL_USER_PREFIX, i, v);
+
+		json_object_set_new(labels, name, json_string("x"));
+	}
+	got = acquire_user_labels(labels);
+	json_object_foreach(got, k, e)
+		bytes += strlen(k) + json_string_length(e);
+	ck_assert_uint_le(bytes, ACQUIRE_LABELS_JSON_MAX);
+	ck_assert_uint_ge(json_object_size(got), 1);
+	json_decref(got);
+	json_decref(labels);
+	free(big);
+	free(v);
+}
+END_TEST
+
 static Suite *wire_errors_suite(void)
 {
 	Suite *s = suite_create("wire_errors");
@@ -717,6 +771,7 @@ static Suite *wire_errors_suite(void)
 	tc = tcase_create("spec_conflicts");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_a_spec_conflict_is_refused, 0, ELEMENTSOF(conflict_rows));
+	tcase_add_test(tc, test_recorded_labels_are_read_as_hostile);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("naming");
 	tcase_add_checked_fixture(tc, setup, teardown);
