@@ -772,6 +772,34 @@ static bool user_labels_match(const json_t *want, const json_t *labels)
 	return true;
 }
 
+/* The spec's labels for a difference: as given when their JSON is at most
+ * ACQUIRE_LABELS_JSON_MAX bytes, else as the container's labels hold them
+ * (values digested like maf-sandbox.label.*), at most that many bytes of
+ * keys and values: the error stays within its reply bound. */
+static json_t *requested_labels(const json_t *want)
+{
+	char *raw = json_dumps(want, JSON_COMPACT);
+	size_t bytes = 0;
+	json_t *out, *v;
+	const char *k;
+
+	if (raw && strlen(raw) <= ACQUIRE_LABELS_JSON_MAX) {
+		free(raw);
+		return json_deep_copy(want);
+	}
+	free(raw);
+	out = json_object();
+	json_object_foreach((json_t *)want, k, v) {
+		_cleanup_free_ char *lv = names_label_value(json_string_value(v));
+
+		bytes += strlen(k) + strlen(lv);
+		if (bytes > ACQUIRE_LABELS_JSON_MAX)
+			break;
+		json_object_set_new(out, k, json_string(lv));
+	}
+	return out;
+}
+
 json_t *acquire_spec_differences(const struct msb_spec *spec, const json_t *labels, const char *image,
 				 const char *image_id)
 {
@@ -784,7 +812,8 @@ json_t *acquire_spec_differences(const struct msb_spec *spec, const json_t *labe
 	if (img)
 		json_array_append_new(diffs, img);
 	if (!user_labels_match(spec->labels, labels))
-		json_array_append_new(diffs, json_pack("{s:s, s:O, s:o}", "field", "labels", "requested", spec->labels,
+		json_array_append_new(diffs, json_pack("{s:s, s:o, s:o}", "field", "labels", "requested",
+						       requested_labels(spec->labels),
 						       "existing", acquire_user_labels(labels)));
 	return diffs;
 }

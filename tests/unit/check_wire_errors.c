@@ -751,6 +751,37 @@ START_TEST(test_recorded_labels_are_read_as_hostile)
 }
 END_TEST
 
+/* A labels difference stays within the acquire's reply bound (64 KiB)
+ * whatever labels the spec gives (64 of 4096-byte values): past
+ * ACQUIRE_LABELS_JSON_MAX, "requested" holds them as the container would
+ * (digested), at most that many bytes. */
+START_TEST(test_a_labels_difference_is_bounded)
+{
+	struct msb_spec spec = { .kind = "k", .image = IMAGE, .labels = json_object() };
+	json_t *labels = json_pack("{s:s}", "maf-sandbox.work-dir.v1", "/maf-sandbox/work"), *diffs;
+	char *v = xmalloc(4097), *dumped;
+
+	memset(v, 'v', 4096);
+	v[4096] = '\0';
+	for (int i = 0; i < 64; i++) {
+		_cleanup_free_ char *k = xasprintf("l%02d", i);
+
+		json_object_set_new(spec.labels, k, json_string(v));
+	}
+	diffs = acquire_spec_differences(&spec, labels, IMAGE, NULL);
+	ck_assert_uint_eq(json_array_size(diffs), 1);
+	dumped = json_dumps(diffs, JSON_COMPACT);
+	ck_assert_uint_le(strlen(dumped), 2 * ACQUIRE_LABELS_JSON_MAX);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(diffs, 0), "field")), "labels");
+	ck_assert_uint_ge(json_object_size(json_object_get(json_array_get(diffs, 0), "requested")), 1);
+	free(dumped);
+	json_decref(diffs);
+	json_decref(labels);
+	json_decref(spec.labels);
+	free(v);
+}
+END_TEST
+
 static Suite *wire_errors_suite(void)
 {
 	Suite *s = suite_create("wire_errors");
@@ -772,6 +803,7 @@ static Suite *wire_errors_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_a_spec_conflict_is_refused, 0, ELEMENTSOF(conflict_rows));
 	tcase_add_test(tc, test_recorded_labels_are_read_as_hostile);
+	tcase_add_test(tc, test_a_labels_difference_is_bounded);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("naming");
 	tcase_add_checked_fixture(tc, setup, teardown);
