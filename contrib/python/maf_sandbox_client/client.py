@@ -520,11 +520,15 @@ def _mode(value: int | None, what: str) -> int | None:
 
 def _match_sandbox(ref: str, entries: Sequence[SandboxInfo]) -> SandboxInfo:
     """The entry ``ref`` names: its full id, its name, or a unique id prefix of at least
-    :data:`SANDBOX_PREFIX_MIN` hex digits (as ``docker`` takes)."""
+    :data:`SANDBOX_PREFIX_MIN` hex digits (as ``docker`` takes), as the daemon takes them: hex
+    in either case, a name with or without the engine's leading ``/``."""
+    given = ref
+    if ref and all(c in "0123456789abcdefABCDEF" for c in ref):
+        ref = ref.lower()
     for e in entries:
         if e.sandbox == ref:
             return e
-    named = [e for e in entries if e.name == ref]
+    named = [e for e in entries if e.name == (given[1:] if given.startswith("/") else given)]
     if len(named) == 1:
         return named[0]
     if not named and ref and all(c in "0123456789abcdef" for c in ref):

@@ -1618,6 +1618,13 @@ class SandboxReferences(unittest.TestCase):
         self.assertIs(_match_sandbox("abcdef012345", e), e[0])
         self.assertIs(_match_sandbox("abcdef0123461", e), e[1])
 
+    def test_case_and_slash_as_the_daemon_takes_them(self) -> None:
+        from maf_sandbox_client.client import _match_sandbox
+        e = self.entries()
+        self.assertIs(_match_sandbox(e[0].sandbox.upper(), e), e[0])
+        self.assertIs(_match_sandbox("ABCDEF012345", e), e[0])
+        self.assertIs(_match_sandbox("/maf-sandbox-docker-bbbb", e), e[1])
+
     def test_unknown_ambiguous_and_short(self) -> None:
         from maf_sandbox_client.client import _match_sandbox
         e = self.entries()
