@@ -69,5 +69,11 @@ bool msbd_peer_is_admin(const struct msbd *d, const struct rpc_peer *peer);
 /* The method table served on the socket. */
 extern const struct rpc_method msbd_methods[];
 extern const size_t msbd_n_methods;
+/* The reply bound the server charges req (rpc_reply_bound over the table),
+ * but for the methods whose reply depends on the daemon's state:
+ * sandbox.list's is its listing as the registry stands
+ * (m_sandbox_list_reply_bound). */
+struct jsonrpc_request;
+size_t msbd_reply_bound(struct msbd *d, const struct jsonrpc_request *req);
 
 #endif

@@ -403,3 +403,10 @@ const struct rpc_method msbd_methods[] = {
 	  sizeof(struct m_events_params), NULL },
 };
 const size_t msbd_n_methods = sizeof(msbd_methods) / sizeof(msbd_methods[0]);
+
+size_t msbd_reply_bound(struct msbd *d, const struct jsonrpc_request *req)
+{
+	if (req->method && strcmp(req->method, MSB_METHOD_SANDBOX_LIST) == 0)
+		return m_sandbox_list_reply_bound(d) + replybound_id(req->id);
+	return rpc_reply_bound(msbd_methods, msbd_n_methods, req, d->config);
+}

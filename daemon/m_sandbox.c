@@ -20,6 +20,7 @@
 #include "msb-limits.h"
 #include "names.h"
 #include "reap.h"
+#include "replybound.h"
 #include "fileop.h"
 #include "registry.h"
 #include "sandbox.h"
@@ -866,6 +867,21 @@ static json_t *list_entry(const struct sandbox *sb)
 		      "labels", acquire_user_labels(sb->labels));
 	json_decref(k);
 	return e;
+}
+
+size_t m_sandbox_list_reply_bound(const struct msbd *d)
+{
+	size_t bytes = REPLYBOUND_ENVELOPE_BYTES, most = replybound_max(d->config);
+	const struct sandbox *sb;
+
+	/* every sandbox: the filters only narrow the listing */
+	for (sb = registry_first(d->registry); sb && bytes < most; sb = registry_next(sb)) {
+		json_t *e = list_entry(sb);
+
+		bytes += json_dumpb(e, NULL, 0, JSON_COMPACT) + 1;
+		json_decref(e);
+	}
+	return bytes < REPLYBOUND_DEFAULT_BYTES ? REPLYBOUND_DEFAULT_BYTES : bytes > most ? most : bytes;
 }
 
 struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)

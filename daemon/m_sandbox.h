@@ -38,6 +38,12 @@ struct rpc_result *m_sandbox_acquire(struct rpc_call *call, const void *params);
 struct rpc_result *m_sandbox_dispose(struct rpc_call *call, const void *params);
 struct rpc_result *m_sandbox_dispose_scope(struct rpc_call *call, const void *params);
 struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params);
+/* sandbox.list's reply bound, its id aside (msbd_reply_bound): the listing
+ * of every sandbox in the registry as it stands, at least
+ * REPLYBOUND_DEFAULT_BYTES and at most replybound_max (the largest reply
+ * the budgets are sure to hold; a larger listing is counted over bound). */
+struct msbd;
+size_t m_sandbox_list_reply_bound(const struct msbd *d);
 struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params);
 
 #endif

@@ -1546,7 +1546,7 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const cha
 			  size_t *ret_charge)
 {
 	struct server *srv = c->srv;
-	size_t charge = rpc_reply_bound(msbd_methods, msbd_n_methods, req, srv->d->config) + len;
+	size_t charge = msbd_reply_bound(srv->d, req) + len;
 
 	if (conn_rb_admits(c, charge, server_rb_head(srv), &c->rb_admit_overtook)) {
 		*ret_charge = charge;

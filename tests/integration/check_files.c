@@ -2899,6 +2899,43 @@ START_TEST(an_echoed_path_is_cut_in_the_message)
 }
 END_TEST
 
+/* sandbox.list's reply bound is its listing (the registry as it stands):
+ * eight sandboxes whose labels take ~8 KiB each list in ~68 KiB, past the
+ * 64 KiB of other methods, and no reply passes its bound. */
+START_TEST(a_long_listing_keeps_within_its_bound)
+{
+	json_int_t before = replies_over_bound();
+	char *v = malloc(4001), k[16];
+	json_t *list;
+
+	ck_assert_ptr_nonnull(v);
+	memset(v, 'v', 4000);
+	v[4000] = '\0';
+	for (int i = 0; i < 8; i++) {
+		json_t *spec = files_spec(img_root), *r;
+
+		json_object_set_new(json_object_get(spec, "labels"), "a", json_string(v));
+		json_object_set_new(json_object_get(spec, "labels"), "b", json_string(v));
+		snprintf(k, sizeof(k), "list%d", i);
+		r = acquire(key_for(k, NULL), spec);
+		EXPECT_OK(r);
+		json_decref(r);
+	}
+	free(v);
+	list = rpc("sandbox.list", json_pack("{s:s}", "scope", fx.scope));
+	EXPECT_OK(list);
+	ck_assert_uint_eq(json_array_size(list), 8);
+	{
+		char *dumped = json_dumps(list, JSON_COMPACT);
+
+		ck_assert_uint_gt(strlen(dumped), 64 * 1024);
+		free(dumped);
+	}
+	json_decref(list);
+	ck_assert_int_eq(replies_over_bound(), before);
+}
+END_TEST
+
 /* ---- write modes ---------------------------------------------------------- */
 
 static json_t *f_write_mode(const char *sb, const char *path, const char *text, json_int_t mode)
@@ -3107,6 +3144,7 @@ static Suite *files_suite(void)
 		suite_add_tcase(s, other);
 		ADD(sc, a_spec_conflict_is_refused_and_the_same_spec_served);
 		ADD(sc, labels_at_the_limits_keep_the_registry_current);
+		ADD(sc, a_long_listing_keeps_within_its_bound);
 		ADD(sc, joiners_with_another_image_are_refused);
 		suite_add_tcase(s, sc);
 	}
