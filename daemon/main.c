@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "fileop.h"
 #include "egress.h"
+#include "execrun.h"
 #include "freeze.h"
 #include "hostlock.h"
 #include "reap.h"
@@ -422,6 +423,7 @@ static void drain_cancel_engine(struct msbd_main *m)
 	evtimer_del(m->d.resync_timer);
 	freeze_table_cancel_retries(m->d.freezes);
 	egress_shutdown(m->d.egress);
+	execrun_lingers_end();
 	m->d.engine = engine_free(m->d.engine);
 }
 
@@ -616,6 +618,7 @@ static void stop(struct msbd_main *m)
 	if (m->d.freezes)
 		freeze_table_cancel_retries(m->d.freezes);
 	egress_shutdown(m->d.egress);
+	execrun_lingers_end();
 	m->d.engine = engine_free(m->d.engine);
 	/* After the engine: claims still queued are failed (-ECANCELED). Then
 	 * the host lock they borrowed (the kernel would drop it at exit anyway). */

@@ -16,8 +16,11 @@
  * stdout, which can never be told from the guest's. The mark ends, once,
  * in execrun_unmark(): when a probe (GET /exec/{eid}/json, x->probe, run
  * beside the stream) shows a Pid or an ExitCode, when the start's request
- * ends (the process then ran, or never will), and in execrun_finish
- * (cancel, deadline, the engine gone) — never on a count: a freeze paused
+ * ends (the process then ran, or never will), and in execrun_finish (the
+ * engine gone; a cancel or deadline before the start was sent) — never on
+ * a count, and never while a start the engine was sent is unsettled: a run
+ * ended then (cancel, deadline) hands its mark to a linger that asks on
+ * until the engine settles the start (below). A freeze paused
  * into a start the runtime has not finished catches runc's init joining a
  * frozen cgroup, which stays frozen and hangs the engine on the container.
  * Probes are sent only once a freeze waits on the mark (the table makes
@@ -42,6 +45,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -271,6 +275,128 @@ static int execrun_in_submit(struct execrun *x)
 	return 0;
 }
 
+/* ---- a mark outliving its run ----------------------------------------------------------
+ *
+ * A run cancelled (or past its deadline) after it sent its start, before the
+ * engine confirmed the process, leaves a start the engine still carries out:
+ * closing our request does not stop the runtime. Its mark must not end
+ * then, or a freeze of ours (the kill's scan among them) could pause into
+ * runc's init joining the cgroup, which wedges the container and the
+ * engine's calls on it for good. The mark passes to a linger that asks the
+ * engine (GET /exec/{eid}/json) until the exec has a Pid or an ExitCode, or
+ * is gone, and then ends it. Lingers are the module's own (a list), and
+ * execrun_lingers_end() ends every one before the engine is freed. */
+static bool probe_is_started(const json_t *body);
+
+struct execrun_linger {
+	LIST_ENTRY(execrun_linger) entry;
+	struct engine *e;                      /* borrowed */
+	struct freeze_exec_mark *mark;
+	struct engine_req *probe;
+	struct event *timer;                   /* the next probe, and the mark's wake */
+	char *id, *exec_id;
+	unsigned probes;
+};
+
+static LIST_HEAD(, execrun_linger) execrun_lingers = LIST_HEAD_INITIALIZER(execrun_lingers);
+
+static void linger_end(struct execrun_linger *l)
+{
+	struct engine_req *probe = TAKE_PTR(l->probe);
+
+	if (probe)
+		engine_req_cancel(probe);   /* linger_probe_cb: no probe held, returns */
+	freeze_exec_starting_end(TAKE_PTR(l->mark));
+	LIST_REMOVE(l, entry);
+	event_free(l->timer);
+	free(l->exec_id);
+	free(l->id);
+	free(l);
+}
+
+static void linger_probe_cb(const struct docker_reply *r, void *arg);
+
+static void linger_probe(struct execrun_linger *l)
+{
+	if (l->probe)
+		return;
+	l->probes++;
+	if (docker_exec_inspect(l->e, l->exec_id, linger_probe_cb, l, &l->probe) < 0) {
+		l->probe = NULL;
+		log_warnx("exec %.12s in %.12s: cannot ask whether its cancelled start ran; its mark ends",
+			  l->exec_id, l->id);
+		linger_end(l);
+	}
+}
+
+static void linger_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	linger_probe(arg);
+}
+
+static void linger_probe_cb(const struct docker_reply *r, void *arg)
+{
+	struct execrun_linger *l = arg;
+	long ms;
+	struct timeval tv;
+
+	if (!l->probe)
+		return;   /* linger_end cancelled it */
+	l->probe = NULL;
+	if (r->error == -ECANCELED || (r->error == 0 && r->status == 404) ||
+	    (r->error == 0 && r->status == 200 && json_is_object(r->body) && probe_is_started(r->body))) {
+		log_debug("op", "exec %.12s in %.64s: its cancelled start is settled", l->exec_id, l->id);
+		linger_end(l);
+		return;
+	}
+	if (l->probes == EXECRUN_START_PROBES)
+		log_warnx("exec %.12s in %.12s: a cancelled start not confirmed after %u inspects; freezes "
+			  "of the sandbox keep waiting for it (asked every %d ms now)", l->exec_id, l->id,
+			  l->probes, EXECRUN_START_PROBE_SLOW_MS);
+	ms = l->probes < EXECRUN_START_PROBES ? EXECRUN_START_PROBE_MS : EXECRUN_START_PROBE_SLOW_MS;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(l->timer, &tv);
+}
+
+/* Hands x's mark to a linger (x has sent its start; the process is not
+ * confirmed). The first probe goes now. */
+static void execrun_linger(struct execrun *x)
+{
+	struct execrun_linger *l = xcalloc(1, sizeof(*l));
+
+	l->e = x->e;
+	l->mark = TAKE_PTR(x->mark);
+	l->id = xstrdup(x->id);
+	l->exec_id = xstrdup(x->exec_id);
+	l->timer = evtimer_new(event_get_base(x->timer), linger_timer_cb, l);
+	if (!l->timer)
+		abort();
+	freeze_exec_mark_set_wake(l->mark, l->timer);
+	LIST_INSERT_HEAD(&execrun_lingers, l, entry);
+	log_debug("op", "exec %.12s in %.64s: cancelled while starting; its mark stays until the engine "
+		  "settles the start", l->exec_id, l->id);
+	linger_probe(l);
+}
+
+void execrun_lingers_end(void)
+{
+	while (!LIST_EMPTY(&execrun_lingers))
+		linger_end(LIST_FIRST(&execrun_lingers));
+}
+
+size_t execrun_lingers_count(void)
+{
+	struct execrun_linger *l;
+	size_t n = 0;
+
+	LIST_FOREACH(l, &execrun_lingers, entry)
+		n++;
+	return n;
+}
+
 /* The one place the callback fires; frees x. */
 static void execrun_finish(struct execrun *x, int error)
 {
@@ -289,6 +415,10 @@ static void execrun_finish(struct execrun *x, int error)
 		.exec_id = x->exec_id,
 	};
 
+	/* Ended before the engine confirmed a start it was sent: the start
+	 * goes on without us, so the mark outlives the run (a linger). */
+	if (x->mark && x->exec_id && (req || hijack) && x->state == EXECRUN_STARTING)
+		execrun_linger(x);
 	execrun_set_state(x, EXECRUN_DONE);
 	evtimer_del(x->deadline);
 	evtimer_del(x->timer);

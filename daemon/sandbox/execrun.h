@@ -178,6 +178,16 @@ int execrun_start(struct event_base *base, struct engine *e, struct freeze_table
  * (the command may run on in the guest). NULL-safe. */
 void execrun_cancel(struct execrun *x);
 
+/* A run ended (cancelled, or its deadline passed) after it sent its start and
+ * before the engine confirmed the process keeps its exec mark beyond its
+ * end, in a linger that asks the engine until the start is settled (a Pid,
+ * an ExitCode, or the exec gone), so no freeze of ours pauses into a start
+ * the runtime is still carrying out. Ends every linger now (their marks
+ * too): call it before the engine or the freeze table is freed. */
+void execrun_lingers_end(void);
+/* Lingers alive: for tests. */
+size_t execrun_lingers_count(void);
+
 /* stdin (spec.attach_stdin): the start is hijacked (hijack.h) and
  * p[0..n) (borrowed until cb) goes to the command's stdin, then, if eof,
  * the stdin is closed. One write at a time (-EBUSY); it waits for the

@@ -1212,6 +1212,12 @@ void freeze_exec_starting_end(struct freeze_exec_mark *m)
 	lock_leave(l);
 }
 
+void freeze_exec_mark_set_wake(struct freeze_exec_mark *m, struct event *ev)
+{
+	if (m)
+		m->wake = ev;
+}
+
 size_t freeze_exec_starting_count(const struct freeze_table *t, const char *id)
 {
 	const struct freeze_lock *l = lock_find(t, id);

@@ -271,6 +271,9 @@ int freeze_exec_starting_begin(struct freeze_table *t, const char *id, struct ev
  * still exist: end every mark before freeze_table_free (which drops what
  * is left with a warning). */
 void freeze_exec_starting_end(struct freeze_exec_mark *m);
+/* Points the mark's wake at ev (borrowed; NULL: none): its owner changed
+ * (a run's mark passing to its linger, execrun.h). NULL-safe. */
+void freeze_exec_mark_set_wake(struct freeze_exec_mark *m, struct event *ev);
 /* Exec marks alive on id: for tests. */
 size_t freeze_exec_starting_count(const struct freeze_table *t, const char *id);
 

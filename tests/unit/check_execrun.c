@@ -129,6 +129,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+	execrun_lingers_end();
 	engine = engine_free(engine);
 	table = freeze_table_free(table);
 	event_base_free(base);
@@ -1461,6 +1462,19 @@ START_TEST(test_mark_ends)
 	default:
 		ck_abort();
 	}
+	if (how == MARK_CANCEL || how == MARK_DEADLINE) {
+		/* The start was sent and never confirmed: the engine carries it
+		 * out without us, so the mark outlives the run (test_mark_lingers
+		 * shows it end on the engine's word); the daemon's shutdown ends
+		 * it. */
+		run_for(SETTLE_MS);
+		ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+		ck_assert_uint_eq(execrun_lingers_count(), 1);
+		ck_assert_int_eq(h.calls, 0);
+		ck_assert_uint_eq(requests_to(PAUSE_PATH), 0);
+		execrun_lingers_end();
+		ck_assert_uint_eq(execrun_lingers_count(), 0);
+	}
 	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
 	if (how != MARK_ENGINE_GONE) {
 		run_until(&h.calls, 1, RUN_MAX_MS);
@@ -1472,6 +1486,62 @@ START_TEST(test_mark_ends)
 	run_for(SETTLE_MS);
 	ck_assert_int_eq(rec.calls, 1);
 	ck_assert_int_eq(h.calls, 1);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
+}
+END_TEST
+
+/* A run cancelled (or past its deadline) while its start is not confirmed:
+ * its mark lingers, asking the engine, and ends on the engine's word (a
+ * Pid); the hold waiting on it pauses only after that answer. */
+#define LINGER_NOT_YET 60   /* more than the run itself asks (one per 10 ms) */
+
+START_TEST(test_mark_lingers)
+{
+	bool deadline = _i == 1;
+	struct fake_reply script[4 + LINGER_NOT_YET + 3] = {
+		PING, VERSION, CREATE(), START("x", 0, .stall = true, .chunked = true),
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct hold_rec h = { 0 };
+	struct run_rec rec = { 0 };
+	size_t n = 4;
+
+	SKIP_WHEN_SLOW();
+	for (int i = 0; i < LINGER_NOT_YET; i++)
+		script[n++] = (struct fake_reply)INSPECT_R(200, PROBE_NOT_YET, );
+	script[n++] = (struct fake_reply)INSPECT_R(200, PROBE_PID, .repeat = true);
+	script[n++] = (struct fake_reply)PAUSE;
+	script[n++] = (struct fake_reply)UNPAUSE;
+	frame_add_str(&s, 1, "x");
+	script[3].body = (const char *)s.p;
+	script[3].body_len = s.n;
+	freeze_table_set_base(table, base);
+	start_reachable(script, n);
+	run_start(&rec, deadline ? SHORT_MS : 0, 0);
+	wait_start_sent(&rec);
+	hold_queue(&h);
+	if (deadline) {
+		run_until(&rec.calls, 1, RUN_MAX_MS);
+		ck_assert_int_eq(rec.error, -ETIMEDOUT);
+	} else {
+		run_for(SETTLE_MS);
+		execrun_cancel(rec.x);
+		ck_assert_int_eq(rec.error, -ECANCELED);
+	}
+	ck_assert_int_eq(rec.calls, 1);
+	ck_assert_uint_lt(requests_to(INSPECT_PATH), LINGER_NOT_YET);   /* the run saw no Pid */
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+	ck_assert_uint_eq(execrun_lingers_count(), 1);
+	run_until(&h.calls, 1, 4 * RUN_MAX_MS);
+	ck_assert_int_eq(h.calls, 1);
+	ck_assert_int_eq(h.error, 0);
+	ck_assert_uint_eq(execrun_lingers_count(), 0);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
+	/* The pause came after the probe that saw the Pid, never before. */
+	ck_assert_int_ge(request_index(INSPECT_PATH, LINGER_NOT_YET), 0);
+	ck_assert_int_gt(request_index(PAUSE_PATH, 0), request_index(INSPECT_PATH, LINGER_NOT_YET));
+	release_freeze(h.claim);
+	run_for(SETTLE_MS);
 	ck_assert_uint_eq(freeze_table_locks(table), 0);
 }
 END_TEST
@@ -1516,6 +1586,8 @@ START_TEST(test_mark_outlasts_the_probes)
 	ck_assert_uint_eq(requests_to(PAUSE_PATH), 0);
 	execrun_cancel(rec.x);
 	ck_assert_int_eq(rec.error, -ECANCELED);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);   /* it lingers */
+	execrun_lingers_end();
 	run_until(&h.calls, 1, RUN_MAX_MS);
 	ck_assert_int_eq(h.calls, 1);
 	ck_assert_int_eq(h.error, 0);   /* paused now (past the fake's record) */
@@ -1959,6 +2031,7 @@ static Suite *execrun_suite(void)
 	tc = fixture_tcase("freeze_order");
 	tcase_add_loop_test(tc, test_hold_blocks_create_and_start, 0, _HOLD_AT_MAX);
 	tcase_add_loop_test(tc, test_start_defers_pause, 0, (int)ELEMENTSOF(confirm_rows));
+	tcase_add_loop_test(tc, test_mark_lingers, 0, 2);
 	tcase_add_loop_test(tc, test_mark_ends, 0, _MARK_END_MAX);
 	tcase_add_test(tc, test_mark_outlasts_the_probes);
 	suite_add_tcase(s, tc);
