@@ -288,6 +288,16 @@ static int execrun_in_submit(struct execrun *x)
  * execrun_lingers_end() ends every one before the engine is freed. */
 static bool probe_is_started(const json_t *body);
 
+/* Not Running, no ExitCode: the engine has not begun the start (it sets
+ * Running first thing, before the runtime is asked). Forever so when our
+ * request was closed before the engine read it; for a moment when the
+ * engine has the start but answers the inspect before it begins it. */
+static bool probe_is_unbegun(const json_t *body)
+{
+	return !json_is_true(json_object_get(body, "Running")) &&
+	       !json_is_integer(json_object_get(body, "ExitCode")) && !probe_is_started(body);
+}
+
 struct execrun_linger {
 	LIST_ENTRY(execrun_linger) entry;
 	struct engine *e;                      /* borrowed */
@@ -296,6 +306,7 @@ struct execrun_linger {
 	struct event *timer;                   /* the next probe, and the mark's wake */
 	char *id, *exec_id;
 	unsigned probes;
+	unsigned unbegun;                      /* answers in a row: never begun */
 };
 
 static LIST_HEAD(, execrun_linger) execrun_lingers = LIST_HEAD_INITIALIZER(execrun_lingers);
@@ -348,6 +359,20 @@ static void linger_probe_cb(const struct docker_reply *r, void *arg)
 	if (r->error == -ECANCELED || (r->error == 0 && r->status == 404) ||
 	    (r->error == 0 && r->status == 200 && json_is_object(r->body) && probe_is_started(r->body))) {
 		log_debug("op", "exec %.12s in %.64s: its cancelled start is settled", l->exec_id, l->id);
+		linger_end(l);
+		return;
+	}
+	/* Never begun, EXECRUN_START_PROBES answers in a row (at least
+	 * EXECRUN_START_PROBES * EXECRUN_START_PROBE_MS): the engine never got
+	 * the start, and would keep the mark, and every freeze of the sandbox,
+	 * waiting for good. */
+	if (r->error == 0 && r->status == 200 && json_is_object(r->body) && probe_is_unbegun(r->body))
+		l->unbegun++;
+	else
+		l->unbegun = 0;
+	if (l->unbegun >= EXECRUN_START_PROBES) {
+		log_info("exec %.12s in %.12s: its cancelled start never reached the engine (not begun after %u "
+			 "inspects); its mark ends", l->exec_id, l->id, l->unbegun);
 		linger_end(l);
 		return;
 	}

@@ -181,8 +181,9 @@ void execrun_cancel(struct execrun *x);
 /* A run ended (cancelled, or its deadline passed) after it sent its start and
  * before the engine confirmed the process keeps its exec mark beyond its
  * end, in a linger that asks the engine until the start is settled (a Pid,
- * an ExitCode, or the exec gone), so no freeze of ours pauses into a start
- * the runtime is still carrying out. Ends every linger now (their marks
+ * an ExitCode, the exec gone, or EXECRUN_START_PROBES answers in a row
+ * that the engine never began it: our request closed unsent), so no
+ * freeze of ours pauses into a start the runtime is still carrying out. Ends every linger now (their marks
  * too): call it before the engine or the freeze table is freed. */
 void execrun_lingers_end(void);
 /* Lingers alive: for tests. */

@@ -1255,6 +1255,8 @@ END_TEST
 
 #define PROBE_NOT_YET  "{\"ID\":\"" E1 "\",\"Running\":true,\"Pid\":0,\"ExitCode\":null}"
 #define PROBE_PID      "{\"ID\":\"" E1 "\",\"Running\":true,\"Pid\":4242,\"ExitCode\":null}"
+/* An exec whose start the engine never began (never received it). */
+#define PROBE_UNBEGUN  "{\"ID\":\"" E1 "\",\"Running\":false,\"Pid\":0,\"ExitCode\":null}"
 #define PROBE_UNSTARTED "{\"ID\":\"" E1 "\",\"Running\":false,\"Pid\":0,\"ExitCode\":null}"
 #define PROBE_EXITED   "{\"ID\":\"" E1 "\",\"Running\":false,\"Pid\":0,\"ExitCode\":126}"
 #define PAUSE_PATH     API "/containers/" C1 "/pause"
@@ -1540,6 +1542,49 @@ START_TEST(test_mark_lingers)
 	/* The pause came after the probe that saw the Pid, never before. */
 	ck_assert_int_ge(request_index(INSPECT_PATH, LINGER_NOT_YET), 0);
 	ck_assert_int_gt(request_index(PAUSE_PATH, 0), request_index(INSPECT_PATH, LINGER_NOT_YET));
+	release_freeze(h.claim);
+	run_for(SETTLE_MS);
+	ck_assert_uint_eq(freeze_table_locks(table), 0);
+}
+END_TEST
+
+/* A run cancelled before its start reached the engine (our request closed
+ * unsent): the engine never begins it, its exec stays not Running with no
+ * ExitCode for good. The linger does not keep the mark (and every freeze
+ * of the sandbox) for ever: once EXECRUN_START_PROBES answers in a row say
+ * so, the start is settled as never begun, and the hold pauses. */
+START_TEST(test_linger_unbegun)
+{
+	struct fake_reply script[] = {
+		PING, VERSION, CREATE(), START("x", 0, .stall = true, .chunked = true),
+		INSPECT_R(200, PROBE_UNBEGUN, .repeat = true), PAUSE, UNPAUSE,
+	};
+	_cleanup_(bytes_release) struct bytes s = { 0 };
+	struct hold_rec h = { 0 };
+	struct run_rec rec = { 0 };
+
+	SKIP_WHEN_SLOW();
+	frame_add_str(&s, 1, "x");
+	script[3].body = (const char *)s.p;
+	script[3].body_len = s.n;
+	freeze_table_set_base(table, base);
+	start_reachable(script, ELEMENTSOF(script));
+	run_start(&rec, 0, 0);
+	wait_start_sent(&rec);
+	hold_queue(&h);
+	run_for(SETTLE_MS);
+	execrun_cancel(rec.x);
+	ck_assert_int_eq(rec.error, -ECANCELED);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 1);
+	ck_assert_uint_eq(execrun_lingers_count(), 1);
+	run_for(SETTLE_MS);   /* not on its first answers (fewer than EXECRUN_START_PROBES) */
+	ck_assert_uint_eq(execrun_lingers_count(), 1);
+	ck_assert_int_eq(h.calls, 0);
+	run_until(&h.calls, 1, 5 * RUN_MAX_MS);   /* a hang guard: ~1.5 s of probes */
+	ck_assert_int_eq(h.calls, 1);
+	ck_assert_int_eq(h.error, 0);
+	ck_assert_uint_eq(execrun_lingers_count(), 0);
+	ck_assert_uint_eq(freeze_exec_starting_count(table, C1), 0);
 	release_freeze(h.claim);
 	run_for(SETTLE_MS);
 	ck_assert_uint_eq(freeze_table_locks(table), 0);
@@ -2032,6 +2077,7 @@ static Suite *execrun_suite(void)
 	tcase_add_loop_test(tc, test_hold_blocks_create_and_start, 0, _HOLD_AT_MAX);
 	tcase_add_loop_test(tc, test_start_defers_pause, 0, (int)ELEMENTSOF(confirm_rows));
 	tcase_add_loop_test(tc, test_mark_lingers, 0, 2);
+	tcase_add_test(tc, test_linger_unbegun);
 	tcase_add_loop_test(tc, test_mark_ends, 0, _MARK_END_MAX);
 	tcase_add_test(tc, test_mark_outlasts_the_probes);
 	suite_add_tcase(s, tc);
