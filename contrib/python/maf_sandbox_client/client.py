@@ -354,14 +354,18 @@ class AsyncClient:
         return ScopePurge(disposed if isinstance(disposed, int) else 0,
                           DisposalFailure.from_wire(result.get("undisposed")))
 
-    async def reap(self, older_than: timedelta | float, *, scope: str | None = None) -> ReapResult:
+    async def reap(self, older_than: timedelta | float, *, scope: str | None = None,
+                   dry_run: bool = False) -> ReapResult:
         """``sandbox.reap`` (administrators): removes sandboxes created more than
         ``older_than`` ago (a timedelta or seconds, rounded up to whole seconds), in one scope
-        or in all. Age is creation time, not idleness."""
+        or in all. Age is creation time, not idleness. ``dry_run=True`` removes nothing and
+        says what would go (``ReapResult.would_dispose``)."""
         seconds = math.ceil(seconds_from(older_than, "older_than"))
         params: dict[str, Any] = {"older_than_seconds": seconds}
         if scope is not None:
             params["scope"] = scope
+        if dry_run:
+            params["dry_run"] = True
         return ReapResult.from_wire(await self._call("sandbox.reap", params))
 
     async def list(self, scope: str | None = None,

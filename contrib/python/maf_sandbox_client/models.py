@@ -362,13 +362,37 @@ class ScopePurge:
 
 
 @dataclass(frozen=True)
+class ReapCandidate:
+    """A workload a dry-run ``reap`` would remove."""
+
+    sandbox: str
+    name: str
+    scope: str
+    created: str
+
+    @classmethod
+    def from_wire(cls, value: Any) -> ReapCandidate:
+        if not isinstance(value, Mapping):
+            raise UnexpectedReply(f"the daemon sent a reap candidate that is not an object: {value!r}")
+        return cls(str(value.get("sandbox", "")), str(value.get("name", "")),
+                   str(value.get("scope", "")), str(value.get("created", "")))
+
+
+@dataclass(frozen=True)
 class ReapResult:
-    """What ``reap`` did. The counts include only successful removals."""
+    """What ``reap`` did. The counts include only successful removals. A dry run
+    (``dry_run=True``) removes nothing: its counts are 0 and ``would_dispose`` lists the first
+    64 workloads that would go (by name), ``would_dispose_count`` counts them all."""
 
     disposed: int = 0
     proxies_removed: int = 0
     networks_removed: int = 0
     failures: tuple[DisposalFailure, ...] = ()
+    dry_run: bool = False
+    would_dispose: tuple[ReapCandidate, ...] = ()
+    would_dispose_count: int = 0
+    would_remove_proxies: int = 0
+    would_remove_networks: int = 0
 
     @classmethod
     def from_wire(cls, value: Any) -> ReapResult:
@@ -378,8 +402,13 @@ class ReapResult:
             f for f in (DisposalFailure.from_wire(v) for v in value.get("failures") or ())
             if f is not None
         )
+        would = tuple(ReapCandidate.from_wire(v) for v in value.get("would_dispose") or ())
         return cls(int(value.get("disposed", 0)), int(value.get("proxies_removed", 0)),
-                   int(value.get("networks_removed", 0)), failures)
+                   int(value.get("networks_removed", 0)), failures,
+                   value.get("dry_run") is True, would,
+                   int(value.get("would_dispose_count", len(would))),
+                   int(value.get("would_remove_proxies", 0)),
+                   int(value.get("would_remove_networks", 0)))
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,9 @@ class Client:
     def dispose_scope(self, scope: str, thread_id: str) -> ScopePurge:
         return self._run(self.aio.dispose_scope(scope, thread_id))
 
-    def reap(self, older_than: timedelta | float, *, scope: str | None = None) -> ReapResult:
-        return self._run(self.aio.reap(older_than, scope=scope))
+    def reap(self, older_than: timedelta | float, *, scope: str | None = None,
+             dry_run: bool = False) -> ReapResult:
+        return self._run(self.aio.reap(older_than, scope=scope, dry_run=dry_run))
 
     def list(self, scope: str | None = None,
              thread_id: str | None = None) -> builtins.list[SandboxInfo]:

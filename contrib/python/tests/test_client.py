@@ -133,6 +133,11 @@ class Lifecycle(ClientTest):
         self.assertEqual(await self.client.reap(timedelta(hours=1), scope=scope),
                          msb.ReapResult(0, 0, 0, ()))
         await asyncio.sleep(2.1)  # creation times are whole seconds
+        dry = await self.client.reap(timedelta(seconds=1), scope=scope, dry_run=True)
+        self.assertTrue(dry.dry_run)
+        self.assertEqual((dry.disposed, dry.would_dispose_count), (0, 1))
+        self.assertEqual([c.name for c in dry.would_dispose], [sb.name])
+        self.assertEqual(len(await self.client.list(scope=scope)), 1)   # still there
         result = await self.client.reap(timedelta(seconds=1), scope=scope)
         self.assertEqual((result.disposed, result.failures), (1, ()))
         self.assertEqual(await self.client.list(scope=scope), [])

@@ -384,6 +384,17 @@ class Results(unittest.TestCase):
         self.assertEqual(r.failures, (msb.DisposalFailure("refused", "busy"),))
         self.assertEqual(str(r.failures[0]), "refused: busy")
         self.assertIsNone(msb.DisposalFailure.from_wire(None))
+        self.assertFalse(r.dry_run)
+        dry = msb.ReapResult.from_wire({
+            "disposed": 0, "proxies_removed": 0, "networks_removed": 0, "failures": [],
+            "dry_run": True, "would_dispose_count": 70, "would_remove_proxies": 1,
+            "would_remove_networks": 2,
+            "would_dispose": [{"sandbox": "a" * 64, "name": "maf-sandbox-docker-000000000001",
+                               "scope": "s", "created": "2026-12-01T00:00:00Z"}]})
+        self.assertTrue(dry.dry_run)
+        self.assertEqual(dry.would_dispose_count, 70)
+        self.assertEqual(dry.would_dispose[0].name, "maf-sandbox-docker-000000000001")
+        self.assertEqual((dry.would_remove_proxies, dry.would_remove_networks), (1, 2))
 
     def test_declarations(self) -> None:
         d = msb.BackendDeclarations.from_describe({
