@@ -618,8 +618,25 @@ START_TEST(a_client_leaving_mid_acquire)
 }
 END_TEST
 
-/* An exec whose client left runs to its end (it is not killed, not
- * orphaned in the daemon); a streaming one writes to nobody. */
+/* How many of the container's processes run the leave-exec test's two
+ * commands, seen from the host (/proc, by the init's pid namespace): no
+ * docker exec, which a freeze of the daemon's (the kill's scan) could catch
+ * mid-start and wedge the container. */
+static int leave_exec_procs(const char *id)
+{
+	char *out = sh_out("P=$(docker inspect -f '{{.State.Pid}}' %s) && NS=$(readlink /proc/$P/ns/pid) && "
+			   "for d in /proc/[0-9]*; do [ \"$(readlink $d/ns/pid 2>/dev/null)\" = \"$NS\" ] && "
+			   "tr '\\0' ' ' < $d/cmdline 2>/dev/null && echo; done | "
+			   "grep -c -e '[s]leep 300' -e 'lt 600[0]'", id);
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+/* An exec whose client left is cancelled (PROTOCOL "call.cancel"): what it
+ * started is killed, nothing is orphaned in the daemon, a streaming one
+ * writes to nobody, and the sandbox serves the next call. */
 START_TEST(a_client_leaving_mid_exec)
 {
 	const char *scope = scope_of("leave-exec");
@@ -629,6 +646,7 @@ START_TEST(a_client_leaving_mid_exec)
 	json_t *a, *r;
 	int fd1, fd2;
 	long t0;
+	bool gone = false;
 
 	daemon_up(&d, NULL);
 	a = acquire(d.sock, scope, "t");
@@ -636,26 +654,29 @@ START_TEST(a_client_leaving_mid_exec)
 	json_decref(a);
 	base = census_idle(&d);
 	fd1 = send_request(d.sock, 1, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", id, "command",
-				"sleep 2; echo finished > /tmp/exec-1", "timeout_seconds", 60));
+				"echo started > /tmp/exec-1; sleep 300; echo finished > /tmp/exec-1",
+				"timeout_seconds", 600));
 	fd2 = send_request(d.sock, 2, "sandbox.exec", json_pack("{s:s, s:s, s:i, s:b}", "sandbox", id, "command",
-				"i=0; while [ $i -lt 40 ]; do echo line $i; i=$((i+1)); sleep 0.05; done; "
-				"echo finished > /tmp/exec-2", "timeout_seconds", 60, "stream", 1));
-	sleep_ms(500);           /* both started; the stream has sent some output */
+				"echo started > /tmp/exec-2; i=0; while [ $i -lt 6000 ]; do echo line $i; "
+				"i=$((i+1)); sleep 0.05; done; echo finished > /tmp/exec-2",
+				"timeout_seconds", 600, "stream", 1));
+	/* Both commands run (observed, not waited for). */
+	for (t0 = now_ms(); now_ms() - t0 < 15000 && leave_exec_procs(id) < 3; sleep_ms(100))
+		;
+	/* exec-1: its sh and its sleep; exec-2: its sh (the loop) */
+	ck_assert_msg(leave_exec_procs(id) >= 3, "the two commands never started");
 	close(fd1);
 	close(fd2);
-	for (t0 = now_ms(); now_ms() - t0 < 15000; sleep_ms(200)) {
-		out = guest_out(id, "cat /tmp/exec-1 /tmp/exec-2 2>/dev/null");
-		if (strcmp(out, "finished\nfinished") == 0) {
-			free(out);
-			break;
-		}
-		free(out);
-	}
-	out = guest_out(id, "cat /tmp/exec-1 /tmp/exec-2");
-	ck_assert_msg(strcmp(out, "finished\nfinished") == 0, "the commands of the clients that left did not "
-		      "complete: %s", out);
-	free(out);
+	/* Their processes go: no sleep 300, no loop left in the guest. */
+	gone = false;
+	for (t0 = now_ms(); !gone && now_ms() - t0 < 15000; sleep_ms(200))
+		gone = leave_exec_procs(id) == 0;
+	ck_assert_msg(gone, "the commands of the clients that left were not killed");
 	assert_idle(&d, "leave mid-exec");
+	out = guest_out(id, "cat /tmp/exec-1 /tmp/exec-2");
+	ck_assert_msg(strcmp(out, "started\nstarted") == 0, "a command of a client that left ran on: %s", out);
+	free(out);
+	ck_assert_msg(log_has(&d, "cancelled by"), "no cancel was logged");
 	r = call(d.sock, "sandbox.exec", json_pack("{s:s, s:s, s:i}", "sandbox", id, "command", "echo next",
 						   "timeout_seconds", 30), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
