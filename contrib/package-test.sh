@@ -333,7 +333,9 @@ d = s["daemon"]
 assert d["version"] == sys.argv[2], d
 assert str(d["pid"]) == sys.argv[3], ("pid", d["pid"], sys.argv[3])
 assert d.get("socket") == sys.argv[4], ("socket", d.get("socket"))
-assert s["egress"] == {"configured": False}, s["egress"]
+e = s["egress"]
+assert e["configured"] is False and e["modes"] == ["closed"] and e["proxy_binary"] is None, e
+assert "egress.proxy_binary" in e["allowlist_off_reason"], e
 # Root, a local engine socket: the local file plane, also inside the unit's
 # capability bounding set and system call filter (its start probes them).
 assert s.get("file_plane") == "local", ("file_plane", s.get("file_plane"), s.get("file_plane_reason"))
