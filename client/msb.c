@@ -523,6 +523,20 @@ static int call_checked(struct msb_conn *conn, const char *method, json_t *param
 	return r;
 }
 
+/* What every call does before it sends: forgets the last error, refuses a
+ * connection already unusable, and connects again if the daemon closed an
+ * idle one. *ret_deadline is the call's (0: none); it covers the reconnect
+ * too. */
+static int call_begin(struct msb_conn *conn, int64_t *ret_deadline)
+{
+	json_decref(conn->last_error);
+	conn->last_error = NULL;
+	if (conn->fd < 0)
+		return MSB_E_CLOSED;
+	*ret_deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
+	return conn_revive(conn, *ret_deadline);
+}
+
 int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t **ret_result)
 {
 	int64_t deadline;
@@ -532,15 +546,7 @@ int msb_call(struct msb_conn *conn, const char *method, json_t *params, json_t *
 		json_decref(params);
 		return MSB_E_INVAL;
 	}
-	json_decref(conn->last_error);
-	conn->last_error = NULL;
-	if (conn->fd < 0) {
-		json_decref(params);
-		return MSB_E_CLOSED;
-	}
-	/* The call's deadline covers a reconnect too. */
-	deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
-	r = conn_revive(conn, deadline);
+	r = call_begin(conn, &deadline);
 	if (r < 0) {
 		json_decref(params);
 		return r;
@@ -755,19 +761,12 @@ int msb_call_stdin(struct msb_conn *conn, const char *method, json_t *params, in
 		json_decref(params);
 		return MSB_E_INVAL;
 	}
-	json_decref(conn->last_error);
-	conn->last_error = NULL;
-	if (conn->fd < 0) {
-		json_decref(params);
-		return MSB_E_CLOSED;
-	}
-	json_object_set_new(params, "stdin_stream", json_true());
-	deadline = conn->timeout_ms ? now_ms() + conn->timeout_ms : 0;
-	r = conn_revive(conn, deadline);
+	r = call_begin(conn, &deadline);
 	if (r < 0) {
 		json_decref(params);
 		return r;
 	}
+	json_object_set_new(params, "stdin_stream", json_true());
 	sc.id = conn->next_id;
 	r = encode_request(sc.id, method, params, &frame, &len);
 	if (r < 0)
