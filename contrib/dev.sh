@@ -4,14 +4,26 @@
 #   contrib/dev.sh run [maf-sandboxd options]   install what running needs, start a Docker
 #                                             engine if none answers, build, run the daemon
 #                                             (allowlists served by the build's egress proxy)
-#   contrib/dev.sh test                       what the tests need too, then the tests: a -Dwerror
-#                                             build (unit, packaging, clients), every suite
-#                                             under ASan+UBSan, the unit suites under
-#                                             valgrind, every fuzz target for 30 s
-#                                             (FUZZ_SECONDS), then the Debian packages
-#                                             built twice, with their checks, and each
-#                                             installed, socket-activated and purged
-#                                             (contrib/package-test.sh)
+#   contrib/dev.sh test                       what the tests need too, then the tests, in
+#                                             two lanes side by side (doc/TESTING.md): the
+#                                             engine lane runs every suite that uses the
+#                                             Docker engine, one at a time: the C
+#                                             integration suites on the local file plane,
+#                                             the clients' suites and the bench in the
+#                                             -Dwerror build (the one the package ships),
+#                                             then the C integration suites on the archive
+#                                             plane (and files_local) under ASan+UBSan; the
+#                                             CPU lane builds the ASan build and runs the
+#                                             unit and packaging suites of both builds, the
+#                                             unit suites under valgrind, every fuzz target
+#                                             for 30 s (FUZZ_SECONDS), then the Debian
+#                                             packages built twice, with their checks, and
+#                                             each installed, socket-activated and purged
+#                                             (contrib/package-test.sh). contrib/lanes.py
+#                                             then checks each lane against tests/lanes.txt
+#                                             (what must run, which skips are allowed) and
+#                                             prints passed, failed and skipped per lane and
+#                                             a last line "summary: ..."
 #
 # As root (no sudo needed; a user other than root runs it with sudo). Idempotent: packages
 # already installed are not reinstalled, a running engine is reused, a configured build is
@@ -125,129 +137,135 @@ build() {
 	ninja -C "$dir" >/dev/null || { ninja -C "$dir"; die "build in $dir failed"; }
 }
 
-# Counts meson's results in DIR's test logs (LOGBASE.json...; default
-# testlog): prints "passed failed". Each failed test's name and the last
-# lines of its output are appended to FAILURES_FILE, which cmd_test prints
-# just before the summary (CI shows only the end of a long run).
-count_results() {
-	local dir=$1
-	shift
-	python3 - "$dir/meson-logs" "${FAILURES_FILE:-/dev/null}" "${@:-testlog}" <<'PY'
-import json, os, sys
-ok = bad = 0
-with open(sys.argv[2], "a") as failures:
-    for base in sys.argv[3:]:
-        for line in open(os.path.join(sys.argv[1], base + ".json")):
-            t = json.loads(line)
-            r = t.get("result")
-            if r in ("OK", "EXPECTEDFAIL", "SKIP"):
-                ok += 1
-                continue
-            bad += 1
-            out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
-            failures.write("---- %s: %s (%s, %s)\n" % (sys.argv[1], t.get("name"), base, r))
-            failures.write("\n".join(out[-30:]) + "\n")
-print(ok, bad)
-PY
-}
+# The lanes of `test` (doc/TESTING.md; tests/lanes.txt says what each must run
+# and which skips it allows). Two cores, one engine: two lanes side by side.
+#
+# The engine lane runs everything that uses the Docker engine, one suite at a
+# time (the suites share the engine; is_parallel: false), and never two
+# `meson test` runs at once: first the optimized build's (the local file
+# plane, the clients' suites, the bench), then the ASan build's (the archive
+# plane, and files_local), as soon as that build is made.
+# The CPU lane, beside it: the ASan build, the unit and packaging suites of
+# both builds, the unit suites under valgrind, the fuzzers, the packages.
+# The faults suites restart dockerd under everything on the machine; the
+# package test starts an installed daemon that must reach the engine: each
+# holds ENGINE_RESTART_LOCK, so the one never runs while the other does.
+#
+# Expected timeline (minutes; measured ASan durations, the optimized build's
+# engine suites taken at ~0.7 of their ASan time; 2 vCPUs):
+#    0 -  2   build (optimized, -Dwerror)                    [both cores]
+#    2 - 16   engine: faults_local, then the local plane     | CPU: build-asan (2-5),
+#             (~9 min), clients and bench (~4 min)            |   unit+packaging of build
+#   16 - 33   engine: faults, then the archive plane and     |   (5-7), of build-asan (7-11),
+#             files_local (~16.5 min under ASan)              |   valgrind unit (11-24),
+#                                                             |   fuzz (24-28), packages (28-35)
+#   35 - 36   the checks against tests/lanes.txt, the summary
+# So ~36 minutes, where the lanes ran one after the other in ~33 before
+# (with the C integration suites in the ASan build only).
+ENGINE_RESTART_LOCK_NAME=.engine-restart.lock
+# The lanes' logs (tests/lanes.txt's lane names → meson-logs bases, or files).
+LANE_LOGBASE=lane
 
-# Counts tests/fuzz/run.sh's verdicts in DIR/results (a line "TARGET ok" or
-# "TARGET failed" per target): prints "passed failed". No file: one failure.
-count_fuzz() {
-	local f=$1/results
-	if [ -f "$f" ]; then
-		echo "$(grep -c ' ok$' "$f") $(grep -vc ' ok$' "$f")"
-	else
-		echo "0 1"
+# engine_lane: the engine lane (in the background; its output in
+# build/meson-logs/engine-lane.out). Waits for build-asan's status file
+# before its ASan part; a build that failed leaves that part out (the
+# checks then report its tests as not run).
+engine_lane() {
+	local st=0 lock=$ROOT/build/$ENGINE_RESTART_LOCK_NAME
+	say "engine lane (build): faults_local, alone (it restarts dockerd)"
+	flock "$lock" meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--logbase "$LANE_LOGBASE-optimized-engine-dockerd" faults_local || st=1
+	say "engine lane (build): the local plane, the clients, the bench"
+	meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--suite local --suite clients --suite bench --no-suite dockerd \
+		--logbase "$LANE_LOGBASE-optimized-engine" || st=1
+	while [ ! -f build/meson-logs/$LANE_LOGBASE-asan-build.status ]; do sleep 5; done
+	if [ "$(cat build/meson-logs/$LANE_LOGBASE-asan-build.status)" != ok ]; then
+		say "engine lane: build-asan was not made; its suites are left out"
+		return 1
 	fi
+	say "engine lane (build-asan): faults, alone (it restarts dockerd)"
+	flock "$lock" meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--logbase "$LANE_LOGBASE-asan-engine-dockerd" faults || st=1
+	say "engine lane (build-asan): the archive plane, and files_local"
+	meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--suite archive --suite files --no-suite dockerd \
+		--logbase "$LANE_LOGBASE-asan-engine" || st=1
+	return $st
 }
 
-# run_suites DIR LABEL [meson test options...]
-run_suites() {
-	local dir=$1 label=$2 rc=0
-	shift 2
-	say "tests ($label)"
-	meson test -C "$dir" --num-processes 2 --print-errorlogs -v "$@" || rc=1
-	return $rc
-}
-
-# run_all DIR LABEL PLAIN_DIR: every suite of DIR, and the slow checks, on
-# two lanes (two cores). Lane 1, in the background: the integration suites,
-# which share the engine and run one at a time, then every fuzz target for
-# FUZZ_SECONDS (tests/fuzz/run.sh; a crash, leak, timeout or OOM fails).
-# Lane 2: the other suites of DIR (CPU-bound, no engine), then the unit
-# suites of PLAIN_DIR under valgrind memcheck (errors and definite leaks
-# fail). The meson logs end in DIR/meson-logs and PLAIN_DIR/meson-logs.
-run_all() {
-	local dir=$1 label=$2 plain=$3 rc=0 pid
-	say "tests ($label): integration suites one at a time then the fuzzers; beside them the others, then valgrind"
-	(
-		st=0
-		meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --suite integration \
-			--logbase integration || st=1
-		say "fuzzing: every target for ${FUZZ_SECONDS}s (tests/fuzz/run.sh)"
-		FUZZ_OUT="$ROOT/$plain/fuzz" bash tests/fuzz/run.sh "$FUZZ_SECONDS" || st=1
-		exit $st
-	) > "$dir/meson-logs/integration.out" 2>&1 &
-	pid=$!
-	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v --no-suite integration \
-		--logbase others || rc=1
-	say "tests (valgrind memcheck): the unit suites of $plain"
-	meson test -C "$plain" --no-rebuild --setup valgrind --num-processes 1 --print-errorlogs \
-		--suite unit || rc=1
-	wait "$pid" || rc=1
-	cat "$dir/meson-logs/integration.out"
-	return $rc
+# cpu_lane: the CPU lane (in the foreground).
+cpu_lane() {
+	local st=0 i lock=$ROOT/build/$ENGINE_RESTART_LOCK_NAME
+	say "CPU lane: the ASan+UBSan build"
+	if (build build-asan -Dwerror=true -Dtests=enabled -Dsystemd=enabled \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug); then
+		echo ok > build/meson-logs/$LANE_LOGBASE-asan-build.status
+	else
+		echo failed > build/meson-logs/$LANE_LOGBASE-asan-build.status
+		st=1
+	fi
+	say "CPU lane (build): the unit and packaging suites"
+	meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--suite unit --suite packaging --logbase "$LANE_LOGBASE-optimized" || st=1
+	if [ "$(cat build/meson-logs/$LANE_LOGBASE-asan-build.status)" = ok ]; then
+		say "CPU lane (build-asan): the unit and packaging suites"
+		meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
+			--suite unit --suite packaging --logbase "$LANE_LOGBASE-asan" || st=1
+	fi
+	say "CPU lane (valgrind memcheck): the unit suites of build"
+	# (meson adds the setup's name: the log is build/meson-logs/lane-valgrind.json)
+	meson test -C build --no-rebuild --setup valgrind --num-processes 1 --print-errorlogs \
+		--suite unit --logbase "$LANE_LOGBASE" || st=1
+	say "CPU lane: every fuzz target for ${FUZZ_SECONDS}s (tests/fuzz/run.sh)"
+	FUZZ_OUT="$ROOT/build/fuzz" bash tests/fuzz/run.sh "$FUZZ_SECONDS" || st=1
+	# The package build runs its own checks (debian/rules: the unit and
+	# packaging suites, which need no engine), PACKAGE_BUILDS times, each
+	# from a clean copy of the tree: a test that fails only now and then
+	# inside dpkg-buildpackage shows here, not on a packager's machine.
+	for ((i = 1; i <= PACKAGE_BUILDS; i++)); do
+		say "CPU lane: Debian packages, build $i of $PACKAGE_BUILDS, with their checks (contrib/package-test.sh)"
+		if DEB_BUILD_OPTIONS='' flock "$lock" bash contrib/package-test.sh; then
+			echo "build-$i ok" >> "build/meson-logs/$LANE_LOGBASE-packages.results"
+		else
+			echo "build-$i failed" >> "build/meson-logs/$LANE_LOGBASE-packages.results"
+			st=1
+		fi
+	done
+	return $st
 }
 
 cmd_test() {
 	need_root test "$@"
 	install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 	ensure_engine
-	local rc=0 i p1 f1 p2 f2 p3 f3 p4 f4 p5 f5
-	FAILURES_FILE=$(mktemp)
-	export FAILURES_FILE
-	trap 'rm -f "$FAILURES_FILE"' EXIT
+	local rc=0 pid d
 	build build -Dwerror=true -Dtests=enabled -Dsystemd=enabled
-	# The engine is the bottleneck of the C integration suites (the density
-	# suite alone makes 200 allowlisted sandboxes), so they run once, under
-	# the sanitizers, where a race or a leak would show. The optimized build
-	# runs the unit suites, the packaging checks, and what users run against
-	# the real engine: the Python client's suite and the README's commands.
-	run_suites build "werror build" --suite unit --suite packaging --suite clients || rc=1
-	read -r p1 f1 < <(count_results build)
-	build build-asan -Dwerror=true -Dtests=enabled -Dsystemd=enabled \
-		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-	run_all build-asan "ASan+UBSan build" build || rc=1
-	read -r p2 f2 < <(count_results build-asan integration others)
-	read -r p4 f4 < <(count_results build testlog-valgrind)
-	read -r p5 f5 < <(count_fuzz build/fuzz)
-	# The package build runs its own checks (debian/rules: the unit and
-	# packaging suites, which need no engine), PACKAGE_BUILDS times, each from
-	# a clean copy of the tree: a test that fails only now and then inside
-	# dpkg-buildpackage shows here, not on a packager's machine.
-	p3=0 f3=0
-	for ((i = 1; i <= PACKAGE_BUILDS; i++)); do
-		say "Debian packages, build $i of $PACKAGE_BUILDS, with their checks (contrib/package-test.sh)"
-		if DEB_BUILD_OPTIONS='' bash contrib/package-test.sh; then
-			p3=$((p3 + 1))
-		else
-			f3=$((f3 + 1))
-			rc=1
-		fi
+	# No log of an earlier run may count for this one.
+	for d in build build-asan; do
+		rm -f "$d/meson-logs/$LANE_LOGBASE"-*
 	done
+	rm -f build/fuzz/results
+	say "tests: the engine lane and the CPU lane, side by side (doc/TESTING.md)"
+	engine_lane > build/meson-logs/engine-lane.out 2>&1 &
+	pid=$!
+	cpu_lane || rc=1
+	wait "$pid" || rc=1
+	say "the engine lane's output"
+	cat build/meson-logs/engine-lane.out
 	echo
-	if [ -s "$FAILURES_FILE" ]; then
-		echo "==== failed tests (the end of each one's output)"
-		cat "$FAILURES_FILE"
-	fi
-	rm -f "$FAILURES_FILE"
-	echo "werror build: $p1 passed, $f1 failed"
-	echo "sanitizer build: $p2 passed, $f2 failed"
-	echo "valgrind (unit): $p4 passed, $f4 failed"
-	echo "fuzz targets: $p5 passed, $f5 failed"
-	echo "packages: $p3 passed, $f3 failed"
-	echo "summary: $((p1 + p2 + p3 + p4 + p5)) passed, $((f1 + f2 + f3 + f4 + f5)) failed"
+	# The counts per lane, every skip with its reason, and the checks against
+	# tests/lanes.txt (a required test not run, a skip not allowed, a test
+	# not listed fail), ending with the summary line.
+	local j=$LANE_LOGBASE b=build/meson-logs a=build-asan/meson-logs
+	python3 contrib/lanes.py check tests/lanes.txt \
+		"optimized=$b/$j-optimized.json" \
+		"optimized-engine=$b/$j-optimized-engine-dockerd.json,$b/$j-optimized-engine.json" \
+		"asan=$a/$j-asan.json" \
+		"asan-engine=$a/$j-asan-engine-dockerd.json,$a/$j-asan-engine.json" \
+		"valgrind=$b/$j-valgrind.json" \
+		"fuzz=build/fuzz/results" \
+		"packages=$b/$j-packages.results" || rc=1
 	return $rc
 }
 
