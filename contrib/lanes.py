@@ -92,7 +92,9 @@ def read_log(path):
                     continue
                 t = json.loads(line)
                 output = (t.get("stdout") or "") + (t.get("stderr") or "")
-                runs.append((t.get("name"), t.get("result"), output))
+                # "PROJECT:SUITE+SUITE / NAME": the test's own name is the last part
+                name = (t.get("name") or "").rsplit(" / ", 1)[-1]
+                runs.append((name, t.get("result"), output))
         else:
             for line in f:
                 fields = line.split()

@@ -42,7 +42,8 @@ class Fake:
         path = os.path.join(self.tmp, name + ".json")
         with open(path, "w") as f:
             for test, result, stdout in tests:
-                f.write(json.dumps({"name": test, "project": "maf-sandbox", "result": result,
+                f.write(json.dumps({"name": f"maf-sandbox:unit+density / {test}",
+                                    "project": "maf-sandbox", "result": result,
                                     "suite": ["maf-sandbox:unit"], "duration": 0.1,
                                     "returncode": 77 if result == "SKIP" else 0,
                                     "stdout": stdout, "command": [test]}) + "\n")
