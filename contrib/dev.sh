@@ -151,17 +151,25 @@ build() {
 # package test starts an installed daemon that must reach the engine: each
 # holds ENGINE_RESTART_LOCK, so the one never runs while the other does.
 #
-# Expected timeline (minutes; measured ASan durations, the optimized build's
-# engine suites taken at ~0.7 of their ASan time; 2 vCPUs):
-#    0 -  2   build (optimized, -Dwerror)                    [both cores]
-#    2 - 16   engine: faults_local, then the local plane     | CPU: build-asan (2-5),
-#             (~9 min), clients and bench (~4 min)            |   unit+packaging of build
-#   16 - 33   engine: faults, then the archive plane and     |   (5-7), of build-asan (7-11),
-#             files_local (~16.5 min under ASan)              |   valgrind unit (11-24),
-#                                                             |   fuzz (24-28), packages (28-35)
-#   35 - 36   the checks against tests/lanes.txt, the summary
-# So ~36 minutes, where the lanes ran one after the other in ~33 before
-# (with the C integration suites in the ASan build only).
+# Expected timeline, in minutes, on 2 vCPUs (from the suites' measured ASan
+# durations; the optimized build's engine suites taken at 0.8 of theirs, as
+# measured for daemon: 18 s against 22 s):
+#  engine lane                                   CPU lane
+#   0 -  2  build (-Dwerror): both cores
+#   2 -  4  faults_local                           2 -  5  build-asan
+#   4 - 16  the local plane (~9 min: density 2,    5 -  7  unit+packaging of build
+#           hostile 3, files_local 1.5, ...),       7 - 11  unit+packaging of build-asan
+#           clients (python_backend 1.6) and       11 - 24  valgrind (unit)
+#           bench (~3.5 min)                       24 - 28  fuzz (8 targets x 30 s)
+#  16 - 18  faults (build-asan)                    28 - 32  packages (2 builds; each
+#  18 - 33  the archive plane and files_local               waits while faults runs)
+#           (~15 min: files 3.3, hostile 3.4,
+#           density 2.6, files_local 2, ...)
+#  33       contrib/lanes.py: the checks and the summary
+# ~33-36 minutes in all, where the lanes took ~33 before with the C
+# integration suites in the ASan build only: the engine lane is the critical
+# path (~31 min of engine time after the first build); the fuzzers and the
+# package builds moved beside it.
 ENGINE_RESTART_LOCK_NAME=.engine-restart.lock
 # The lanes' logs (tests/lanes.txt's lane names → meson-logs bases, or files).
 LANE_LOGBASE=lane
