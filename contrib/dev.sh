@@ -149,7 +149,8 @@ build() {
 # both builds, the unit suites under valgrind, the fuzzers, the packages.
 # The faults suites restart dockerd under everything on the machine; the
 # package test starts an installed daemon that must reach the engine: each
-# holds ENGINE_RESTART_LOCK, so the one never runs while the other does.
+# holds the lock build/$ENGINE_RESTART_LOCK_NAME (flock), so the one never
+# runs while the other does.
 #
 # Expected timeline, in minutes, on 2 vCPUs (from the suites' measured ASan
 # durations; the optimized build's engine suites taken at 0.8 of theirs, as
