@@ -1,21 +1,27 @@
-/* bench.c — maf-sandbox-bench's main: options, the daemon it starts, the
- * levels and batches, cleanup (also on SIGINT/SIGTERM).
+/* bench.c — maf-sandbox-bench's main: options, the daemons it starts, the
+ * levels, the interleaved rounds, cleanup (also on SIGINT/SIGTERM).
  *
  * A run: a private dir (mkdtemp) with the daemons' sockets and logs, their
- * shared freeze lock file (so each sees the other's freezes) and their
- * egress state; a test image (busybox, tests/integration/testimage.sh)
- * unless --image names one; one maf-sandboxd per file plane of --planes,
- * started with --set files.plane=<plane>, each on its own socket, the main
- * one (the first named) first. Then, per level L: L clients (threads),
- * each with its own sandbox (key thread_id "c<i>", made by the main daemon,
- * then acquired through every other daemon too: the same container, which
- * each daemon must say it serves on its own plane); per operation, one
- * batch per way (the daemon of each plane for a file operation, the main
- * daemon for the others; the floor; the seed's way), one after another:
- * every client runs the op max(1, ceil(N / divisor / L)) times after a
- * common start, and its samples are merged into one row. What a batch
- * needs is made untimed first, through the main daemon (the files a read
- * or stat reads, the files remove removes, the sandboxes dispose disposes).
+ * shared freeze lock file (so each sees the other's freezes), their egress
+ * state and write journals, and the local floor's journal; a test image
+ * (busybox, tests/integration/testimage.sh) unless --image names one; one
+ * maf-sandboxd per file plane of --planes, started with --set
+ * files.plane=<plane>, each on its own socket, the main one (the first
+ * named) first. Then, per level L: L clients (threads), each with its own
+ * sandbox (key thread_id "c<i>", made by the main daemon, then acquired
+ * through every other daemon too: the same container, which each daemon
+ * must say it serves on its own plane), and the local floor's pin of it.
+ * Per operation, max(1, ceil(N / divisor / L)) iterations; in each, one
+ * round per way (the daemon of each plane, the floor of each plane, the
+ * seed's way), the ways in an order rotated by one each iteration: in a
+ * round every client calls once after a common start. A way's rounds make
+ * one row. What a round needs is made untimed first, through the main
+ * daemon (the files a read or stat reads, the file a remove removes); a
+ * way's dispose disposes of the sandboxes its own cold acquires made.
+ * Around each daemon round the bench reads that daemon's
+ * engine.call_requests (daemon.status makes no engine request); at one
+ * client the least requests per op over the rounds must be the floor's of
+ * that plane (requests_compare), else the run fails.
  * Every sandbox and container carries the run label
  * maf-sandbox.label.msb-bench-run=<pid>; at exit (and on SIGINT or SIGTERM)
  * the daemons are stopped, and every container with the label is removed,
@@ -600,6 +606,9 @@ static void worker_ops(struct batch *bt, struct client *c)
 		t0 = bench_now_ms();
 		o = run_one(c, bt->impl, bt->op, i);
 		t1 = bench_now_ms();
+		if (c->t_start == 0)
+			c->t_start = t0;
+		c->t_end = t1;
 		count(c, o);
 		if (o == OUT_OK && bt->job == JOB_TIMED)
 			c->lat_ms[c->n_lat++] = t1 - t0;
@@ -665,6 +674,7 @@ static void batch_reset_clients(struct batch *bt)
 
 		c->plane = bt->plane != PLANE_NONE ? bt->plane : bt->b->main_plane;
 		c->n_lat = 0;
+		c->t_start = c->t_end = 0;
 		c->errors = c->hangs = 0;
 		c->requests = 0;
 		c->error[0] = '\0';
@@ -744,13 +754,19 @@ static unsigned batch_run(struct bench *b, struct client *clients, unsigned n, e
 		}
 		started++;
 	}
-	/* Before the release: a call of microseconds may end before this thread
-	 * runs again. */
-	t0 = bench_now_ms();
 	pthread_barrier_wait(&bt.bar);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);
-	t1 = bench_now_ms();
+	/* The round's wall time: from the first call's start to the last
+	 * one's end (the clients' own clocks: a call of microseconds may end
+	 * before this thread runs again). */
+	t0 = t1 = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (clients[i].t_start > 0 && (t0 == 0 || clients[i].t_start < t0))
+			t0 = clients[i].t_start;
+		if (clients[i].t_end > t1)
+			t1 = clients[i].t_end;
+	}
 	pthread_barrier_destroy(&bt.bar);
 	if (job == JOB_TIMED && w.impl == IMPL_DAEMON)
 		req1 = daemonway_call_requests(&clients[0]);

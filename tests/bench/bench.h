@@ -167,7 +167,8 @@ struct client {
 	size_t n_lat;
 	unsigned errors;
 	unsigned hangs;
-	uint64_t requests;              /* floor: engine requests; seed: CLI processes */
+	uint64_t requests;              /* seed: CLI processes */
+	double t_start, t_end;          /* the round's first call's start, last call's end (bench_now_ms) */
 	char error[BENCH_ERROR_TEXT];   /* the first failure of the batch */
 };
 

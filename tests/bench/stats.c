@@ -1,8 +1,9 @@
 /* stats.c — percentiles, the tables and the JSON report.
  *
  * Percentiles are nearest-rank over every sample of a batch (all clients
- * together). ops/s is the batch's samples over its wall time, from the
- * moment every client was released to the moment the last one finished.
+ * together, every round of the way). ops/s is those samples over the sum of
+ * the rounds' wall times, each from its first call's start to its last
+ * call's end.
  * The goals compare medians: daemon <= 1.1 x floor + 1 ms, plane by plane
  * (each plane's floor is that plane's work: its request sequence, and on
  * the local plane the daemon's plane code), seed/daemon at least the op's
