@@ -129,6 +129,9 @@ struct op_info {
 /* --check: the ratios CI holds (wide margins: a 2-core machine shared with
  * other work; doc/BENCH.md's goals are reported, not held). */
 #define BENCH_CHECK_SLACK_MS 2.0
+/* Rounds more through a daemon whose every round made more engine requests
+ * than its floor (bench.c requests_recheck). */
+#define BENCH_RECHECKS 3
 /* The most ways an op runs: daemon and floor per plane, and the seed's. */
 #define BENCH_MAX_WAYS (2 * _PLANE_MAX + 1)
 
