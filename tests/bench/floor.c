@@ -51,9 +51,10 @@
  *   dispose       (both planes) GET /containers/json?all=1&filters=
  *                 {"label":{scope, thread, agent, kind}}, DELETE
  *                 /containers/ID?force=1 per match
- * A pause refused as "already paused" (or runc's "unable to freeze") and an
- * unpause answered "is not paused" are asked again every 20 ms for up to
- * 1 s, as freeze.c does for Docker 20.10's late pause state; an exec
+ * A pause refused as "already paused" (or runc's "unable to freeze") is
+ * asked again every 20 ms for up to 1 s, an unpause answered "is not
+ * paused" for up to 5 s, as freeze.c does for Docker 20.10's late pause
+ * state (freeze.h FREEZE_STALE_*); an exec
  * inspected while still Running is inspected again. Those requests are
  * counted as retries too (floor_conn_retries). */
 #include <curl/curl.h>
@@ -75,6 +76,9 @@
 #define FLOOR_STAT_MAX        4096
 #define FLOOR_STALE_RETRY_MS  20
 #define FLOOR_STALE_BUDGET_MS 1000
+/* "is not paused" answering the unpause of our own pause: asked again for
+ * up to this long (freeze.h FREEZE_STALE_THAW_BUDGET_MS). */
+#define FLOOR_STALE_THAW_BUDGET_MS 5000
 #define FLOOR_INSPECT_RETRY_MS 20
 #define FLOOR_INSPECT_RETRIES 5
 #define FLOOR_EXEC_START_BODY "{\"Detach\":false,\"Tty\":false}"
@@ -407,7 +411,7 @@ static enum bench_outcome floor_unpause(struct client *c, const char *id)
 		if (c->floor->status / 100 == 2 || c->floor->status == 404)
 			return OUT_OK;
 		if (body_says(c->floor, "is not paused")) {
-			if (bench_now_ms() - start >= FLOOR_STALE_BUDGET_MS)
+			if (bench_now_ms() - start >= FLOOR_STALE_THAW_BUDGET_MS)
 				return OUT_OK;   /* thawed after all */
 			usleep(FLOOR_STALE_RETRY_MS * 1000);
 			c->floor->retries++;
