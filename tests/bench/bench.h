@@ -1,24 +1,33 @@
 /* bench.h — maf-sandbox-bench: the operations benchmark (doc/BENCH.md).
  *
- * Each operation runs N times at each concurrency level, three ways, side by
- * side in one run:
- *   daemon  through maf-sandboxd, with the C client library (daemonway.c);
- *   floor   the same Engine API requests the daemon issues on the archive
- *           plane, sent directly with libcurl: what the daemon costs is
- *           daemon/floor (floor.c);
+ * Each operation runs N times at each concurrency level, the ways side by
+ * side in one run, interleaved:
+ *   daemon  through maf-sandboxd, with the C client library (daemonway.c),
+ *           once per file plane (--planes): one maf-sandboxd per plane,
+ *           each started with --set files.plane=<plane>, all on the same
+ *           containers; every operation goes through each of them;
+ *   floor   per plane, what that plane's daemon does for the operation with
+ *           no daemon: the same Engine API requests sent directly with
+ *           libcurl (floor.c), and on the local plane the daemon's own
+ *           plane code called directly (floorlocal.c). What the daemon
+ *           costs is daemon/floor, plane by plane;
  *   seed    the way maf-sandbox-docker 0.22 does it: one docker CLI process
  *           per step (seedway.c).
- * The daemon way runs once per file plane (--planes): one maf-sandboxd per
- * plane, each started with --set files.plane=<plane>, all on the same
- * containers. The file operations (writes, stat, reads, remove) go through
- * each of them; the others (acquire, exec, dispose) and every untimed setup
- * call through the main one (the first plane named). Every call has a
- * deadline; one past it is a hang. Results: stats.c.
+ * A way is (impl, plane). Per iteration of an operation every way runs one
+ * round (every client calls once, released together), the ways in an order
+ * rotated by one each iteration. The engine requests of every round are
+ * counted (the daemon's engine.call_requests from daemon.status around the
+ * round, the floor's own count): at one client the requests per operation of
+ * the daemon and of the floor of a plane must be equal (retries of the
+ * engine's late pause state aside: the least count over the rounds is
+ * compared), else the run fails. Every call has a deadline; one past it is
+ * a hang. Results: stats.c.
  *
- * All three work on the same containers (each client has its own, made by
- * the daemon), one way after another, so each sees the same guest state.
- * Threads: one per client; a client owns its connection, its curl handle
- * and its CLI processes, and touches no other client's state.
+ * All the ways work on the same containers (each client has its own, made
+ * by the daemon), one round after another, so each sees the same guest
+ * state. Threads: one per client and round; a client owns its connections,
+ * its curl handle, its local-plane pin and its CLI processes, and touches no
+ * other client's state.
  *
  * Ownership: struct bench lives for the whole run (main); struct client for
  * one level; struct bench_result rows are appended to the bench and freed
@@ -112,9 +121,19 @@ struct op_info {
 	size_t bytes;          /* write/read: the file's size */
 	const char *file;      /* write/read/stat: the guest file, relative to the work dir */
 	double seed_goal;      /* seed/daemon must be at least this (each plane); 0 = no goal */
-	bool file_op;          /* a file-plane operation: run through the daemon of each plane */
+	bool file_op;          /* a file-plane operation */
 	double local_goal;     /* seed/daemon on the local plane must be at least this; 0 = none */
+	double check_factor;   /* --check: daemon <= this x floor + BENCH_CHECK_SLACK_MS (each plane); 0 = none */
 };
+
+/* --check: the ratios CI holds (wide margins: a 2-core machine shared with
+ * other work; doc/BENCH.md's goals are reported, not held). */
+#define BENCH_CHECK_SLACK_MS 2.0
+/* Rounds more through a daemon whose every round made more engine requests
+ * than its floor (bench.c requests_recheck). */
+#define BENCH_RECHECKS 3
+/* The most ways an op runs: daemon and floor per plane, and the seed's. */
+#define BENCH_MAX_WAYS (2 * _PLANE_MAX + 1)
 
 const struct op_info *op_info(enum bench_op op);
 const char *impl_to_string(enum bench_impl impl);
@@ -138,18 +157,21 @@ struct client {
 	unsigned level;
 	struct bench_box box;           /* the client's own sandbox (made by the daemon) */
 	/* the sandboxes of the acquire_cold batch, for the dispose batch */
-	struct bench_box *cold;
+	struct bench_box *cold;         /* the current round's way's (one of cold_way) */
+	struct bench_box *cold_way[BENCH_MAX_WAYS];
 	unsigned n_cold;
 	/* per way */
 	enum bench_plane plane;         /* daemonway: the daemon the current batch talks to */
 	struct msb_conn *conn[_PLANE_MAX];  /* daemonway: this client's connection to each daemon */
 	struct floor_conn *floor;       /* floor: this client's curl handle */
+	struct floorlocal *flocal;      /* floor, local plane: the pin of the client's sandbox */
 	/* one batch's samples */
 	double *lat_ms;
 	size_t n_lat;
 	unsigned errors;
 	unsigned hangs;
-	uint64_t requests;              /* floor: engine requests; seed: CLI processes */
+	uint64_t requests;              /* seed: CLI processes */
+	double t_start, t_end;          /* the round's first call's start, last call's end (bench_now_ms) */
 	char error[BENCH_ERROR_TEXT];   /* the first failure of the batch */
 };
 
@@ -158,13 +180,16 @@ struct bench_result {
 	enum bench_op op;
 	unsigned level;
 	enum bench_impl impl;
-	enum bench_plane plane;         /* IMPL_DAEMON: the daemon's plane; else PLANE_NONE */
+	enum bench_plane plane;         /* the daemon's or the floor's plane; PLANE_NONE for the seed */
 	size_t n;
 	double p50, p95, p99;           /* ms */
 	double ops_per_s;
 	unsigned errors;
 	unsigned hangs;
 	double requests_per_op;         /* engine requests (daemon, floor) or CLI processes (seed); <0 unknown */
+	double requests_min;            /* level 1: the least per op over the rounds (the floor's without
+					 * its retries); <0 unknown */
+	int requests_match;             /* daemon rows at level 1: 1 equal to the floor's, 0 not, -1 unchecked */
 	char error[BENCH_ERROR_TEXT];
 };
 
@@ -208,12 +233,14 @@ struct bench {
 	bool planes[_PLANE_MAX];        /* a daemon per plane */
 	enum bench_plane main_plane;    /* the first named: non-file ops and setup */
 	bool quick;
+	bool check;                     /* --check: hold the ratios of op_info check_factor */
 	bool verbose;
 	/* the run */
 	pid_t pid;
 	char run_id[32];                /* the run label's value */
 	char scope[48];                 /* every key's scope */
 	char dir[64];                   /* private mkdtemp dir */
+	char floor_journal[96];         /* the local floor's journal directory, in dir */
 	struct bench_daemon daemons[_PLANE_MAX];
 	int daemon_status;              /* the first non-zero exit status of the daemons, else 0 */
 	char image_ref[96];             /* the image in use */
@@ -224,6 +251,7 @@ struct bench {
 	size_t payload_len;
 	struct bench_result *results;
 	size_t n_results;
+	unsigned request_mismatches;    /* ops whose daemon and floor differ in requests per op */
 };
 
 /* ---- bench.c -------------------------------------------------------------- */
@@ -234,8 +262,9 @@ void client_fail(struct client *c, const char *fmt, ...) __attribute__((format(p
 /* The guest path of a work-dir file, BENCH_WORK_DIR "/" file, written into
  * buf (n bytes); returns buf. */
 const char *bench_guest_path(const char *file, char *buf, size_t n);
-/* A unique container name / thread id for a box made by way impl (cold acquire). */
-void bench_box_cold(const struct client *c, enum bench_impl impl, unsigned iter, struct bench_box *ret);
+/* A unique container name / thread id for a box made by way (impl, plane) (cold acquire). */
+void bench_box_cold(const struct client *c, enum bench_impl impl, enum bench_plane plane, unsigned iter,
+		    struct bench_box *ret);
 /* For the processes the bench starts: an empty signal mask and SIGPIPE at
  * its default (main blocks the one and ignores the other). child_spawnattr
  * initialises attr; the caller destroys it. */
@@ -263,17 +292,40 @@ int daemonway_write_file(struct client *c, const char *file, size_t bytes);
 long long daemonway_call_requests(struct client *c);
 
 /* ---- floor.c -------------------------------------------------------------- */
+/* floor_run follows c->plane: the archive plane's requests, or the local
+ * plane's (floorlocal.c for the file calls, its requests for the rest). */
 
 struct floor_conn;
 struct floor_conn *floor_conn_new(const struct bench *b);
 struct floor_conn *floor_conn_free(struct floor_conn *f);
 uint64_t floor_conn_requests(const struct floor_conn *f);
+/* Of those, the ones asked again (a late pause state, an exec still running). */
+uint64_t floor_conn_retries(const struct floor_conn *f);
+/* Untimed: c's local-plane pin of its sandbox (c->flocal). 0 or -1. */
+int floor_local_setup(struct client *c);
 enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter);
 /* GET /version: fills machine's engine fields. 0 or -1. */
 int floor_engine_version(const struct bench *b, struct bench_machine *m);
 /* Removes every container with our run label (the exit cleanup), and the
  * image when the bench built it. Returns how many containers were removed. */
 int floor_cleanup(const struct bench *b);
+
+/* ---- floorlocal.c --------------------------------------------------------- */
+
+struct floorlocal;
+struct plocal_pin;
+struct plocal_cred;
+/* Pins pid as the init of container id; user: its Config.User. NULL with err set. */
+struct floorlocal *floorlocal_new(const struct bench *b, const char *id, pid_t pid, const char *user,
+				  char *err, size_t err_len);
+struct floorlocal *floorlocal_free(struct floorlocal *l);
+const struct plocal_pin *floorlocal_pin(const struct floorlocal *l);
+const struct plocal_cred *floorlocal_cred(const struct floorlocal *l);
+/* acquire_warm and the file ops, beneath c->flocal's root. */
+enum bench_outcome floorlocal_run(struct client *c, enum bench_op op, unsigned iter);
+/* The work dir through pin: checked (*ret_missing), or made (owner's). 0 or -1. */
+int floorlocal_workdir(struct client *c, const struct plocal_pin *pin, const struct plocal_cred *owner, bool make,
+		       bool *ret_missing);
 
 /* ---- seedway.c ------------------------------------------------------------ */
 
@@ -297,6 +349,9 @@ struct tar_buf {
 int tar_add_dir(struct tar_buf *t, const char *name, unsigned mode, unsigned uid, unsigned gid);
 int tar_add_file(struct tar_buf *t, const char *name, const void *data, size_t len, unsigned mode,
 		 unsigned uid, unsigned gid);
+/* A hard link entry: name made a link to target (both without a leading '/'). */
+int tar_add_hardlink(struct tar_buf *t, const char *name, const char *target, unsigned mode, unsigned uid,
+		     unsigned gid);
 /* The two zero blocks. */
 void tar_finish(struct tar_buf *t);
 void tar_buf_release(struct tar_buf *t);
@@ -333,6 +388,8 @@ void tar_reader_release(struct tar_reader *r);
 void stats_row(struct bench_result *row, double *lat_ms, size_t n, double wall_ms);
 void stats_print_tables(const struct bench *b, FILE *out);
 int stats_write_json(const struct bench *b, const char *path);
+/* --check: the ratios over their bound (level 1, op_info check_factor). */
+unsigned stats_check_failures(const struct bench *b);
 /* Totals over every row. */
 unsigned stats_total_errors(const struct bench *b);
 unsigned stats_total_hangs(const struct bench *b);

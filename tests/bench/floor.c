@@ -1,45 +1,64 @@
 /* floor.c — the floor: for each operation, the Engine API requests
- * maf-sandboxd issues for it, in the same order with the same bodies, sent
- * directly with libcurl — no daemon, no protocol, no event loop. One curl
- * handle per client (keep-alive on the engine socket), reset between
- * requests as the daemon makes a new easy handle per request on one shared
- * connection cache. JSON replies are parsed and stat headers decoded, as the
- * daemon does; nothing else.
+ * maf-sandboxd issues for it on the plane being measured (c->plane), in the
+ * same order with the same bodies, sent directly with libcurl — no daemon,
+ * no protocol, no event loop. One curl handle per client (keep-alive on the
+ * engine socket), reset between requests as the daemon makes a new easy
+ * handle per request on one shared connection cache. JSON replies are
+ * parsed and stat headers decoded, as the daemon does; nothing else. On the
+ * local plane a file call asks the engine nothing: floorlocal.c does its
+ * kernel work with the daemon's own code.
  *
  * The sequences (read from daemon/sandbox/{acquire,fileop,freeze,execrun}.c
- * and daemon/m_{files,exec,sandbox}.c, and confirmed against the daemon's
- * `engine: req` debug log, `maf-sandboxd -d`). WD is /maf-sandbox/work, ID
- * the container id, all under /v<api>:
- *   acquire_warm  HEAD archive?path=/maf-sandbox, HEAD …/maf-sandbox/work
- *                 (the work dir's walk, unfrozen; identity and command
- *                 probes are known from the first acquire)
+ * and daemon/m_{files,exec,sandbox}.c, confirmed against the daemon's
+ * `engine: req` debug log, `maf-sandboxd -d`, and held by the bench itself:
+ * at one client it compares its requests per op with the daemon's
+ * engine.call_requests and fails on a difference). WD is /maf-sandbox/work,
+ * ID the container id, all under /v<api>:
+ *   acquire_warm  archive: HEAD archive?path=/maf-sandbox, HEAD
+ *                 …/maf-sandbox/work (the work dir's walk, unfrozen;
+ *                 identity and command probes are known from the first
+ *                 acquire). local: none (plocal_check of the same chain)
  *   acquire_cold  GET /containers/NAME/json (404), GET /version (the OS
  *                 re-check), GET /images/REF/json, POST
  *                 /containers/create?name=NAME, POST start, GET
- *                 /containers/ID/json; HEAD /maf-sandbox (404: the walk
- *                 ends); POST pause, HEAD /maf-sandbox (404), PUT archive
- *                 ?path=/&noOverwriteDirNonDir=1 (maf-sandbox/ root-owned,
- *                 maf-sandbox/work/ the guest's), POST unpause; the sh probe:
- *                 POST /containers/ID/exec {sh -c 'exit 0', WorkingDir /},
- *                 POST /exec/EID/start, GET /exec/EID/json
- *   exec_*        POST /containers/ID/exec {sh -c CMD, Env MSB_EXEC_ID=…,
- *                 WorkingDir WD}, POST /exec/EID/start (the stream, read to
- *                 its end and demultiplexed), GET /exec/EID/json
- *   write_*       POST pause, HEAD /maf-sandbox, HEAD WD, HEAD WD/FILE, PUT
- *                 archive ?path=/&noOverwriteDirNonDir=1 (one file entry),
+ *                 /containers/ID/json; then archive: HEAD /maf-sandbox
+ *                 (404: the walk ends); POST pause, HEAD /maf-sandbox
+ *                 (404), PUT archive ?path=/&noOverwriteDirNonDir=1
+ *                 (maf-sandbox/ root-owned, maf-sandbox/work/ the guest's),
+ *                 POST unpause; local: GET /containers/ID/json (the init's
+ *                 pid, pinned), plocal_check, plocal_prepare; then the sh
+ *                 probe: POST /containers/ID/exec {sh -c 'exit 0',
+ *                 WorkingDir /}, POST /exec/EID/start, GET /exec/EID/json
+ *   exec_*        (both planes) POST /containers/ID/exec {sh -c CMD, Env
+ *                 MSB_EXEC_ID=…, WorkingDir WD}, POST /exec/EID/start (the
+ *                 stream, read to its end and demultiplexed), GET
+ *                 /exec/EID/json
+ *   write_*       archive: POST pause, HEAD /maf-sandbox, HEAD WD, HEAD
+ *                 WD/FILE, PUT archive ?path=/&noOverwriteDirNonDir=1 (the
+ *                 content under a temporary name in WD, journalled, then
+ *                 WD/FILE a hard link to it), POST unpause, then the
+ *                 temporary's removal as an exec: POST /containers/ID/exec
+ *                 {/bin/rm -f -- WD/TMP, User uid:gid, WorkingDir /}, POST
+ *                 /exec/EID/start, GET /exec/EID/json
+ *   stat          archive: POST pause, HEAD /maf-sandbox, HEAD WD, HEAD
+ *                 WD/FILE, POST unpause
+ *   read_*        archive: POST pause, HEAD /maf-sandbox, HEAD WD, HEAD
+ *                 WD/FILE, GET archive?path=WD/FILE (the tar, read whole),
  *                 POST unpause
- *   stat          POST pause, HEAD /maf-sandbox, HEAD WD, HEAD WD/FILE, POST unpause
- *   read_*        POST pause, HEAD /maf-sandbox, HEAD WD, HEAD WD/FILE, GET
- *                 archive?path=WD/FILE (the tar, read whole), POST unpause
- *   remove        HEAD /maf-sandbox, HEAD WD (unfrozen), then rm as an exec:
- *                 POST /containers/ID/exec {rm -f -- WD/FILE, WorkingDir /},
- *                 POST /exec/EID/start, GET /exec/EID/json
- *   dispose       GET /containers/json?all=1&filters={"label":{scope, thread,
- *                 agent, kind}}, DELETE /containers/ID?force=1 per match
- * A pause refused as "already paused" (or runc's "unable to freeze") and an
- * unpause answered "is not paused" are asked again every 20 ms for up to
- * 1 s, as freeze.c does for Docker 20.10's late pause state. */
+ *   remove        archive: HEAD /maf-sandbox, HEAD WD (unfrozen), then rm as
+ *                 an exec: POST /containers/ID/exec {rm -f -- WD/FILE,
+ *                 WorkingDir /}, POST /exec/EID/start, GET /exec/EID/json
+ *   dispose       (both planes) GET /containers/json?all=1&filters=
+ *                 {"label":{scope, thread, agent, kind}}, DELETE
+ *                 /containers/ID?force=1 per match
+ * A pause refused as "already paused" (or runc's "unable to freeze") is
+ * asked again every 20 ms for up to 1 s, an unpause answered "is not
+ * paused" for up to 5 s, as freeze.c does for Docker 20.10's late pause
+ * state (freeze.h FREEZE_STALE_*); an exec
+ * inspected while still Running is inspected again. Those requests are
+ * counted as retries too (floor_conn_retries). */
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -48,6 +67,7 @@
 #include "base64.h"
 #include "bench.h"
 #include "cleanup.h"
+#include "plane_local.h"
 #include "xmalloc.h"
 
 #define FLOOR_BASE_URL        "http://api.moby.localhost"
@@ -56,6 +76,9 @@
 #define FLOOR_STAT_MAX        4096
 #define FLOOR_STALE_RETRY_MS  20
 #define FLOOR_STALE_BUDGET_MS 1000
+/* "is not paused" answering the unpause of our own pause: asked again for
+ * up to this long (freeze.h FREEZE_STALE_THAW_BUDGET_MS). */
+#define FLOOR_STALE_THAW_BUDGET_MS 5000
 #define FLOOR_INSPECT_RETRY_MS 20
 #define FLOOR_INSPECT_RETRIES 5
 #define FLOOR_EXEC_START_BODY "{\"Detach\":false,\"Tty\":false}"
@@ -74,6 +97,8 @@ struct floor_conn {
 	char sock[108];
 	char api[16];
 	uint64_t requests;
+	uint64_t retries;           /* of requests, asked again */
+	int jfd;                    /* the floor's journal directory (archive writes' temporaries), -1 */
 	double deadline;            /* of the current operation (bench_now_ms) */
 	/* the reply of the last request */
 	long status;
@@ -103,6 +128,7 @@ struct floor_conn *floor_conn_new(const struct bench *b)
 	}
 	snprintf(f->sock, sizeof(f->sock), "%s", b->engine_sock);
 	snprintf(f->api, sizeof(f->api), "%s", b->api[0] ? b->api : "1.41");
+	f->jfd = b->floor_journal[0] ? open(b->floor_journal, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 	return f;
 }
 
@@ -111,6 +137,8 @@ struct floor_conn *floor_conn_free(struct floor_conn *f)
 	if (!f)
 		return NULL;
 	curl_easy_cleanup(f->e);
+	if (f->jfd >= 0)
+		close(f->jfd);
 	tar_buf_release(&f->body);
 	tar_buf_release(&f->out);
 	free(f);
@@ -120,6 +148,11 @@ struct floor_conn *floor_conn_free(struct floor_conn *f)
 uint64_t floor_conn_requests(const struct floor_conn *f)
 {
 	return f ? f->requests : 0;
+}
+
+uint64_t floor_conn_retries(const struct floor_conn *f)
+{
+	return f ? f->retries : 0;
 }
 
 /* ---- one request ------------------------------------------------------------- */
@@ -355,6 +388,7 @@ static enum bench_outcome floor_pause(struct client *c, const char *id)
 						body_says(c->floor, "unable to freeze")) &&
 		    bench_now_ms() - start < FLOOR_STALE_BUDGET_MS) {
 			usleep(FLOOR_STALE_RETRY_MS * 1000);
+			c->floor->retries++;
 			continue;
 		}
 		client_fail(c, "pause: HTTP %ld: %.160s", c->floor->status,
@@ -377,9 +411,10 @@ static enum bench_outcome floor_unpause(struct client *c, const char *id)
 		if (c->floor->status / 100 == 2 || c->floor->status == 404)
 			return OUT_OK;
 		if (body_says(c->floor, "is not paused")) {
-			if (bench_now_ms() - start >= FLOOR_STALE_BUDGET_MS)
+			if (bench_now_ms() - start >= FLOOR_STALE_THAW_BUDGET_MS)
 				return OUT_OK;   /* thawed after all */
 			usleep(FLOOR_STALE_RETRY_MS * 1000);
+			c->floor->retries++;
 			continue;
 		}
 		client_fail(c, "unpause: HTTP %ld", c->floor->status);
@@ -449,7 +484,7 @@ static enum bench_outcome floor_walk(struct client *c, const char *id)
 
 /* One exec run: create, start (stream read whole), inspect (again while Running). */
 static enum bench_outcome floor_exec(struct client *c, const char *id, json_t *cmd, bool mark,
-				     const char *wd, size_t want_out)
+				     const char *wd, const char *user, size_t want_out)
 {
 	struct floor_conn *f = c->floor;
 	_cleanup_free_ char *cpath = xasprintf("/containers/%s/exec", id), *body = NULL;
@@ -467,6 +502,8 @@ static enum bench_outcome floor_exec(struct client *c, const char *id, json_t *c
 		json_object_set_new(cfg, "Env", json_pack("[s]", m));
 	}
 	json_object_set_new(cfg, "WorkingDir", json_string(wd));
+	if (user)
+		json_object_set_new(cfg, "User", json_string(user));
 	body = json_dumps(cfg, JSON_COMPACT);
 	{
 		const struct freq q = { "POST", cpath, body, strlen(body), FLOOR_CT_JSON, SINK_KEEP, NULL };
@@ -500,6 +537,7 @@ static enum bench_outcome floor_exec(struct client *c, const char *id, json_t *c
 			return o;
 		if (json_is_true(json_object_get(ins, "Running")) && i < FLOOR_INSPECT_RETRIES) {
 			usleep(FLOOR_INSPECT_RETRY_MS * 1000);
+			f->retries++;
 			continue;
 		}
 		if (json_integer_value(json_object_get(ins, "ExitCode")) != 0) {
@@ -519,7 +557,8 @@ static enum bench_outcome op_file(struct client *c, enum bench_op op)
 	char gpath[128];
 	json_int_t mode = 0, size = 0;
 	enum bench_outcome o, thaw;
-	int r;
+	char tmp_path[128] = "";
+	int r, jfd = -1;
 
 	bench_guest_path(oi->file, gpath, sizeof(gpath));
 	if ((o = floor_pause(c, id)) != OUT_OK)
@@ -536,8 +575,16 @@ static enum bench_outcome op_file(struct client *c, enum bench_op op)
 	if (o == OUT_OK && (op == OP_WRITE_4K || op == OP_WRITE_1M || op == OP_WRITE_32M)) {
 		struct tar_buf t = { 0 };
 		_cleanup_free_ char *path = xasprintf("/containers/%s/archive?path=%%2F&noOverwriteDirNonDir=1", id);
+		const struct plocal_journal j = { c->floor->jfd, id, NULL };
+		char tmp[PLOCAL_TEMP_NAME_MAX];
 
-		tar_add_file(&t, gpath + 1, c->b->payload, oi->bytes, 0644, 0, 0);
+		/* The content under a temporary name (journalled first), the
+		 * final name a hard link to it, as fop_build_write makes it. */
+		plocal_temp_name(tmp, sizeof(tmp));
+		snprintf(tmp_path, sizeof(tmp_path), "%s/%s", BENCH_WORK_DIR, tmp);
+		jfd = j.dirfd >= 0 ? plocal_journal_begin(&j, BENCH_WORK_DIR, tmp) : -1;
+		tar_add_file(&t, tmp_path + 1, c->b->payload, oi->bytes, 0644, 0, 0);
+		tar_add_hardlink(&t, gpath + 1, tmp_path + 1, 0644, 0, 0);
 		tar_finish(&t);
 		{
 			const struct freq q = { "PUT", path, t.data, t.len, FLOOR_CT_TAR, SINK_KEEP, NULL };
@@ -556,7 +603,18 @@ static enum bench_outcome op_file(struct client *c, enum bench_op op)
 		tar_reader_release(&tr);
 	}
 	thaw = floor_unpause(c, id);
-	return o != OUT_OK ? o : thaw;
+	if (o == OUT_OK)
+		o = thaw;
+	if (tmp_path[0] && o == OUT_OK) {
+		/* The temporary's removal, as the guest (uid:gid), after the thaw. */
+		o = floor_exec(c, id, json_pack("[s, s, s, s]", "/bin/rm", "-f", "--", tmp_path), false, "/", "0:0", 0);
+	}
+	if (jfd >= 0) {
+		const struct plocal_journal j = { c->floor->jfd, id, NULL };
+
+		plocal_journal_end(&j, strrchr(tmp_path, '/') + 1, jfd);
+	}
+	return o;
 }
 
 static json_t *box_labels(const struct client *c, const struct bench_box *box)
@@ -648,6 +706,69 @@ static enum bench_outcome floor_create(struct client *c, struct bench_box *box)
 	}
 }
 
+/* GET /containers/ID/json: the init's pid and Config.User (user, n bytes). */
+static enum bench_outcome floor_inspect_init(struct client *c, const char *id, pid_t *ret_pid, char *user, size_t n)
+{
+	_cleanup_free_ char *path = xasprintf("/containers/%s/json", id);
+	const struct freq q = { "GET", path, NULL, 0, NULL, SINK_KEEP, NULL };
+	json_auto_t *ins = NULL;
+	enum bench_outcome o = freq_expect(c, &q, 200, &ins);
+	const char *u;
+	json_int_t pid;
+
+	if (o != OUT_OK)
+		return o;
+	pid = json_integer_value(json_object_get(json_object_get(ins, "State"), "Pid"));
+	if (pid <= 0)
+		return (client_fail(c, "%.12s: no running init", id), OUT_ERROR);
+	*ret_pid = (pid_t)pid;
+	u = json_string_value(json_object_get(json_object_get(ins, "Config"), "User"));
+	snprintf(user, n, "%s", u ? u : "");
+	return OUT_OK;
+}
+
+/* The local plane's half of a cold acquire: the new container's init
+ * looked up and pinned, the work dir checked (missing), then made. */
+static enum bench_outcome cold_local_workdir(struct client *c, const struct bench_box *box)
+{
+	char user[64], err[BENCH_ERROR_TEXT];
+	struct floorlocal *l;
+	bool missing = false;
+	pid_t pid = 0;
+	enum bench_outcome o = floor_inspect_init(c, box->id, &pid, user, sizeof(user));
+	int r;
+
+	if (o != OUT_OK)
+		return o;
+	l = floorlocal_new(c->b, box->id, pid, user, err, sizeof(err));
+	if (!l)
+		return (client_fail(c, "%s", err), OUT_ERROR);
+	r = floorlocal_workdir(c, floorlocal_pin(l), NULL, false, &missing);
+	if (r == 0 && !missing)
+		r = (client_fail(c, "%s exists already", BENCH_WORK_DIR), -1);
+	if (r == 0)
+		r = floorlocal_workdir(c, floorlocal_pin(l), floorlocal_cred(l), true, NULL);
+	floorlocal_free(l);
+	return r == 0 ? OUT_OK : OUT_ERROR;
+}
+
+int floor_local_setup(struct client *c)
+{
+	char user[64], err[BENCH_ERROR_TEXT];
+	pid_t pid = 0;
+
+	if (!c->floor && !(c->floor = floor_conn_new(c->b)))
+		return (client_fail(c, "curl_easy_init failed"), -1);
+	c->floor->deadline = bench_now_ms() + BENCH_SETUP_TIMEOUT_MS;
+	c->flocal = floorlocal_free(c->flocal);
+	if (floor_inspect_init(c, c->box.id, &pid, user, sizeof(user)) != OUT_OK)
+		return -1;
+	c->flocal = floorlocal_new(c->b, c->box.id, pid, user, err, sizeof(err));
+	if (!c->flocal)
+		return (client_fail(c, "%s", err), -1);
+	return 0;
+}
+
 static enum bench_outcome op_cold(struct client *c, struct bench_box *box)
 {
 	json_int_t mode, size;
@@ -656,13 +777,18 @@ static enum bench_outcome op_cold(struct client *c, struct bench_box *box)
 
 	if ((o = floor_create(c, box)) != OUT_OK)
 		return o;
+	if (c->plane == PLANE_LOCAL) {
+		if ((o = cold_local_workdir(c, box)) != OUT_OK)
+			return o;
+		return floor_exec(c, box->id, json_pack("[s, s, s]", "sh", "-c", "exit 0"), false, "/", NULL, 0);
+	}
 	/* The unfrozen walk finds /maf-sandbox absent; the frozen one makes it. */
 	if ((r = floor_stat(c, box->id, "/maf-sandbox", &mode, &size)) != 0)
 		return r < 0 ? (enum bench_outcome)-r : (client_fail(c, "/maf-sandbox exists already"), OUT_ERROR);
 	if ((o = floor_make_workdir(c, box->id)) != OUT_OK)
 		return o;
 	/* The sh probe (EXEC is in the default requires). */
-	return floor_exec(c, box->id, json_pack("[s, s, s]", "sh", "-c", "exit 0"), false, "/", 0);
+	return floor_exec(c, box->id, json_pack("[s, s, s]", "sh", "-c", "exit 0"), false, "/", NULL, 0);
 }
 
 static enum bench_outcome op_dispose(struct client *c, const struct bench_box *box)
@@ -714,6 +840,8 @@ enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter)
 	if (!c->floor && !(c->floor = floor_conn_new(c->b)))
 		return (client_fail(c, "curl_easy_init failed"), OUT_ERROR);
 	c->floor->deadline = bench_now_ms() + (double)oi->deadline_ms;
+	if (c->plane == PLANE_LOCAL && (op == OP_ACQUIRE_WARM || oi->file_op))
+		return floorlocal_run(c, op, iter);
 	switch (op) {
 	case OP_ACQUIRE_WARM:
 		return floor_walk(c, c->box.id);
@@ -722,10 +850,10 @@ enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter)
 	case OP_DISPOSE:
 		return op_dispose(c, &c->cold[iter]);
 	case OP_EXEC_TRUE:
-		return floor_exec(c, c->box.id, json_pack("[s, s, s]", "sh", "-c", "true"), true, BENCH_WORK_DIR, 0);
+		return floor_exec(c, c->box.id, json_pack("[s, s, s]", "sh", "-c", "true"), true, BENCH_WORK_DIR, NULL, 0);
 	case OP_EXEC_1M:
 		return floor_exec(c, c->box.id, json_pack("[s, s, s]", "sh", "-c", BENCH_EXEC_OUTPUT_CMD), true,
-				  BENCH_WORK_DIR, BENCH_EXEC_OUTPUT_BYTES);
+				  BENCH_WORK_DIR, NULL, BENCH_EXEC_OUTPUT_BYTES);
 	case OP_REMOVE: {
 		char file[32];
 		enum bench_outcome o;
@@ -734,7 +862,7 @@ enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter)
 		bench_guest_path(file, gpath, sizeof(gpath));
 		if ((o = floor_walk(c, c->box.id)) != OUT_OK)
 			return o;
-		return floor_exec(c, c->box.id, json_pack("[s, s, s, s]", "rm", "-f", "--", gpath), false, "/", 0);
+		return floor_exec(c, c->box.id, json_pack("[s, s, s, s]", "rm", "-f", "--", gpath), false, "/", NULL, 0);
 	}
 	default:
 		return op_file(c, op);

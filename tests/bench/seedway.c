@@ -7,12 +7,21 @@
  * first header, then the process killed — the seed reads a bounded prefix
  * of the stream, and a directory would stream its whole subtree):
  *
+ * The walks are the seed's (its README, "Every path component is checked";
+ * behaviour-docker.md §2.3–2.7 and §6 "Walk costs": one copy per component,
+ * "3 or more for /maf-sandbox/work/x, plus / for writes and removes"; its
+ * maf_sandbox.paths: guest_path_and_ancestors starts below "/", and
+ * ensure_guest_work_dir lists the base's directories "excluding the
+ * filesystem root"): stat, read and the work dir's preparation stat from
+ * /maf-sandbox down; a write and a removal stat "/" first (they record
+ * its owner and mode for the reach rule).
+ *
  *   acquire_warm  (§2.1, a running container, facts and probes cached)
  *                 inspect {{json .Config.Labels}} NAME (storage-base guard),
  *                 inspect {{.State.Running}} {{.State.Paused}} (frozen-orphan
  *                 check), inspect {{.Id}}, inspect {{json .Config.Labels}} ID
  *                 (strict guard); prepare_work_dir under one freeze: pause,
- *                 cp-stat /, /maf-sandbox, WD, unpause — 9 processes
+ *                 cp-stat /maf-sandbox, WD, unpause — 8 processes
  *   acquire_cold  inspect labels (absent), inspect state (absent),
  *                 version {{.Server.Os}}, image inspect, run -d (the seed's
  *                 flags: no-new-privileges, pids-limit 512, network none, its
@@ -20,14 +29,14 @@
  *                 reach facts: cp-stat /, /maf-sandbox (absent); identity:
  *                 inspect {{.Config.User}}; inspect {{.HostConfig.CapDrop}};
  *                 the sh probe: exec -w / NAME sh -c 'exit 0'; prepare: pause,
- *                 cp-stat /, /maf-sandbox (absent), cp - NAME:/ (the two
- *                 directories), unpause — 17 processes
+ *                 cp-stat /maf-sandbox (absent), cp - NAME:/ (the two
+ *                 directories), unpause — 16 processes
  *   exec_*        exec -w WD NAME sh -c CMD (stdout read whole)
  *   write_*       pause, cp-stat /, /maf-sandbox, WD, WD/FILE, cp - NAME:/
  *                 (one file entry on stdin), unpause — 7
- *   stat          pause, cp-stat /, /maf-sandbox, WD, WD/FILE, unpause — 6
- *   read_*        pause, cp-stat /, /maf-sandbox, WD, then cp NAME:WD/FILE -
- *                 read whole (stat and content from one stream), unpause — 6
+ *   stat          pause, cp-stat /maf-sandbox, WD, WD/FILE, unpause — 5
+ *   read_*        pause, cp-stat /maf-sandbox, WD, then cp NAME:WD/FILE -
+ *                 read whole (stat and content from one stream), unpause — 5
  *   remove        (§2.7, not frozen) cp-stat /, /maf-sandbox, WD (the walk,
  *                 recording uid and mode: all root-owned, so root is used),
  *                 exec --user 0 -w WD NAME rm -f -- WD/FILE — 4
@@ -386,7 +395,10 @@ static enum bench_outcome walk(struct seed *s, const char *const *dirs, size_t n
 	return OUT_OK;
 }
 
-static const char *const wd_walk[] = { "/", "/maf-sandbox", BENCH_WORK_DIR };
+/* From the base's first directory down (stat, read, the work dir's
+ * preparation), and from "/" (write, remove). */
+static const char *const wd_walk[] = { "/maf-sandbox", BENCH_WORK_DIR };
+static const char *const wd_walk_root[] = { "/", "/maf-sandbox", BENCH_WORK_DIR };
 
 static enum bench_outcome seed_unpause(struct seed *s)
 {
@@ -480,7 +492,7 @@ static enum bench_outcome op_file(struct seed *s, enum bench_op op)
 	bench_guest_path(oi->file, gpath, sizeof(gpath));
 	if ((o = stepv(s, "pause", s->name, NULL)) != OUT_OK)
 		return o;
-	o = walk(s, wd_walk, ELEMENTSOF(wd_walk), NULL);
+	o = is_write(op) ? walk(s, wd_walk_root, ELEMENTSOF(wd_walk_root), NULL) : walk(s, wd_walk, ELEMENTSOF(wd_walk), NULL);
 	if (o == OUT_OK && (is_write(op) || op == OP_STAT)) {
 		r = cp_stat(s, s->name, gpath, &e);
 		if (r < 0)
@@ -521,7 +533,7 @@ static enum bench_outcome op_remove(struct seed *s, unsigned iter)
 
 	snprintf(file, sizeof(file), "rm-%u", iter);
 	bench_guest_path(file, gpath, sizeof(gpath));
-	if ((o = walk(s, wd_walk, ELEMENTSOF(wd_walk), NULL)) != OUT_OK)
+	if ((o = walk(s, wd_walk_root, ELEMENTSOF(wd_walk_root), NULL)) != OUT_OK)
 		return o;
 	return stepv(s, "exec", "--user", "0", "-w", BENCH_WORK_DIR, s->name, "rm", "-f", "--", gpath, NULL);
 }
@@ -569,7 +581,7 @@ static enum bench_outcome op_cold(struct seed *s, struct bench_box *box)
 	    (o = stepv(s, "exec", "-w", "/", box->id, "sh", "-c", "exit 0", NULL)) != OUT_OK ||
 	    (o = stepv(s, "pause", box->name, NULL)) != OUT_OK)
 		return o;
-	o = walk(s, reach, ELEMENTSOF(reach), &absent);
+	o = walk(s, reach + 1, ELEMENTSOF(reach) - 1, &absent);
 	if (o == OUT_OK) {
 		tar_add_dir(&t, "maf-sandbox", 0755, 0, 0);
 		tar_add_dir(&t, "maf-sandbox/work", 0755, 0, 0);

@@ -17,6 +17,7 @@
 #define TAR_OFF_MTIME 136
 #define TAR_OFF_CHK   148
 #define TAR_OFF_TYPE  156
+#define TAR_OFF_LINK  157
 #define TAR_OFF_MAGIC 257
 
 static void tar_reserve(struct tar_buf *t, size_t more)
@@ -39,14 +40,14 @@ static void octal(uint8_t *field, size_t width, uint64_t v)
 	field[width - 1] = '\0';
 }
 
-static int tar_header(struct tar_buf *t, const char *name, char type, unsigned mode, unsigned uid,
-		      unsigned gid, uint64_t size)
+static int tar_header_link(struct tar_buf *t, const char *name, char type, unsigned mode, unsigned uid,
+			   unsigned gid, uint64_t size, const char *link)
 {
-	size_t len = strlen(name);
+	size_t len = strlen(name), llen = link ? strlen(link) : 0;
 	uint8_t *h;
 	unsigned sum = 0;
 
-	if (len == 0 || len >= TAR_NAME_MAX)
+	if (len == 0 || len >= TAR_NAME_MAX || llen >= TAR_NAME_MAX)
 		return -1;
 	tar_reserve(t, TAR_BLOCK);
 	h = t->data + t->len;
@@ -58,6 +59,8 @@ static int tar_header(struct tar_buf *t, const char *name, char type, unsigned m
 	octal(h + TAR_OFF_SIZE, 12, size);
 	octal(h + TAR_OFF_MTIME, 12, 0);
 	h[TAR_OFF_TYPE] = (uint8_t)type;
+	if (llen)
+		memcpy(h + TAR_OFF_LINK, link, llen);
 	memcpy(h + TAR_OFF_MAGIC, "ustar\0" "00", 8);
 	memset(h + TAR_OFF_CHK, ' ', 8);
 	for (size_t i = 0; i < TAR_BLOCK; i++)
@@ -66,6 +69,18 @@ static int tar_header(struct tar_buf *t, const char *name, char type, unsigned m
 	h[TAR_OFF_CHK + 7] = ' ';
 	t->len += TAR_BLOCK;
 	return 0;
+}
+
+static int tar_header(struct tar_buf *t, const char *name, char type, unsigned mode, unsigned uid,
+		      unsigned gid, uint64_t size)
+{
+	return tar_header_link(t, name, type, mode, uid, gid, size, NULL);
+}
+
+int tar_add_hardlink(struct tar_buf *t, const char *name, const char *target, unsigned mode, unsigned uid,
+		     unsigned gid)
+{
+	return tar_header_link(t, name, '1', mode, uid, gid, 0, target);
 }
 
 int tar_add_dir(struct tar_buf *t, const char *name, unsigned mode, unsigned uid, unsigned gid)
