@@ -12,7 +12,8 @@
 #                                             the clients' suites and the bench in the
 #                                             -Dwerror build (the one the package ships),
 #                                             then the C integration suites on the archive
-#                                             plane (and files_local) under ASan+UBSan; the
+#                                             plane (and files_local) and the Python
+#                                             client's suite under ASan+UBSan; the
 #                                             CPU lane builds the ASan build and runs the
 #                                             unit and packaging suites of both builds, the
 #                                             unit suites under valgrind, every fuzz target
@@ -166,8 +167,9 @@ build() {
 #  18 - 33  the archive plane and files_local               waits while faults runs)
 #           (~15 min: files 3.3, hostile 3.4,
 #           density 2.6, files_local 2, ...)
-#  33       contrib/lanes.py: the checks and the summary
-# ~33-36 minutes in all, where the lanes took ~33 before with the C
+#  33 - 34  python_client (build-asan)
+#  34       contrib/lanes.py: the checks and the summary
+# ~34-37 minutes in all, where the lanes took ~33 before with the C
 # integration suites in the ASan build only: the engine lane is the critical
 # path (~31 min of engine time after the first build); the fuzzers and the
 # package builds moved beside it.
