@@ -885,13 +885,24 @@ START_TEST(crafted_specs_are_refused_before_anything_is_created)
 	char filter[160];
 	int rc;
 
-	if (strstr(row->spec_extra, "files_list") && plane_local())
-		return;   /* declared where the local plane serves (check_files.c tests both) */
 	spec = spec_for("k", image);
 	extra = json_loads(row->spec_extra, 0, NULL);
 	start_daemon(&d, NULL);
 	json_object_update(spec, extra);
 	json_decref(extra);
+	if (strstr(row->spec_extra, "files_list") && plane_local()) {
+		/* Declared where the local plane serves: the acquire is served,
+		 * on the local plane (check_files.c tests files.list on both). */
+		json_t *a = acquire(d.sock, key_for(scope, "t", "a", NULL), spec, NULL, NULL);
+
+		ck_assert_msg(a, "an acquire requiring files_list was refused on the local plane");
+		ck_assert_str_eq(jstr(a, "file_plane"), "local");
+		json_decref(a);
+		ck_assert(json_is_null(call(d.sock, "sandbox.dispose", json_pack("{s:o}", "key",
+			key_for(scope, "t", "a", NULL)), NULL, NULL)));
+		ck_assert_int_eq(msbd_stop(&d), 0);
+		return;
+	}
 	ck_assert_int_eq(msb_connect(d.sock, &c), MSB_OK);
 	rc = msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "a", NULL),
 						      "spec", spec), NULL);
