@@ -555,7 +555,7 @@ START_TEST(a_64_mib_file_frame_is_admitted_by_default)
 	strcpy(frame + strlen(head) + b64, "\"}}\n");
 	fd = raw_connect(d.sock);
 	raw_send(fd, frame, strlen(frame));
-	r = raw_recv(fd, 60000);
+	r = raw_recv(fd, 60000);     /* hang guard */
 	ck_assert_ptr_nonnull(r);
 	ck_assert_str_eq(error_type(r), "InvalidParams");
 	ck_assert_str_eq(jstr(r, "error.data.field"), "content_b64");
@@ -691,8 +691,8 @@ static int connect_as(const char *sock, uid_t uid)
  * frame is finished past its own would-be deadline (not early), and before
  * the fresh one it gets when the stalled frame is cut: the test has about
  * this long to send its end once it saw that cut (a hang guard). */
-#define BUDGET_FRAME_TIMEOUT_MS 4000
-#define BUDGET_NOT_EARLY_SLACK_MS 200
+#define BUDGET_FRAME_TIMEOUT_MS 4000      /* hang guard: the time to send after the cut */
+#define BUDGET_NOT_EARLY_SLACK_MS 200     /* not early */
 
 static long mono_ms(void)
 {
@@ -1173,7 +1173,7 @@ START_TEST(sigterm_drains_and_exits_zero)
 	ck_assert(raw_is_closed(fd, RECV_MS));
 	close(fd);
 	/* It exits by itself, with status 0, and removes its socket. */
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	ck_assert_int_ne(access(d.sock, F_OK), 0);
 	msbd_stop(&d);
 }
@@ -1312,7 +1312,7 @@ START_TEST(drain_deadline_answers_shutting_down)
 	json_decref(r);
 	ck_assert(raw_is_closed(fd, RECV_MS));
 	close(fd);
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	msbd_stop(&d);
 	fake_engine_cleanup();
 }
@@ -1591,7 +1591,8 @@ START_TEST(concurrent_frames_over_the_budget_all_complete)
 }
 END_TEST
 
-/* Collects sd_notify datagrams until one contains want, or timeout_ms. */
+/* Collects sd_notify datagrams until one contains want, or timeout_ms (a
+ * hang guard: every caller's bound is one). */
 static bool notify_wait(int fd, const char *want, int timeout_ms, char *seen, size_t seen_size)
 {
 	for (int waited = 0; waited < timeout_ms; waited += 50) {
@@ -1634,7 +1635,7 @@ START_TEST(sd_notify_ready_status_reloading_stopping)
 	ck_assert_msg(notify_wait(fd, "READY=1", 10000, seen, sizeof(seen)), "no READY=1 after reload: %s", seen);
 	msbd_signal(&d, SIGTERM);
 	ck_assert_msg(notify_wait(fd, "STOPPING=1", 10000, seen, sizeof(seen)), "no STOPPING=1: %s", seen);
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	close(fd);
 	msbd_stop(&d);
 }

@@ -66,8 +66,8 @@
 /* dockerd restart. */
 #define OUTAGE_ENGINE_TIMEOUT_MS 10000    /* the daemon's engine.timeout_ms */
 #define OUTAGE_DEADLINE_MS (OUTAGE_ENGINE_TIMEOUT_MS + 5000)    /* hang guard */
-#define DOCKERD_STOP_WAIT_MS 90000
-#define DOCKERD_START_WAIT_MS 90000
+#define DOCKERD_STOP_WAIT_MS 90000    /* hang guard */
+#define DOCKERD_START_WAIT_MS 90000   /* hang guard */
 #define DOCKERD_LOG "/var/log/dockerd.log"
 #define DOCKERD_PIDFILE "/var/run/docker.pid"
 #define DOCKERD_CMDLINE_MAX 8192
@@ -88,7 +88,7 @@
  * init joining the cgroup and hang the engine on the container (exit 126
  * or TimeoutError here, a guest left paused); execrun keeps its mark. */
 #define MIX_SANDBOXES 4
-#define MIX_CALL_TIMEOUT_MS 90000
+#define MIX_CALL_TIMEOUT_MS 90000     /* hang guard */
 
 /* Slow connections. */
 #define SLOW_CONNS 500
@@ -509,7 +509,7 @@ static void kill_holding_the_freeze(struct msbd_proc *d, const char *id)
 	ck_assert_msg(hostlock_open(lock_path, &h, &err) == 0, "%s", err ? err : "");
 	ck_assert_msg(hostlock_try(h, id) == -EAGAIN, "the daemon holds the guest frozen without its host lock");
 	msbd_signal(d, SIGKILL);
-	ck_assert_int_eq(msbd_wait(d, 20000), 128 + SIGKILL);
+	ck_assert_int_eq(msbd_wait(d, 20000), 128 + SIGKILL);     /* hang guard */
 	ck_assert_msg(engine_paused(id), "the write ended before the kill: nothing to test (raise KILL_WRITE_BYTES)");
 	ck_assert_msg(hostlock_try(h, id) == 0, "the killed daemon's host lock outlived it");
 	hostlock_release(h, id);
@@ -804,7 +804,7 @@ START_TEST(a_client_leaving_mid_exec)
 				"i=$((i+1)); sleep 0.05; done; echo finished > /tmp/exec-2",
 				"timeout_seconds", 600, "stream", 1));
 	/* Both commands run (observed, not waited for). */
-	for (t0 = now_ms(); now_ms() - t0 < 15000 && leave_exec_procs(id) < 3; sleep_ms(100))
+	for (t0 = now_ms(); now_ms() - t0 < 15000 && leave_exec_procs(id) < 3; sleep_ms(100))     /* hang guard */
 		;
 	/* exec-1: its sh and its sleep; exec-2: its sh (the loop) */
 	ck_assert_msg(leave_exec_procs(id) >= 3, "the two commands never started");
@@ -812,7 +812,7 @@ START_TEST(a_client_leaving_mid_exec)
 	close(fd2);
 	/* Their processes go: no sleep 300, no loop left in the guest. */
 	gone = false;
-	for (t0 = now_ms(); !gone && now_ms() - t0 < 15000; sleep_ms(200))
+	for (t0 = now_ms(); !gone && now_ms() - t0 < 15000; sleep_ms(200))     /* hang guard */
 		gone = leave_exec_procs(id) == 0;
 	ck_assert_msg(gone, "the commands of the clients that left were not killed");
 	assert_idle(&d, "leave mid-exec");

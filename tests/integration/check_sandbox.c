@@ -655,13 +655,13 @@ START_TEST(the_freeze_lock_file_is_made_or_the_daemon_refuses_to_start)
 	ck_assert_int_eq(mkdir(path, 0755), 0);
 	snprintf(set, sizeof(set), "freeze.lock_file=%s", path);
 	msbd_start_with(&d, NULL, (const char *const[]){ "--set", set, NULL }, false);
-	rc = msbd_wait(&d, 10000);
+	rc = msbd_wait(&d, 10000);     /* hang guard */
 	ck_assert_int_eq(rc, 1);
 	ck_assert(log_has(&d, "cannot open the freeze lock file (freeze.lock_file)", 0));
 	ck_assert(log_has(&d, path, 0));
 	/* Not absolute: refused with the configuration. */
 	msbd_start_with(&d, NULL, (const char *const[]){ "--set", "freeze.lock_file=rel.lock", NULL }, false);
-	rc = msbd_wait(&d, 10000);
+	rc = msbd_wait(&d, 10000);     /* hang guard */
 	ck_assert_int_eq(rc, 1);
 	ck_assert(log_has(&d, "freeze.lock_file must be an absolute path", 0));
 	msbd_stop(&d);
@@ -1006,7 +1006,7 @@ END_TEST
 
 /* The old sandbox is made this long before the young one (not early: the
  * gap between their ages is the behaviour the sweep's threshold splits). */
-#define REAP_GAP_S 5
+#define REAP_GAP_S 5              /* not early */
 /* The threshold is the young one's age as read just before the sweep plus
  * this: the sweep call must come within it (a hang guard; under the gap). */
 #define REAP_READ_SLACK_S 3
