@@ -23,13 +23,13 @@
 #include "harness.h"
 #include "msb.h"
 
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000         /* hang guard */
 #define RUN_LABEL "msb-it-run"
 /* The guest's storage base (spec work_dir null). */
 #define GUEST_BASE "/maf-sandbox/work"
 /* The per-file ceiling the CLI enforces before sending (PROTOCOL.md Limits). */
 #define CEILING_BYTES (64 * 1024 * 1024)
-#define TEST_TIMEOUT_S 120
+#define TEST_TIMEOUT_S 120            /* hang guard: Check's per-test timeout */
 #define CLI_MAX_ARGS 24
 
 static char run_id[32];
@@ -52,7 +52,7 @@ static void env_start(struct env *e, const char *test)
 
 	msbd_start(&e->d, NULL);
 	json_decref(wait_engine_state(e->d.sock, "reachable", ENGINE_WAIT_MS));
-	/* sandbox.list answers once the registry is synchronised. */
+	/* sandbox.list answers once the registry is synchronised (hang guard: 200 polls). */
 	for (int i = 0; i < 200 && !r; i++) {
 		r = call(e->d.sock, "sandbox.list", NULL, NULL, NULL);
 		if (!r)
@@ -69,6 +69,12 @@ static void env_start(struct env *e, const char *test)
 	if (!r)
 		msbd_dump_log(&e->d);
 	ck_assert_msg(r, "sandbox.acquire failed: %d", code);
+	/* Served by the plane the run asked for (MSB_FILE_PLANE; the suite runs
+	 * on both): a run meant for one plane never passes on the other. */
+	if (harness_file_plane())
+		ck_assert_msg(jstr(r, "file_plane") && strcmp(jstr(r, "file_plane"), harness_file_plane()) == 0,
+			      "the sandbox is on the %s plane, the run asked for %s", jstr(r, "file_plane"),
+			      harness_file_plane());
 	snprintf(e->sandbox, sizeof(e->sandbox), "%s", jstr(r, "sandbox"));
 	json_decref(r);
 	snprintf(e->local, sizeof(e->local), "%s/local", e->d.dir);
@@ -812,7 +818,9 @@ END_TEST
 
 /* ---- exec: stdin, a signal's cancel, --json of a timeout (issue 19) --------- */
 
-#define KILL_GRACE_MS 5000
+/* The kill follows the cancel's answer: its processes are waited for, up
+ * to this long (a hang guard, not a measure). */
+#define KILL_GRACE_MS 30000
 #define POLL_MS 100
 
 /* Guest processes whose command line ends with suffix, seen by the engine. */
@@ -871,7 +879,7 @@ START_TEST(exec_sigint_cancels_and_kills)
 	pid = spawn_cli(ARGS("--socket", e.d.sock, "exec", "--sh", "echo started; sleep 302", e.sandbox), out_path,
 			err_path);
 	while (guest_count(&e, "sleep 302") == 0) {
-		ck_assert_msg(waited < 60000, "the command never ran");
+		ck_assert_msg(waited < 60000, "the command never ran");     /* hang guard */
 		usleep(POLL_MS * 1000);
 		waited += POLL_MS;
 	}
@@ -884,7 +892,7 @@ START_TEST(exec_sigint_cancels_and_kills)
 	out = file_get(err_path, NULL);
 	ck_assert_msg(strstr(out, "Cancelled"), "stderr: %s", out);
 	free(out);
-	for (waited = 0; (n = guest_count(&e, "sleep 302")) > 0 && waited < KILL_GRACE_MS; waited += POLL_MS)
+	for (waited = 0; (n = guest_count(&e, "sleep 302")) > 0 && waited < KILL_GRACE_MS; waited += POLL_MS)     /* hang guard */
 		usleep(POLL_MS * 1000);
 	ck_assert_msg(n == 0, "%d process(es) survived the cancel", n);
 	env_stop(&e);

@@ -13,13 +13,16 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_engine.h"
 #include "harness.h"
 
-#define ENGINE_WAIT_MS 15000
-#define RECV_MS 10000
+#define ENGINE_WAIT_MS 15000      /* hang guard */
+#define RECV_MS 10000             /* hang guard */
+/* A log line or a status counter awaited (polled). */
+#define STATE_WAIT_MS 30000       /* hang guard */
 
 /* Our highest API version (daemon/engine/engine.h MSB_ENGINE_API_MAX). */
 #define OUR_API_MAX "1.51"
@@ -196,6 +199,53 @@ static void assert_alive(int fd)
 	ck_assert_str_eq(jstr(r, "id"), "alive");
 	ck_assert_str_eq(jstr(r, "result.isolation"), "container");
 	json_decref(r);
+}
+
+/* The daemon's log holds text: polled up to STATE_WAIT_MS. */
+static bool log_says(const struct msbd_proc *d, const char *text)
+{
+	for (int waited = 0;; waited += 20) {
+		char cmd[512], *out;
+		bool found;
+
+		snprintf(cmd, sizeof(cmd), "grep -cF '%s' %s", text, d->log);
+		out = sh_out("%s", cmd);
+		found = atoi(out) > 0;
+		free(out);
+		if (found || waited >= STATE_WAIT_MS)     /* hang guard */
+			return found;
+		usleep(20 * 1000);
+	}
+}
+
+/* memory.buffered_bytes of the daemon's status, asked on a connection of its own. */
+static json_int_t buffered_bytes(const char *sock)
+{
+	json_t *st = call(sock, "daemon.status", NULL, NULL, NULL);
+	json_int_t n;
+
+	ck_assert_ptr_nonnull(st);
+	n = jint(st, "memory.buffered_bytes");
+	json_decref(st);
+	return n;
+}
+
+/* Nothing to read on fd (no reply, no end) once the daemon has answered two
+ * round trips on another connection after what was sent on fd: it took its
+ * turns, and left fd's bytes unread. An ordering, no time window. */
+static void assert_unread_after_turns(int fd, int other, const char *what)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	for (int i = 0; i < 2; i++) {
+		json_t *r;
+
+		raw_send_str(other, "{\"jsonrpc\":\"2.0\",\"id\":\"turn\",\"method\":\"daemon.describe\"}\n");
+		r = raw_recv(other, RECV_MS);
+		ck_assert_msg(r, "the other connection was not answered");
+		json_decref(r);
+	}
+	ck_assert_msg(poll(&pfd, 1, 0) == 0, "%s", what);
 }
 
 struct bad_row {
@@ -425,15 +475,16 @@ START_TEST(connection_limit)
 
 	/* Wait until the harness's readiness probes are gone: ours is the only one. */
 	fds[0] = raw_connect(bad.sock);
-	for (int i = 0; i < 200; i++) {
+	for (int i = 0; i < STATE_WAIT_MS / 10; i++) {     /* hang guard */
 		raw_send_str(fds[0], "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"daemon.status\"}\n");
 		st = raw_recv(fds[0], RECV_MS);
 		ck_assert_ptr_nonnull(st);
-		if (jint(st, "result.connections.current") == 1)
-			i = 1000;
+		if (jint(st, "result.connections.current") == 1) {
+			json_decref(st);
+			break;
+		}
 		json_decref(st);
-		if (i < 1000)
-			usleep(10 * 1000);
+		usleep(10 * 1000);
 	}
 	for (int i = 1; i < 4; i++) {
 		fds[i] = raw_connect(bad.sock);
@@ -449,9 +500,16 @@ START_TEST(connection_limit)
 	ck_assert(raw_is_closed(extra, RECV_MS));
 	close(extra);
 	close(fds[0]);
-	usleep(200 * 1000);
-	raw_send_str(fds[1], "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"}\n");
-	st = raw_recv(fds[1], RECV_MS);
+	/* The close seen (polled: hang guard STATE_WAIT_MS). */
+	for (int waited = 0;; waited += 20) {
+		raw_send_str(fds[1], "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"}\n");
+		st = raw_recv(fds[1], RECV_MS);
+		ck_assert_ptr_nonnull(st);
+		if (jint(st, "result.connections.current") == 3 || waited >= STATE_WAIT_MS)
+			break;
+		json_decref(st);
+		usleep(20 * 1000);
+	}
 	ck_assert_int_eq(jint(st, "result.connections.rejected"), 1);
 	ck_assert_int_eq(jint(st, "result.connections.current"), 3);
 	json_decref(st);
@@ -497,7 +555,7 @@ START_TEST(a_64_mib_file_frame_is_admitted_by_default)
 	strcpy(frame + strlen(head) + b64, "\"}}\n");
 	fd = raw_connect(d.sock);
 	raw_send(fd, frame, strlen(frame));
-	r = raw_recv(fd, 60000);
+	r = raw_recv(fd, 60000);     /* hang guard */
 	ck_assert_ptr_nonnull(r);
 	ck_assert_str_eq(error_type(r), "InvalidParams");
 	ck_assert_str_eq(jstr(r, "error.data.field"), "content_b64");
@@ -526,7 +584,7 @@ START_TEST(spent_buffer_budget_pauses_reading)
 	c = raw_connect(d.sock);
 	raw_send_str(a, part);                     /* 40000 + 40000 > 65536: spent */
 	raw_send_str(b, part);
-	usleep(300 * 1000);
+	ck_assert_msg(log_says(&d, "buffer budget of 65536 bytes spent"), "the buffer budget was never spent");
 	raw_send_str(c, "{\"jsonrpc\":\"2.0\",\"id\":\"c\",\"method\":\"daemon.describe\"}\n");
 	/* A connection holding nothing is read all the same (issue 17: a
 	 * fresh daemon.status is always answered). */
@@ -536,8 +594,7 @@ START_TEST(spent_buffer_budget_pauses_reading)
 	json_decref(r);
 	/* b's partial frame is held, unread, until a's bytes are freed. */
 	raw_send_str(b, "\n{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"daemon.describe\"}\n");
-	r = raw_recv(b, 1000);
-	ck_assert_msg(r == NULL, "a request was read while the buffer budget was spent");
+	assert_unread_after_turns(b, c, "a request was read while the buffer budget was spent");
 	close(a);                                  /* frees its bytes: reading resumes */
 	r = raw_recv(b, RECV_MS);
 	ck_assert_msg(r, "reading did not resume once the budget was available");
@@ -571,7 +628,11 @@ START_TEST(held_frames_are_served_while_the_budget_is_spent)
 	a = raw_connect(d.sock);
 	b = raw_connect(d.sock);
 	raw_send_str(a, part);                     /* 60000 held, half a frame */
-	usleep(300 * 1000);
+	/* a's bytes read first (a is the oldest partial frame); polled, hang guard STATE_WAIT_MS. */
+	for (int waited = 0; buffered_bytes(d.sock) < 60000; waited += 20) {
+		ck_assert_msg(waited < STATE_WAIT_MS, "the daemon never read a's 60000 bytes");
+		usleep(20 * 1000);
+	}
 	raw_send_str(b, frame);                    /* + ~6 KB complete: the budget is spent */
 	/* Dispatching b's complete frame is what frees the budget: it must not
 	 * wait for a's frame deadline (60 s). */
@@ -626,6 +687,21 @@ static int connect_as(const char *sock, uid_t uid)
 	return fd;
 }
 
+/* The frame deadline of budget_wait_is_not_on_the_frame_clock: the waiting
+ * frame is finished past its own would-be deadline (not early), and before
+ * the fresh one it gets when the stalled frame is cut: the test has about
+ * this long to send its end once it saw that cut (a hang guard). */
+#define BUDGET_FRAME_TIMEOUT_MS 4000      /* hang guard: the time to send after the cut */
+#define BUDGET_NOT_EARLY_SLACK_MS 200     /* not early */
+
+static long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
 /* A frame the daemon does not read because the budget went to an older
  * frame is not on the clock: when the stalled older one is cut, the waiting
  * one gets a fresh deadline and is served. The waiting frame's uid holds
@@ -635,13 +711,15 @@ START_TEST(budget_wait_is_not_on_the_frame_clock)
 {
 	struct msbd_proc d = { 0 };
 	const char *head = "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"daemon.describe\",\"params\":{\"pad\":\"";
-	char *pad = malloc(60001);
+	char *pad = malloc(60001), timeout_set[64];
+	long a_began;
 	int a, b;
 	json_t *r;
 
+	snprintf(timeout_set, sizeof(timeout_set), "limits.frame_timeout_ms=%d", BUDGET_FRAME_TIMEOUT_MS);
 	msbd_start(&d, (const char *[]){ "--set", "limits.max_frame_bytes=131072",
 					 "--set", "limits.buffer_budget_bytes=131072",
-					 "--set", "limits.frame_timeout_ms=1500",
+					 "--set", timeout_set,
 					 "--set", "socket.group=nogroup", NULL });
 	ck_assert_int_eq(chmod(d.dir, 0755), 0);
 	ck_assert_ptr_nonnull(pad);
@@ -650,17 +728,26 @@ START_TEST(budget_wait_is_not_on_the_frame_clock)
 	b = raw_connect(d.sock);
 	a = connect_as(d.sock, 61001);
 	raw_send_str(b, pad);                      /* b's frame began first: b is read */
-	usleep(200 * 1000);
+	/* b's bytes read (polled, hang guard STATE_WAIT_MS): b is the older frame. */
+	for (int waited = 0; buffered_bytes(d.sock) < 60000; waited += 20) {
+		ck_assert_msg(waited < STATE_WAIT_MS, "the daemon never read b's 60000 bytes");
+		usleep(20 * 1000);
+	}
+	a_began = mono_ms();
 	raw_send_str(a, head);                     /* a's frame begins */
 	raw_send_str(a, pad);
 	raw_send_str(a, pad);                      /* 180 KB held: spent; a waits for b */
-	/* b stalls and is cut at ~1.5 s; a, unread meanwhile, finishes at ~2.3 s. */
-	usleep(2300 * 1000);
-	raw_send_str(a, "\"}}\n");
-	r = raw_recv(b, RECV_MS);
+	/* b stalls and is cut at its deadline: seen (RECV_MS + its deadline: hang guard). */
+	r = raw_recv(b, BUDGET_FRAME_TIMEOUT_MS + RECV_MS);
 	ck_assert_msg(r, "the stalled frame got no FrameTimeout");
 	ck_assert_str_eq(error_type(r), "FrameTimeout");
 	json_decref(r);
+	/* not early: a's end comes past a's own would-be deadline, so a frame
+	 * on the clock while it waited would be cut; the fresh deadline a got
+	 * at b's cut is BUDGET_FRAME_TIMEOUT_MS away (hang guard). */
+	while (mono_ms() < a_began + BUDGET_FRAME_TIMEOUT_MS + BUDGET_NOT_EARLY_SLACK_MS)
+		usleep(10 * 1000);
+	raw_send_str(a, "\"}}\n");
 	r = raw_recv(a, RECV_MS);
 	ck_assert_msg(r, "the frame that waited for the budget got no reply");
 	ck_assert_msg(jget(r, "id") && json_is_string(jget(r, "id")), "the waiting frame was cut: %s",
@@ -747,7 +834,7 @@ START_TEST(socket_activation_serves_describe)
 	msbd_start_with(&d, (const char *[]){ "/usr/bin/systemd-socket-activate", "-l", d.sock, NULL },
 			(const char *[]){ "--set", "socket.path=/nonexistent/ignored.sock", NULL }, false);
 	/* systemd-socket-activate binds d.sock; the daemon starts on the first connection. */
-	for (int i = 0; i < 200 && stat(d.sock, &sb) < 0; i++)
+	for (int i = 0; i < STATE_WAIT_MS / 20 && stat(d.sock, &sb) < 0; i++)     /* hang guard */
 		usleep(20 * 1000);
 	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
 	ck_assert_str_eq(jstr(desc, "isolation"), "container");
@@ -958,6 +1045,10 @@ START_TEST(capability_refusals_name_the_key)
 	json_t *e;
 	FILE *f;
 
+	/* This daemon serves the archive plane whatever plane the run is for:
+	 * the harness would append the run's --set files.plane (MSB_FILE_PLANE),
+	 * which wins (Check runs each test in its own process). */
+	unsetenv("MSB_FILE_PLANE");
 	msbd_start(&d, (const char *[]){ "--set", "egress.proxy_binary=", "--set", "files.plane=archive", NULL });
 	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
 	snprintf(spec_path, sizeof(spec_path), "%s/spec.json", d.dir);
@@ -1005,7 +1096,7 @@ START_TEST(sighup_reloads_and_keeps_a_good_config)
 	fputs("limits.max_inflight = 6\n", f);
 	fclose(f);
 	msbd_signal(&d, SIGHUP);
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < STATE_WAIT_MS / 50; i++) {     /* hang guard */
 		desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
 		if (jint(desc, "wire.max_inflight") == 6)
 			break;
@@ -1019,7 +1110,7 @@ START_TEST(sighup_reloads_and_keeps_a_good_config)
 	fputs("limits.max_inflight = not-a-number\n", f);
 	fclose(f);
 	msbd_signal(&d, SIGHUP);
-	usleep(300 * 1000);
+	ck_assert_msg(log_says(&d, "keeping the old configuration"), "the bad configuration's reload was not refused");
 	desc = call(d.sock, "daemon.describe", NULL, NULL, NULL);
 	ck_assert_int_eq(jint(desc, "wire.max_inflight"), 6);   /* the old one is kept */
 	json_decref(desc);
@@ -1034,7 +1125,7 @@ START_TEST(sighup_reloads_and_keeps_a_good_config)
 		bool said = false;
 
 		snprintf(cmd, sizeof(cmd), "grep -c 'reload: cannot resolve the Docker endpoint: engine.host: ssh://' %s", d.log);
-		for (int i = 0; i < 200 && !said; i++) {
+		for (int i = 0; i < STATE_WAIT_MS / 50 && !said; i++) {     /* hang guard */
 			free(log);
 			log = sh(cmd);
 			said = strncmp(log, "1\n", 2) == 0;
@@ -1082,7 +1173,7 @@ START_TEST(sigterm_drains_and_exits_zero)
 	ck_assert(raw_is_closed(fd, RECV_MS));
 	close(fd);
 	/* It exits by itself, with status 0, and removes its socket. */
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	ck_assert_int_ne(access(d.sock, F_OK), 0);
 	msbd_stop(&d);
 }
@@ -1194,7 +1285,17 @@ START_TEST(drain_deadline_answers_shutting_down)
 	fd = raw_connect(d.sock);
 	raw_send_str(fd, engine_call);
 	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.status\"}\n");
-	usleep(200 * 1000);
+	/* The slow call is in flight (with our status: 2), polled (hang guard STATE_WAIT_MS). */
+	for (int waited = 0;; waited += 20) {
+		json_t *st = call(d.sock, "daemon.status", NULL, NULL, NULL);
+		bool in = jint(st, "requests.in_flight") >= 2;
+
+		json_decref(st);
+		if (in)
+			break;
+		ck_assert_msg(waited < STATE_WAIT_MS, "the slow call never went in flight");
+		usleep(20 * 1000);
+	}
 	msbd_signal(&d, SIGTERM);
 	/* The request held back unread is refused at once... */
 	r = raw_recv(fd, RECV_MS);
@@ -1202,15 +1303,16 @@ START_TEST(drain_deadline_answers_shutting_down)
 	ck_assert_int_eq(jint(r, "id"), 2);
 	ck_assert_str_eq(error_type(r), "ShuttingDown");
 	json_decref(r);
-	/* ...and the call still in flight at the deadline is cancelled, with an answer. */
-	r = raw_recv(fd, SLOW_MS);
+	/* ...and the call still in flight at the deadline is cancelled, with an
+	 * answer (ShuttingDown, not the engine's late result: the code says it). */
+	r = raw_recv(fd, RECV_MS);
 	ck_assert_msg(r, "no answer for the call cancelled at the drain deadline");
 	ck_assert_int_eq(jint(r, "id"), 1);
 	ck_assert_int_eq(error_code(r), 1303);
 	json_decref(r);
 	ck_assert(raw_is_closed(fd, RECV_MS));
 	close(fd);
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	msbd_stop(&d);
 	fake_engine_cleanup();
 }
@@ -1277,7 +1379,7 @@ START_TEST(a_failed_registry_listing_is_retried)
 	snprintf(host, sizeof(host), "unix://%s", fake_engine_start(relist_script, 5));
 	msbd_start(&d, (const char *[]){ "--engine-host", host, NULL });
 	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));
-	for (int i = 0; i < 100 && !r; i++) {
+	for (int i = 0; i < STATE_WAIT_MS / 50 && !r; i++) {     /* hang guard */
 		r = call(d.sock, "sandbox.list", NULL, &code, NULL);
 		if (!r)
 			usleep(50 * 1000);
@@ -1324,7 +1426,19 @@ START_TEST(a_disposal_racing_an_acquire_says_unknown)
 	raw_send_str(fd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sandbox.acquire\",\"params\":"
 		     "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"},"
 		     "\"spec\":{\"kind\":\"k\",\"image\":\"img\"}}}\n");
-	usleep(300 * 1000);          /* the acquire is waiting on its slow inspect */
+	/* The acquire is waiting on its slow inspect (the fake engine got it;
+	 * polled, hang guard STATE_WAIT_MS). The dispose below has the inspect's
+	 * delay (2000 ms) to land beside it: a hang guard. */
+	for (int waited = 0;; waited += 10) {
+		bool asked = false;
+
+		for (size_t i = 0; i < fake_engine_request_count(); i++)
+			asked |= strncmp(fake_engine_request(i)->path, "/v1.41/containers/maf-sandbox-docker-", 37) == 0;
+		if (asked)
+			break;
+		ck_assert_msg(waited < STATE_WAIT_MS, "the acquire never inspected its container");
+		usleep(10 * 1000);
+	}
 	r = call(d.sock, "sandbox.dispose_scope", json_pack("{s:s, s:s}", "scope", "s", "thread_id", "t"), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(jint(r, "disposed"), 0);            /* the proxy went, uncounted */
@@ -1371,12 +1485,12 @@ START_TEST(unread_replies_hit_the_write_timeout)
 		}
 		if (n < 0 && errno != EAGAIN)
 			break;
-		if (poll(&pfd, 1, 300) <= 0)
+		if (poll(&pfd, 1, 300) <= 0)     /* hang guard: nothing drains for 300 ms: the daemon stopped reading */
 			break;
 	}
 	ck_assert_uint_gt(sent, 100000);
 	other = raw_connect(d.sock);
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < STATE_WAIT_MS / 100; i++) {     /* hang guard */
 		json_decref(st);
 		raw_send_str(other, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"daemon.status\"}\n");
 		st = raw_recv(other, RECV_MS);
@@ -1415,10 +1529,12 @@ START_TEST(reload_applies_the_frame_limit_to_open_connections)
 	fputs("limits.max_frame_bytes = 256K\nlimits.buffer_budget_bytes = 1M\n", f);
 	fclose(f);
 	msbd_signal(&d, SIGHUP);
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < STATE_WAIT_MS / 20; i++) {     /* hang guard */
 		r = call(d.sock, "daemon.describe", NULL, NULL, NULL);
-		if (jint(r, "wire.max_frame_bytes") == 256 * 1024)
-			i = 1000;
+		if (jint(r, "wire.max_frame_bytes") == 256 * 1024) {
+			json_decref(r);
+			break;
+		}
 		json_decref(r);
 		usleep(20 * 1000);
 	}
@@ -1475,7 +1591,8 @@ START_TEST(concurrent_frames_over_the_budget_all_complete)
 }
 END_TEST
 
-/* Collects sd_notify datagrams until one contains want, or timeout_ms. */
+/* Collects sd_notify datagrams until one contains want, or timeout_ms (a
+ * hang guard: every caller's bound is one). */
 static bool notify_wait(int fd, const char *want, int timeout_ms, char *seen, size_t seen_size)
 {
 	for (int waited = 0; waited < timeout_ms; waited += 50) {
@@ -1518,7 +1635,7 @@ START_TEST(sd_notify_ready_status_reloading_stopping)
 	ck_assert_msg(notify_wait(fd, "READY=1", 10000, seen, sizeof(seen)), "no READY=1 after reload: %s", seen);
 	msbd_signal(&d, SIGTERM);
 	ck_assert_msg(notify_wait(fd, "STOPPING=1", 10000, seen, sizeof(seen)), "no STOPPING=1: %s", seen);
-	ck_assert_int_eq(msbd_wait(&d, 20000), 0);
+	ck_assert_int_eq(msbd_wait(&d, 20000), 0);     /* hang guard */
 	close(fd);
 	msbd_stop(&d);
 }

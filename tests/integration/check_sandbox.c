@@ -10,6 +10,7 @@
 #include <check.h>
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,7 +27,7 @@
  * test holds a container's byte exactly as another maf-sandboxd would. */
 #include "../../daemon/sandbox/hostlock.h"
 
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000         /* hang guard: the engine reachable */
 #define RUN_LABEL "msb-it-run"
 
 static char run_id[32];
@@ -76,14 +77,21 @@ static int count_run_containers(const char *extra_filter)
 	return n;
 }
 
-/* Starts a daemon and waits until the registry has been read. */
+/* Starts a daemon and waits until the registry has been read. The daemon
+ * serves the plane the run asked for (MSB_FILE_PLANE; a run meant for one
+ * plane never passes on the other). */
 static void start_daemon(struct msbd_proc *d, const char *const *args)
 {
-	json_t *r;
+	json_t *r, *st;
 
 	msbd_start(d, args);
-	json_decref(wait_engine_state(d->sock, "reachable", ENGINE_WAIT_MS));
-	/* sandbox.list answers once the registry is synchronised. */
+	st = wait_engine_state(d->sock, "reachable", ENGINE_WAIT_MS);
+	if (harness_file_plane())
+		ck_assert_msg(jstr(st, "file_plane") && strcmp(jstr(st, "file_plane"), harness_file_plane()) == 0,
+			      "the daemon serves the %s plane, the run asked for %s", jstr(st, "file_plane"),
+			      harness_file_plane());
+	json_decref(st);
+	/* sandbox.list answers once the registry is synchronised (hang guard: 200 polls). */
 	for (int i = 0; i < 200; i++) {
 		int code;
 
@@ -95,6 +103,56 @@ static void start_daemon(struct msbd_proc *d, const char *const *args)
 		usleep(50 * 1000);
 	}
 	ck_abort_msg("the registry never synchronised");
+}
+
+/* The state the registry gives sandbox id (sandbox.list: no engine request),
+ * "" when it lists no such sandbox (malloc'd). */
+static char *listed_state(const char *sock, const char *id)
+{
+	json_t *list = call(sock, "sandbox.list", NULL, NULL, NULL), *s;
+	char *state = NULL;
+	size_t i;
+
+	ck_assert_msg(json_is_array(list), "sandbox.list failed");
+	json_array_foreach(list, i, s)
+		if (jstr(s, "sandbox") && strcmp(jstr(s, "sandbox"), id) == 0)
+			state = strdup(jstr(s, "state") ? jstr(s, "state") : "?");
+	json_decref(list);
+	return state ? state : strdup("");
+}
+
+/* Waits until the registry gives id the state want ("" for none): the
+ * engine's event about it has reached the registry. */
+#define LISTED_WAIT_MS 30000      /* hang guard */
+static void await_listed_state(const char *sock, const char *id, const char *want)
+{
+	char *state = NULL;
+
+	for (int waited = 0;; waited += 50) {
+		free(state);
+		state = listed_state(sock, id);
+		if (strcmp(state, want) == 0)
+			break;
+		ck_assert_msg(waited < LISTED_WAIT_MS, "the registry says '%s' of %.12s, not '%s'", state, id, want);
+		usleep(50 * 1000);
+	}
+	free(state);
+}
+
+/* Every engine event about id so far has reached the registry: the engine
+ * sends them in order, so once the registry shows the pause made now, it
+ * has applied those before it (the create and start of an acquire). */
+static void events_barrier(const char *sock, const char *id)
+{
+	char *out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", id);
+
+	ck_assert_str_eq(out, "0");
+	free(out);
+	await_listed_state(sock, id, "paused");
+	out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", id);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	await_listed_state(sock, id, "running");
 }
 
 /* A unique scope per test. */
@@ -183,7 +241,7 @@ START_TEST(warm_acquire_makes_no_engine_request)
 	start_daemon(&d, NULL);
 	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
-	usleep(300 * 1000);     /* let the create/start events settle */
+	events_barrier(d.sock, jstr(a, "sandbox"));      /* the create and start events are in */
 	/* A runtime-only spec needs nothing of the guest: no engine request. */
 	before = call_requests(d.sock);
 	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", image, "[]"), NULL, NULL);
@@ -358,13 +416,14 @@ END_TEST
 struct behind_row {
 	const char *name;
 	const char *docker;    /* docker subcommand run on the id */
+	const char *listed;    /* the registry's state once its event is in ("": gone) */
 	bool same_id;
 };
 
 static const struct behind_row behind_rows[] = {
-	{ "stopped", "stop -t 0", true },
-	{ "paused", "pause", true },
-	{ "removed", "rm -f", false },
+	{ "stopped", "stop -t 0", "exited", true },
+	{ "paused", "pause", "paused", true },
+	{ "removed", "rm -f", "", false },
 };
 
 START_TEST(acquire_recovers_what_was_done_behind_its_back)
@@ -381,7 +440,7 @@ START_TEST(acquire_recovers_what_was_done_behind_its_back)
 	out = sh_out("docker %s %s >/dev/null 2>&1; echo $?", row->docker, jstr(a, "sandbox"));
 	ck_assert_str_eq(out, "0");
 	free(out);
-	usleep(500 * 1000);     /* the event reaches the registry */
+	await_listed_state(d.sock, jstr(a, "sandbox"), row->listed);     /* the event reached the registry */
 	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_msg(b, "acquire after '%s' failed", row->docker);
 	ck_assert_str_eq(jstr(b, "state"), "running");
@@ -416,7 +475,7 @@ START_TEST(restart_rebuilds_the_registry_from_labels)
 	{
 		char *state = NULL;
 
-		for (int i = 0; i < 100; i++) {
+		for (int i = 0; i < 600; i++) {       /* hang guard: 30 s */
 			free(state);
 			state = docker_state(jstr(a, "sandbox"));
 			if (strcmp(state, "running") == 0)
@@ -445,10 +504,8 @@ END_TEST
 
 /* ---- a freeze another daemon holds (the host lock) ------------------------ */
 
-#define LOG_WAIT_MS 10000
-#define ACQUIRE_WAITS_MS 1500     /* an acquire under another daemon's freeze answers nothing meanwhile */
-#define THAW_WAIT_MS 5000
-#define HELD_STAYS_MS 1500        /* how long a held freeze must be seen to stay */
+#define LOG_WAIT_MS 30000         /* hang guard: a log line awaited */
+#define THAW_WAIT_MS 30000        /* hang guard: a thaw awaited */
 
 /* freeze.lock_file as the daemon would open it: the host's shared default
  * (the same for every daemon of every suite on this machine, so their
@@ -525,32 +582,38 @@ START_TEST(a_freeze_another_daemon_holds_is_never_lifted)
 	freeze_as_another_daemon(h, id);
 	memset(&d, 0, sizeof(d));
 	start_daemon(&d, NULL);       /* the registry is listed: the thaw was decided */
-	ck_assert_msg(!state_becomes(id, "running", HELD_STAYS_MS), "a live daemon's freeze was lifted at start");
-	ck_assert_msg(state_becomes(id, "paused", 0), "the container is no longer paused");
 	ck_assert_msg(log_has(&d, "left frozen: another maf-sandboxd on this host holds it", LOG_WAIT_MS),
 		      "the daemon did not report the freeze it left alone");
+	ck_assert_msg(state_becomes(id, "paused", 0), "a live daemon's freeze was lifted at start");
 	ck_assert(!log_has(&d, "thawed; a previous daemon left it frozen", 0));
 	ck_assert_int_eq(msbd_stop(&d), 0);
 
 	/* That daemon gone (its lock released): the next start thaws it. */
 	hostlock_release(h, id);
 	memset(&d, 0, sizeof(d));
-	start_daemon(&d, NULL);
+	start_daemon(&d, (const char *const[]){ "--debug", NULL });     /* its freeze waits are logged */
 	ck_assert_msg(state_becomes(id, "running", THAW_WAIT_MS), "a frozen orphan was not thawed at start");
 
 	/* An acquire under a live freeze waits, never thawing it, and goes on
 	 * (thawing) once that daemon lets go. */
-	usleep(300 * 1000);     /* the unpause event reaches the registry */
+	await_listed_state(d.sock, id, "running");     /* the unpause event reached the registry */
 	freeze_as_another_daemon(h, id);
-	usleep(500 * 1000);     /* the pause event reaches the registry */
+	await_listed_state(d.sock, id, "paused");      /* the pause event reached the registry */
 	fd = raw_connect(d.sock);
 	raw_request_send(fd, 1, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "agent", NULL),
 							     "spec", spec_for("k", image)));
-	r = raw_recv(fd, ACQUIRE_WAITS_MS);
-	ck_assert_msg(!r, "the acquire answered under another daemon's freeze");
+	/* The acquire's thaw found the host lock held and waits (the daemon
+	 * says so): it has not answered, and the guest stays paused. */
+	ck_assert_msg(log_has(&d, "another maf-sandboxd on this host holds it frozen; waiting", LOG_WAIT_MS),
+		      "the acquire's thaw never waited for the other daemon's freeze");
+	{
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		ck_assert_msg(poll(&pfd, 1, 0) == 0, "the acquire answered under another daemon's freeze");
+	}
 	ck_assert_msg(state_becomes(id, "paused", 0), "the acquire lifted another daemon's freeze");
 	hostlock_release(h, id);
-	r = raw_recv(fd, THAW_WAIT_MS + 5000);
+	r = raw_recv(fd, THAW_WAIT_MS);
 	ck_assert_msg(r && json_object_get(r, "result"), "the acquire failed: %s",
 		      r ? json_dumps(r, JSON_COMPACT) : "no answer");
 	ck_assert_str_eq(jstr(r, "result.sandbox"), id);
@@ -592,13 +655,13 @@ START_TEST(the_freeze_lock_file_is_made_or_the_daemon_refuses_to_start)
 	ck_assert_int_eq(mkdir(path, 0755), 0);
 	snprintf(set, sizeof(set), "freeze.lock_file=%s", path);
 	msbd_start_with(&d, NULL, (const char *const[]){ "--set", set, NULL }, false);
-	rc = msbd_wait(&d, 10000);
+	rc = msbd_wait(&d, 10000);     /* hang guard */
 	ck_assert_int_eq(rc, 1);
 	ck_assert(log_has(&d, "cannot open the freeze lock file (freeze.lock_file)", 0));
 	ck_assert(log_has(&d, path, 0));
 	/* Not absolute: refused with the configuration. */
 	msbd_start_with(&d, NULL, (const char *const[]){ "--set", "freeze.lock_file=rel.lock", NULL }, false);
-	rc = msbd_wait(&d, 10000);
+	rc = msbd_wait(&d, 10000);     /* hang guard */
 	ck_assert_int_eq(rc, 1);
 	ck_assert(log_has(&d, "freeze.lock_file must be an absolute path", 0));
 	msbd_stop(&d);
@@ -822,13 +885,24 @@ START_TEST(crafted_specs_are_refused_before_anything_is_created)
 	char filter[160];
 	int rc;
 
-	if (strstr(row->spec_extra, "files_list") && plane_local())
-		return;   /* declared where the local plane serves (check_files.c tests both) */
 	spec = spec_for("k", image);
 	extra = json_loads(row->spec_extra, 0, NULL);
 	start_daemon(&d, NULL);
 	json_object_update(spec, extra);
 	json_decref(extra);
+	if (strstr(row->spec_extra, "files_list") && plane_local()) {
+		/* Declared where the local plane serves: the acquire is served,
+		 * on the local plane (check_files.c tests files.list on both). */
+		json_t *a = acquire(d.sock, key_for(scope, "t", "a", NULL), spec, NULL, NULL);
+
+		ck_assert_msg(a, "an acquire requiring files_list was refused on the local plane");
+		ck_assert_str_eq(jstr(a, "file_plane"), "local");
+		json_decref(a);
+		ck_assert(json_is_null(call(d.sock, "sandbox.dispose", json_pack("{s:o}", "key",
+			key_for(scope, "t", "a", NULL)), NULL, NULL)));
+		ck_assert_int_eq(msbd_stop(&d), 0);
+		return;
+	}
 	ck_assert_int_eq(msb_connect(d.sock, &c), MSB_OK);
 	rc = msb_call(c, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "a", NULL),
 						      "spec", spec), NULL);
@@ -930,6 +1004,25 @@ END_TEST
 
 /* ---- reap --------------------------------------------------------------- */
 
+/* The old sandbox is made this long before the young one (not early: the
+ * gap between their ages is the behaviour the sweep's threshold splits). */
+#define REAP_GAP_S 5              /* not early */
+/* The threshold is the young one's age as read just before the sweep plus
+ * this: the sweep call must come within it (a hang guard; under the gap). */
+#define REAP_READ_SLACK_S 3
+
+/* How long ago the engine created container id, in milliseconds. */
+static long created_ms_ago(const char *id)
+{
+	char *out = sh_out("c=$(docker inspect -f '{{.Created}}' %s) && echo $(( ($(date +%%s%%N) - $(date -d \"$c\" "
+			   "+%%s%%N)) / 1000000 ))", id);
+	long ms = atol(out);
+
+	ck_assert_msg(out[0] && ms >= 0, "the age of %.12s: '%s'", id, out);
+	free(out);
+	return ms;
+}
+
 START_TEST(reap_removes_only_what_is_old_enough)
 {
 	struct msbd_proc d = { 0 };
@@ -947,13 +1040,22 @@ START_TEST(reap_removes_only_what_is_old_enough)
 		     "--label maf-sandbox.label.%s=%s %s sleep infinity", run_id, scope, RUN_LABEL, run_id, image);
 	ck_assert_uint_eq(strlen(out), 64);
 	free(out);
-	sleep(3);
+	sleep(REAP_GAP_S);      /* not early: the old one is older by the gap */
 	young = acquire(d.sock, key_for(scope, "t", "young", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(young);
 	ck_assert_ptr_null(call(d.sock, "sandbox.reap", json_pack("{s:i}", "older_than_seconds", 0), &code, NULL));
 	ck_assert_int_eq(code, -32602);
-	r = call(d.sock, "sandbox.reap", json_pack("{s:i, s:s}", "older_than_seconds", 2, "scope", scope),
-		 NULL, NULL);
+	{
+		/* Between the two ages: over the young one's (by the slack, a hang
+		 * guard on the sweep call), under the old one's (older by the gap). */
+		long young_ms = created_ms_ago(jstr(young, "sandbox")), old_ms = created_ms_ago(jstr(old, "sandbox"));
+		long threshold_s = (young_ms + 999) / 1000 + REAP_READ_SLACK_S;
+
+		ck_assert_msg(old_ms / 1000 > threshold_s, "the old sandbox is %ld ms old, the young %ld ms: no gap",
+			      old_ms, young_ms);
+		r = call(d.sock, "sandbox.reap", json_pack("{s:I, s:s}", "older_than_seconds", (json_int_t)threshold_s,
+							   "scope", scope), NULL, NULL);
+	}
 	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(jint(r, "disposed"), 1);
 	ck_assert_int_eq(jint(r, "proxies_removed"), 0);
@@ -985,7 +1087,7 @@ START_TEST(timed_sweep_reaps_by_itself)
 	start_daemon(&d, (const char *[]){ "--set", "reap.max_age_s=1", "--set", "reap.interval_s=1", NULL });
 	a = acquire(d.sock, key_for(scope, "t", "a", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 300; i++) {       /* hang guard: 30 s */
 		free(state);
 		state = docker_state(jstr(a, "sandbox"));
 		if (!*state)
