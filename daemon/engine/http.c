@@ -31,6 +31,11 @@
 #define ENGINE_HTTP_MAX_URL            8192
 /* Connecting may take this long even for a request without a deadline. */
 #define ENGINE_HTTP_CONNECT_TIMEOUT_MS 30000L
+/* Idle keep-alive connections to the engine kept for reuse. libcurl's own
+ * default grows with the requests ever in flight at once (4 per request), so
+ * one burst of parallel calls left that many descriptors open to the engine
+ * for good; past this many, a connection is closed when its request ends. */
+#define ENGINE_HTTP_MAX_IDLE_CONNECTIONS 8L
 
 enum engine_req_state {
 	ENGINE_REQ_NEW,       /* configured, not yet in the multi handle */
@@ -858,6 +863,7 @@ struct engine_http *engine_http_new(struct event_base *base, const struct engine
 	bad |= curl_multi_setopt(http->multi, CURLMOPT_SOCKETDATA, http) != CURLM_OK;
 	bad |= curl_multi_setopt(http->multi, CURLMOPT_TIMERFUNCTION, http_timer_cb) != CURLM_OK;
 	bad |= curl_multi_setopt(http->multi, CURLMOPT_TIMERDATA, http) != CURLM_OK;
+	bad |= curl_multi_setopt(http->multi, CURLMOPT_MAXCONNECTS, ENGINE_HTTP_MAX_IDLE_CONNECTIONS) != CURLM_OK;
 	if (bad) {
 		http_destroy(http);
 		return NULL;

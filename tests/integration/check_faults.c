@@ -51,8 +51,9 @@
 #define SYNC_WAIT_MS 30000        /* hang guard */
 #define RECV_MS 30000             /* hang guard */
 #define CALL_TIMEOUT_MS 120000    /* hang guard */
-/* Engine keep-alive connections libcurl may keep past a burst (its cache
- * is pruned as connections come back, not by time alone). */
+/* Engine keep-alive connections the daemon may keep past a burst: its
+ * cache holds at most ENGINE_HTTP_MAX_IDLE_CONNECTIONS (daemon/engine/http.c,
+ * 8) idle ones, and the idle census already counts those it held. */
 #define ENGINE_CONN_SLACK 8
 /* How long the daemon gets to close what a scenario opened. */
 #define SETTLE_MS 15000           /* hang guard */
