@@ -152,17 +152,18 @@ static void print_checks(const struct bench *b, FILE *out)
 		for (int p = 0; p < _PLANE_MAX; p++) {
 			const struct bench_result *d = find_row(b, (enum bench_op)op, 1, IMPL_DAEMON, (enum bench_plane)p);
 			const struct bench_result *f = find_row(b, (enum bench_op)op, 1, IMPL_FLOOR, (enum bench_plane)p);
+			char retries[80];
 
 			if (!d || !f || isnan(d->p50_check) || isnan(f->p50_check))
 				continue;
-			fprintf(out, "  %-13s %-7s daemon %9.3f ms (%zu) floor %9.3f ms (%zu)  bound %9.3f ms  %s"
-				"%s%u%s%u%s\n", op_info((enum bench_op)op)->name, plane_to_string((enum bench_plane)p),
-				d->p50_check, d->n_check, f->p50_check, f->n_check,
-				k * f->p50_check + BENCH_CHECK_SLACK_MS,
-				d->p50_check <= k * f->p50_check + BENCH_CHECK_SLACK_MS ? "held" : "FAILED",
-				d->retry_rounds + f->retry_rounds ? "  (retry rounds left out: daemon " : "",
-				d->retry_rounds, d->retry_rounds + f->retry_rounds ? ", floor " : "", f->retry_rounds,
-				d->retry_rounds + f->retry_rounds ? ")" : "");
+			retries[0] = '\0';
+			if (d->retry_rounds + f->retry_rounds)
+				snprintf(retries, sizeof(retries), "  (retry rounds left out: daemon %u, floor %u)",
+					 d->retry_rounds, f->retry_rounds);
+			fprintf(out, "  %-13s %-7s daemon %9.3f ms (%zu) floor %9.3f ms (%zu)  bound %9.3f ms  %s%s\n",
+				op_info((enum bench_op)op)->name, plane_to_string((enum bench_plane)p), d->p50_check,
+				d->n_check, f->p50_check, f->n_check, k * f->p50_check + BENCH_CHECK_SLACK_MS,
+				d->p50_check <= k * f->p50_check + BENCH_CHECK_SLACK_MS ? "held" : "FAILED", retries);
 		}
 	}
 }
