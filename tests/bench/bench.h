@@ -15,13 +15,17 @@
  *           per step (seedway.c).
  * A way is (impl, plane). Per iteration of an operation every way runs one
  * round (every client calls once, released together), the ways in an order
- * rotated by one each iteration. The engine requests of every round are
- * counted (the daemon's engine.call_requests from daemon.status around the
- * round, the floor's own count): at one client the requests per operation of
- * the daemon and of the floor of a plane must be equal (retries of the
- * engine's late pause state aside: the least count over the rounds is
- * compared), else the run fails. Every call has a deadline; one past it is
- * a hang. Results: stats.c.
+ * shuffled each iteration (Fisher-Yates, from --order-seed). The engine
+ * requests of every round are counted (the daemon's engine.call_requests,
+ * read from every daemon at the iteration's start and end, before and after
+ * all the ways' rounds: a daemon's round is its only user in an iteration;
+ * the floor's own count): at one client the requests per operation of the
+ * daemon and of the floor of a plane must be equal (retries of the engine's
+ * late pause state aside: the least count over the rounds is compared; a
+ * round whose count is unknown is a failure), else the run fails. Every call
+ * has a deadline; one past it is a hang. A failure outside the timed rounds
+ * (a file a round needs, an untimed lifecycle round, a recheck round) is a
+ * setup error, and fails the run too. Results: stats.c.
  *
  * All the ways work on the same containers (each client has its own, made
  * by the daemon), one round after another, so each sees the same guest
@@ -129,9 +133,14 @@ struct op_info {
 /* --check: the ratios CI holds (wide margins: a 2-core machine shared with
  * other work; doc/BENCH.md's goals are reported, not held). */
 #define BENCH_CHECK_SLACK_MS 2.0
+/* The factor of the small calls --check holds (op_info check_factor). */
+#define BENCH_CHECK_FACTOR 3
 /* Rounds more through a daemon whose every round made more engine requests
  * than its floor (bench.c requests_recheck). */
 #define BENCH_RECHECKS 3
+/* --check: at least this many rounds at one client of each checked op (a
+ * median of one call would hold whatever the engine did to that call). */
+#define BENCH_CHECK_MIN_ITERS 7
 /* The most ways an op runs: daemon and floor per plane, and the seed's. */
 #define BENCH_MAX_WAYS (2 * _PLANE_MAX + 1)
 
@@ -165,6 +174,7 @@ struct client {
 	struct msb_conn *conn[_PLANE_MAX];  /* daemonway: this client's connection to each daemon */
 	struct floor_conn *floor;       /* floor: this client's curl handle */
 	struct floorlocal *flocal;      /* floor, local plane: the pin of the client's sandbox */
+	unsigned guest_uid, guest_gid;  /* floor, archive plane: the guest's ids (floor_guest_setup) */
 	/* one batch's samples */
 	double *lat_ms;
 	size_t n_lat;
@@ -190,6 +200,11 @@ struct bench_result {
 	double requests_min;            /* level 1: the least per op over the rounds (the floor's without
 					 * its retries); <0 unknown */
 	int requests_match;             /* daemon rows at level 1: 1 equal to the floor's, 0 not, -1 unchecked */
+	/* level 1: the median --check holds, over the rounds that made no more
+	 * requests than the floor's sequence (NAN: none), and how many were left out */
+	double p50_check;
+	size_t n_check;
+	unsigned retry_rounds;
 	char error[BENCH_ERROR_TEXT];
 };
 
@@ -234,6 +249,9 @@ struct bench {
 	enum bench_plane main_plane;    /* the first named: non-file ops and setup */
 	bool quick;
 	bool check;                     /* --check: hold the ratios of op_info check_factor */
+	bool check_dropped;             /* --check given but MSB_TEST_SLOW set: not held */
+	uint64_t order_seed;            /* --order-seed: the ways' shuffle */
+	uint64_t order_state;
 	bool verbose;
 	/* the run */
 	pid_t pid;
@@ -251,7 +269,9 @@ struct bench {
 	size_t payload_len;
 	struct bench_result *results;
 	size_t n_results;
-	unsigned request_mismatches;    /* ops whose daemon and floor differ in requests per op */
+	unsigned request_mismatches;    /* ops whose daemon and floor differ in requests per op, and
+					 * level-1 rounds whose count could not be had */
+	unsigned setup_errors;          /* failures outside the timed rounds (errors and hangs) */
 };
 
 /* ---- bench.c -------------------------------------------------------------- */
@@ -303,6 +323,8 @@ uint64_t floor_conn_requests(const struct floor_conn *f);
 uint64_t floor_conn_retries(const struct floor_conn *f);
 /* Untimed: c's local-plane pin of its sandbox (c->flocal). 0 or -1. */
 int floor_local_setup(struct client *c);
+/* The guest's uid:gid of c->box (its init's), for the archive floor's writes. */
+int floor_guest_setup(struct client *c);
 enum bench_outcome floor_run(struct client *c, enum bench_op op, unsigned iter);
 /* GET /version: fills machine's engine fields. 0 or -1. */
 int floor_engine_version(const struct bench *b, struct bench_machine *m);

@@ -38,7 +38,9 @@
  *                 content under a temporary name in WD, journalled, then
  *                 WD/FILE a hard link to it), POST unpause, then the
  *                 temporary's removal as an exec: POST /containers/ID/exec
- *                 {/bin/rm -f -- WD/TMP, User uid:gid, WorkingDir /}, POST
+ *                 {/bin/rm -f -- WD/TMP, User uid:gid (the guest's, its
+ *                 init's credentials: floor_guest_setup; the tar's entries
+ *                 are the guest's too), WorkingDir /}, POST
  *                 /exec/EID/start, GET /exec/EID/json
  *   stat          archive: POST pause, HEAD /maf-sandbox, HEAD WD, HEAD
  *                 WD/FILE, POST unpause
@@ -58,6 +60,7 @@
  * inspected while still Running is inspected again. Those requests are
  * counted as retries too (floor_conn_retries). */
 #include <curl/curl.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <strings.h>
@@ -67,6 +70,7 @@
 #include "base64.h"
 #include "bench.h"
 #include "cleanup.h"
+#include "identity.h"
 #include "plane_local.h"
 #include "xmalloc.h"
 
@@ -583,8 +587,8 @@ static enum bench_outcome op_file(struct client *c, enum bench_op op)
 		plocal_temp_name(tmp, sizeof(tmp));
 		snprintf(tmp_path, sizeof(tmp_path), "%s/%s", BENCH_WORK_DIR, tmp);
 		jfd = j.dirfd >= 0 ? plocal_journal_begin(&j, BENCH_WORK_DIR, tmp) : -1;
-		tar_add_file(&t, tmp_path + 1, c->b->payload, oi->bytes, 0644, 0, 0);
-		tar_add_hardlink(&t, gpath + 1, tmp_path + 1, 0644, 0, 0);
+		tar_add_file(&t, tmp_path + 1, c->b->payload, oi->bytes, 0644, c->guest_uid, c->guest_gid);
+		tar_add_hardlink(&t, gpath + 1, tmp_path + 1, 0644, c->guest_uid, c->guest_gid);
 		tar_finish(&t);
 		{
 			const struct freq q = { "PUT", path, t.data, t.len, FLOOR_CT_TAR, SINK_KEEP, NULL };
@@ -606,8 +610,11 @@ static enum bench_outcome op_file(struct client *c, enum bench_op op)
 	if (o == OUT_OK)
 		o = thaw;
 	if (tmp_path[0] && o == OUT_OK) {
-		/* The temporary's removal, as the guest (uid:gid), after the thaw. */
-		o = floor_exec(c, id, json_pack("[s, s, s, s]", "/bin/rm", "-f", "--", tmp_path), false, "/", "0:0", 0);
+		/* The temporary's removal, as the guest (its uid:gid: floor_guest_setup), after the thaw. */
+		char guest[32];
+
+		snprintf(guest, sizeof(guest), "%u:%u", c->guest_uid, c->guest_gid);
+		o = floor_exec(c, id, json_pack("[s, s, s, s]", "/bin/rm", "-f", "--", tmp_path), false, "/", guest, 0);
 	}
 	if (jfd >= 0) {
 		const struct plocal_journal j = { c->floor->jfd, id, NULL };
@@ -766,6 +773,37 @@ int floor_local_setup(struct client *c)
 	c->flocal = floorlocal_new(c->b, c->box.id, pid, user, err, sizeof(err));
 	if (!c->flocal)
 		return (client_fail(c, "%s", err), -1);
+	return 0;
+}
+
+/* The guest's uid:gid, as the daemon has it on a local engine (guest.c:
+ * its init's credentials, /proc/<pid>/status): the owner of what a write
+ * puts and the user of its temporary's removal. Untimed. */
+int floor_guest_setup(struct client *c)
+{
+	_cleanup_free_ char *status = NULL;
+	char user[64], buf[8192];
+	pid_t pid = 0;
+	uid_t uid;
+	gid_t gid;
+	ssize_t n;
+	int fd;
+
+	if (!c->floor && !(c->floor = floor_conn_new(c->b)))
+		return (client_fail(c, "curl_easy_init failed"), -1);
+	c->floor->deadline = bench_now_ms() + BENCH_SETUP_TIMEOUT_MS;
+	if (floor_inspect_init(c, c->box.id, &pid, user, sizeof(user)) != OUT_OK)
+		return -1;
+	status = xasprintf("/proc/%ld/status", (long)pid);
+	fd = open(status, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return (client_fail(c, "the floor: %s: %s", status, strerror(errno)), -1);
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n <= 0 || identity_parse_proc_status(buf, (size_t)n, &uid, &gid) < 0)
+		return (client_fail(c, "the floor: no Uid/Gid in %s", status), -1);
+	c->guest_uid = (unsigned)uid;
+	c->guest_gid = (unsigned)gid;
 	return 0;
 }
 

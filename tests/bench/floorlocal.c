@@ -158,6 +158,7 @@ enum bench_outcome floorlocal_run(struct client *c, enum bench_op op, unsigned i
 	struct paths_plan *plan = NULL;
 	char file[32];
 	int root = -1, r = 0;
+	bool ok;
 
 	if (!l)
 		return (client_fail(c, "local floor: no pin"), OUT_ERROR);
@@ -235,7 +236,8 @@ enum bench_outcome floorlocal_run(struct client *c, enum bench_op op, unsigned i
 		client_fail(c, "local floor: no such op");
 		r = -EINVAL;
 	}
+	ok = plan && r == 0;
 	paths_plan_free(plan);
 	close(root);
-	return plan && r == 0 ? OUT_OK : OUT_ERROR;
+	return ok ? OUT_OK : OUT_ERROR;
 }

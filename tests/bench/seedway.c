@@ -8,13 +8,15 @@
  * of the stream, and a directory would stream its whole subtree):
  *
  * The walks are the seed's (its README, "Every path component is checked";
- * behaviour-docker.md §2.3–2.7 and §6 "Walk costs": one copy per component,
- * "3 or more for /maf-sandbox/work/x, plus / for writes and removes"; its
- * maf_sandbox.paths: guest_path_and_ancestors starts below "/", and
- * ensure_guest_work_dir lists the base's directories "excluding the
- * filesystem root"): stat, read and the work dir's preparation stat from
- * /maf-sandbox down; a write and a removal stat "/" first (they record
- * its owner and mode for the reach rule).
+ * behaviour-docker.md §2.3–2.7; behaviour-core.md §4.2–4.4: its
+ * guest_path_and_ancestors starts below "/", and every bundle walks with
+ * it, confine_resolve_guest_write_path included; ensure_guest_work_dir
+ * lists the base's directories "excluding the filesystem root"): stat,
+ * read, write and the work dir's preparation stat from /maf-sandbox down;
+ * only a removal stats "/" first, on its own (§2.7 step 2: its owner and
+ * mode for the reach rule). The "/" that behaviour-docker.md §6 adds for
+ * writes is the docker CLI's own HEAD of the destination inside
+ * `docker cp - NAME:/`, not a process of its own.
  *
  *   acquire_warm  (§2.1, a running container, facts and probes cached)
  *                 inspect {{json .Config.Labels}} NAME (storage-base guard),
@@ -32,8 +34,8 @@
  *                 cp-stat /maf-sandbox (absent), cp - NAME:/ (the two
  *                 directories), unpause — 16 processes
  *   exec_*        exec -w WD NAME sh -c CMD (stdout read whole)
- *   write_*       pause, cp-stat /, /maf-sandbox, WD, WD/FILE, cp - NAME:/
- *                 (one file entry on stdin), unpause — 7
+ *   write_*       pause, cp-stat /maf-sandbox, WD, WD/FILE, cp - NAME:/
+ *                 (one file entry on stdin), unpause — 6
  *   stat          pause, cp-stat /maf-sandbox, WD, WD/FILE, unpause — 5
  *   read_*        pause, cp-stat /maf-sandbox, WD, then cp NAME:WD/FILE -
  *                 read whole (stat and content from one stream), unpause — 5
@@ -395,8 +397,8 @@ static enum bench_outcome walk(struct seed *s, const char *const *dirs, size_t n
 	return OUT_OK;
 }
 
-/* From the base's first directory down (stat, read, the work dir's
- * preparation), and from "/" (write, remove). */
+/* From the base's first directory down (stat, read, write, the work dir's
+ * preparation), and from "/" (remove). */
 static const char *const wd_walk[] = { "/maf-sandbox", BENCH_WORK_DIR };
 static const char *const wd_walk_root[] = { "/", "/maf-sandbox", BENCH_WORK_DIR };
 
@@ -492,7 +494,7 @@ static enum bench_outcome op_file(struct seed *s, enum bench_op op)
 	bench_guest_path(oi->file, gpath, sizeof(gpath));
 	if ((o = stepv(s, "pause", s->name, NULL)) != OUT_OK)
 		return o;
-	o = is_write(op) ? walk(s, wd_walk_root, ELEMENTSOF(wd_walk_root), NULL) : walk(s, wd_walk, ELEMENTSOF(wd_walk), NULL);
+	o = walk(s, wd_walk, ELEMENTSOF(wd_walk), NULL);
 	if (o == OUT_OK && (is_write(op) || op == OP_STAT)) {
 		r = cp_stat(s, s->name, gpath, &e);
 		if (r < 0)
