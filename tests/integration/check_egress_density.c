@@ -310,7 +310,7 @@ static bool out_net_create(void)
 		int r = (int)(((getpid() + i * 7) % 63) + 1) * 4;
 		char *out = sh_out("docker network create --subnet " OUT_NET_FMT ".0/22 --label %s=%s '%s' 2>&1 && echo ok",
 				   r, FIXTURE_LABEL, run_id, out_net);
-		bool ok = strstr(out, "ok") != NULL;
+		bool ok = harness_last_line_is(out, "ok");
 
 		if (!ok)
 			fprintf(stderr, "density: " OUT_NET_FMT ".0/22: %s\n", r, out);
