@@ -44,9 +44,9 @@
 #define RUN_LABEL "msb-it-run"
 #define RUN_LABEL_KEY "maf-sandbox.label." RUN_LABEL
 #define FIXTURE_LABEL "msb-it-egress-fixture"
-#define TEST_TIMEOUT_S 240
+#define TEST_TIMEOUT_S 240   /* hang guard */
 /* hang guard: the proxy image is built from the binary when the daemon starts. */
-#define PROXY_READY_MS 120000
+#define PROXY_READY_MS 120000   /* hang guard */
 #define POLL_MS 200
 #define CLIENT_TIMEOUT_MS 120000   /* hang guard: one reply */
 #define EXEC_TIMEOUT_S 60          /* hang guard: one guest command */

@@ -23,8 +23,8 @@
 #include "base64.h"
 
 #define MAX_PROCS 8
-#define START_TIMEOUT_MS 10000
-#define STOP_TIMEOUT_MS 20000
+#define START_TIMEOUT_MS 10000   /* hang guard */
+#define STOP_TIMEOUT_MS 20000   /* hang guard */
 #define RAW_LINE_MAX (128 * 1024 * 1024)
 
 static struct msbd_proc *procs[MAX_PROCS];

@@ -31,7 +31,7 @@
 
 #define EGRESS_FLOOD_ATTEMPTS 12000        /* in all, split between the loops */
 #define EGRESS_FLOOD_LOOPS 4
-#define EGRESS_FLOOD_EXEC_S 150            /* the guest's own deadline for the flood */
+#define EGRESS_FLOOD_EXEC_S 150            /* hang guard: the guest's own deadline for the flood */
 #define ENGINE_WAIT_MS 15000               /* hang guard: the engine reachable */
 #define PROXY_READY_MS 120000              /* hang guard: the proxy image ready */
 #define STATUS_GUARD_MS 15000              /* hang guard for one daemon.status (ASan, a loaded CI host) */

@@ -27,7 +27,7 @@
 #include "hostile.h"
 
 #define KILL_BYTES        (24u * 1024 * 1024)   /* the write a kill interrupts (32 MiB in base64) */
-#define WAIT_MS           30000
+#define WAIT_MS           30000   /* hang guard */
 #define RECLAIMS          24
 #define TREE_DEPTH        48
 #define TREE_FILES        1100                  /* at the bottom: a removal spans slices (1024 entries) */

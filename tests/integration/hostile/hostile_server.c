@@ -41,7 +41,7 @@
 #define FAIR_UID_B    61002
 #define FAIR_UID_C    61003
 #define FAIR_WAIT_MS  15000       /* hang guard of one reply */
-#define FAIR_ENGINE_WAIT_MS 15000
+#define FAIR_ENGINE_WAIT_MS 15000   /* hang guard */
 #define FAIR_MIB      (1024 * 1024)
 #define FAIR_N(a)     (sizeof(a) / sizeof((a)[0]))
 
@@ -1108,7 +1108,7 @@ START_TEST(fair_capped_frame_deadline)
 END_TEST
 
 #define MIB (1024L * 1024)
-#define MEM_ENGINE_WAIT_MS 15000
+#define MEM_ENGINE_WAIT_MS 15000   /* hang guard */
 #define MEM_STATE_WAIT_MS  120000   /* hang guard: a state the daemon must reach */
 #define MEM_READ_WAIT_MS   300000   /* hang guard: every reply read */
 #define MEM_IDLE_WAIT_MS   30000    /* hang guard: the memory given back */
