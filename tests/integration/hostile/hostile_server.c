@@ -1170,7 +1170,7 @@ static long mem_formula(const struct mem_limits *l, long base)
  * small: the test measures the daemon, not ASan. */
 static void mem_daemon_up(struct msbd_proc *p, const char *plane, const struct mem_limits *l)
 {
-	static char args[9][64];
+	static char args[10][64];
 	const char *asan = getenv("ASAN_OPTIONS");
 	char opts[512];
 	const char *argv[32];
@@ -1190,6 +1190,10 @@ static void mem_daemon_up(struct msbd_proc *p, const char *plane, const struct m
 	SET("exec.max_output_bytes=%ld", l->exec_output);
 	/* files.list's bound (20 names of 255 bytes under a 4095-byte path, escaped) within the budgets. */
 	SET("files.list_max_entries=%d", 20);
+	/* Replies are left unread on purpose while the state is awaited: the
+	 * daemon's own close of such a connection (60 s by default) must not
+	 * come before the hang guards (MEM_STATE_WAIT_MS, MEM_READ_WAIT_MS). */
+	SET("limits.write_timeout_ms=%d", 600000);
 #undef SET
 	argv[n] = NULL;
 	msbd_start(p, argv);
@@ -1346,7 +1350,8 @@ static json_t *mem_wait_parked(const struct msbd_proc *p, json_int_t parked, lon
 		    jint(st, "memory.reply_queued_bytes") >= queued)
 			return st;
 		if (fair_now_ms() > deadline) {
-			char *s = json_dumps(jget(st, "memory"), JSON_COMPACT);
+			/* All of it: requests.in_flight and by_uid say what was still running. */
+			char *s = json_dumps(st, JSON_COMPACT);
 
 			msbd_dump_log(p);
 			ck_abort_msg("the daemon did not settle with %lld calls parked: %s", (long long)parked, s);
