@@ -28,7 +28,8 @@ async def running(container: str, args: str, n: int) -> None:
     engine): the calls that started them are in flight. Hang guard: SETTLE_SECONDS."""
     async with asyncio.timeout(SETTLE_SECONDS):  # hang guard
         while True:
-            ps = await asyncio.to_thread(subprocess.run, ["docker", "exec", container, "ps", "-o", "args"],
+            ps = await asyncio.to_thread(subprocess.run,
+                                         ["docker", "exec", container, "ps", "-o", "args"],
                                          capture_output=True, text=True, check=False)
             if sum(line.strip() == args for line in ps.stdout.splitlines()) >= n:
                 return
@@ -146,7 +147,8 @@ class Reconnect(unittest.IsolatedAsyncioTestCase):
         sb = await client.acquire(self.s.key("restart-mid"), self.s.spec())
         marker = "/tmp/ran-once"
         call = asyncio.create_task(sb.exec(f"echo x >> {marker}; sleep 30", timeout=60))
-        async with asyncio.timeout(SETTLE_SECONDS):  # hang guard: until the command runs (seen in the guest)
+        # hang guard: until the command runs (seen in the guest)
+        async with asyncio.timeout(SETTLE_SECONDS):
             while subprocess.run(["docker", "exec", sb.instance_id, "test", "-e", marker],
                                  check=False).returncode != 0:
                 await asyncio.sleep(0.05)
