@@ -1540,6 +1540,7 @@ static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const st
 	if (i != n) {
 		char *err = file_text(err_path);
 
+		msbd_dump_log(d);
 		ck_abort_msg("events --follow printed %zu events, want %zu; stderr: %s", i, n, err);
 	}
 	free(text);
