@@ -1518,9 +1518,13 @@ static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const st
 	pid = spawn_cli((const char *[]){ "--socket", d->sock, "--json", "events", "--follow", "--scope", sb->scope,
 					 NULL },
 			out_path, err_path);
-	free(probe(d->sock, sb, CONNECT_HEAD("allowed.test:443"), "ping\\n"));
+	text = probe(d->sock, sb, CONNECT_HEAD("allowed.test:443"), "ping\\n");
+	assert_status("allowed.test:443 (events --follow)", text, "200");
+	free(text);
 	free(cli_lines(out_path, 1));
-	free(probe(d->sock, sb, CONNECT_HEAD("denied.test:443"), NULL));
+	text = probe(d->sock, sb, CONNECT_HEAD("denied.test:443"), NULL);
+	assert_status("denied.test:443 (events --follow)", text, "403");
+	free(text);
 	text = cli_lines(out_path, n);
 	kill(pid, SIGTERM);
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
