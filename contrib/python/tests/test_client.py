@@ -4,6 +4,7 @@ connection, cancellation, streamed output, events."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import unittest
 from datetime import timedelta
@@ -186,8 +187,9 @@ class Exec(ClientTest):
         # A barrier in the guest: each command says it started, then waits until all n have,
         # so every one can end only if all n run at once. Served one after another, the first
         # would wait for good, and its deadline (a hang guard) would fail the test.
-        barrier = ("echo s >> /tmp/started; "
-                   f"until [ $(wc -l < /tmp/started) -ge {n} ]; do sleep 0.05; done")
+        started = f"/tmp/started-{os.urandom(4).hex()}"  # the sandbox is the module's: a new file
+        barrier = (f"echo s >> {started}; "
+                   f"until [ $(wc -l < {started}) -ge {n} ]; do sleep 0.05; done")
         watcher = asyncio.create_task(watch())
         results = await asyncio.gather(*(
             sb.exec(["sh", "-c", f"{barrier}; echo {i}; echo e{i} >&2"], timeout=120)  # hang guard
@@ -333,14 +335,16 @@ class Exec(ClientTest):
             if data.startswith(b"one"):
                 got_one.set()
 
+        go_file = f"/tmp/go-{os.urandom(4).hex()}"  # the sandbox is the module's: a new file
+
         async def go_once_one_arrived() -> None:
             await got_one.wait()
-            await sb.exec("touch /tmp/go-streamed")
+            await sb.exec(f"touch {go_file}")
 
         # The command goes on only once its first output reached us: streamed while it runs,
         # or it waits for good (its deadline, a hang guard, fails the test).
         go = asyncio.create_task(go_once_one_arrived())
-        r = await sb.exec("echo one; until [ -e /tmp/go-streamed ]; do sleep 0.05; done; "
+        r = await sb.exec(f"echo one; until [ -e {go_file} ]; do sleep 0.05; done; "
                           "echo two >&2; echo three", on_output=on_output, timeout=60)  # hang guard
         await go
         self.assertEqual(r.exit_code, 0)
