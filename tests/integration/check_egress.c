@@ -105,7 +105,7 @@ static struct {
  * what is tested. No single quote inside: it is also run through `docker exec`. */
 #define PROBE_SCRIPT                                                                    \
 	"p=${HTTPS_PROXY#http://}; p=${p%/}; "                                          \
-	"(printf \"$1\"; sleep 1; printf \"$2\"; sleep 1) | timeout 10 nc ${p%:*} ${p##*:}"
+	"(printf \"$1\"; sleep 1; printf \"$2\"; sleep 1) | timeout 50 nc ${p%:*} ${p##*:}"   /* hang guard */
 #define CONNECT_HEAD(target) "CONNECT " target " HTTP/1.1\\r\\nHost: " target "\\r\\n\\r\\n"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -1296,11 +1296,13 @@ START_TEST(the_sandbox_reaches_nothing_but_its_proxy)
 	acquire_allow(&d, scope, "t", "a", NULL, &a);
 	acquire_allow(&d, scope, "t", "b", NULL, &b);
 
-	/* The peer listens, and answers itself: the probe below is not vacuous. */
+	/* The peer listens, and answers itself: the probe below is not vacuous.
+	 * Tried until its listener is up (hang guard: 150 tries, about 30 s). */
 	container_ip(b.id, b.net, peer_ip);
-	snprintf(cmd, sizeof(cmd), "nc -ll -p %d -e /bin/echo hit </dev/null >/dev/null 2>&1 & sleep 0.5; "
-		 "timeout 4 nc -w 2 %s %d </dev/null", PEER_PORT, peer_ip, PEER_PORT);
-	out = sb_exec(d.sock, b.id, json_pack("[s, s, s]", "sh", "-c", cmd), NULL);
+	snprintf(script, sizeof(script), "nc -ll -p %d -e /bin/echo hit </dev/null >/dev/null 2>&1 & "
+		 "for i in $(seq 150); do o=$(timeout 4 nc -w 2 %s %d </dev/null); "
+		 "case $o in *hit*) echo $o; break;; esac; sleep 0.2; done", PEER_PORT, peer_ip, PEER_PORT);
+	out = sb_exec(d.sock, b.id, json_pack("[s, s, s]", "sh", "-c", script), NULL);
 	ck_assert_msg(strstr(out, "hit"), "the peer's listener does not answer itself: %s", out);
 	free(out);
 	/* The sandbox's one way out works. */
