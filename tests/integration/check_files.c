@@ -1538,20 +1538,47 @@ END_TEST
 /* Short file calls, back to back, on a busy guest: the engine reports
  * pause and unpause state from containerd's events, a little late, so a
  * pause right after an unpause (or the reverse) can meet the old state. No
- * call may fail for it, and none may leave the guest paused. */
+ * call may fail for it, and none may leave the guest paused.
+ *
+ * One refusal is not this daemon's: every maf-sandboxd on the host (other
+ * test runs on this engine, another lane) thaws, when it starts, the
+ * containers of its user it finds paused, holding their host lock for the
+ * unpause; a freeze of ours meeting it is refused SandboxFreezeFailed,
+ * reason "held elsewhere" (documented: try again). That one is retried
+ * (counted, and at most QUICK_ELSEWHERE_TRIES times per call). */
+#define QUICK_ELSEWHERE_TRIES 20
+
+static bool held_elsewhere(json_t *r)
+{
+	return !r && strcmp(last_type, "SandboxFreezeFailed") == 0 &&
+	       json_is_string(json_object_get(last_data, "reason")) &&
+	       strcmp(json_string_value(json_object_get(last_data, "reason")), "held elsewhere") == 0;
+}
+
 START_TEST(quick_calls_back_to_back_never_leave_the_guest_paused)
 {
+	int elsewhere = 0;
+
 	GUEST_OK(fx.id, "ln -s /tmp /quick");
 	ck_assert_int_eq(guest_detach(fx.id, "cd /tmp && while [ ! -e stop-busy ]; do rm -rf busy; mkdir busy; "
 				      "printf busy > busy/x; rm -rf busy; ln -s /tmp busy; done"), 0);
 	for (int i = 0; i < QUICK_CALLS; i++) {
+		json_t *r;
+
 		/* One engine stat under the freeze: /quick is a link. */
-		EXPECT_ERR(f_stat(fx.id, "/quick", "x"), "ConfinementError");
+		for (int tries = 0; held_elsewhere(r = f_stat(fx.id, "/quick", "x")) && tries < QUICK_ELSEWHERE_TRIES;
+		     tries++) {
+			elsewhere++;
+			ck_assert(wait_unpaused(fx.id, THAW_WAIT_MS));
+		}
+		EXPECT_ERR(r, "ConfinementError");
 		/* The engine's own state may lag the daemon's thaw: polled until it
 		 * says running (hang guard: THAW_WAIT_MS). */
 		ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "call %d (%s) answered, and the guest stayed paused",
 			      i, last_call);
 	}
+	if (elsewhere)
+		fprintf(stderr, "quick calls: %d refused as held by another daemon on the host, retried\n", elsewhere);
 	GUEST_OK(fx.id, "touch /tmp/stop-busy");
 }
 END_TEST
