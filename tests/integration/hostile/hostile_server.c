@@ -1484,7 +1484,12 @@ static void mem_reads(const char *plane, const struct mem_limits *l, int calls, 
 	/* The file, written through the daemon in one frame. */
 	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "big.bin",
 						  "content_b64", b64), &code, NULL);
-	ck_assert_msg(r && code == 0, "files.write failed (%d)", code);
+	if (!r || code != 0) {
+		char *state = sh_out("docker inspect -f '{{json .State}}' %s 2>&1", sb);
+
+		msbd_dump_log(&d);
+		ck_abort_msg("files.write failed (%d); the container: %s", code, state);
+	}
 	json_decref(r);
 
 	params = json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin");
@@ -2090,7 +2095,12 @@ START_TEST(mem_parked_calls_block_nobody_else)
 	mem_acquire(&d, "parked", sb, sizeof(sb));
 	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "big.bin",
 						  "content_b64", b64), &code, NULL);
-	ck_assert_msg(r && code == 0, "files.write failed (%d)", code);
+	if (!r || code != 0) {
+		char *state = sh_out("docker inspect -f '{{json .State}}' %s 2>&1", sb);
+
+		msbd_dump_log(&d);
+		ck_abort_msg("files.write failed (%d); the container: %s", code, state);
+	}
 	json_decref(r);
 
 	params = json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin");
