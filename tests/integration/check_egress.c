@@ -40,19 +40,20 @@
 #include "harness.h"
 #include "msb.h"
 
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000   /* hang guard: the engine reachable, the registry read */
 #define RUN_LABEL "msb-it-run"
 #define RUN_LABEL_KEY "maf-sandbox.label." RUN_LABEL
 #define FIXTURE_LABEL "msb-it-egress-fixture"
-#define TEST_TIMEOUT_S 240
-/* The proxy image is built from the binary when the daemon starts. */
-#define PROXY_READY_MS 120000
+#define TEST_TIMEOUT_S 240   /* hang guard */
+/* hang guard: the proxy image is built from the binary when the daemon starts. */
+#define PROXY_READY_MS 120000   /* hang guard */
 #define POLL_MS 200
-#define CLIENT_TIMEOUT_MS 120000
-#define EXEC_TIMEOUT_S 60
-/* A decision reaches a subscriber within this; silence this long means no more come. */
-#define EVENT_WAIT_MS 15000
-#define QUIET_MS 3000
+#define CLIENT_TIMEOUT_MS 120000   /* hang guard: one reply */
+#define EXEC_TIMEOUT_S 60          /* hang guard: one guest command */
+/* hang guard: a decision reaching a subscriber, an engine event seen. No
+ * silence is ever taken to mean "no more come": what was published is
+ * checked in the daemon's kept events (a replay), see expect_no_more(). */
+#define EVENT_WAIT_MS 30000
 /* Exit status meson reads as "skipped". */
 #define EXIT_SKIP 77
 
@@ -104,7 +105,7 @@ static struct {
  * what is tested. No single quote inside: it is also run through `docker exec`. */
 #define PROBE_SCRIPT                                                                    \
 	"p=${HTTPS_PROXY#http://}; p=${p%/}; "                                          \
-	"(printf \"$1\"; sleep 1; printf \"$2\"; sleep 1) | timeout 10 nc ${p%:*} ${p##*:}"
+	"(printf \"$1\"; sleep 1; printf \"$2\"; sleep 1) | timeout 50 nc ${p%:*} ${p##*:}"   /* hang guard */
 #define CONNECT_HEAD(target) "CONNECT " target " HTTP/1.1\\r\\nHost: " target "\\r\\n\\r\\n"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -202,7 +203,7 @@ static void state_dir_make(char out[128])
 
 static void wait_registry(const char *sock)
 {
-	for (int i = 0; i < 200; i++) {
+	for (long end = now_ms() + ENGINE_WAIT_MS; now_ms() < end;) {   /* hang guard */
 		json_t *r = call(sock, "sandbox.list", NULL, NULL, NULL);
 
 		if (r) {
@@ -232,7 +233,7 @@ static bool describe_observes(const char *sock, bool *ret_allowlist)
 
 static void wait_proxy_ready(const struct msbd_proc *d)
 {
-	long deadline = now_ms() + PROXY_READY_MS;
+	long deadline = now_ms() + PROXY_READY_MS;   /* hang guard */
 	bool allowlist;
 
 	while (!describe_observes(d->sock, &allowlist) || !allowlist) {
@@ -534,13 +535,36 @@ static void expect_events(struct sub *sub, const struct sbx *sb, const struct de
 	}
 }
 
-/* Nothing more arrives within ms. */
-static void expect_quiet(struct sub *sub, int ms, const char *when)
+/* Nothing has arrived on sub beyond what was read: looked at without
+ * waiting. Called after a subscription's reply on another connection (see
+ * expect_no_more), when every event published before it was already
+ * written to sub's socket. */
+static void expect_nothing_pending(struct sub *sub, const char *when)
 {
-	json_t *ev = sub_next(sub, ms);
+	json_t *ev = sub_next(sub, 0);
 	char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
 
 	ck_assert_msg(!ev, "an event arrived %s: %s", when, text);
+}
+
+/* What the daemon published for sb's scope is want[0..n) exactly, in
+ * order, nothing twice: a fresh subscription with replay gets every event
+ * the daemon keeps (the last 4096: all of this test's) before its reply.
+ * Then live (may be NULL) holds nothing pending: the daemon writes an event
+ * to every subscriber as it publishes it, so one published before that
+ * reply is already in live's socket. State, not a quiet window. */
+static void expect_no_more(const char *sock, const struct sbx *sb, const struct decision *want, size_t n,
+			   struct sub *live, const char *when)
+{
+	struct sub kept;
+
+	subscribe(sock, sb->scope, true, &kept);
+	ck_assert_msg(json_array_size(kept.early) == n, "%s: the daemon published %zu events for the scope, want %zu",
+		      when, json_array_size(kept.early), n);
+	expect_events(&kept, sb, want, n);
+	sub_close(&kept);
+	if (live)
+		expect_nothing_pending(live, when);
 }
 
 /* ---- describe ----------------------------------------------------------- */
@@ -836,7 +860,7 @@ static void destroy_watch_start(struct destroy_watch *w, const char *dir)
 static void destroy_watch_check(struct destroy_watch *w, const struct sbx *sb)
 {
 	char proxy[96], net[96], workload[96], *out, *p_at, *w_at, *n_at;
-	long deadline = now_ms() + EVENT_WAIT_MS;
+	long deadline = now_ms() + EVENT_WAIT_MS;   /* hang guard */
 
 	snprintf(proxy, sizeof(proxy), "%s-proxy\n", sb->name);
 	snprintf(workload, sizeof(workload), "%s\n", sb->name);
@@ -905,8 +929,8 @@ START_TEST(acquire_builds_the_topology_and_teardown_removes_it)
 	destroy_watch_check(&watch, &s1);
 	ck_assert_msg(container_exists(s2.proxy) && network_exists(s2.net), "dispose_scope reached another thread");
 
-	/* reap, once old enough: the same. */
-	sleep(2);
+	/* reap, once old enough (older_than_seconds 1: not early): the same. */
+	sleep(2);   /* not early */
 	destroy_watch_start(&watch, d.dir);
 	rpc(d.sock, "sandbox.reap", json_pack("{s:i, s:s}", "older_than_seconds", 1, "scope", scope), &rep);
 	ck_assert_msg(rep.result, "reap failed: %d %s", rep.code, rep.message);
@@ -983,9 +1007,9 @@ START_TEST(the_proxy_answers_by_the_allowlist_and_each_decision_is_published_onc
 		if (probe_rows[i].decision.decision)
 			want[n_want++] = probe_rows[i].decision;
 	}
-	/* Live: all of them before any disposal drains the proxy. */
+	/* Live: all of them before any disposal drains the proxy, and no more. */
 	expect_events(&live, &sb, want, n_want);
-	expect_quiet(&live, QUIET_MS, "after the last decision");
+	expect_no_more(d.sock, &sb, want, n_want, &live, "after the last decision");
 	/* Afterwards: nothing without replay; with it, the kept ones, in order, before the reply. */
 	subscribe(d.sock, scope, false, &late);
 	subscribe(d.sock, scope, true, &replayed);
@@ -997,10 +1021,10 @@ START_TEST(the_proxy_answers_by_the_allowlist_and_each_decision_is_published_onc
 	dispose(&d, &sb);
 	assert_gone(sb.name);
 	destroy_watch_check(&watch, &sb);
-	expect_quiet(&live, QUIET_MS, "after dispose");
-	expect_quiet(&late, 1, "to a late subscriber without replay");
-	expect_quiet(&replayed, 1, "after the replay and dispose");
-	expect_quiet(&other_scope, 1, "for another scope");
+	expect_no_more(d.sock, &sb, want, n_want, &live, "after dispose");
+	expect_nothing_pending(&late, "to a late subscriber without replay");
+	expect_nothing_pending(&replayed, "after the replay and dispose");
+	expect_nothing_pending(&other_scope, "for another scope");
 	/* An unscoped admin subscriber sees them too (other sandboxes' among them). */
 	for (size_t i = 0, seen = 0; seen < n_want; i++) {
 		json_t *ev = sub_next(&replayed_all, 1);
@@ -1031,7 +1055,18 @@ struct watchers {
 	size_t n;
 };
 
-static void watcher_add(struct watchers *w, pid_t ns_pid, const char *ip, const char *what)
+/* Which bind failures of a watcher are not the test's failure. */
+enum {
+	WATCH_MUST = 0,
+	/* EADDRINUSE: the host serves DNS there itself. A guest's lookup there
+	 * would be answered, and every such probe asserts it got no answer. */
+	WATCH_MAY_BE_TAKEN = 1,
+	/* EADDRNOTAVAIL: not an address of the host (no docker0 here), so
+	 * nothing of the host listens there to be reached. */
+	WATCH_MAY_BE_ABSENT = 2,
+};
+
+static void watcher_add(struct watchers *w, pid_t ns_pid, const char *ip, const char *what, int may)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(53) };
 	int fd;
@@ -1039,7 +1074,12 @@ static void watcher_add(struct watchers *w, pid_t ns_pid, const char *ip, const 
 	ck_assert_int_eq(inet_pton(AF_INET, ip, &sin.sin_addr), 1);
 	fd = netns_bound_socket(ns_pid, AF_INET, SOCK_DGRAM, &sin, sizeof(sin));
 	if (fd < 0) {
-		fprintf(stderr, "egress: no UDP watcher on %s:53 (%s): %s\n", ip, what, strerror(-fd));
+		ck_assert_msg((fd == -EADDRINUSE && (may & WATCH_MAY_BE_TAKEN)) ||
+			      (fd == -EADDRNOTAVAIL && (may & WATCH_MAY_BE_ABSENT)),
+			      "cannot watch %s:53 (%s): %s", ip, what, strerror(-fd));
+		fprintf(stderr, "egress: no UDP watcher on %s:53 (%s): %s (allowed: %s)\n", ip, what, strerror(-fd),
+			fd == -EADDRINUSE ? "the host serves DNS there; the probes assert no answer"
+					  : "not a host address");
 		return;
 	}
 	ck_assert_uint_lt(w->n, MAX_WATCHERS);
@@ -1055,7 +1095,7 @@ static void watchers_open(struct watchers *w)
 
 	memset(w, 0, sizeof(*w));
 	ck_assert_msg(resolver > 0, "the resolver container is not running");
-	watcher_add(w, resolver, "0.0.0.0", "the resolver container");
+	watcher_add(w, resolver, "0.0.0.0", "the resolver container", WATCH_MUST);
 	ck_assert_msg(w->n == 1, "cannot listen in the resolver container");
 	fd = netns_bound_socket(0, AF_INET6, SOCK_DGRAM, &any6, sizeof(any6));
 	if (fd >= 0) {
@@ -1063,9 +1103,11 @@ static void watchers_open(struct watchers *w)
 		snprintf(w->what[w->n++], sizeof(w->what[0]), "the host's [::]:53");
 		return;
 	}
-	/* :53 is taken on the host: at least the addresses a guest would try. */
-	watcher_add(w, 0, fx.gateway, "the host's outbound gateway");
-	watcher_add(w, 0, "172.17.0.1", "the host's docker0");
+	/* Only because :53 is taken on some host address (a local resolver). */
+	ck_assert_msg(fd == -EADDRINUSE, "cannot watch the host's [::]:53: %s", strerror(-fd));
+	/* Then at least the addresses a guest would try. */
+	watcher_add(w, 0, fx.gateway, "the host's outbound gateway", WATCH_MAY_BE_TAKEN);
+	watcher_add(w, 0, "172.17.0.1", "the host's docker0", WATCH_MAY_BE_TAKEN | WATCH_MAY_BE_ABSENT);
 }
 
 /* How many datagrams each watcher holds (drained); sources appended to log. */
@@ -1126,10 +1168,27 @@ static void controls_are_seen(int listener, const struct watchers *w, int port)
 		     "timeout 2 nslookup control.test 172.17.0.1' >/dev/null 2>&1; echo done",
 		     fx.upstream, fx.gateway, port, fx.resolver_ip, fx.gateway);
 	free(out);
-	usleep(300 * 1000);
-	ck_assert_msg(listener_drain(listener) >= 1, "the host listener on port %d missed the control connection", port);
-	for (size_t i = 0; i < w->n; i++)
-		ck_assert_msg(watcher_drain(w, i, log, sizeof(log)) >= 1, "%s missed the control lookup", w->what[i]);
+	/* The commands ended: what they sent was delivered. Polled all the same
+	 * (hang guard: EVENT_WAIT_MS), then asserted. */
+	{
+		long deadline = now_ms() + EVENT_WAIT_MS;   /* hang guard */
+		int conns = 0;
+		size_t seen[MAX_WATCHERS] = { 0 }, missing;
+
+		do {
+			conns += listener_drain(listener);
+			missing = conns ? 0 : 1;
+			for (size_t i = 0; i < w->n; i++) {
+				seen[i] += watcher_drain(w, i, log, sizeof(log));
+				missing += seen[i] ? 0 : 1;
+			}
+			if (missing)
+				usleep(50 * 1000);
+		} while (missing && now_ms() < deadline);
+		ck_assert_msg(conns >= 1, "the host listener on port %d missed the control connection", port);
+		for (size_t i = 0; i < w->n; i++)
+			ck_assert_msg(seen[i] >= 1, "%s missed the control lookup", w->what[i]);
+	}
 }
 
 /* The first IPv4 address of a container on a network. */
@@ -1237,11 +1296,13 @@ START_TEST(the_sandbox_reaches_nothing_but_its_proxy)
 	acquire_allow(&d, scope, "t", "a", NULL, &a);
 	acquire_allow(&d, scope, "t", "b", NULL, &b);
 
-	/* The peer listens, and answers itself: the probe below is not vacuous. */
+	/* The peer listens, and answers itself: the probe below is not vacuous.
+	 * Tried until its listener is up (hang guard: 150 tries, about 30 s). */
 	container_ip(b.id, b.net, peer_ip);
-	snprintf(cmd, sizeof(cmd), "nc -ll -p %d -e /bin/echo hit </dev/null >/dev/null 2>&1 & sleep 0.5; "
-		 "timeout 4 nc -w 2 %s %d </dev/null", PEER_PORT, peer_ip, PEER_PORT);
-	out = sb_exec(d.sock, b.id, json_pack("[s, s, s]", "sh", "-c", cmd), NULL);
+	snprintf(script, sizeof(script), "nc -ll -p %d -e /bin/echo hit </dev/null >/dev/null 2>&1 & "
+		 "for i in $(seq 150); do o=$(timeout 4 nc -w 2 %s %d </dev/null); "
+		 "case $o in *hit*) echo $o; break;; esac; sleep 0.2; done", PEER_PORT, peer_ip, PEER_PORT);
+	out = sb_exec(d.sock, b.id, json_pack("[s, s, s]", "sh", "-c", script), NULL);
 	ck_assert_msg(strstr(out, "hit"), "the peer's listener does not answer itself: %s", out);
 	free(out);
 	/* The sandbox's one way out works. */
@@ -1275,7 +1336,8 @@ START_TEST(the_sandbox_reaches_nothing_but_its_proxy)
 	fprintf(stderr, "egress: from the sandbox:\n%s", out);
 	assert_probes_failed(out, t.tag_ptrs, t.n);
 	free(out);
-	usleep(300 * 1000);
+	/* No wait: every probe has ended (the script waited for them), and
+	 * whatever one sent that could reach us was delivered before it did. */
 	ck_assert_msg(listener_drain(listener) == 0, "the host listener on port %d was reached from the sandbox", port);
 	for (size_t i = 0; i < w.n; i++)
 		ck_assert_msg(watcher_drain(&w, i, log, sizeof(log)) == 0, "a resolver was reached:%s", log);
@@ -1313,7 +1375,7 @@ START_TEST(decisions_made_while_no_daemon_runs_are_published_by_the_next)
 	sub_close(&sub);
 
 	msbd_signal(&a, SIGKILL);
-	ck_assert_int_eq(msbd_wait(&a, 10000), 128 + SIGKILL);
+	ck_assert_int_eq(msbd_wait(&a, 10000), 128 + SIGKILL);   /* hang guard */
 	/* D2, with no daemon: the sandbox and its proxy run on. */
 	out = probe_engine(&sb, CONNECT_HEAD("denied.test:2001"));
 	assert_status("denied.test:2001 with no daemon", out, "403");
@@ -1334,7 +1396,7 @@ START_TEST(decisions_made_while_no_daemon_runs_are_published_by_the_next)
 	assert_gone(sb.name);
 	/* D2 then D3, once each; nothing of D1. */
 	expect_events(&sub, &sb, d2, 3);
-	expect_quiet(&sub, QUIET_MS, "after D2 and D3");
+	expect_no_more(b.sock, &sb, d2, 3, &sub, "after D2 and D3");
 	sub_close(&sub);
 	ck_assert_int_eq(msbd_stop(&b), 0);
 	msbd_stop(&a);   /* already reaped: removes its dir */
@@ -1365,8 +1427,8 @@ START_TEST(a_failed_acquire_leaves_no_topology)
 	ck_assert_int_eq(rep.code, 1001);
 	reply_clear(&rep);
 	expected_name(scope, "t", "a", "allow:allowed.test", name);
-	/* the teardown runs after the reply: give it a moment */
-	for (waited = 0; waited < 10000 && (engine_count_containers("maf-sandbox.scope", scope, NULL) ||
+	/* the teardown runs after the reply: polled (hang guard), then asserted */
+	for (waited = 0; waited < 30000 && (engine_count_containers("maf-sandbox.scope", scope, NULL) ||
 					      engine_count_networks("maf-sandbox.scope", scope, NULL)); waited += 100)
 		usleep(100 * 1000);
 	assert_gone(name);
@@ -1407,15 +1469,6 @@ END_TEST
 
 /* ---- CLI ---------------------------------------------------------------- */
 
-static json_int_t connections_now(const char *sock)
-{
-	json_t *st = call(sock, "daemon.status", NULL, NULL, NULL);
-	json_int_t n = jint(st, "connections.current");
-
-	json_decref(st);
-	return n;
-}
-
 /* Runs the CLI to its end; returns its exit status, stdout in *ret_out. */
 static int cli_run(const char *dir, const char *const *args, char **ret_out)
 {
@@ -1435,35 +1488,46 @@ static int cli_run(const char *dir, const char *const *args, char **ret_out)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* `--json events --follow --scope S`: started before the decisions, prints
- * each as one JSON object, and ends with status 0 on SIGTERM. */
-static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const struct decision *want, size_t n)
+/* Until the CLI has printed n lines (hang guard: EVENT_WAIT_MS); returns
+ * its output (malloc'd). */
+static char *cli_lines(const char *out_path, size_t n)
 {
-	char out_path[160], err_path[160], *text = NULL, *save = NULL, *line;
-	json_int_t before = connections_now(d->sock);
-	long deadline;
-	size_t i = 0;
-	int status;
-	pid_t pid;
+	long deadline = now_ms() + EVENT_WAIT_MS;   /* hang guard */
+	char *text = NULL;
 
-	snprintf(out_path, sizeof(out_path), "%s/follow.out", d->dir);
-	snprintf(err_path, sizeof(err_path), "%s/follow.err", d->dir);
-	pid = spawn_cli((const char *[]){ "--socket", d->sock, "--json", "events", "--follow", "--scope", sb->scope,
-					 NULL },
-			out_path, err_path);
-	/* Connected (daemon.status counts its own connection too), then a margin for its subscribe. */
-	deadline = now_ms() + EVENT_WAIT_MS;
-	while (connections_now(d->sock) < before + 1 && now_ms() < deadline)
-		usleep(50 * 1000);
-	usleep(1000 * 1000);
-	free(probe(d->sock, sb, CONNECT_HEAD("allowed.test:443"), "ping\\n"));
-	free(probe(d->sock, sb, CONNECT_HEAD("denied.test:443"), NULL));
-	deadline = now_ms() + EVENT_WAIT_MS;
 	do {
 		free(text);
 		usleep(POLL_MS * 1000);
 		text = file_text(out_path);
 	} while (count_lines(text) < n && now_ms() < deadline);
+	return text;
+}
+
+/* `--json events --follow --scope S`: prints each decision as one JSON
+ * object, and ends with status 0 on SIGTERM. The CLI subscribes with
+ * replay: the first decision reaches it whenever it subscribed; once it
+ * printed that, it is subscribed, and the second one comes live. */
+static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const struct decision *want, size_t n)
+{
+	char out_path[160], err_path[160], *text = NULL, *save = NULL, *line;
+	size_t i = 0;
+	int status;
+	pid_t pid;
+
+	ck_assert_uint_eq(n, 2);
+	snprintf(out_path, sizeof(out_path), "%s/follow.out", d->dir);
+	snprintf(err_path, sizeof(err_path), "%s/follow.err", d->dir);
+	pid = spawn_cli((const char *[]){ "--socket", d->sock, "--json", "events", "--follow", "--scope", sb->scope,
+					 NULL },
+			out_path, err_path);
+	text = probe(d->sock, sb, CONNECT_HEAD("allowed.test:443"), "ping\\n");
+	assert_status("allowed.test:443 (events --follow)", text, "200");
+	free(text);
+	free(cli_lines(out_path, 1));
+	text = probe(d->sock, sb, CONNECT_HEAD("denied.test:443"), NULL);
+	assert_status("denied.test:443 (events --follow)", text, "403");
+	free(text);
+	text = cli_lines(out_path, n);
 	kill(pid, SIGTERM);
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "events --follow ended with status %d on SIGTERM",
@@ -1482,6 +1546,7 @@ static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const st
 	if (i != n) {
 		char *err = file_text(err_path);
 
+		msbd_dump_log(d);
 		ck_abort_msg("events --follow printed %zu events, want %zu; stderr: %s", i, n, err);
 	}
 	free(text);
@@ -1567,7 +1632,7 @@ static bool serve(const char *name, int host, const char *aliases, const char *b
 			   "sh -c 'printf \"#!/bin/sh\\necho %s-\\$1\\nexec cat\\n\" >/tmp/s; chmod +x /tmp/s; "
 			   "for p in %s; do nc -ll -p $p -e /tmp/s $p & done; wait' 2>&1 && echo ok",
 			   name, FIXTURE_LABEL, run_id, fx.net, fx.prefix, host, aliases, image, banner, ports);
-	bool ok = strstr(out, "ok") != NULL;
+	bool ok = harness_last_line_is(out, "ok");
 
 	if (!ok)
 		fprintf(stderr, "egress: cannot start %s: %s\n", name, out);
@@ -1594,7 +1659,7 @@ static bool fixture_net_create(void)
 		out = sh_out("docker network create --subnet %s.0/24 --ip-range %s.64/26 --gateway %s.1 "
 			     "--label %s=%s '%s' 2>&1 && echo ok",
 			     fx.prefix, fx.prefix, fx.prefix, FIXTURE_LABEL, run_id, fx.net);
-		if (strstr(out, "ok")) {
+		if (harness_last_line_is(out, "ok")) {
 			free(out);
 			return true;
 		}

@@ -21,7 +21,7 @@
 #include "harness.h"
 #include "msb.h"
 
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000   /* hang guard */
 #define RUN_LABEL "msb-it-run"
 #define RUN_LABEL_KEY "maf-sandbox.label." RUN_LABEL
 #define FIXTURE_LABEL "msb-it-egress-fixture"
@@ -30,10 +30,10 @@
 #define SANDBOXES (CLIENTS * PER_CLIENT)
 /* Generous: 600 engine objects on a small machine; still under meson's
  * 900 s, so that main() is left the time to clean up whatever happened. */
-#define TEST_TIMEOUT_S 780
+#define TEST_TIMEOUT_S 780   /* hang guard */
 /* One call; a client whose call timed out reconnects for its next key. */
-#define CLIENT_TIMEOUT_MS (180 * 1000)
-#define PROXY_READY_MS 120000
+#define CLIENT_TIMEOUT_MS (180 * 1000)   /* hang guard */
+#define PROXY_READY_MS 120000   /* hang guard */
 #define POLL_MS 200
 #define EXIT_SKIP 77
 #define OUT_NET_FMT "10.216.%d"
@@ -310,7 +310,7 @@ static bool out_net_create(void)
 		int r = (int)(((getpid() + i * 7) % 63) + 1) * 4;
 		char *out = sh_out("docker network create --subnet " OUT_NET_FMT ".0/22 --label %s=%s '%s' 2>&1 && echo ok",
 				   r, FIXTURE_LABEL, run_id, out_net);
-		bool ok = strstr(out, "ok") != NULL;
+		bool ok = harness_last_line_is(out, "ok");
 
 		if (!ok)
 			fprintf(stderr, "density: " OUT_NET_FMT ".0/22: %s\n", r, out);

@@ -23,8 +23,8 @@
 #include "base64.h"
 
 #define MAX_PROCS 8
-#define START_TIMEOUT_MS 10000
-#define STOP_TIMEOUT_MS 20000
+#define START_TIMEOUT_MS 10000   /* hang guard */
+#define STOP_TIMEOUT_MS 20000   /* hang guard */
 #define RAW_LINE_MAX (128 * 1024 * 1024)
 
 static struct msbd_proc *procs[MAX_PROCS];
@@ -89,12 +89,19 @@ static void untrack(struct msbd_proc *p)
 
 static char run_dir[32];
 
+bool harness_last_line_is(const char *out, const char *line)
+{
+	const char *nl = strrchr(out, '\n');
+
+	return strcmp(nl ? nl + 1 : out, line) == 0;
+}
+
 bool harness_test_image(const char *ref)
 {
 	const char *script = getenv("MSB_TESTIMAGE");
 	char *out = sh_out("sh '%s' '%s' 2>&1 && echo ok", script ? script : "tests/integration/testimage.sh",
 			   ref);
-	bool ok = strstr(out, "ok") != NULL;
+	bool ok = harness_last_line_is(out, "ok");
 
 	if (!ok)
 		fprintf(stderr, "cannot build the test image: %s\n", out);

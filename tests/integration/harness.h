@@ -30,6 +30,11 @@ void harness_run_dir_remove(void);
  * stderr, when it could not be built. */
 bool harness_test_image(const char *ref);
 
+/* True when the last line of out (sh_out's: trailing newlines cut) is
+ * exactly line: for `cmd && echo ok`, where the command's own output may
+ * contain the marker's letters. */
+bool harness_last_line_is(const char *out, const char *line);
+
 /* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
 void msbd_prepare(struct msbd_proc *p);
 /* $MSB_FILE_PLANE (auto, local, archive), or NULL when unset: every daemon

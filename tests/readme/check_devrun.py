@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 
-#: dev.sh checks its packages, the engine and the build before it starts the daemon.
+#: hang guard: dev.sh checks its packages, the engine and the build before it starts the daemon.
 START_TIMEOUT_S = 120
+#: hang guard: the daemon's exit on SIGTERM (its status is asserted: 0).
 STOP_TIMEOUT_S = 30
 SKIP = 77
 

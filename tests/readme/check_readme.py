@@ -38,11 +38,14 @@ import time
 MARKER_RE = re.compile(r"^<!--\s*ci:\s*(run|skip:\s*\S.*?)\s*-->\s*$")
 FENCE_RE = re.compile(r"^```(\w*)\s*$")
 RUNNABLE = ("sh", "console", "python")
+#: hang guard: the daemon listens on its socket.
 DAEMON_START_TIMEOUT_S = 20
-#: How long the daemon gets to reach the engine before the blocks run.
+#: hang guard: the daemon reaches the engine before the blocks run.
 ENGINE_READY_TIMEOUT_S = 30
-#: Below meson's timeout for this test (300 s), so a hang is reported by this script.
+#: hang guard, below meson's timeout for this test (300 s), so a hang is reported by this script.
 README_TIMEOUT_S = 240
+#: hang guard: the daemon's exit on SIGTERM (its status is asserted: 0).
+DAEMON_STOP_TIMEOUT_S = 30
 #: How long the SIGTERM handler waits for the engine cleanup (meson kills 0.5 s after SIGTERM).
 SIGTERM_CLEANUP_WAIT_S = 0.3
 
@@ -124,6 +127,23 @@ def wait_engine_reachable(source, sock, daemon, work):
         time.sleep(0.1)
     sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
     sys.exit(f"the daemon did not reach the engine within {ENGINE_READY_TIMEOUT_S} s: {last}")
+
+
+def stop_daemon(daemon, work):
+    """SIGTERM, and its exit status must be 0: a sanitizer's report at shutdown (or a
+    daemon that died while the blocks ran) fails the test."""
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(DAEMON_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+            sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
+            sys.exit(f"the daemon did not stop on SIGTERM within {DAEMON_STOP_TIMEOUT_S} s")
+    if daemon.returncode != 0:
+        sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-8000:])
+        sys.exit(f"the daemon exited with status {daemon.returncode} (SIGTERM after the blocks), not 0")
 
 
 def sh_quiet(cmd):
@@ -225,12 +245,13 @@ def main():
             sys.stdout.write(open(os.path.join(work, "daemon.log"), errors="replace").read()[-4000:])
             sys.exit(f"the README's commands failed (exit {returncode}); the last '=== README.md:N' "
                      "above names the block")
-        print(f"README: {len(run)} block(s) ran", flush=True)
+        stop_daemon(daemon, work)
+        print(f"README: {len(run)} block(s) ran; the daemon stopped with status 0", flush=True)
     finally:
         if daemon and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
-                daemon.wait(30)
+                daemon.wait(DAEMON_STOP_TIMEOUT_S)   # hang guard
             except subprocess.TimeoutExpired:
                 daemon.kill()
         sh_quiet(engine_cleanup(scope, image))

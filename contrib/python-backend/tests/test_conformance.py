@@ -202,7 +202,7 @@ class ConformanceCase(unittest.IsolatedAsyncioTestCase):
         # Older than the sweep's age: the engine's clock says when it was made.
         [info] = await self.backend.list(key.scope)
         self.assertEqual(info.sandbox, sandbox.instance_id)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # not early: past the sweep's 1 s age
         result = await self.backend.reap(timedelta(seconds=1), scope=key.scope)
         self.assertIsInstance(result, msd.ReapResult)
         self.assertEqual((result.disposed, result.failures), (1, ()))

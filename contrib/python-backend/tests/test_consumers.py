@@ -378,14 +378,14 @@ class ProgramChannelTest(_Case):
 
         task = asyncio.create_task(sandbox.exec(["sh", "-c", "setsid env -i sleep 309 & sleep 308"],
                                                 working_directory=".", timeout=EXEC_TIMEOUT))
-        for _ in range(300):
+        for _ in range(300):  # hang guard: the command runs
             if await count("sleep 308") and await count("sleep 309"):
                 break
             await asyncio.sleep(0.1)
         task.cancel()
         with self.assertRaises(asyncio.CancelledError):
             await task
-        for _ in range(50):
+        for _ in range(300):  # hang guard: polled until gone, then asserted
             left = await count("sleep 308") + await count("sleep 309")
             if not left:
                 break

@@ -32,8 +32,8 @@ from maf_sandbox_daemon import DaemonSandboxBackend
 OUT_NET_PREFIX = "10.219"
 OUT_NET_TRIES = 16
 UPSTREAM_HOST = 10
-PROXY_READY_SECONDS = 60.0
-LISTEN_SECONDS = 30.0
+PROXY_READY_SECONDS = 60.0  # hang guard: the proxy image ready
+LISTEN_SECONDS = 30.0  # hang guard: the upstream listens
 TRUST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 _world: dict[str, str] = {}

@@ -34,12 +34,12 @@ from typing import Any
 
 RUN_LABEL = "msb-it-run"
 CONTAINER_LABEL = f"maf-sandbox.label.{RUN_LABEL}"
-#: How long a daemon gets to listen, and then to reach the engine and list its containers.
+#: hang guard: a daemon listens, then reaches the engine and lists its containers.
 START_TIMEOUT_SECONDS = 15.0
 #: How long the SIGTERM handler waits for the engine cleanup (meson kills 0.5 s after SIGTERM).
 SIGTERM_CLEANUP_WAIT_SECONDS = 0.35
-READY_TIMEOUT_SECONDS = 30.0
-STOP_TIMEOUT_SECONDS = 20.0
+READY_TIMEOUT_SECONDS = 30.0  # hang guard
+STOP_TIMEOUT_SECONDS = 20.0  # hang guard: SIGTERM to exit (then SIGKILL, and the status fails)
 
 CONTRIB_PYTHON = Path(__file__).resolve().parent.parent
 REPO = CONTRIB_PYTHON.parent.parent

@@ -45,7 +45,11 @@ class ErrorTest(unittest.IsolatedAsyncioTestCase):
         return exc
 
     async def daemon(self, *args: str, wait_ready: bool = True) -> fx.Daemon:
-        return await asyncio.to_thread(self.s.daemon, *args, wait_ready=wait_ready)
+        """A daemon of the test's own; at the test's end (after its clients, closed by
+        cleanups added later) SIGTERM, and it must exit 0 (a sanitizer's report fails it)."""
+        d = await asyncio.to_thread(self.s.daemon, *args, wait_ready=wait_ready)
+        self.addAsyncCleanup(asyncio.to_thread, fx.check_clean_exit, d)
+        return d
 
 
 class FromTheSharedDaemon(ErrorTest):

@@ -7,7 +7,7 @@
 #include "harness.h"
 #include "hostile.h"
 
-#define CLEANUP_TIMEOUT_S 120
+#define CLEANUP_TIMEOUT_S 120   /* hang guard */
 
 char hostile_run_id[32];
 char hostile_image[96];

@@ -31,16 +31,16 @@
 
 #define EGRESS_FLOOD_ATTEMPTS 12000        /* in all, split between the loops */
 #define EGRESS_FLOOD_LOOPS 4
-#define EGRESS_FLOOD_EXEC_S 150            /* the guest's own deadline for the flood */
-#define ENGINE_WAIT_MS 15000
-#define PROXY_READY_MS 120000
-#define STATUS_GUARD_MS 3000               /* hang guard for one daemon.status (ASan, a loaded CI host) */
+#define EGRESS_FLOOD_EXEC_S 150            /* hang guard: the guest's own deadline for the flood */
+#define ENGINE_WAIT_MS 15000               /* hang guard: the engine reachable */
+#define PROXY_READY_MS 120000              /* hang guard: the proxy image ready */
+#define STATUS_GUARD_MS 15000              /* hang guard for one daemon.status (ASan, a loaded CI host) */
 #define STATUS_GAP_MS 100
 /* Answers to collect while the flood is seen rising, per daemon. */
 #define STATUS_WHILE_RISING 5
-#define SETTLE_MS 60000                    /* after the flood: the counts meet within this */
+#define SETTLE_MS 120000                   /* hang guard: after the flood, the counts meet */
 #define POLL_MS 200
-#define SETTLE_READ_MS 2000                /* between two reads of the proxy's count (over a window) */
+#define SETTLE_READ_MS 2000                /* between two reads of the proxy's count (a pace, no bound) */
 #define SUB_BUF_MAX (1024 * 1024)
 
 #define DENIED_TARGET "denied.invalid:1"
@@ -239,22 +239,18 @@ static void subs_pump_for(struct flood_sub *a, struct flood_sub *b, long ms)
 /* The proxy's count once docker has collected all of its log (it does so
  * asynchronously: a read right after the flood may be short), while the
  * subscribers read on: read again until it equals both subscribers'
- * counts, or until it and theirs stay the same over SETTLE_READ_MS (two
- * reads agree: nothing moves any more), or SETTLE_MS has passed (hang
- * guard). The caller asserts they are equal. */
+ * counts, or SETTLE_MS has passed (hang guard). No "nothing moved for a
+ * while" exit: a log docker collects late is waited for, not taken for
+ * the end. The caller asserts they are equal. */
 static long long proxy_count_settled(const char *proxy, struct flood_sub *a, struct flood_sub *b)
 {
-	long deadline = now_ms() + SETTLE_MS;
-	long long n = proxy_count(proxy), again, da, db;
+	long deadline = now_ms() + SETTLE_MS;   /* hang guard */
+	long long n = proxy_count(proxy), again;
 
 	for (;;) {
-		da = a->decisions;
-		db = b->decisions;
 		subs_pump_for(a, b, SETTLE_READ_MS);
 		again = proxy_count(proxy);
 		if (again == n && a->decisions == n && b->decisions == n)
-			break;
-		if (again == n && a->decisions == da && b->decisions == db)
 			break;
 		n = again;
 		if (now_ms() > deadline)
@@ -325,7 +321,7 @@ START_TEST(egress_flood_keeps_loop_responsive)
 				   FLOOD_SCRIPT, "sh", per_loop, "timeout_seconds", EGRESS_FLOOD_EXEC_S, "text", 1));
 
 	/* While it runs: both daemons answer, and their counts keep rising. */
-	deadline = now_ms() + (EGRESS_FLOOD_EXEC_S + 10) * 1000L;
+	deadline = now_ms() + (EGRESS_FLOOD_EXEC_S + 10) * 1000L;   /* hang guard: the guest's own deadline */
 	while (!flood_done && now_ms() < deadline) {
 		json_int_t seen_a = status_seen(&a), seen_b = status_seen(&b);
 

@@ -31,20 +31,20 @@
 #include "hostile.h"
 #include "xmalloc.h"
 
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000   /* hang guard */
 #define ERR_CONFINEMENT 1200
 #define ERR_TIMEOUT 1205
 #define ERR_OS 1203
 /* The deadline of the escaping execs, and the hang guard on their reply
  * (the client's own wait is 30 s). */
 #define ESCAPE_TIMEOUT_S 2
-#define REPLY_GUARD_MS 20000
+#define REPLY_GUARD_MS 20000   /* hang guard */
 /* How long the killed processes may take to leave the container (a hang
  * guard: the engine's top is polled until they are gone). */
-#define GONE_GUARD_MS 20000
+#define GONE_GUARD_MS 20000   /* hang guard */
 #define POLL_MS 200
 /* The concurrent exec's deadline: well past this test's own length. */
-#define SURVIVOR_TIMEOUT_S 120
+#define SURVIVOR_TIMEOUT_S 120   /* hang guard */
 #define SURVIVOR_REQ_ID 7
 /* The user image of the identity test. */
 #define USER_UID "1000"

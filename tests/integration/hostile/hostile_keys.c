@@ -39,7 +39,7 @@
 #define MISSING_REPO "127.0.0.1:1/msb-it-missing/x"
 #define MISSING_TAG  "1"
 #define MISSING_REF  MISSING_REPO ":" MISSING_TAG
-#define ENGINE_WAIT_MS 15000
+#define ENGINE_WAIT_MS 15000   /* hang guard */
 
 static json_t *key_of(const char *scope)
 {

@@ -41,7 +41,7 @@
 #define FAIR_UID_B    61002
 #define FAIR_UID_C    61003
 #define FAIR_WAIT_MS  15000       /* hang guard of one reply */
-#define FAIR_ENGINE_WAIT_MS 15000
+#define FAIR_ENGINE_WAIT_MS 15000   /* hang guard */
 #define FAIR_MIB      (1024 * 1024)
 #define FAIR_N(a)     (sizeof(a) / sizeof((a)[0]))
 
@@ -567,7 +567,10 @@ END_TEST
 #define FAIR_SHARE_BYTES     (6 * FAIR_MIB)
 /* More than any socket buffer holds: the daemon read these bytes. */
 #define FAIR_READ_BYTES      FAIR_MIB
-#define FAIR_DEADLINE_SLACK_MS 3000   /* a renewed deadline would add a whole 8 s */
+/* Not a hang guard: an upper bound that is the behaviour (the frame deadline
+ * runs from the first byte; one renewed when the daemon reads on would add a
+ * whole FAIR_FRAME_TIMEOUT). Left as it was: see the issue 20 report. */
+#define FAIR_DEADLINE_SLACK_MS 3000
 
 struct fair_frame_conn {
 	long first_ms;     /* its first byte sent */
@@ -1105,7 +1108,7 @@ START_TEST(fair_capped_frame_deadline)
 END_TEST
 
 #define MIB (1024L * 1024)
-#define MEM_ENGINE_WAIT_MS 15000
+#define MEM_ENGINE_WAIT_MS 15000   /* hang guard */
 #define MEM_STATE_WAIT_MS  120000   /* hang guard: a state the daemon must reach */
 #define MEM_READ_WAIT_MS   300000   /* hang guard: every reply read */
 #define MEM_IDLE_WAIT_MS   30000    /* hang guard: the memory given back */
@@ -1167,7 +1170,7 @@ static long mem_formula(const struct mem_limits *l, long base)
  * small: the test measures the daemon, not ASan. */
 static void mem_daemon_up(struct msbd_proc *p, const char *plane, const struct mem_limits *l)
 {
-	static char args[9][64];
+	static char args[10][64];
 	const char *asan = getenv("ASAN_OPTIONS");
 	char opts[512];
 	const char *argv[32];
@@ -1187,6 +1190,10 @@ static void mem_daemon_up(struct msbd_proc *p, const char *plane, const struct m
 	SET("exec.max_output_bytes=%ld", l->exec_output);
 	/* files.list's bound (20 names of 255 bytes under a 4095-byte path, escaped) within the budgets. */
 	SET("files.list_max_entries=%d", 20);
+	/* Replies are left unread on purpose while the state is awaited: the
+	 * daemon's own close of such a connection (60 s by default) must not
+	 * come before the hang guards (MEM_STATE_WAIT_MS, MEM_READ_WAIT_MS). */
+	SET("limits.write_timeout_ms=%d", 600000);
 #undef SET
 	argv[n] = NULL;
 	msbd_start(p, argv);
@@ -1343,7 +1350,8 @@ static json_t *mem_wait_parked(const struct msbd_proc *p, json_int_t parked, lon
 		    jint(st, "memory.reply_queued_bytes") >= queued)
 			return st;
 		if (fair_now_ms() > deadline) {
-			char *s = json_dumps(jget(st, "memory"), JSON_COMPACT);
+			/* All of it: requests.in_flight and by_uid say what was still running. */
+			char *s = json_dumps(st, JSON_COMPACT);
 
 			msbd_dump_log(p);
 			ck_abort_msg("the daemon did not settle with %lld calls parked: %s", (long long)parked, s);
@@ -1476,7 +1484,12 @@ static void mem_reads(const char *plane, const struct mem_limits *l, int calls, 
 	/* The file, written through the daemon in one frame. */
 	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "big.bin",
 						  "content_b64", b64), &code, NULL);
-	ck_assert_msg(r && code == 0, "files.write failed (%d)", code);
+	if (!r || code != 0) {
+		char *state = sh_out("docker inspect -f '{{json .State}}' %s 2>&1", sb);
+
+		msbd_dump_log(&d);
+		ck_abort_msg("files.write failed (%d); the container: %s", code, state);
+	}
 	json_decref(r);
 
 	params = json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin");
@@ -2082,7 +2095,12 @@ START_TEST(mem_parked_calls_block_nobody_else)
 	mem_acquire(&d, "parked", sb, sizeof(sb));
 	r = call(d.sock, "files.write", json_pack("{s:s, s:s, s:s}", "sandbox", sb, "path", "big.bin",
 						  "content_b64", b64), &code, NULL);
-	ck_assert_msg(r && code == 0, "files.write failed (%d)", code);
+	if (!r || code != 0) {
+		char *state = sh_out("docker inspect -f '{{json .State}}' %s 2>&1", sb);
+
+		msbd_dump_log(&d);
+		ck_abort_msg("files.write failed (%d); the container: %s", code, state);
+	}
 	json_decref(r);
 
 	params = json_pack("{s:s, s:s}", "sandbox", sb, "path", "big.bin");

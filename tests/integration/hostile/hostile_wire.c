@@ -43,9 +43,9 @@
 #define WIRE_RSS_SLACK_KIB (24 * 1024)
 #define WIRE_RSS_BOUND_KIB (3 * (WIRE_FRAME_BYTES / 1024) + WIRE_RSS_SLACK_KIB)
 /* Hang guards, never timing assertions. */
-#define WIRE_REPLY_MS 60000
-#define WIRE_STATUS_MS 20000
-#define ENGINE_WAIT_MS 30000
+#define WIRE_REPLY_MS 60000   /* hang guard */
+#define WIRE_STATUS_MS 20000   /* hang guard */
+#define ENGINE_WAIT_MS 30000   /* hang guard */
 /* The flood: frames sent back to back by a child (at most), and the
  * daemon.status answers wanted while it runs. */
 #define FLOOD_FRAMES_MAX 1000
