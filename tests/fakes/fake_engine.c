@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_engine.h"
@@ -24,6 +25,7 @@ struct fake_conn {
 	pthread_t thread;
 	char *buf;
 	size_t len;
+	bool gone;  /* counted in peer_gone */
 };
 
 static struct {
@@ -41,6 +43,7 @@ static struct {
 	size_t nrequests;
 	struct fake_conn *conns[FAKE_MAX_CONNECTIONS];
 	unsigned nconns;
+	unsigned peer_gone;
 } fake = { .listen_fd = -1, .stop_pipe = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void die(const char *what)
@@ -75,6 +78,24 @@ static int fake_sleep(int ms)
 	if (ms <= 0)
 		return 0;
 	return wait_readable(-1, ms) < 0 ? -1 : 0;
+}
+
+/* The client went away on c: counted once. */
+static void peer_gone(struct fake_conn *c)
+{
+	pthread_mutex_lock(&fake.lock);
+	if (!c->gone)
+		fake.peer_gone++;
+	c->gone = true;
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static long long now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static int send_all(int fd, const char *p, size_t n)
@@ -215,9 +236,10 @@ static int send_chunked(int fd, const struct fake_reply *r)
 }
 
 /* Returns 0 to keep the connection, -1 to close it. */
-static int send_reply(int fd, const struct fake_reply *r)
+static int send_reply(struct fake_conn *c, const struct fake_reply *r)
 {
 	struct out o = { 0 };
+	int fd = c->fd;
 	int rc;
 
 	if (fake_sleep(r->delay_ms) < 0)
@@ -237,15 +259,19 @@ static int send_reply(int fd, const struct fake_reply *r)
 		if (r->close_after_bytes > 0)
 			return -1;
 	}
-	if (rc < 0)
+	if (rc < 0) {
+		peer_gone(c);
 		return -1;
+	}
 	if (r->stall) {
 		/* Until the client goes away or the fake stops. */
 		while (wait_readable(fd, -1) > 0) {
 			char b[256];
 
-			if (recv(fd, b, sizeof(b), 0) <= 0)
+			if (recv(fd, b, sizeof(b), 0) <= 0) {
+				peer_gone(c);
 				break;
+			}
 		}
 		return -1;
 	}
@@ -359,8 +385,10 @@ static int conn_read(struct fake_conn *c)
 	if (!c->buf)
 		die("realloc");
 	n = recv(c->fd, c->buf + c->len, 65536, 0);
-	if (n <= 0)
+	if (n <= 0) {
+		peer_gone(c);
 		return -1;
+	}
 	c->len += (size_t)n;
 	return 0;
 }
@@ -373,10 +401,11 @@ static int serve_one(struct fake_conn *c, struct fake_request *req)
 					.headers = "Content-Type: application/json\r\n" };
 
 	req->conn = c->number;
+	req->at_us = now_us();
 	snprintf(body, sizeof(body), "{\"message\":\"fake engine: no reply for %s %s\"}", req->method,
 		 req->path);
 	r = record_and_match(req);
-	return send_reply(c->fd, r ? r : &not_found);
+	return send_reply(c, r ? r : &not_found);
 }
 
 static void *conn_main(void *arg)
@@ -430,6 +459,16 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
+unsigned fake_engine_peer_gone_count(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake.lock);
+	n = fake.peer_gone;
+	pthread_mutex_unlock(&fake.lock);
+	return n;
+}
+
 /* ---- control ------------------------------------------------------------------ */
 
 const char *fake_engine_socket_path(void)
@@ -471,6 +510,7 @@ const char *fake_engine_start(const struct fake_reply *script, size_t n)
 	fake.script = script;
 	fake.script_n = n;
 	fake.nconns = 0;
+	fake.peer_gone = 0;
 	if (pipe2(fake.stop_pipe, O_CLOEXEC) < 0)
 		die("pipe2");
 	fake.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

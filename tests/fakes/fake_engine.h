@@ -49,6 +49,9 @@ struct fake_request {
 	char *body;               /* NUL-terminated; body_len excludes the NUL */
 	size_t body_len;
 	unsigned conn;            /* 1-based number of the connection it came on */
+	long long at_us;          /* CLOCK_MONOTONIC when it was recorded, in µs: for a
+				   * test's `not early` check (a retry not sent before its
+				   * delay), never for an upper bound */
 };
 
 /* The socket path (in a temporary directory created on first use). The
@@ -77,6 +80,10 @@ size_t fake_engine_request_count(void);
 const struct fake_request *fake_engine_request(size_t i);
 /* Connections accepted since start. */
 unsigned fake_engine_connection_count(void);
+/* Times the fake saw a client go away: an end of file read from it, or a
+ * reply it could no longer take (the send failed), counted once per
+ * connection. A test observes an idle or cancel close here, not by time. */
+unsigned fake_engine_peer_gone_count(void);
 /* Copies the value of header name (case-insensitive) into out; false if absent. */
 bool fake_request_header(const struct fake_request *r, const char *name, char *out, size_t outlen);
 
