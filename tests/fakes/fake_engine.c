@@ -44,6 +44,7 @@ static struct {
 	struct fake_conn *conns[FAKE_MAX_CONNECTIONS];
 	unsigned nconns;
 	unsigned peer_gone;
+	unsigned abandoned;
 } fake = { .listen_fd = -1, .stop_pipe = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void die(const char *what)
@@ -80,14 +81,48 @@ static int fake_sleep(int ms)
 	return wait_readable(-1, ms) < 0 ? -1 : 0;
 }
 
-/* The client went away on c: counted once. */
-static void peer_gone(struct fake_conn *c)
+/* The client went away on c: counted once; abandoned: with its reply
+ * not (wholly) sent. */
+static void peer_gone(struct fake_conn *c, bool abandoned)
 {
 	pthread_mutex_lock(&fake.lock);
-	if (!c->gone)
+	if (!c->gone) {
 		fake.peer_gone++;
+		fake.abandoned += abandoned;
+	}
 	c->gone = true;
 	pthread_mutex_unlock(&fake.lock);
+}
+
+/* A reply's delay: ms, or less when stopping (-1) or when the client goes
+ * away meanwhile (-1, counted as abandoned). */
+static int delay_watching(struct fake_conn *c, int ms)
+{
+	struct timespec t0, t;
+
+	if (ms <= 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		long left;
+		char b;
+		int r;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return 0;
+		r = wait_readable(c->fd, (int)left);
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return 0;
+		if (recv(c->fd, &b, 1, MSG_PEEK) <= 0) {
+			peer_gone(c, true);
+			return -1;
+		}
+		return fake_sleep((int)left);   /* bytes, not an end: sleep the rest */
+	}
 }
 
 static long long now_us(void)
@@ -242,7 +277,7 @@ static int send_reply(struct fake_conn *c, const struct fake_reply *r)
 	int fd = c->fd;
 	int rc;
 
-	if (fake_sleep(r->delay_ms) < 0)
+	if (delay_watching(c, r->delay_ms) < 0)
 		return -1;
 	if (r->raw) {
 		send_all(fd, r->raw, strlen(r->raw));
@@ -260,7 +295,7 @@ static int send_reply(struct fake_conn *c, const struct fake_reply *r)
 			return -1;
 	}
 	if (rc < 0) {
-		peer_gone(c);
+		peer_gone(c, true);
 		return -1;
 	}
 	if (r->stall) {
@@ -269,7 +304,7 @@ static int send_reply(struct fake_conn *c, const struct fake_reply *r)
 			char b[256];
 
 			if (recv(fd, b, sizeof(b), 0) <= 0) {
-				peer_gone(c);
+				peer_gone(c, true);
 				break;
 			}
 		}
@@ -386,7 +421,7 @@ static int conn_read(struct fake_conn *c)
 		die("realloc");
 	n = recv(c->fd, c->buf + c->len, 65536, 0);
 	if (n <= 0) {
-		peer_gone(c);
+		peer_gone(c, false);
 		return -1;
 	}
 	c->len += (size_t)n;
@@ -469,6 +504,16 @@ unsigned fake_engine_peer_gone_count(void)
 	return n;
 }
 
+unsigned fake_engine_abandoned_count(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake.lock);
+	n = fake.abandoned;
+	pthread_mutex_unlock(&fake.lock);
+	return n;
+}
+
 /* ---- control ------------------------------------------------------------------ */
 
 const char *fake_engine_socket_path(void)
@@ -511,6 +556,7 @@ const char *fake_engine_start(const struct fake_reply *script, size_t n)
 	fake.script_n = n;
 	fake.nconns = 0;
 	fake.peer_gone = 0;
+	fake.abandoned = 0;
 	if (pipe2(fake.stop_pipe, O_CLOEXEC) < 0)
 		die("pipe2");
 	fake.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

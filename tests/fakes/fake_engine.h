@@ -84,6 +84,11 @@ unsigned fake_engine_connection_count(void);
  * reply it could no longer take (the send failed), counted once per
  * connection. A test observes an idle or cancel close here, not by time. */
 unsigned fake_engine_peer_gone_count(void);
+/* Of those, the times it went with its request's reply not wholly sent: it
+ * left during the reply's delay, a stall, or a chunked body (the fake
+ * watches for the end of file while it delays a reply): a request the
+ * client cancelled in flight. */
+unsigned fake_engine_abandoned_count(void);
 /* Copies the value of header name (case-insensitive) into out; false if absent. */
 bool fake_request_header(const struct fake_request *r, const char *name, char *out, size_t outlen);
 

@@ -837,8 +837,8 @@ START_TEST(test_pull_idle_timeout)
 	ck_assert_int_eq(pr.error, -ETIMEDOUT);
 	ck_assert_int_eq(pr.progress, 1);
 	/* hang guard: the fake's thread notices the close */
-	LOOP_RUN_WHILE(base, fake_engine_peer_gone_count() < 1, RUN_MAX_MS);
-	ck_assert_uint_eq(fake_engine_peer_gone_count(), 1);
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 }
 END_TEST
 

@@ -706,6 +706,9 @@ START_TEST(test_deadline)
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
+	/* hang guard: the fake's thread notices the close */
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	result_release(&r);
 }
 END_TEST
@@ -731,8 +734,8 @@ START_TEST(test_idle_stream)
 	ck_assert_msg(strncmp(script[0].body, r.data, r.data_len) == 0, "%s", r.data);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
 	/* hang guard: the fake's thread notices the close */
-	LOOP_RUN_WHILE(base, fake_engine_peer_gone_count() < 1, RUN_MAX_MS);
-	ck_assert_uint_eq(fake_engine_peer_gone_count(), 1);
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	result_release(&r);
 }
 END_TEST
