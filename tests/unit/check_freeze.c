@@ -417,8 +417,8 @@ START_TEST(test_stale_retry_cancelled)
 	a = hold();
 	/* Until the 409 is in and the claim waits to ask again (observed, not
 	 * timed). Nothing runs between the check and the cancel. */
-	for (int i = 0; i < RUN_MAX_MS && freeze_table_retries_pending(table) == 0; i++)
-		run_for(1);
+	/* hang guard */
+	LOOP_RUN_WHILE(base, freeze_table_retries_pending(table) == 0, RUN_MAX_MS);
 	ck_assert_uint_eq(freeze_table_retries_pending(table), 1);
 	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
 	freeze_table_cancel_retries(table);
@@ -1345,6 +1345,7 @@ START_TEST(test_host_blocked_thaw_spends_its_budget)
 	ck_assert(!freeze_is_held(table, C1));
 	b = hold();
 	wait_calls(o, 1);
+	/* not early: the budget is spent before it fails (ms rounding) */
 	ck_assert_int_ge(loop_now_ms() - t0, HOST_WAIT_MS - 2);   /* ms rounding */
 	ck_assert_int_eq(o->error, -EAGAIN);
 	ck_assert_int_eq(o->reason, FREEZE_REASON_HELD_ELSEWHERE);
