@@ -1352,7 +1352,7 @@ END_TEST
 /* --- notifications after the reply: msb_wait_notify ---------------------- */
 
 #define WAIT_MAX 4
-#define WAIT_LONG_MS 1500      /* under FAKE_IO_WAIT_MS: a held fake is still there */
+#define WAIT_LONG_MS (1500 * test_slow_factor())   /* hang guard, under FAKE_IO_WAIT_MS: a held fake is still there */
 #define SPLIT_NOTE_HEAD "{\"jsonrpc\":\"2.0\",\"method\":\"sandbox.pull_progress\",\"params\":{\"status\":\"s"
 #define STRAY_ERROR "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"m\"}}\n"
 

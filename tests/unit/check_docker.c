@@ -20,7 +20,7 @@
 #include "loop.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS  2000
+#define RUN_MAX_MS  2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS   30
 #define API         "/v1.45"
 #define MAX_SEEN    32

@@ -39,7 +39,7 @@
 #include "sandbox.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS 3000
+#define RUN_MAX_MS 3000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define API        "/v1.41"
 #define PROXY_ID   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define NAME       "maf-sandbox-docker-0123456789ab"

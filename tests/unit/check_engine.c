@@ -18,7 +18,7 @@
 #include "slow.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS   2000
+#define RUN_MAX_MS   2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS    30
 #define MAX_CHANGES  32
 

@@ -21,7 +21,7 @@
 #include "http.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS      2000     /* the longest any test waits for a callback */
+#define RUN_MAX_MS      2000     /* hang guard: the longest any test waits for a callback */
 #define SETTLE_MS       30       /* loop time after a result, to catch a second callback */
 
 static struct event_base *base;

@@ -36,7 +36,7 @@
 #include "slow.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS   2000
+#define RUN_MAX_MS   2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS    40
 #define SHORT_MS     150         /* a deadline that passes during a test */
 #define SLOW_MS      1000        /* a reply held back longer than SHORT_MS */

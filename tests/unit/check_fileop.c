@@ -35,7 +35,7 @@
 #include "tarball.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS   3000
+#define RUN_MAX_MS   3000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS    40
 #define SLOW_MS      2000         /* a reply held back this long never comes in time */
 #define NEVER_MS     60000        /* a reply held back for good: the fake ends the wait when

@@ -25,7 +25,7 @@
 #include "registry.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS     2000
+#define RUN_MAX_MS     2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS      30
 #define TRACE_MAX      1024
 #define SCRIPT_MAX     32
