@@ -270,8 +270,9 @@ static int send_chunked(int fd, const struct fake_reply *r)
 	return rc;
 }
 
-/* Returns 0 to keep the connection, -1 to close it. */
-static int send_reply(struct fake_conn *c, const struct fake_reply *r)
+/* Returns 0 to keep the connection, -1 to close it. idx: the request's
+ * record (FAKE_MAX_REQUESTS or more: none), stamped with replied_us. */
+static int send_reply(struct fake_conn *c, const struct fake_reply *r, size_t idx)
 {
 	struct out o = { 0 };
 	int fd = c->fd;
@@ -279,6 +280,10 @@ static int send_reply(struct fake_conn *c, const struct fake_reply *r)
 
 	if (delay_watching(c, r->delay_ms) < 0)
 		return -1;
+	pthread_mutex_lock(&fake.lock);
+	if (idx < FAKE_MAX_REQUESTS)
+		fake.requests[idx].replied_us = now_us();
+	pthread_mutex_unlock(&fake.lock);
 	if (r->raw) {
 		send_all(fd, r->raw, strlen(r->raw));
 		return -1;
@@ -386,8 +391,9 @@ static bool reply_matches(const struct fake_reply *r, const struct fake_request 
 	return !r->path || strncmp(req->path, r->path, strlen(r->path)) == 0;
 }
 
-/* Records the request (taking its strings) and picks its reply, or NULL. */
-static const struct fake_reply *record_and_match(struct fake_request *req)
+/* Records the request (taking its strings; *ret_idx: its record, or
+ * FAKE_MAX_REQUESTS when not recorded) and picks its reply, or NULL. */
+static const struct fake_reply *record_and_match(struct fake_request *req, size_t *ret_idx)
 {
 	const struct fake_reply *found = NULL;
 
@@ -398,7 +404,9 @@ static const struct fake_reply *record_and_match(struct fake_request *req)
 		fake.used[i] = true;
 		found = &fake.script[i];
 	}
+	*ret_idx = FAKE_MAX_REQUESTS;
 	if (fake.nrequests < FAKE_MAX_REQUESTS) {
+		*ret_idx = fake.nrequests;
 		fake.requests[fake.nrequests++] = *req;
 	} else {
 		free(req->headers);
@@ -431,6 +439,7 @@ static int conn_read(struct fake_conn *c)
 static int serve_one(struct fake_conn *c, struct fake_request *req)
 {
 	const struct fake_reply *r;
+	size_t idx;
 	char body[2300];
 	struct fake_reply not_found = { .status = 404, .body = body,
 					.headers = "Content-Type: application/json\r\n" };
@@ -439,8 +448,8 @@ static int serve_one(struct fake_conn *c, struct fake_request *req)
 	req->at_us = now_us();
 	snprintf(body, sizeof(body), "{\"message\":\"fake engine: no reply for %s %s\"}", req->method,
 		 req->path);
-	r = record_and_match(req);
-	return send_reply(c, r ? r : &not_found);
+	r = record_and_match(req, &idx);
+	return send_reply(c, r ? r : &not_found, idx);
 }
 
 static void *conn_main(void *arg)

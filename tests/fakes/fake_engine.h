@@ -49,9 +49,14 @@ struct fake_request {
 	char *body;               /* NUL-terminated; body_len excludes the NUL */
 	size_t body_len;
 	unsigned conn;            /* 1-based number of the connection it came on */
-	long long at_us;          /* CLOCK_MONOTONIC when it was recorded, in µs: for a
-				   * test's `not early` check (a retry not sent before its
-				   * delay), never for an upper bound */
+	long long at_us;          /* CLOCK_MONOTONIC when it was recorded, in µs */
+	long long replied_us;     /* ... when its reply began to go out (0: not yet). The
+				   * client cannot act on a reply before this, nor send a
+				   * request after it: a retry's `not early` check measures
+				   * from the reply to one request to the next request's
+				   * at_us (never the other way: the fake's thread may
+				   * record a request late, a loaded machine's or
+				   * valgrind's doing). Never for an upper bound. */
 };
 
 /* The socket path (in a temporary directory created on first use). The

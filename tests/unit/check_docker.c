@@ -1039,9 +1039,10 @@ START_TEST(test_events_reconnect_on_eof)
 END_TEST
 
 /* The retries' delays, as the log names them ("events: next connection in
- * N ms"), must be want[0..n); and each /events request after the first left
- * no sooner than the delay named before it (not early, to the timer clock's
- * resolution: libevent runs on CLOCK_MONOTONIC_COARSE). */
+ * N ms"), must be want[0..n); and each /events request after the first came
+ * no sooner than the delay named before it after the answer to the one before
+ * went out (not early, to the timer clock's resolution: libevent runs on
+ * CLOCK_MONOTONIC_COARSE). */
 static void check_events_retries(const char *logged, const long *want, int n)
 {
 	struct timespec res;
@@ -1053,7 +1054,7 @@ static void check_events_retries(const char *logged, const long *want, int n)
 	for (int i = 0; i < n; i++) {
 		char line[64];
 		long long gap_us = fake_engine_request(events_request_index((unsigned)i + 1))->at_us -
-				   fake_engine_request(events_request_index((unsigned)i))->at_us;
+				   fake_engine_request(events_request_index((unsigned)i))->replied_us;
 
 		snprintf(line, sizeof(line), "events: next connection in %ld ms\n", want[i]);
 		p = strstr(p, "events: next connection in ");

@@ -499,7 +499,7 @@ END_TEST
 /* Retries double from reconnect_min_ms and stop growing at reconnect_max_ms:
  * with test_opts' 20 → 80 ms the log names each next probe's delay, 20, 40,
  * 80, 80, ... (160 if uncapped, 20 if flat), and the fake sees each probe no sooner than
- * that delay after the one before (the timer honours it). */
+ * that delay after its answer to the one before (the timer honours it). */
 #define BACKOFF_PROBES 10
 
 START_TEST(test_backoff)
@@ -526,14 +526,15 @@ START_TEST(test_backoff)
 	p = logged;
 	for (int i = 0; i < BACKOFF_PROBES - 1; i++) {
 		char want[64];
-		long long gap_us = fake_engine_request(i + 1)->at_us - fake_engine_request(i)->at_us;
+		long long gap_us = fake_engine_request(i + 1)->at_us - fake_engine_request(i)->replied_us;
 
 		snprintf(want, sizeof(want), "next probe in %ld ms", want_ms[i]);
 		p = strstr(p, "next probe in ");
 		ck_assert_msg(p && strncmp(p, want, strlen(want)) == 0, "probe %d: want \"%s\" in: %s", i,
 			      want, logged);
 		p += strlen(want);
-		/* not early: probe i + 1 left no sooner than its delay after probe i */
+		/* not early: probe i + 1 came no sooner than its delay after the
+		 * answer to probe i went out */
 		ck_assert_msg(gap_us >= want_ms[i] * 1000 - res_us, "probe %d: %lld us after the last", i + 1,
 			      gap_us);
 	}
