@@ -1700,6 +1700,16 @@ END_TEST
 
 /* ---- the deadline --------------------------------------------------------------------------------- */
 
+/* No engine request timeout: only the op's deadline can end a request held
+ * back for good (else the engine's 2 s would, after the deadline). */
+static void deadline_only(void)
+{
+	static const struct engine_options no_timeout = { .reconnect_min_ms = 20, .reconnect_max_ms = 80 };
+
+	engine_set_options(engine, &no_timeout);
+	daemon_ctx.config->engine_timeout_ms = 0;
+}
+
 /* A HEAD that never answers: TimeoutError; the HEAD cancelled (the fake
  * sees it abandoned); the unpause sent, and the callback only after it was
  * answered. */
@@ -1707,6 +1717,7 @@ START_TEST(test_deadline_stalled_head)
 {
 	struct fileop *op;
 
+	deadline_only();
 	daemon_ctx.config->files_timeout_ms = SHORT_MS;
 	sc_pause(204, NULL);
 	sc_dir("/maf-sandbox");
@@ -1733,6 +1744,7 @@ START_TEST(test_deadline_stalled_get)
 	struct fake_reply *get;
 	struct fileop *op;
 
+	deadline_only();
 	daemon_ctx.config->files_timeout_ms = SHORT_MS;
 	sc_pause(204, NULL);
 	sc_wd();
