@@ -700,7 +700,8 @@ END_TEST
 START_TEST(test_deadline)
 {
 	static const struct fake_reply script[] = { { .body = "late", .delay_ms = 30000 } };
-	struct engine_call call = { .method = "GET", .path = "/slow", .timeout_ms = 100 };
+	/* hang guard margin: the request reaches the fake before the deadline */
+	struct engine_call call = { .method = "GET", .path = "/slow", .timeout_ms = 200L * test_slow_factor() };
 	struct result r = { 0 };
 
 	fake_engine_start(script, ELEMENTSOF(script));
@@ -725,8 +726,9 @@ START_TEST(test_idle_stream)
 		{ .body = "progress 1\nprogress 2\n", .chunked = true, .chunk_size = 11, .stall = true },
 	};
 	struct result r = { 0 };
-	struct engine_call call = { .method = "POST", .path = "/images/create", .idle_timeout_ms = 150,
-				    .on_data = data_cb, .data_arg = &r };
+	/* hang guard margin: the reply's head and chunks come before the deadline */
+	struct engine_call call = { .method = "POST", .path = "/images/create",
+				    .idle_timeout_ms = 150L * test_slow_factor(), .on_data = data_cb, .data_arg = &r };
 
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
