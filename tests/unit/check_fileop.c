@@ -1730,7 +1730,7 @@ START_TEST(test_deadline_stalled_head)
 	assert_failed(MSB_ERR_TIMEOUT, "pause;HEAD /maf-sandbox;HEAD " WD ";unpause;");
 	ck_assert_int_eq(json_integer_value(json_object_get(res.data, "timeout_ms")), SHORT_MS);
 	/* not early: the deadline, then the unpause's answer (held back) */
-	ck_assert_int_ge(res.ms, SHORT_MS + THAW_SLOW_MS - 20);
+	ck_assert_int_ge(res.ms, SHORT_MS + THAW_SLOW_MS - TEST_TIMER_SLACK_MS);
 	/* hang guard: the fake's thread notices the close */
 	loop_run_while_abandoned();
 	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
@@ -1757,7 +1757,7 @@ START_TEST(test_deadline_stalled_get)
 	op_add(op, PATHS_OP_READ, "f", NULL);
 	op_run(op);
 	assert_failed(MSB_ERR_TIMEOUT, "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/f;GET " WD "/f;unpause;");
-	ck_assert_int_ge(res.ms, SHORT_MS - 20);   /* not early */
+	ck_assert_int_ge(res.ms, SHORT_MS - TEST_TIMER_SLACK_MS);   /* not early */
 	/* hang guard: the fake's thread notices the close */
 	loop_run_while_abandoned();
 	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
@@ -1782,7 +1782,7 @@ START_TEST(test_deadline_during_pause)
 	op_run(op);
 	assert_failed(MSB_ERR_TIMEOUT, "pause;unpause;");
 	/* not early: the callback waits for the pause to land and be undone */
-	ck_assert_int_ge(res.ms, SHORT_MS + 200);
+	ck_assert_int_ge(res.ms, SHORT_MS + 200 - TEST_TIMER_SLACK_MS);
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);
 	assert_thawed_before_cb();
 }
