@@ -1877,7 +1877,9 @@ START_TEST(test_abandon)
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
 	fileop_start(op, op_cb, NULL);
 	fileop_abandon(op);
-	loop_run_until(base, NULL, 0, 500);
+	/* hang guard: until the op ran to its end (the exec after the unpause) */
+	LOOP_RUN_WHILE(base, !strstr(trace(), "exec;"), RUN_MAX_MS);
+	loop_run_until(base, NULL, 0, SETTLE_MS);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
 			 "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
@@ -1900,7 +1902,10 @@ START_TEST(test_abandon_then_timeout)
 	fileop_start(op, op_cb, NULL);
 	loop_run_until(base, NULL, 0, SHORT_MS / 3);
 	fileop_abandon(op);
-	loop_run_until(base, NULL, 0, SHORT_MS + 300);
+	/* hang guard: until its deadline passed and it thawed */
+	LOOP_RUN_WHILE(base, !strstr(trace(), "unpause;") || freeze_table_count(daemon_ctx.freezes) > 0,
+		       RUN_MAX_MS);
+	loop_run_until(base, NULL, 0, SETTLE_MS);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;unpause;");
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);
