@@ -1030,7 +1030,7 @@ START_TEST(test_events_reconnect_on_eof)
 	ck_assert_int_eq(er.events_at_resync[1], 1);
 	ck_assert_uint_gt(er.requests_at_resync[1], events_request_index(0));
 	ck_assert_uint_ge(events_request_index(1), er.requests_at_resync[1]);
-	/* not early: not before the first backoff step (ms rounding) */
+	/* not early: not before the first backoff step (less the timer clock's slack) */
 	ck_assert_int_ge(er.resync_wall_ns[1] - er.resync_wall_ns[0], (DOCKER_EVENTS_RETRY_MIN_MS - TEST_TIMER_SLACK_MS) * 1000000LL);
 	since0 = since_ns(fake_engine_request(events_request_index(0)));
 	since1 = since_ns(fake_engine_request(events_request_index(1)));

@@ -1347,7 +1347,7 @@ START_TEST(test_host_blocked_thaw_spends_its_budget)
 	ck_assert(!freeze_is_held(table, C1));
 	b = hold();
 	wait_calls(o, 1);
-	/* not early: the budget is spent before it fails (ms rounding) */
+	/* not early: the budget is spent before it fails (less the timer clock's slack) */
 	ck_assert_int_ge(loop_now_ms() - t0, HOST_WAIT_MS - TEST_TIMER_SLACK_MS);
 	ck_assert_int_eq(o->error, -EAGAIN);
 	ck_assert_int_eq(o->reason, FREEZE_REASON_HELD_ELSEWHERE);
