@@ -216,10 +216,6 @@ fi
 if grep -qE '^Ok: +[0-9]+' "$WORK/build.log"; then
 	say "the package build's checks: $(grep -E '^(Ok|Fail|Skipped|Timeout): ' "$WORK/build.log" |
 		tr -s ' ' | sed 's/ *$//' | paste -sd ' ')"
-	# The tests debian/rules skips there (MSB_TEST_NO_WINDOWS), by name.
-	if grep -q '^Not run here ' "$WORK/build.log"; then
-		say "$(grep -m 1 '^Not run here ' "$WORK/build.log")"
-	fi
 elif [[ " ${DEB_BUILD_OPTIONS:-} ${DEB_BUILD_PROFILES:-} " != *" nocheck "* ]]; then
 	tail -n 40 "$WORK/build.log" >&2
 	fail "the package build ran no tests (no meson test summary in its log), and nocheck is not set"

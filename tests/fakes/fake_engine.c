@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_engine.h"
@@ -24,6 +25,7 @@ struct fake_conn {
 	pthread_t thread;
 	char *buf;
 	size_t len;
+	bool gone;  /* counted in peer_gone */
 };
 
 static struct {
@@ -41,6 +43,8 @@ static struct {
 	size_t nrequests;
 	struct fake_conn *conns[FAKE_MAX_CONNECTIONS];
 	unsigned nconns;
+	unsigned peer_gone;
+	unsigned abandoned;
 } fake = { .listen_fd = -1, .stop_pipe = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void die(const char *what)
@@ -75,6 +79,58 @@ static int fake_sleep(int ms)
 	if (ms <= 0)
 		return 0;
 	return wait_readable(-1, ms) < 0 ? -1 : 0;
+}
+
+/* The client went away on c: counted once; abandoned: with its reply
+ * not (wholly) sent. */
+static void peer_gone(struct fake_conn *c, bool abandoned)
+{
+	pthread_mutex_lock(&fake.lock);
+	if (!c->gone) {
+		fake.peer_gone++;
+		fake.abandoned += abandoned;
+	}
+	c->gone = true;
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* A reply's delay: ms, or less when stopping (-1) or when the client goes
+ * away meanwhile (-1, counted as abandoned). */
+static int delay_watching(struct fake_conn *c, int ms)
+{
+	struct timespec t0, t;
+
+	if (ms <= 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		long left;
+		char b;
+		int r;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return 0;
+		r = wait_readable(c->fd, (int)left);
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return 0;
+		if (recv(c->fd, &b, 1, MSG_PEEK) <= 0) {
+			peer_gone(c, true);
+			return -1;
+		}
+		return fake_sleep((int)left);   /* bytes, not an end: sleep the rest */
+	}
+}
+
+static long long now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static int send_all(int fd, const char *p, size_t n)
@@ -214,14 +270,20 @@ static int send_chunked(int fd, const struct fake_reply *r)
 	return rc;
 }
 
-/* Returns 0 to keep the connection, -1 to close it. */
-static int send_reply(int fd, const struct fake_reply *r)
+/* Returns 0 to keep the connection, -1 to close it. idx: the request's
+ * record (FAKE_MAX_REQUESTS or more: none), stamped with replied_us. */
+static int send_reply(struct fake_conn *c, const struct fake_reply *r, size_t idx)
 {
 	struct out o = { 0 };
+	int fd = c->fd;
 	int rc;
 
-	if (fake_sleep(r->delay_ms) < 0)
+	if (delay_watching(c, r->delay_ms) < 0)
 		return -1;
+	pthread_mutex_lock(&fake.lock);
+	if (idx < FAKE_MAX_REQUESTS)
+		fake.requests[idx].replied_us = now_us();
+	pthread_mutex_unlock(&fake.lock);
 	if (r->raw) {
 		send_all(fd, r->raw, strlen(r->raw));
 		return -1;
@@ -237,15 +299,19 @@ static int send_reply(int fd, const struct fake_reply *r)
 		if (r->close_after_bytes > 0)
 			return -1;
 	}
-	if (rc < 0)
+	if (rc < 0) {
+		peer_gone(c, true);
 		return -1;
+	}
 	if (r->stall) {
 		/* Until the client goes away or the fake stops. */
 		while (wait_readable(fd, -1) > 0) {
 			char b[256];
 
-			if (recv(fd, b, sizeof(b), 0) <= 0)
+			if (recv(fd, b, sizeof(b), 0) <= 0) {
+				peer_gone(c, true);
 				break;
+			}
 		}
 		return -1;
 	}
@@ -325,8 +391,9 @@ static bool reply_matches(const struct fake_reply *r, const struct fake_request 
 	return !r->path || strncmp(req->path, r->path, strlen(r->path)) == 0;
 }
 
-/* Records the request (taking its strings) and picks its reply, or NULL. */
-static const struct fake_reply *record_and_match(struct fake_request *req)
+/* Records the request (taking its strings; *ret_idx: its record, or
+ * FAKE_MAX_REQUESTS when not recorded) and picks its reply, or NULL. */
+static const struct fake_reply *record_and_match(struct fake_request *req, size_t *ret_idx)
 {
 	const struct fake_reply *found = NULL;
 
@@ -337,7 +404,9 @@ static const struct fake_reply *record_and_match(struct fake_request *req)
 		fake.used[i] = true;
 		found = &fake.script[i];
 	}
+	*ret_idx = FAKE_MAX_REQUESTS;
 	if (fake.nrequests < FAKE_MAX_REQUESTS) {
+		*ret_idx = fake.nrequests;
 		fake.requests[fake.nrequests++] = *req;
 	} else {
 		free(req->headers);
@@ -359,8 +428,10 @@ static int conn_read(struct fake_conn *c)
 	if (!c->buf)
 		die("realloc");
 	n = recv(c->fd, c->buf + c->len, 65536, 0);
-	if (n <= 0)
+	if (n <= 0) {
+		peer_gone(c, false);
 		return -1;
+	}
 	c->len += (size_t)n;
 	return 0;
 }
@@ -368,15 +439,17 @@ static int conn_read(struct fake_conn *c)
 static int serve_one(struct fake_conn *c, struct fake_request *req)
 {
 	const struct fake_reply *r;
+	size_t idx;
 	char body[2300];
 	struct fake_reply not_found = { .status = 404, .body = body,
 					.headers = "Content-Type: application/json\r\n" };
 
 	req->conn = c->number;
+	req->at_us = now_us();
 	snprintf(body, sizeof(body), "{\"message\":\"fake engine: no reply for %s %s\"}", req->method,
 		 req->path);
-	r = record_and_match(req);
-	return send_reply(c->fd, r ? r : &not_found);
+	r = record_and_match(req, &idx);
+	return send_reply(c, r ? r : &not_found, idx);
 }
 
 static void *conn_main(void *arg)
@@ -430,6 +503,26 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
+unsigned fake_engine_peer_gone_count(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake.lock);
+	n = fake.peer_gone;
+	pthread_mutex_unlock(&fake.lock);
+	return n;
+}
+
+unsigned fake_engine_abandoned_count(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake.lock);
+	n = fake.abandoned;
+	pthread_mutex_unlock(&fake.lock);
+	return n;
+}
+
 /* ---- control ------------------------------------------------------------------ */
 
 const char *fake_engine_socket_path(void)
@@ -471,6 +564,8 @@ const char *fake_engine_start(const struct fake_reply *script, size_t n)
 	fake.script = script;
 	fake.script_n = n;
 	fake.nconns = 0;
+	fake.peer_gone = 0;
+	fake.abandoned = 0;
 	if (pipe2(fake.stop_pipe, O_CLOEXEC) < 0)
 		die("pipe2");
 	fake.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -19,7 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define FAKE_MAX_REQUESTS    128     /* recorded; more are served, not recorded */
+#define FAKE_MAX_REQUESTS    1024    /* recorded; more are served, not recorded (a run that
+				      * probes every 10 ms under valgrind for seconds fits) */
 #define FAKE_MAX_CONNECTIONS 64      /* concurrently served over one run */
 #define FAKE_MAX_REQUEST_BYTES (4 * 1024 * 1024)
 
@@ -49,6 +50,14 @@ struct fake_request {
 	char *body;               /* NUL-terminated; body_len excludes the NUL */
 	size_t body_len;
 	unsigned conn;            /* 1-based number of the connection it came on */
+	long long at_us;          /* CLOCK_MONOTONIC when it was recorded, in µs */
+	long long replied_us;     /* ... when its reply began to go out (0: not yet). The
+				   * client cannot act on a reply before this, nor send a
+				   * request after it: a retry's `not early` check measures
+				   * from the reply to one request to the next request's
+				   * at_us (never the other way: the fake's thread may
+				   * record a request late, a loaded machine's or
+				   * valgrind's doing). Never for an upper bound. */
 };
 
 /* The socket path (in a temporary directory created on first use). The
@@ -77,6 +86,15 @@ size_t fake_engine_request_count(void);
 const struct fake_request *fake_engine_request(size_t i);
 /* Connections accepted since start. */
 unsigned fake_engine_connection_count(void);
+/* Times the fake saw a client go away: an end of file read from it, or a
+ * reply it could no longer take (the send failed), counted once per
+ * connection. A test observes an idle or cancel close here, not by time. */
+unsigned fake_engine_peer_gone_count(void);
+/* Of those, the times it went with its request's reply not wholly sent: it
+ * left during the reply's delay, a stall, or a chunked body (the fake
+ * watches for the end of file while it delays a reply): a request the
+ * client cancelled in flight. */
+unsigned fake_engine_abandoned_count(void);
 /* Copies the value of header name (case-insensitive) into out; false if absent. */
 bool fake_request_header(const struct fake_request *r, const char *name, char *out, size_t outlen);
 

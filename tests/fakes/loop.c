@@ -27,7 +27,7 @@ void loop_run_until(struct event_base *base, const int *counter, int want, int m
 {
 	struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
 	struct timeval tv = { 0, 5000 };
-	/* A wait for a counter is only an upper bound: stretched under valgrind. */
+	/* A wait for a counter is a hang guard: stretched under valgrind. */
 	long deadline = loop_now_ms() + (long)max_ms * (counter ? test_slow_factor() : 1);
 
 	ck_assert_ptr_nonnull(tick);

@@ -7,6 +7,7 @@
 
 #include "engine.h"
 #include "fake_engine.h"
+#include "slow.h"
 
 /* CLOCK_MONOTONIC in milliseconds. */
 long loop_now_ms(void);
@@ -14,6 +15,12 @@ long loop_now_ms(void);
  * pass (with a counter, max_ms * test_slow_factor(): slow.h); a 5 ms tick
  * keeps the loop turning when nothing else is pending. */
 void loop_run_until(struct event_base *base, const int *counter, int want, int max_ms);
+/* Runs base while cond holds, at most max_ms * test_slow_factor(): a
+ * hang guard, never the behaviour (the caller asserts what cond waited for). */
+#define LOOP_RUN_WHILE(base, cond, max_ms)                                                          \
+	for (long loop_end_ = loop_now_ms() + (long)(max_ms) * test_slow_factor();                 \
+	     (cond) && loop_now_ms() < loop_end_;)                                                  \
+		loop_run_until((base), NULL, 0, 5)
 
 /* An engine on base, pointed at the fake engine's socket (not started);
  * each move to ENGINE_REACHABLE increments *reachable. */

@@ -14,10 +14,11 @@
 #include "engine.h"
 #include "fake_engine.h"
 #include "loop.h"
+#include "log.h"
 #include "slow.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS   2000
+#define RUN_MAX_MS   2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS    30
 #define MAX_CHANGES  32
 
@@ -374,9 +375,10 @@ START_TEST(test_down_then_up)
 	ck_assert_int_eq(engine_get_state(engine), ENGINE_UNREACHABLE);
 	ck_assert_msg(strstr(engine_get_last_error(engine), "GET /_ping: could not connect to unix://"), "%s",
 		      engine_get_last_error(engine));
-	run_for(100);   /* several retries on the backoff, still one change */
+	/* several retries on the backoff, still one change (hang guard) */
+	LOOP_RUN_WHILE(base, engine_requests_made(engine) < 3, RUN_MAX_MS);
 	made = engine_requests_made(engine);
-	ck_assert_uint_ge(made, 2);
+	ck_assert_uint_ge(made, 3);
 	ck_assert_int_eq(engine_call_start(engine, &call, call_cb, &r, NULL), -ENOTCONN);
 	ck_assert_uint_eq(engine_requests_made(engine), made);
 	ck_assert_uint_eq(engine_call_requests_made(engine), 0);
@@ -430,15 +432,13 @@ START_TEST(test_call_timeout_keeps_state)
 	struct engine_options opts = test_opts;
 	struct engine_call call = { .method = "GET", .path = "/slow" };  /* timeout 0: opts.timeout_ms */
 	struct call_result r = { 0 };
-	long t0;
 
 	fake_engine_start(script, ELEMENTSOF(script));
 	start_and_wait_reachable();
 	opts.timeout_ms = 100;
 	engine_set_options(engine, &opts);
-	t0 = loop_now_ms();
-	run_call(&call, &r, -ETIMEDOUT);
-	ck_assert_int_lt(loop_now_ms() - t0, 1000);
+	run_call(&call, &r, -ETIMEDOUT);   /* the reply (3 s away) would have been 200 */
+	ck_assert_uint_eq(fake_engine_request_count(), 3);
 	ck_assert_int_eq(engine_get_state(engine), ENGINE_REACHABLE);
 	ck_assert_int_eq(changes.n, 1);
 }
@@ -497,20 +497,45 @@ END_TEST
 /* ---- backoff and teardown ------------------------------------------------------------ */
 
 /* Retries double from reconnect_min_ms and stop growing at reconnect_max_ms:
- * with 20 → 40 ms, 400 ms hold about 11 probes (5 if uncapped, 20 if flat). */
+ * with 40 → 160 ms the log names each next probe's delay, 40, 80, 160, 160,
+ * ... (320 if uncapped, 40 if flat), and the fake sees each probe at least
+ * half that delay after its answer to the one before (not early: the timer
+ * waits. Half, not all: libevent's timers run on CLOCK_MONOTONIC_COARSE,
+ * which a tickless kernel can leave several ms stale when the loop wakes). */
+#define BACKOFF_PROBES 10
+
 START_TEST(test_backoff)
 {
 	static const struct fake_reply script[] = { { .path = "/_ping", .status = 500, .repeat = true } };
-	struct engine_options opts = { .timeout_ms = 1000, .reconnect_min_ms = 20, .reconnect_max_ms = 40 };
-	size_t probes;
+	static const long want_ms[BACKOFF_PROBES - 1] = { 40, 80, 160, 160, 160, 160, 160, 160, 160 };
+	const struct engine_options opts = { .timeout_ms = 2000, .reconnect_min_ms = 40, .reconnect_max_ms = 160 };
+	const char *logged, *p;
 
-	SKIP_WHEN_SLOW();
 	engine_set_options(engine, &opts);
+	log_set_debug(true);
 	fake_engine_start(script, ELEMENTSOF(script));
+	loop_log_capture_start();
 	engine_start(engine);
-	run_for(400);
-	probes = requests_to("/_ping");
-	ck_assert_msg(probes >= 7 && probes <= 13, "%zu probes", probes);
+	/* hang guard: ten probes take 40 + 80 + 7 × 160 ms when capped */
+	LOOP_RUN_WHILE(base, requests_to("/_ping") < BACKOFF_PROBES, RUN_MAX_MS);
+	logged = loop_logged();
+	loop_log_capture_stop();
+	log_set_debug(false);
+	ck_assert_uint_ge(requests_to("/_ping"), BACKOFF_PROBES);
+	p = logged;
+	for (int i = 0; i < BACKOFF_PROBES - 1; i++) {
+		char want[64];
+		long long gap_us = fake_engine_request(i + 1)->at_us - fake_engine_request(i)->replied_us;
+
+		snprintf(want, sizeof(want), "next probe in %ld ms", want_ms[i]);
+		p = strstr(p, "next probe in ");
+		ck_assert_msg(p && strncmp(p, want, strlen(want)) == 0, "probe %d: want \"%s\" in: %s", i,
+			      want, logged);
+		p += strlen(want);
+		/* not early: probe i + 1 came no sooner than its delay after the
+		 * answer to probe i went out */
+		ck_assert_msg(gap_us >= want_ms[i] * 500, "probe %d: %lld us after the last", i + 1, gap_us);
+	}
 	ck_assert_int_eq(changes.n, 1);
 }
 END_TEST

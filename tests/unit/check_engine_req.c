@@ -21,7 +21,7 @@
 #include "http.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS      2000     /* the longest any test waits for a callback */
+#define RUN_MAX_MS      2000     /* hang guard: the longest any test waits for a callback */
 #define SETTLE_MS       30       /* loop time after a result, to catch a second callback */
 
 static struct event_base *base;
@@ -391,7 +391,9 @@ START_TEST(test_stream_pause_longer_than_idle)
 	static const struct fake_reply script[] = {
 		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5 },
 	};
-	/* Stretched under valgrind: the first chunk must come within the idle deadline. */
+	/* not early: the pause (900 ms) outlasts the idle deadline (300 ms); both
+	 * stretched under valgrind, where the deadline is a hang guard on the first
+	 * chunk's arrival */
 	struct pause_once p = { .resume_ms = 900L * test_slow_factor() };
 
 	pause_once_run(script, &p, 300L * test_slow_factor());
@@ -411,7 +413,9 @@ START_TEST(test_stream_idle_after_resume)
 		{ .body = "0123456789abcdefghijklmnopqrstuvwxyz", .chunked = true, .chunk_size = 5,
 		  .stall = true },
 	};
-	/* Stretched under valgrind: the first chunk must come within the idle deadline. */
+	/* not early: the pause (900 ms) outlasts the idle deadline (300 ms); both
+	 * stretched under valgrind, where the deadline is a hang guard on the first
+	 * chunk's arrival */
 	struct pause_once p = { .resume_ms = 900L * test_slow_factor() };
 
 	pause_once_run(script, &p, 300L * test_slow_factor());
@@ -690,56 +694,85 @@ START_TEST(test_close_mid_body)
 }
 END_TEST
 
-/* A reply slower than the request deadline → -ETIMEDOUT, on time. */
+/* A reply slower than the request deadline → -ETIMEDOUT (the reply, 30 s
+ * away, would have been 200), and the request's connection is closed: the
+ * fake sees the client go. */
 START_TEST(test_deadline)
 {
-	static const struct fake_reply script[] = { { .body = "late", .delay_ms = 3000 } };
-	struct engine_call call = { .method = "GET", .path = "/slow", .timeout_ms = 100 };
+	static const struct fake_reply script[] = { { .body = "late", .delay_ms = 30000 } };
+	/* hang guard margin: the request reaches the fake before the deadline */
+	struct engine_call call = { .method = "GET", .path = "/slow", .timeout_ms = 200L * test_slow_factor() };
 	struct result r = { 0 };
-	long t0 = loop_now_ms();
 
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
-	ck_assert_int_lt(loop_now_ms() - t0, 1000);
+	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
+	/* hang guard: the fake's thread notices the close */
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	result_release(&r);
 }
 END_TEST
 
-/* A stream that stalls after some chunks hits the idle deadline. */
+/* A stream that stalls after some chunks hits the idle deadline: the
+ * request ends with -ETIMEDOUT (nothing else could end it: the fake stalls
+ * for ever, and no overall deadline is set) and its connection is closed
+ * (the fake sees the client go). What came before the stall was handed on
+ * (all of it, unless the machine stalled the loop longer than the deadline
+ * between two chunks sent back to back: then a prefix). */
 START_TEST(test_idle_stream)
 {
 	static const struct fake_reply script[] = {
 		{ .body = "progress 1\nprogress 2\n", .chunked = true, .chunk_size = 11, .stall = true },
 	};
 	struct result r = { 0 };
-	struct engine_call call = { .method = "POST", .path = "/images/create", .idle_timeout_ms = 150,
-				    .on_data = data_cb, .data_arg = &r };
-	long t0 = loop_now_ms();
+	/* hang guard margin: the reply's head and chunks come before the deadline */
+	struct engine_call call = { .method = "POST", .path = "/images/create",
+				    .idle_timeout_ms = 150L * test_slow_factor(), .on_data = data_cb, .data_arg = &r };
 
-	SKIP_WHEN_SLOW();
 	fake_engine_start(script, ELEMENTSOF(script));
 	run_call(&call, &r, -ETIMEDOUT);
-	ck_assert_str_eq(r.data, script[0].body);
-	ck_assert_int_lt(loop_now_ms() - t0, 1000);
+	ck_assert_ptr_nonnull(r.data);
+	ck_assert_msg(strncmp(script[0].body, r.data, r.data_len) == 0, "%s", r.data);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), 0);
+	/* hang guard: the fake's thread notices the close */
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	result_release(&r);
 }
 END_TEST
 
-/* Bytes keep the idle deadline away: a slow but steady stream completes. */
+/* Bytes keep the idle deadline away: a slow but steady stream completes,
+ * though it lasts more than twice the deadline. The gap between chunks is a
+ * fifth of the deadline, both stretched under valgrind: a gap would have to
+ * grow fivefold on a loaded machine to end it (a hang guard margin, not a
+ * window asserted), and the stream is long enough that a deadline counted
+ * from the request's start (not reset by bytes) would always fire. */
+#define IDLE_RESET_GAP_MS  40
+#define IDLE_RESET_CHUNKS  (2 * 5 + 2)
+
 START_TEST(test_idle_reset_by_bytes)
 {
-	static const struct fake_reply script[] = {
-		{ .body = "aaaabbbbccccddddeeee", .chunked = true, .chunk_size = 4, .chunk_delay_ms = 60 },
+	char body[IDLE_RESET_CHUNKS * 4 + 1];
+	struct fake_reply script[] = {
+		{ .body = body, .chunked = true, .chunk_size = 4,
+		  .chunk_delay_ms = IDLE_RESET_GAP_MS * test_slow_factor() },
 	};
 	struct result r = { 0 };
-	struct engine_call call = { .method = "GET", .path = "/x", .idle_timeout_ms = 150,
+	struct engine_call call = { .method = "GET", .path = "/x",
+				    .idle_timeout_ms = 5L * IDLE_RESET_GAP_MS * test_slow_factor(),
 				    .on_data = data_cb, .data_arg = &r };
 
-	SKIP_WHEN_SLOW();
+	for (int i = 0; i < IDLE_RESET_CHUNKS; i++)
+		memset(body + 4 * i, 'a' + i, 4);
+	body[sizeof(body) - 1] = '\0';
 	fake_engine_start(script, ELEMENTSOF(script));
-	run_call(&call, &r, 0);
-	ck_assert_str_eq(r.data, "aaaabbbbccccddddeeee");
+	/* hang guard: the stream lasts IDLE_RESET_CHUNKS gaps */
+	ck_assert_int_eq(start(&call, &r, NULL), 0);
+	run_until(&r.calls, 1, RUN_MAX_MS + IDLE_RESET_CHUNKS * IDLE_RESET_GAP_MS);
+	ck_assert_int_eq(r.calls, 1);
+	ck_assert_msg(r.error == 0, "error %d", r.error);
+	ck_assert_str_eq(r.data, body);
 	result_release(&r);
 }
 END_TEST
@@ -844,9 +877,8 @@ START_TEST(test_free_with_requests_in_flight)
 		ck_assert_int_eq(start(&call, &r[i], NULL), 0);
 	ck_assert_uint_eq(engine_http_requests_in_flight(http), IN_FLIGHT);
 	/* Connected and sent: the fake sits on them. */
-	for (long end = loop_now_ms() + 100L * test_slow_factor();
-	     fake_engine_request_count() < IN_FLIGHT && loop_now_ms() < end;)
-		run_until(NULL, 0, 10);
+	/* hang guard */
+	LOOP_RUN_WHILE(base, fake_engine_request_count() < IN_FLIGHT, RUN_MAX_MS);
 	ck_assert_uint_eq(fake_engine_request_count(), IN_FLIGHT);
 	http = engine_http_free(http);
 	ck_assert_ptr_null(http);

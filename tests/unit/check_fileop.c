@@ -35,9 +35,11 @@
 #include "tarball.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS   3000
+#define RUN_MAX_MS   3000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS    40
 #define SLOW_MS      2000         /* a reply held back this long never comes in time */
+#define NEVER_MS     60000        /* a reply held back for good: the fake ends the wait when
+				   * the client closes the request (counted as abandoned) */
 #define SHORT_MS     300          /* files_timeout_ms of the deadline tests */
 #define THAW_SLOW_MS 150          /* an unpause held back this long */
 #define API          "/v1.45"
@@ -556,6 +558,14 @@ static void op_run(struct fileop *op)
 	ck_assert_int_eq(res.calls, 1);
 	loop_run_until(base, NULL, 0, SETTLE_MS);
 	ck_assert_int_eq(res.calls, 1);         /* exactly once */
+}
+
+/* Runs the loop until the fake has seen a client abandon a request (at
+ * most RUN_MAX_MS, stretched: a hang guard). */
+static void loop_run_while_abandoned(void)
+{
+	/* hang guard */
+	LOOP_RUN_WHILE(base, fake_engine_abandoned_count() < 1, RUN_MAX_MS);
 }
 
 /* The op failed with code (and its data.type), having seen trace want. */
@@ -1690,17 +1700,28 @@ END_TEST
 
 /* ---- the deadline --------------------------------------------------------------------------------- */
 
-/* A HEAD that never answers in time: TimeoutError; the HEAD cancelled (the
- * callback comes at the deadline, not the reply); the unpause sent, and the
- * callback only after it was answered. */
+/* No engine request timeout: only the op's deadline can end a request held
+ * back for good (else the engine's 2 s would, after the deadline). */
+static void deadline_only(void)
+{
+	static const struct engine_options no_timeout = { .reconnect_min_ms = 20, .reconnect_max_ms = 80 };
+
+	engine_set_options(engine, &no_timeout);
+	daemon_ctx.config->engine_timeout_ms = 0;
+}
+
+/* A HEAD that never answers: TimeoutError; the HEAD cancelled (the fake
+ * sees it abandoned); the unpause sent, and the callback only after it was
+ * answered. */
 START_TEST(test_deadline_stalled_head)
 {
 	struct fileop *op;
 
+	deadline_only();
 	daemon_ctx.config->files_timeout_ms = SHORT_MS;
 	sc_pause(204, NULL);
 	sc_dir("/maf-sandbox");
-	sc_add((struct fake_reply){ .method = "HEAD", .path = archive_path(WD), .delay_ms = SLOW_MS });
+	sc_add((struct fake_reply){ .method = "HEAD", .path = archive_path(WD), .delay_ms = NEVER_MS });
 	sc_unpause(THAW_SLOW_MS);
 	start();
 	op = op_new(FILEOP_WRITE);
@@ -1708,8 +1729,11 @@ START_TEST(test_deadline_stalled_head)
 	op_run(op);
 	assert_failed(MSB_ERR_TIMEOUT, "pause;HEAD /maf-sandbox;HEAD " WD ";unpause;");
 	ck_assert_int_eq(json_integer_value(json_object_get(res.data, "timeout_ms")), SHORT_MS);
-	ck_assert_int_ge(res.ms, SHORT_MS + THAW_SLOW_MS - 20);
-	ck_assert_int_lt(res.ms, SLOW_MS);
+	/* not early: the deadline, then the unpause's answer (held back) */
+	ck_assert_int_ge(res.ms, SHORT_MS + THAW_SLOW_MS - TEST_TIMER_SLACK_MS);
+	/* hang guard: the fake's thread notices the close */
+	loop_run_while_abandoned();
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	assert_thawed_before_cb();
 }
 END_TEST
@@ -1720,6 +1744,7 @@ START_TEST(test_deadline_stalled_get)
 	struct fake_reply *get;
 	struct fileop *op;
 
+	deadline_only();
 	daemon_ctx.config->files_timeout_ms = SHORT_MS;
 	sc_pause(204, NULL);
 	sc_wd();
@@ -1732,8 +1757,10 @@ START_TEST(test_deadline_stalled_get)
 	op_add(op, PATHS_OP_READ, "f", NULL);
 	op_run(op);
 	assert_failed(MSB_ERR_TIMEOUT, "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/f;GET " WD "/f;unpause;");
-	ck_assert_int_ge(res.ms, SHORT_MS - 20);
-	ck_assert_int_lt(res.ms, SLOW_MS);
+	ck_assert_int_ge(res.ms, SHORT_MS - TEST_TIMER_SLACK_MS);   /* not early */
+	/* hang guard: the fake's thread notices the close */
+	loop_run_while_abandoned();
+	ck_assert_uint_eq(fake_engine_abandoned_count(), 1);
 	assert_thawed_before_cb();
 }
 END_TEST
@@ -1753,9 +1780,9 @@ START_TEST(test_deadline_during_pause)
 	op = op_new(FILEOP_WRITE);
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
 	op_run(op);
-	loop_run_until(base, NULL, 0, 400);
 	assert_failed(MSB_ERR_TIMEOUT, "pause;unpause;");
-	ck_assert_int_lt(res.ms, SHORT_MS + 200 + 1000);
+	/* not early: the callback waits for the pause to land and be undone */
+	ck_assert_int_ge(res.ms, SHORT_MS + 200 - TEST_TIMER_SLACK_MS);
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);
 	assert_thawed_before_cb();
 }
@@ -1850,7 +1877,9 @@ START_TEST(test_abandon)
 	op_add(op, PATHS_OP_WRITE, "a.txt", "x");
 	fileop_start(op, op_cb, NULL);
 	fileop_abandon(op);
-	loop_run_until(base, NULL, 0, 500);
+	/* hang guard: until the op ran to its end (the exec after the unpause) */
+	LOOP_RUN_WHILE(base, !strstr(trace(), "exec;"), RUN_MAX_MS);
+	loop_run_until(base, NULL, 0, SETTLE_MS);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;HEAD " WD ";HEAD " WD "/a.txt;"
 			 "PUT /&noOverwriteDirNonDir=1;unpause;exec;");
@@ -1873,7 +1902,10 @@ START_TEST(test_abandon_then_timeout)
 	fileop_start(op, op_cb, NULL);
 	loop_run_until(base, NULL, 0, SHORT_MS / 3);
 	fileop_abandon(op);
-	loop_run_until(base, NULL, 0, SHORT_MS + 300);
+	/* hang guard: until its deadline passed and it thawed */
+	LOOP_RUN_WHILE(base, !strstr(trace(), "unpause;") || freeze_table_count(daemon_ctx.freezes) > 0,
+		       RUN_MAX_MS);
+	loop_run_until(base, NULL, 0, SETTLE_MS);
 	ck_assert_int_eq(res.calls, 0);
 	ck_assert_str_eq(trace(), "pause;HEAD /maf-sandbox;unpause;");
 	ck_assert_uint_eq(freeze_table_count(daemon_ctx.freezes), 0);

@@ -33,9 +33,11 @@
 #include "slow.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS  2000
+#define RUN_MAX_MS  2000         /* hang guard: the longest a wait for a callback lasts */
 #define SETTLE_MS   40
 #define SLOW_MS     300          /* a reply held back this long is "in flight" */
+#define NEVER_MS    60000        /* a reply held back for good: the fake ends the wait when
+				  * the client closes the request */
 #define API         "/v1.45"
 #define MAX_RECS    (FREEZE_MAX_CLAIMS_PER_CONTAINER + 8)
 #define TEXT_MAX    512
@@ -417,8 +419,8 @@ START_TEST(test_stale_retry_cancelled)
 	a = hold();
 	/* Until the 409 is in and the claim waits to ask again (observed, not
 	 * timed). Nothing runs between the check and the cancel. */
-	for (int i = 0; i < RUN_MAX_MS && freeze_table_retries_pending(table) == 0; i++)
-		run_for(1);
+	/* hang guard */
+	LOOP_RUN_WHILE(base, freeze_table_retries_pending(table) == 0, RUN_MAX_MS);
 	ck_assert_uint_eq(freeze_table_retries_pending(table), 1);
 	ck_assert_str_eq(trace(), "c1/pause;c1/unpause;c1/pause;");
 	freeze_table_cancel_retries(table);
@@ -714,7 +716,7 @@ END_TEST
 START_TEST(test_pause_timeout_undone)
 {
 	static const struct fake_reply script[] = {
-		PING, VERSION, PAUSE(.delay_ms = SLOW_MS), NOT_PAUSED_500, PAUSES, UNPAUSES,
+		PING, VERSION, PAUSE(.delay_ms = NEVER_MS), NOT_PAUSED_500, PAUSES, UNPAUSES,
 	};
 	const struct engine_options short_opts = { .timeout_ms = 100, .reconnect_min_ms = 20,
 						   .reconnect_max_ms = 80 };
@@ -1345,7 +1347,8 @@ START_TEST(test_host_blocked_thaw_spends_its_budget)
 	ck_assert(!freeze_is_held(table, C1));
 	b = hold();
 	wait_calls(o, 1);
-	ck_assert_int_ge(loop_now_ms() - t0, HOST_WAIT_MS - 2);   /* ms rounding */
+	/* not early: the budget is spent before it fails (less the timer clock's slack) */
+	ck_assert_int_ge(loop_now_ms() - t0, HOST_WAIT_MS - TEST_TIMER_SLACK_MS);
 	ck_assert_int_eq(o->error, -EAGAIN);
 	ck_assert_int_eq(o->reason, FREEZE_REASON_HELD_ELSEWHERE);
 	ck_assert_int_eq(o->status, 0);
@@ -1504,7 +1507,8 @@ static void host_end_run(enum host_end end)
 		ck_assert_int_eq(a->error, -ETIMEDOUT);
 		ck_assert(!other_can_take(C1));          /* the undo is still owed */
 		engine_set_options(engine, &test_opts);
-		run_until(NULL, 0, SLOW_MS + 200);
+		/* hang guard: until the undo is answered */
+		LOOP_RUN_WHILE(base, hostlock_held(host) > 0, RUN_MAX_MS);
 		break;
 	case END_UNPAUSE_FAILED:
 		a = hold();
@@ -1516,7 +1520,8 @@ static void host_end_run(enum host_end end)
 		a = hold();
 		freeze_cancel(a->claim);
 		ck_assert(!other_can_take(C1));
-		run_until(NULL, 0, SLOW_MS + 200);
+		/* hang guard: until the pause lands and is undone */
+		LOOP_RUN_WHILE(base, hostlock_held(host) > 0, RUN_MAX_MS);
 		break;
 	case END_CANCEL_HELD:
 		a = hold();
@@ -1562,7 +1567,7 @@ START_TEST(test_host_given_back_on_every_end)
 {
 	static const struct fake_reply scripts[_HOST_END_MAX][3] = {
 		[END_PAUSE_REFUSED] = { ALREADY_PAUSED_409 },
-		[END_PAUSE_TIMEOUT] = { PAUSE(.delay_ms = SLOW_MS), NOT_PAUSED_500 },
+		[END_PAUSE_TIMEOUT] = { PAUSE(.delay_ms = NEVER_MS), NOT_PAUSED_500 },
 		[END_UNPAUSE_FAILED] = { PAUSE(), UNPAUSE_R(500, .body = "{\"message\":\"freezer: busy\"}") },
 		[END_CANCEL_PAUSING] = { PAUSE(.delay_ms = SLOW_MS), UNPAUSE() },
 		[END_CANCEL_HELD] = { PAUSE(), UNPAUSE() },

@@ -25,7 +25,7 @@
 #include "registry.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS     2000
+#define RUN_MAX_MS     2000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define SETTLE_MS      30
 #define TRACE_MAX      1024
 #define SCRIPT_MAX     32
@@ -1096,10 +1096,9 @@ START_TEST(test_cancelled)
 
 	serve(entries, ELEMENTSOF(entries));
 	ck_assert_int_eq(reap_start(&d, DAY_S, NULL, NOW, done_cb, &done), 0);
-	for (long end = loop_now_ms() + RUN_MAX_MS; loop_now_ms() < end && !in_flight;) {
-		loop_run_until(base, NULL, 0, 5);
-		in_flight = fake_engine_request_count() == PROBE_REQUESTS + want_requests;
-	}
+	/* hang guard */
+	LOOP_RUN_WHILE(base, fake_engine_request_count() != PROBE_REQUESTS + want_requests, RUN_MAX_MS);
+	in_flight = fake_engine_request_count() == PROBE_REQUESTS + want_requests;
 	ck_assert_msg(in_flight, "%s: %s", cancel_rows[_i].what, trace());
 	ck_assert_int_eq(done.calls, 0);
 	d.engine = engine_free(d.engine);

@@ -35,7 +35,7 @@
 #include "rpc.h"
 #include "xmalloc.h"
 
-#define RUN_MAX_MS 3000
+#define RUN_MAX_MS 3000   /* hang guard: the longest a wait for a callback lasts (stretched) */
 #define API        "/v1.41"
 #define JSON_TYPE  "Content-Type: application/json\r\n"
 #define PING    { .path = "/_ping", .headers = "Api-Version: 1.41\r\n", .body = "OK", .repeat = true }
