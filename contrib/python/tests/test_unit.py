@@ -845,12 +845,14 @@ class Deadlines(ScriptedServer):
             t0 = asyncio.get_running_loop().time()
             with self.assertRaises(msb.ClientTimeout):
                 await client.status()
-            self.assertLess(asyncio.get_running_loop().time() - t0, 2)
+            # hang guard: ClientTimeout is the behaviour; far below the 120 s default.
+            self.assertLess(asyncio.get_running_loop().time() - t0, 30)
             # exec: its own timeout plus the margin (the daemon's TimeoutError comes first).
             with mock.patch("maf_sandbox_client.client.EXEC_DEADLINE_MARGIN_SECONDS", 0.2):
                 t0 = asyncio.get_running_loop().time()
                 with self.assertRaises(msb.ClientTimeout):
                     await client.sandbox("0" * 64).exec("true", timeout=0.4)
+                # not early: the exec's 0.4 s plus the 0.2 s margin (less the loop's slack).
                 self.assertGreater(asyncio.get_running_loop().time() - t0, 0.55)
             # acquire: none unless given (an image pull may take long).
             key, spec = msb.SandboxKey("s", "t", "a"), msb.SandboxSpec(kind="k", image="i")
