@@ -1,6 +1,7 @@
 /* http.h — HTTP/1.1 to the engine: libcurl's multi-socket API driven by the
  * libevent loop (the hiperfifo.c pattern). One struct engine_req wraps one
- * easy handle; keep-alive connections are reused by the multi handle.
+ * easy handle; keep-alive connections are reused by the multi handle, at most
+ * ENGINE_HTTP_MAX_IDLE_CONNECTIONS (http.c) of them kept idle.
  *
  * Ownership: engine_http_new() → engine_http_free(). A request is owned by
  * the http layer; the caller may hold its pointer until the callback fires
