@@ -740,6 +740,7 @@ START_TEST(budget_wait_is_not_on_the_frame_clock)
 	 * taken once they are seen counted (polled, hang guard STATE_WAIT_MS),
 	 * so it is no earlier than the daemon's start of a's frame. */
 	for (int waited = 0; buffered_bytes(d.sock) < 60000 + (json_int_t)strlen(head); waited += 20) {
+		/* hang guard */
 		ck_assert_msg(waited < STATE_WAIT_MS, "the daemon never read a's first bytes");
 		usleep(20 * 1000);
 	}

@@ -569,6 +569,7 @@ START_TEST(a_timeout_kills_what_ignores_term_and_its_children)
 			       "processes killed.*/killed \\1/' | tr '\\n' ' '", e.sandbox, e.sandbox, e.d.log);
 		if (strstr(order, "killed "))
 			break;
+		/* hang guard */
 		ck_assert_msg(now_ms() - t0 < CLIENT_TIMEOUT_MS, "the daemon never logged the kill: %s", order);
 		free(order);
 	}

@@ -316,6 +316,7 @@ static struct fd_census census_idle(const struct msbd_proc *d)
 		idle_pidfds = pidfds_of(d->pid);
 		if (a.on_sock == 1)
 			return a;
+		/* hang guard */
 		ck_assert_msg(now_ms() < deadline, "the daemon's client connections never closed (%d on its socket)",
 			      a.on_sock);
 		sleep_ms(50);
@@ -837,6 +838,7 @@ START_TEST(a_client_leaving_mid_acquire)
 			ck_assert_msg(st, "daemon.status failed");
 			if (jint(st, "requests.in_flight") == 4)
 				break;
+			/* hang guard */
 			ck_assert_msg(now_ms() < deadline, "the three acquires never ran at once (%lld in flight)",
 				      (long long)jint(st, "requests.in_flight"));
 			json_decref(st);
