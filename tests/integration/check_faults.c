@@ -1010,7 +1010,7 @@ START_TEST(a_client_leaving_mid_read)
 	 * plane), closed that pin: the next file call pins again (an inspect).
 	 * One stat settles the pin, then the read and stat are counted. (The
 	 * event is sent as the start happens, before the docker exec above
-	 * ran; no barrier here proves the daemon applied it: see the report.) */
+	 * ran; no barrier here proves the daemon had applied it.) */
 	json_decref(call(d.sock, "files.stat", json_pack("{s:s, s:s}", "sandbox", id, "path", "big.bin"), NULL, NULL));
 	before = call_requests_of(&d);
 	fd = send_request(d.sock, 1, "files.read", json_pack("{s:s, s:s}", "sandbox", id, "path", "big.bin"));
