@@ -475,7 +475,7 @@ START_TEST(connection_limit)
 
 	/* Wait until the harness's readiness probes are gone: ours is the only one. */
 	fds[0] = raw_connect(bad.sock);
-	for (int i = 0; i < STATE_WAIT_MS / 10; i++) {     /* hang guard */
+	for (int i = 0;; i++) {
 		raw_send_str(fds[0], "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"daemon.status\"}\n");
 		st = raw_recv(fds[0], RECV_MS);
 		ck_assert_ptr_nonnull(st);
@@ -484,6 +484,8 @@ START_TEST(connection_limit)
 			break;
 		}
 		json_decref(st);
+		/* hang guard */
+		ck_assert_msg(i < STATE_WAIT_MS / 10, "the readiness probes' connections never went away");
 		usleep(10 * 1000);
 	}
 	for (int i = 1; i < 4; i++) {
@@ -733,8 +735,16 @@ START_TEST(budget_wait_is_not_on_the_frame_clock)
 		ck_assert_msg(waited < STATE_WAIT_MS, "the daemon never read b's 60000 bytes");
 		usleep(20 * 1000);
 	}
-	a_began = mono_ms();
 	raw_send_str(a, head);                     /* a's frame begins */
+	/* a's clock starts when the daemon reads a's first bytes: a_began is
+	 * taken once they are seen counted (polled, hang guard STATE_WAIT_MS),
+	 * so it is no earlier than the daemon's start of a's frame. */
+	for (int waited = 0; buffered_bytes(d.sock) < 60000 + (json_int_t)strlen(head); waited += 20) {
+		/* hang guard */
+		ck_assert_msg(waited < STATE_WAIT_MS, "the daemon never read a's first bytes");
+		usleep(20 * 1000);
+	}
+	a_began = mono_ms();
 	raw_send_str(a, pad);
 	raw_send_str(a, pad);                      /* 180 KB held: spent; a waits for b */
 	/* b stalls and is cut at its deadline: seen (RECV_MS + its deadline: hang guard). */
@@ -1392,6 +1402,7 @@ START_TEST(a_failed_registry_listing_is_retried)
 }
 END_TEST
 
+#define RACE_INSPECT_DELAY_MS 20000    /* hang guard (under the engine.timeout_ms default, 60 s) */
 #define PROXY_ID "1111111111111111111111111111111111111111111111111111111111111111"
 
 /* A disposal while an acquire of the same conversation is in flight: the
@@ -1408,8 +1419,11 @@ static const struct fake_reply race_script[] = {
 		  "\"State\":\"running\"}]" },
 	{ .method = "GET", .path = "/v1.41/events", .chunked = true, .stall = true, .body = "", .repeat = true },
 	{ .method = "DELETE", .path = "/v1.41/containers/" PROXY_ID, .status = 204, .repeat = true },
-	{ .method = "GET", .path = "/v1.41/containers/maf-sandbox-docker-", .status = 404, .delay_ms = 2000,
-	  .body = "{\"message\":\"No such container\"}", .repeat = true },
+	/* hang guard: the acquire's inspect is held RACE_INSPECT_DELAY_MS, the
+	 * window the dispose lands in (by observed order: the dispose is sent
+	 * once the inspect is seen asked, and answered long before it ends). */
+	{ .method = "GET", .path = "/v1.41/containers/maf-sandbox-docker-", .status = 404,
+	  .delay_ms = RACE_INSPECT_DELAY_MS, .body = "{\"message\":\"No such container\"}", .repeat = true },
 };
 
 START_TEST(a_disposal_racing_an_acquire_says_unknown)
@@ -1427,8 +1441,9 @@ START_TEST(a_disposal_racing_an_acquire_says_unknown)
 		     "{\"key\":{\"scope\":\"s\",\"thread_id\":\"t\",\"agent_dir\":\"a\"},"
 		     "\"spec\":{\"kind\":\"k\",\"image\":\"img\"}}}\n");
 	/* The acquire is waiting on its slow inspect (the fake engine got it;
-	 * polled, hang guard STATE_WAIT_MS). The dispose below has the inspect's
-	 * delay (2000 ms) to land beside it: a hang guard. */
+	 * polled, hang guard STATE_WAIT_MS). The dispose below lands while the
+	 * inspect is held (RACE_INSPECT_DELAY_MS): the acquire's answer is read
+	 * only after the dispose's, and must come after it. */
 	for (int waited = 0;; waited += 10) {
 		bool asked = false;
 
@@ -1453,7 +1468,9 @@ START_TEST(a_disposal_racing_an_acquire_says_unknown)
 				deleted = true;
 		ck_assert_msg(deleted, "the listed proxy was not removed");
 	}
-	json_decref(raw_recv(fd, RECV_MS));      /* the acquire's own answer, whatever it is */
+	/* The acquire's own answer, whatever it is, after the inspect's delay
+	 * (hang guard). */
+	json_decref(raw_recv(fd, RECV_MS + RACE_INSPECT_DELAY_MS));
 	close(fd);
 	ck_assert_int_eq(msbd_stop(&d), 0);
 	fake_engine_cleanup();
@@ -1468,14 +1485,15 @@ START_TEST(unread_replies_hit_the_write_timeout)
 	const char *req = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.describe\"}\n";
 	int fd, other, rcvbuf = 4096;
 	size_t sent = 0;
+	bool closed = false;
 	json_t *st = NULL;
 
 	msbd_start(&d, (const char *[]){ "--set", "limits.write_timeout_ms=500", NULL });
 	fd = raw_connect(d.sock);
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
 	/* Ask for far more than the socket buffers hold, and never read: send
-	 * until the daemon stops reading (nothing drains for 300 ms). */
-	for (int i = 0; i < 100000; i++) {
+	 * until the daemon, which stops reading, closes the connection. */
+	for (int i = 0; !closed && i < 100000; i++) {
 		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 		ssize_t n = send(fd, req, strlen(req), MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -1483,11 +1501,13 @@ START_TEST(unread_replies_hit_the_write_timeout)
 			sent += (size_t)n;
 			continue;
 		}
-		if (n < 0 && errno != EAGAIN)
-			break;
-		if (poll(&pfd, 1, 300) <= 0)     /* hang guard: nothing drains for 300 ms: the daemon stopped reading */
-			break;
+		closed = n < 0 && errno != EAGAIN && errno != EINTR;
+		/* The daemon stops reading, then closes the connection once a reply
+		 * waits limits.write_timeout_ms unsent: send fails (EPIPE or
+		 * ECONNRESET) and the loop ends. RECV_MS: a hang guard. */
+		ck_assert_msg(closed || poll(&pfd, 1, RECV_MS) > 0, "the daemon neither read nor closed the connection");
 	}
+	ck_assert_msg(closed, "the daemon never closed the connection of a client that does not read");
 	ck_assert_uint_gt(sent, 100000);
 	other = raw_connect(d.sock);
 	for (int i = 0; i < STATE_WAIT_MS / 100; i++) {     /* hang guard */

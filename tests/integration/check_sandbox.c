@@ -139,19 +139,51 @@ static void await_listed_state(const char *sock, const char *id, const char *wan
 	free(state);
 }
 
-/* Every engine event about id so far has reached the registry: the engine
- * sends them in order, so once the registry shows the pause made now, it
- * has applied those before it (the create and start of an acquire). */
-static void events_barrier(const char *sock, const char *id)
-{
-	char *out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", id);
+static char *daemon_lock_file(void);
 
+/* The host lock (freeze.lock_file, shared by every daemon on this host) as
+ * the test holds it while it pauses a guest itself: as another live
+ * daemon's freeze, which no daemon starting meanwhile (another suite's)
+ * thaws as an orphan. Opened once. */
+static struct hostlock *test_hostlock(void)
+{
+	static struct hostlock *h;
+
+	if (!h) {
+		char *path = daemon_lock_file(), *err = NULL;
+
+		ck_assert_msg(hostlock_open(path, &h, &err) == 0, "%s", err ? err : "");
+		free(path);
+	}
+	return h;
+}
+
+/* docker pause id, under the host lock (taken here; the caller releases it
+ * with hostlock_release(test_hostlock(), id)). */
+static void pause_under_hostlock(const char *id)
+{
+	char *out;
+
+	ck_assert_int_eq(hostlock_try(test_hostlock(), id), 0);
+	out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", id);
 	ck_assert_str_eq(out, "0");
 	free(out);
+}
+
+/* Every engine event about id so far has reached the registry: the engine
+ * sends them in order, so once the registry shows the pause made now, it
+ * has applied those before it (the create and start of an acquire). The
+ * pause is held under the host lock until the unpause. */
+static void events_barrier(const char *sock, const char *id)
+{
+	char *out;
+
+	pause_under_hostlock(id);
 	await_listed_state(sock, id, "paused");
 	out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", id);
 	ck_assert_str_eq(out, "0");
 	free(out);
+	hostlock_release(test_hostlock(), id);
 	await_listed_state(sock, id, "running");
 }
 
@@ -242,6 +274,10 @@ START_TEST(warm_acquire_makes_no_engine_request)
 	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
 	events_barrier(d.sock, jstr(a, "sandbox"));      /* the create and start events are in */
+	/* A start event applied after the acquire pinned the guest (local
+	 * plane) closed that pin: one warm acquire pins again (an inspect), so
+	 * the counted ones below find the pin. */
+	json_decref(acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL));
 	/* A runtime-only spec needs nothing of the guest: no engine request. */
 	before = call_requests(d.sock);
 	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_requiring("k", image, "[]"), NULL, NULL);
@@ -301,6 +337,15 @@ START_TEST(command_probes_refuse_what_the_image_cannot_run)
 	ck_assert_int_eq(code, 1100);
 	free(type);
 	/* ...while exec and files_delete pass, once: a warm acquire runs no probe again. */
+	r = acquire(d.sock, key_for(scope, "t3", "agent", NULL),
+		    spec_requiring("k", image, "[\"exec\", \"files_delete\"]"), NULL, NULL);
+	ck_assert_ptr_nonnull(r);
+	/* The create and start events are in; a start event applied after the
+	 * acquire pinned the guest (local plane) closed that pin: the next call
+	 * pins again (an inspect). One warm acquire settles it; the next is
+	 * counted. */
+	events_barrier(d.sock, jstr(r, "sandbox"));
+	json_decref(r);
 	r = acquire(d.sock, key_for(scope, "t3", "agent", NULL),
 		    spec_requiring("k", image, "[\"exec\", \"files_delete\"]"), NULL, NULL);
 	ck_assert_ptr_nonnull(r);
@@ -437,10 +482,18 @@ START_TEST(acquire_recovers_what_was_done_behind_its_back)
 	start_daemon(&d, NULL);
 	a = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_ptr_nonnull(a);
-	out = sh_out("docker %s %s >/dev/null 2>&1; echo $?", row->docker, jstr(a, "sandbox"));
-	ck_assert_str_eq(out, "0");
-	free(out);
-	await_listed_state(d.sock, jstr(a, "sandbox"), row->listed);     /* the event reached the registry */
+	if (strcmp(row->docker, "pause") == 0) {
+		/* Paused under the host lock until the event is in: a daemon
+		 * starting meanwhile (another suite's) leaves it paused. */
+		pause_under_hostlock(jstr(a, "sandbox"));
+		await_listed_state(d.sock, jstr(a, "sandbox"), row->listed);
+		hostlock_release(test_hostlock(), jstr(a, "sandbox"));
+	} else {
+		out = sh_out("docker %s %s >/dev/null 2>&1; echo $?", row->docker, jstr(a, "sandbox"));
+		ck_assert_str_eq(out, "0");
+		free(out);
+		await_listed_state(d.sock, jstr(a, "sandbox"), row->listed);     /* the event reached the registry */
+	}
 	b = acquire(d.sock, key_for(scope, "t", "agent", NULL), spec_for("k", image), NULL, NULL);
 	ck_assert_msg(b, "acquire after '%s' failed", row->docker);
 	ck_assert_str_eq(jstr(b, "state"), "running");
@@ -533,6 +586,29 @@ static bool log_has(const struct msbd_proc *d, const char *text, int timeout_ms)
 	}
 }
 
+/* How many lines of the daemon's log hold text. */
+static int log_count(const struct msbd_proc *d, const char *text)
+{
+	char *out = sh_out("grep -cF '%s' %s", text, d->log);
+	int n = atoi(out);
+
+	free(out);
+	return n;
+}
+
+/* Does the daemon's log hold text in n lines at least, within timeout_ms
+ * (a hang guard)? */
+static bool log_count_reaches(const struct msbd_proc *d, const char *text, int n, int timeout_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		if (log_count(d, text) >= n)
+			return true;
+		if (waited >= timeout_ms)
+			return false;
+		usleep(50 * 1000);
+	}
+}
+
 static bool state_becomes(const char *id, const char *want, int timeout_ms)
 {
 	for (int waited = 0;; waited += 50) {
@@ -569,7 +645,7 @@ START_TEST(a_freeze_another_daemon_holds_is_never_lifted)
 	struct hostlock *h = NULL;
 	char *err = NULL, *id;
 	json_t *a, *r;
-	int fd;
+	int fd, waits;
 
 	ck_assert_msg(hostlock_open(lock_file, &h, &err) == 0, "%s", err ? err : "");
 	start_daemon(&d, NULL);
@@ -599,12 +675,15 @@ START_TEST(a_freeze_another_daemon_holds_is_never_lifted)
 	await_listed_state(d.sock, id, "running");     /* the unpause event reached the registry */
 	freeze_as_another_daemon(h, id);
 	await_listed_state(d.sock, id, "paused");      /* the pause event reached the registry */
+	waits = log_count(&d, "another maf-sandboxd on this host holds it frozen; waiting");
 	fd = raw_connect(d.sock);
 	raw_request_send(fd, 1, "sandbox.acquire", json_pack("{s:o, s:o}", "key", key_for(scope, "t", "agent", NULL),
 							     "spec", spec_for("k", image)));
 	/* The acquire's thaw found the host lock held and waits (the daemon
-	 * says so): it has not answered, and the guest stays paused. */
-	ck_assert_msg(log_has(&d, "another maf-sandboxd on this host holds it frozen; waiting", LOG_WAIT_MS),
+	 * says so, in a line more than before it was sent): it has not
+	 * answered, and the guest stays paused. */
+	ck_assert_msg(log_count_reaches(&d, "another maf-sandboxd on this host holds it frozen; waiting", waits + 1,
+					LOG_WAIT_MS),
 		      "the acquire's thaw never waited for the other daemon's freeze");
 	{
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
