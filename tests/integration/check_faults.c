@@ -340,7 +340,9 @@ static bool census_back(const struct fd_census *now, int now_pidfds, const struc
 
 	return now->files - now_pidfds == base->files - idle_pidfds && now->on_sock == base->on_sock &&
 	       now->other_sock <= base->other_sock + ENGINE_CONN_SLACK &&
-	       (plane_local() ? pins >= 0 && pins <= running_of_scope(scope) : pins == 0);
+	       /* Fewer pidfds than idle is no leak: a pin the idle census saw goes
+	        * with its container (a dockerd restart stops them all). */
+	       (plane_local() ? pins <= running_of_scope(scope) : pins == 0);
 }
 
 /* Waits until the daemon holds what it held idle: the same files, no
