@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -183,8 +184,21 @@ void msbd_start_with(struct msbd_proc *p, const char *const *prefix, const char 
 		argv[n++] = "--socket";
 		argv[n++] = p->sock;
 	}
-	for (; args && *args && n < 60; args++)
-		argv[n++] = *args;
+	/* The run's own journal of temporaries (every daemon of this run shares
+	 * it, so the one started after a killed one replays what it left), never
+	 * the host's default that every other daemon on the machine uses: a
+	 * foreign entry's replay waits on a container someone else paused. Before
+	 * the caller's arguments, so a test naming its own wins (the last --set
+	 * of a key does). */
+	if (getenv("MSB_IT_RUN_DIR")) {
+		static char journal_arg[PATH_MAX];
+
+		snprintf(journal_arg, sizeof(journal_arg), "files.journal_dir=%s/journal", getenv("MSB_IT_RUN_DIR"));
+		argv[n++] = "--set";
+		argv[n++] = journal_arg;
+	}
+	/* The lane's plane ($MSB_FILE_PLANE), before the caller's arguments too:
+	 * a test that names its own plane gets it. */
 	if (harness_file_plane()) {
 		static char plane_arg[64];
 
@@ -192,6 +206,9 @@ void msbd_start_with(struct msbd_proc *p, const char *const *prefix, const char 
 		argv[n++] = "--set";
 		argv[n++] = plane_arg;
 	}
+	for (; args && *args && n < 60; args++)
+		argv[n++] = *args;
+	ck_assert_msg(!args || !*args, "more daemon arguments than the harness passes");
 	argv[n] = NULL;
 	p->pid = fork();
 	ck_assert_int_ge(p->pid, 0);

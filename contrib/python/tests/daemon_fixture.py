@@ -85,7 +85,10 @@ class Daemon:
         proxy = _require("MSB_PROXY") if egress else ""
         self.argv = [session.daemon_binary, "--socket", self.sock,
                      "--set", f"egress.proxy_binary={proxy}",
-                     "--set", f"egress.state_dir={os.path.join(self.dir, 'egress')}", *args]
+                     "--set", f"egress.state_dir={os.path.join(self.dir, 'egress')}",
+                     # The session's journal of temporaries, not the host's default
+                     # every daemon on the machine shares (a test's own wins: last --set).
+                     "--set", f"files.journal_dir={os.path.join(session.tmp, 'journal')}", *args]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait_ready: bool = True) -> Daemon:
