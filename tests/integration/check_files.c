@@ -1306,62 +1306,77 @@ static bool wait_unpaused(const char *id, int timeout_ms)
 	return !engine_paused(id);
 }
 
-/* requests.in_flight of daemon.status asked on sfd (the status call counts
- * itself); -1 if no reply came (hang guard: CALL_TIMEOUT_MS). */
-static long status_in_flight(int sfd)
+/* daemon.status asked on sfd (new reference); fails the test if no reply
+ * came (hang guard: CALL_TIMEOUT_MS). */
+static json_t *status_on(int sfd)
 {
 	static const char frame[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\"}\n";
-	json_t *rep;
-	long n;
+	json_t *rep, *res;
 
 	raw_send(sfd, frame, strlen(frame));
 	rep = raw_recv(sfd, CALL_TIMEOUT_MS);
-	n = rep ? (long)json_integer_value(json_object_get(json_object_get(json_object_get(rep, "result"),
-									      "requests"), "in_flight")) : -1;
+	res = json_incref(json_object_get(rep, "result"));
+	ck_assert_msg(res, "daemon.status did not answer");
 	json_decref(rep);
+	return res;
+}
+
+static long status_in_flight(int sfd)
+{
+	json_t *st = status_on(sfd);
+	long n = (long)json_integer_value(json_object_get(json_object_get(st, "requests"), "in_flight"));
+
+	json_decref(st);
 	return n;
 }
 
-/* True if fd has a frame (or EOF) to read now. */
-static bool readable_now(int fd)
-{
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-
-	return poll(&pfd, 1, 0) > 0;
-}
-
 /* Sends one request frame on a fresh connection and closes the connection
- * while the call is in flight. Archive plane: once the engine shows the
- * container frozen by the call's copy. Local plane (nothing pauses): once
- * daemon.status on a second connection counts the call in flight
- * (requests.in_flight >= 2, its own call included) and no reply has come.
- * Both waits are bounded by FREEZE_SEEN_MS, a hang guard. Returns whether
- * the call was seen in flight before the client left; the tests assert it. */
-static bool send_and_leave(const char *id, const char *method, json_t *params)
+ * with the call under way. Archive plane: once the engine shows the
+ * container frozen by the call's copy. Local plane: a call is served
+ * within one pass of the daemon's loop (plane_local.h: no freeze, no engine
+ * round trip), so no other connection can see it running; what a client
+ * can leave in the middle of is its reply. With reply_queued (files.read):
+ * once daemon.status on a second connection shows reply bytes queued and
+ * unsent (memory.reply_queued_bytes: the status calls' own replies are read
+ * before the next is asked) — the client leaves mid-reply. Without (a
+ * write, whose reply is small): once daemon.status counts the call taken
+ * (requests.total past the status calls' own) — the client leaves with its
+ * reply unread. Both waits are bounded by FREEZE_SEEN_MS, a hang guard.
+ * Returns whether that was seen before the client left; the tests assert it. */
+static bool send_and_leave(const char *id, const char *method, json_t *params, bool reply_queued)
 {
 	json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", method, "params", params);
 	char *frame = json_dumps(req, JSON_COMPACT);
 	int fd = raw_connect(fx.d.sock), sfd = plane_local() ? raw_connect(fx.d.sock) : -1;
-	bool seen = false, answered = false;
+	json_int_t base = 0, asked = 0;
+	bool seen = false;
 
 	ck_assert_int_ge(fd, 0);
-	if (plane_local())
+	if (plane_local()) {
+		json_t *st;
+
 		ck_assert_int_ge(sfd, 0);
+		st = status_on(sfd);
+		base = json_integer_value(json_object_get(json_object_get(st, "requests"), "total"));
+		json_decref(st);
+	}
 	raw_send(fd, frame, strlen(frame));
 	raw_send(fd, "\n", 1);
-	for (long end = now_ms() + FREEZE_SEEN_MS; !seen && !answered && now_ms() < end;) {   /* hang guard */
+	for (long end = now_ms() + FREEZE_SEEN_MS; !seen && now_ms() < end;) {   /* hang guard */
 		if (plane_local()) {
-			long n = status_in_flight(sfd);
+			json_t *st = status_on(sfd);
+			json_int_t total = json_integer_value(json_object_get(json_object_get(st, "requests"), "total"));
+			json_int_t queued = json_integer_value(json_object_get(json_object_get(st, "memory"),
+									      "reply_queued_bytes"));
 
-			ck_assert_msg(n >= 1, "daemon.status did not answer");
-			/* A reply already there: the call ended before it was seen. */
-			answered = readable_now(fd);
-			seen = !answered && n >= 2;
+			asked++;
+			seen = reply_queued ? queued > 0 : total - base - asked >= 1;
+			json_decref(st);
 		} else {
 			seen = engine_paused(id);
-			if (!seen)
-				usleep(2000);
 		}
+		if (!seen)
+			usleep(2000);
 	}
 	close(fd);
 	if (sfd >= 0)
@@ -1402,9 +1417,9 @@ START_TEST(a_client_leaving_mid_write_leaves_the_guest_running)
 	p = fparams(fx.id, NULL, "big.bin");
 	json_object_set_new(p, "content_b64", json_string(b));
 	free(b);
-	seen = send_and_leave(fx.id, "files.write", p);
-	ck_assert_msg(seen, "leaving mid-write: the call was not seen in flight (%s) before the client left",
-		      plane_local() ? "daemon.status" : "the engine's freeze");
+	seen = send_and_leave(fx.id, "files.write", p, false);
+	ck_assert_msg(seen, "leaving mid-write: %s before the client left",
+		      plane_local() ? "daemon.status did not count the call" : "the engine showed no freeze");
 	ck_assert_msg(wait_no_call_in_flight(), "the write of a client that left is still in flight");
 	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
 		      THAW_WAIT_MS);
@@ -1429,9 +1444,9 @@ START_TEST(a_client_leaving_mid_read_leaves_the_guest_running)
 	bool seen;
 
 	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
-	seen = send_and_leave(fx.id, "files.read", fparams(fx.id, NULL, "big.bin"));
-	ck_assert_msg(seen, "leaving mid-read: the call was not seen in flight (%s) before the client left",
-		      plane_local() ? "daemon.status" : "the engine's freeze");
+	seen = send_and_leave(fx.id, "files.read", fparams(fx.id, NULL, "big.bin"), true);
+	ck_assert_msg(seen, "leaving mid-read: %s before the client left",
+		      plane_local() ? "daemon.status showed no reply queued" : "the engine showed no freeze");
 	/* The daemon is fine afterwards: the orphaned read ended, calls are served. */
 	ck_assert_msg(wait_no_call_in_flight(), "the read of a client that left is still in flight");
 	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
