@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -79,6 +80,11 @@
 #define PEER_PORT 9000
 #define MAX_HOST_ADDRS 12
 #define MAX_WATCHERS 4
+/* Held (flock) from the watchers' opening to their closing, so two egress
+ * runs on one host never share the host's :53 between them. */
+#define DNS_WATCH_LOCK "/run/msb-test-dns.lock"
+/* hang guard: another egress run holding DNS_WATCH_LOCK through its isolation test */
+#define DNS_WATCH_LOCK_MS 600000
 #define PROBE_LINE_MAX 512
 
 #define ERR_EGRESS_NOT_ENFORCED 1101
@@ -1053,13 +1059,20 @@ struct watchers {
 	int fd[MAX_WATCHERS];
 	char what[MAX_WATCHERS][64];
 	size_t n;
+	/* Addresses skipped as taken (EADDRINUSE): each must be shown to
+	 * answer DNS itself (controls_are_seen), or the test fails. */
+	char taken[MAX_WATCHERS][INET_ADDRSTRLEN];
+	size_t n_taken;
+	int lock_fd;       /* DNS_WATCH_LOCK, held */
 };
 
 /* Which bind failures of a watcher are not the test's failure. */
 enum {
 	WATCH_MUST = 0,
-	/* EADDRINUSE: the host serves DNS there itself. A guest's lookup there
-	 * would be answered, and every such probe asserts it got no answer. */
+	/* EADDRINUSE: the host serves DNS there itself — shown by the control
+	 * lookup to it being answered (controls_are_seen), else the test fails.
+	 * A guest's lookup there would be answered, and every such probe
+	 * asserts it got no answer. */
 	WATCH_MAY_BE_TAKEN = 1,
 	/* EADDRNOTAVAIL: not an address of the host (no docker0 here), so
 	 * nothing of the host listens there to be reached. */
@@ -1078,8 +1091,13 @@ static void watcher_add(struct watchers *w, pid_t ns_pid, const char *ip, const 
 			      (fd == -EADDRNOTAVAIL && (may & WATCH_MAY_BE_ABSENT)),
 			      "cannot watch %s:53 (%s): %s", ip, what, strerror(-fd));
 		fprintf(stderr, "egress: no UDP watcher on %s:53 (%s): %s (allowed: %s)\n", ip, what, strerror(-fd),
-			fd == -EADDRINUSE ? "the host serves DNS there; the probes assert no answer"
+			fd == -EADDRINUSE ? "the host serves DNS there, checked by the control lookup; the probes "
+					    "assert no answer"
 					  : "not a host address");
+		if (fd == -EADDRINUSE) {
+			ck_assert_uint_lt(w->n_taken, MAX_WATCHERS);
+			snprintf(w->taken[w->n_taken++], sizeof(w->taken[0]), "%s", ip);
+		}
 		return;
 	}
 	ck_assert_uint_lt(w->n, MAX_WATCHERS);
@@ -1094,6 +1112,14 @@ static void watchers_open(struct watchers *w)
 	int fd;
 
 	memset(w, 0, sizeof(*w));
+	w->lock_fd = open(DNS_WATCH_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ck_assert_msg(w->lock_fd >= 0, "%s: %s", DNS_WATCH_LOCK, strerror(errno));
+	for (long end = now_ms() + DNS_WATCH_LOCK_MS; flock(w->lock_fd, LOCK_EX | LOCK_NB) < 0;) {   /* hang guard */
+		ck_assert_msg(errno == EWOULDBLOCK, "flock %s: %s", DNS_WATCH_LOCK, strerror(errno));
+		ck_assert_msg(now_ms() < end, "another egress run held %s for %d ms", DNS_WATCH_LOCK,
+			      DNS_WATCH_LOCK_MS);
+		usleep(100 * 1000);
+	}
 	ck_assert_msg(resolver > 0, "the resolver container is not running");
 	watcher_add(w, resolver, "0.0.0.0", "the resolver container", WATCH_MUST);
 	ck_assert_msg(w->n == 1, "cannot listen in the resolver container");
@@ -1108,6 +1134,16 @@ static void watchers_open(struct watchers *w)
 	/* Then at least the addresses a guest would try. */
 	watcher_add(w, 0, fx.gateway, "the host's outbound gateway", WATCH_MAY_BE_TAKEN);
 	watcher_add(w, 0, "172.17.0.1", "the host's docker0", WATCH_MAY_BE_TAKEN | WATCH_MAY_BE_ABSENT);
+}
+
+/* Closes the watchers, then lets another run have the host's :53. */
+static void watchers_close(struct watchers *w)
+{
+	for (size_t i = 0; i < w->n; i++)
+		close(w->fd[i]);
+	w->n = 0;
+	close(w->lock_fd);     /* the flock goes with it */
+	w->lock_fd = -1;
 }
 
 /* How many datagrams each watcher holds (drained); sources appended to log. */
@@ -1188,6 +1224,16 @@ static void controls_are_seen(int listener, const struct watchers *w, int port)
 		ck_assert_msg(conns >= 1, "the host listener on port %d missed the control connection", port);
 		for (size_t i = 0; i < w->n; i++)
 			ck_assert_msg(seen[i] >= 1, "%s missed the control lookup", w->what[i]);
+	}
+	/* An address not watched because its :53 is taken must really answer
+	 * DNS there (an answer, or a refusal of the name, from that server). */
+	for (size_t i = 0; i < w->n_taken; i++) {
+		out = sh_out("docker exec '%s' timeout 4 nslookup control.test %s 2>&1", fx.upstream, w->taken[i]);
+		ck_assert_msg(strstr(out, "Server:") &&
+			      (strstr(out, "NXDOMAIN") || strstr(out, "Name:") || strstr(out, "SERVFAIL") ||
+			       strstr(out, "REFUSED")),
+			      "%s:53 is taken on the host, but no DNS server answers there: %s", w->taken[i], out);
+		free(out);
 	}
 }
 
@@ -1346,8 +1392,7 @@ START_TEST(the_sandbox_reaches_nothing_but_its_proxy)
 	assert_gone(a.name);
 	assert_gone(b.name);
 	close(listener);
-	for (size_t i = 0; i < w.n; i++)
-		close(w.fd[i]);
+	watchers_close(&w);
 	ck_assert_int_eq(msbd_stop(&d), 0);
 }
 END_TEST
@@ -1523,7 +1568,16 @@ static void cli_follow(const struct msbd_proc *d, const struct sbx *sb, const st
 	text = probe(d->sock, sb, CONNECT_HEAD("allowed.test:443"), "ping\\n");
 	assert_status("allowed.test:443 (events --follow)", text, "200");
 	free(text);
-	free(cli_lines(out_path, 1));
+	/* The first decision printed: the CLI is subscribed. */
+	text = cli_lines(out_path, 1);
+	if (count_lines(text) < 1) {
+		char *err = file_text(err_path);
+
+		msbd_dump_log(d);
+		ck_abort_msg("events --follow printed no decision in %d ms (stderr: %s)", EVENT_WAIT_MS,
+			     err ? err : "");
+	}
+	free(text);
 	text = probe(d->sock, sb, CONNECT_HEAD("denied.test:443"), NULL);
 	assert_status("denied.test:443 (events --follow)", text, "403");
 	free(text);

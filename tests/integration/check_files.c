@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "../../daemon/sandbox/hostlock.h"
 #include "msb.h"
 
 #define ENGINE_WAIT_MS 15000      /* hang guard: the engine reachable */
@@ -1304,28 +1306,102 @@ static bool wait_unpaused(const char *id, int timeout_ms)
 	return !engine_paused(id);
 }
 
-/* Sends one request frame on a fresh connection, waits (at most
- * FREEZE_SEEN_MS, a hang guard) to see the container frozen, and closes the
- * connection. Returns whether the freeze was seen. */
-static bool send_and_leave(const char *id, const char *method, json_t *params)
+/* daemon.status asked on sfd (new reference); fails the test if no reply
+ * came (hang guard: CALL_TIMEOUT_MS). */
+static json_t *status_on(int sfd)
+{
+	static const char frame[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\"}\n";
+	json_t *rep, *res;
+
+	raw_send(sfd, frame, strlen(frame));
+	rep = raw_recv(sfd, CALL_TIMEOUT_MS);
+	res = json_incref(json_object_get(rep, "result"));
+	ck_assert_msg(res, "daemon.status did not answer");
+	json_decref(rep);
+	return res;
+}
+
+static long status_in_flight(int sfd)
+{
+	json_t *st = status_on(sfd);
+	long n = (long)json_integer_value(json_object_get(json_object_get(st, "requests"), "in_flight"));
+
+	json_decref(st);
+	return n;
+}
+
+/* Sends one request frame on a fresh connection and closes the connection
+ * with the call under way. Archive plane: once the engine shows the
+ * container frozen by the call's copy. Local plane: a call is served
+ * within one pass of the daemon's loop (plane_local.h: no freeze, no engine
+ * round trip), so no other connection can see it running; what a client
+ * can leave in the middle of is its reply. With reply_queued (files.read):
+ * once daemon.status on a second connection shows reply bytes queued and
+ * unsent (memory.reply_queued_bytes: the status calls' own replies are read
+ * before the next is asked) — the client leaves mid-reply. Without (a
+ * write, whose reply is small): once daemon.status counts the call taken
+ * (requests.total past the status calls' own) — the client leaves with its
+ * reply unread. Both waits are bounded by FREEZE_SEEN_MS, a hang guard.
+ * Returns whether that was seen before the client left; the tests assert it. */
+static bool send_and_leave(const char *id, const char *method, json_t *params, bool reply_queued)
 {
 	json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", 1, "method", method, "params", params);
 	char *frame = json_dumps(req, JSON_COMPACT);
-	int fd = raw_connect(fx.d.sock);
+	int fd = raw_connect(fx.d.sock), sfd = plane_local() ? raw_connect(fx.d.sock) : -1;
+	json_int_t base = 0, asked = 0;
 	bool seen = false;
 
 	ck_assert_int_ge(fd, 0);
+	if (plane_local()) {
+		json_t *st;
+
+		ck_assert_int_ge(sfd, 0);
+		st = status_on(sfd);
+		base = json_integer_value(json_object_get(json_object_get(st, "requests"), "total"));
+		json_decref(st);
+	}
 	raw_send(fd, frame, strlen(frame));
 	raw_send(fd, "\n", 1);
 	for (long end = now_ms() + FREEZE_SEEN_MS; !seen && now_ms() < end;) {   /* hang guard */
-		seen = engine_paused(id);
+		if (plane_local()) {
+			json_t *st = status_on(sfd);
+			json_int_t total = json_integer_value(json_object_get(json_object_get(st, "requests"), "total"));
+			json_int_t queued = json_integer_value(json_object_get(json_object_get(st, "memory"),
+									      "reply_queued_bytes"));
+
+			asked++;
+			seen = reply_queued ? queued > 0 : total - base - asked >= 1;
+			json_decref(st);
+		} else {
+			seen = engine_paused(id);
+		}
 		if (!seen)
 			usleep(2000);
 	}
 	close(fd);
+	if (sfd >= 0)
+		close(sfd);
 	free(frame);
 	json_decref(req);
 	return seen;
+}
+
+/* Waits until daemon.status counts no call in flight but its own (the
+ * orphaned call ended); false after THAW_WAIT_MS, a hang guard. */
+static bool wait_no_call_in_flight(void)
+{
+	int sfd = raw_connect(fx.d.sock);
+	long n = -1;
+
+	ck_assert_int_ge(sfd, 0);
+	for (long end = now_ms() + THAW_WAIT_MS; now_ms() < end;) {   /* hang guard */
+		n = status_in_flight(sfd);
+		if (n == 1)
+			break;
+		usleep(5000);
+	}
+	close(sfd);
+	return n == 1;
 }
 
 START_TEST(a_client_leaving_mid_write_leaves_the_guest_running)
@@ -1341,16 +1417,21 @@ START_TEST(a_client_leaving_mid_write_leaves_the_guest_running)
 	p = fparams(fx.id, NULL, "big.bin");
 	json_object_set_new(p, "content_b64", json_string(b));
 	free(b);
-	seen = send_and_leave(fx.id, "files.write", p);
-	fprintf(stderr, "leaving mid-write: the freeze was %sseen before the client left\n", seen ? "" : "not ");
+	seen = send_and_leave(fx.id, "files.write", p, false);
+	ck_assert_msg(seen, "leaving mid-write: %s before the client left",
+		      plane_local() ? "daemon.status did not count the call" : "the engine showed no freeze");
+	ck_assert_msg(wait_no_call_in_flight(), "the write of a client that left is still in flight");
 	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
 		      THAW_WAIT_MS);
 	/* The daemon still serves the container: its queue was not wedged. */
 	r = f_stat(fx.id, NULL, "big.bin");
 	EXPECT_OK(r);
+	/* The file is whole or absent, never a part. */
+	ck_assert_msg(json_is_null(r) || (json_is_object(r) && jint(r, "size") == LEAVE_WRITE_BYTES),
+		      "leaving mid-write: big.bin is %lld bytes of %u", json_is_object(r) ? (long long)jint(r, "size") : -1LL,
+		      LEAVE_WRITE_BYTES);
 	if (json_is_object(r))
-		fprintf(stderr, "leaving mid-write: big.bin is there, %lld bytes of %u\n",
-			(long long)jint(r, "size"), LEAVE_WRITE_BYTES);
+		GUEST_OK(fx.id, "test \"$(head -c 26 %s/big.bin)\" = abcdefghijklmnopqrstuvwxyz", W);
 	json_decref(r);
 	ck_assert(!engine_paused(fx.id));
 	GUEST_OK(fx.id, "true");      /* the guest runs */
@@ -1363,8 +1444,11 @@ START_TEST(a_client_leaving_mid_read_leaves_the_guest_running)
 	bool seen;
 
 	GUEST_OK(fx.id, "dd if=/dev/zero of=%s/big.bin bs=1048576 count=%d 2>/dev/null", W, LEAVE_READ_MIB);
-	seen = send_and_leave(fx.id, "files.read", fparams(fx.id, NULL, "big.bin"));
-	fprintf(stderr, "leaving mid-read: the freeze was %sseen before the client left\n", seen ? "" : "not ");
+	seen = send_and_leave(fx.id, "files.read", fparams(fx.id, NULL, "big.bin"), true);
+	ck_assert_msg(seen, "leaving mid-read: %s before the client left",
+		      plane_local() ? "daemon.status showed no reply queued" : "the engine showed no freeze");
+	/* The daemon is fine afterwards: the orphaned read ended, calls are served. */
+	ck_assert_msg(wait_no_call_in_flight(), "the read of a client that left is still in flight");
 	ck_assert_msg(wait_unpaused(fx.id, THAW_WAIT_MS), "the guest is still paused %d ms after its client left",
 		      THAW_WAIT_MS);
 	ASSERT_STAT(f_stat(fx.id, NULL, "big.bin"), "big.bin", "file", (json_int_t)LEAVE_READ_MIB * 1048576);
@@ -1496,16 +1580,29 @@ START_TEST(a_daemon_killed_mid_write_is_thawed_by_the_next_start)
 }
 END_TEST
 
+/* The daemon's freeze.lock_file, the host lock every maf-sandboxd shares. */
+static char *daemon_lock_file(void)
+{
+	char *out = sh_out("'%s' --check-config 2>/dev/null | sed -n 's/^freeze.lock_file = //p'",
+			   getenv("MSB_DAEMON"));
+
+	ck_assert_msg(out[0] == '/', "the daemon has no freeze.lock_file: \"%s\"", out);
+	return out;
+}
+
 START_TEST(a_container_paused_by_someone_else_is_refused_and_left_so)
 {
-	char *out;
+	char *lock_file = daemon_lock_file(), *err = NULL, *out;
+	struct hostlock *h = NULL;
 	json_t *r;
 
-	/* Within 1 s of its own thaw the daemon reads "already paused" as the
-	 * engine's late view of it and asks again (freeze.h); past that, the
-	 * pause is someone else's. The layout was just planted with file calls:
-	 * not early, past that second. */
-	usleep(1200 * 1000);   /* not early */
+	/* The test is someone else's live freeze: it holds the container's host
+	 * lock (hostlock.h) and pauses it, as another maf-sandboxd does. Every
+	 * maf-sandboxd on this shared engine leaves a locked pause alone (a
+	 * daemon starting thaws only the paused containers nobody locks), so
+	 * the engine's state below is this test's daemon's doing alone. */
+	ck_assert_msg(hostlock_open(lock_file, &h, &err) == 0, "%s", err ? err : "");
+	ck_assert_int_eq(hostlock_try(h, fx.id), 0);
 	out = sh_out("docker pause %s >/dev/null 2>&1; echo $?", fx.id);
 	ck_assert_str_eq(out, "0");
 	free(out);
@@ -1516,18 +1613,21 @@ START_TEST(a_container_paused_by_someone_else_is_refused_and_left_so)
 		EXPECT_OK(r = f_write(fx.id, NULL, "while-paused.txt", "x"));
 		json_decref(r);
 		ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
-		out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", fx.id);
-		ck_assert_str_eq(out, "0");
-		free(out);
-		ASSERT_GUEST_FILE(fx.id, W "/while-paused.txt", "x");
-		return;
+	} else {
+		EXPECT_ERR(f_stat(fx.id, NULL, "real/inside.txt"), "SandboxFreezeFailed");
+		EXPECT_ERR(f_write(fx.id, NULL, "while-paused.txt", "x"), "SandboxFreezeFailed");
+		ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
 	}
-	EXPECT_ERR(f_stat(fx.id, NULL, "real/inside.txt"), "SandboxFreezeFailed");
-	EXPECT_ERR(f_write(fx.id, NULL, "while-paused.txt", "x"), "SandboxFreezeFailed");
-	ck_assert_msg(engine_paused(fx.id), "the daemon lifted a pause it did not make");
 	out = sh_out("docker unpause %s >/dev/null 2>&1; echo $?", fx.id);
 	ck_assert_str_eq(out, "0");
 	free(out);
+	hostlock_release(h, fx.id);
+	hostlock_free(h);
+	free(lock_file);
+	if (plane_local()) {
+		ASSERT_GUEST_FILE(fx.id, W "/while-paused.txt", "x");
+		return;
+	}
 	GUEST_FALSE(fx.id, "test -e %s/while-paused.txt", W);
 	r = f_read(fx.id, NULL, "real/inside.txt");
 	EXPECT_OK(r);
@@ -1545,8 +1645,44 @@ END_TEST
  * containers of its user it finds paused, holding their host lock for the
  * unpause; a freeze of ours meeting it is refused SandboxFreezeFailed,
  * reason "held elsewhere" (documented: try again). That one is retried
- * (counted, and at most QUICK_ELSEWHERE_TRIES times per call). */
-#define QUICK_ELSEWHERE_TRIES 20
+ * every QUICK_ELSEWHERE_PAUSE_MS for at most QUICK_ELSEWHERE_MS per call (a
+ * hang guard), and only while another maf-sandboxd process than this
+ * test's daemon runs on the host (/proc); with none, the refusal fails the
+ * test. At most QUICK_ELSEWHERE_MAX refusals in the whole test. */
+/* hang guard: one call's retries while another daemon holds the lock */
+#define QUICK_ELSEWHERE_MS 30000
+#define QUICK_ELSEWHERE_PAUSE_MS 50
+#define QUICK_ELSEWHERE_MAX 2000
+
+/* Whether a maf-sandboxd process other than this test's daemon (pid
+ * mine) runs on the host: the /proc/<pid>/comm of every process. */
+static bool another_daemon_runs(pid_t mine)
+{
+	DIR *dir = opendir("/proc");
+	struct dirent *de;
+	bool found = false;
+
+	ck_assert_ptr_nonnull(dir);
+	while (!found && (de = readdir(dir))) {
+		char path[300], comm[64] = "";
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+		FILE *f;
+
+		if (*end || pid <= 0 || pid == (long)mine)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		/* comm is cut to 15 bytes: "maf-sandboxd" fits whole. */
+		found = strcmp(comm, "maf-sandboxd") == 0;
+	}
+	closedir(dir);
+	return found;
+}
 
 static bool held_elsewhere(json_t *r)
 {
@@ -1566,10 +1702,15 @@ START_TEST(quick_calls_back_to_back_never_leave_the_guest_paused)
 		json_t *r;
 
 		/* One engine stat under the freeze: /quick is a link. */
-		for (int tries = 0; held_elsewhere(r = f_stat(fx.id, "/quick", "x")) && tries < QUICK_ELSEWHERE_TRIES;
-		     tries++) {
-			elsewhere++;
-			ck_assert(wait_unpaused(fx.id, THAW_WAIT_MS));
+		for (long end = now_ms() + QUICK_ELSEWHERE_MS;                    /* hang guard */
+		     held_elsewhere(r = f_stat(fx.id, "/quick", "x"));) {
+			ck_assert_msg(another_daemon_runs(fx.d.pid), "call %d refused \"held elsewhere\", and no other "
+				      "maf-sandboxd runs on this host", i);
+			ck_assert_msg(++elsewhere <= QUICK_ELSEWHERE_MAX, "%d refusals \"held elsewhere\" in one test",
+				      elsewhere);
+			ck_assert_msg(now_ms() < end, "call %d refused \"held elsewhere\" for %d ms", i,
+				      QUICK_ELSEWHERE_MS);
+			usleep(QUICK_ELSEWHERE_PAUSE_MS * 1000);
 		}
 		EXPECT_ERR(r, "ConfinementError");
 		/* The engine's own state may lag the daemon's thaw: polled until it

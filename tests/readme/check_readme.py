@@ -254,6 +254,7 @@ def main():
                 daemon.wait(DAEMON_STOP_TIMEOUT_S)   # hang guard
             except subprocess.TimeoutExpired:
                 daemon.kill()
+                daemon.wait()   # reaped: SIGKILL ends it
         sh_quiet(engine_cleanup(scope, image))
         shutil.rmtree(work, ignore_errors=True)
 

@@ -397,11 +397,20 @@ _archive: list[fx.Daemon] = []
 
 
 def tearDownModule() -> None:
-    """The daemons stop cleanly (exit 0: under the sanitizers, a leak fails it)."""
-    s = fx.session()
-    s.stop_shared()
+    """The daemons stop cleanly (exit 0: under the sanitizers, a leak fails it). Every one
+    is stopped and checked, then the failures, if any, are raised together."""
+    failures: list[str] = []
+    try:
+        fx.session().stop_shared()
+    except AssertionError as e:
+        failures.append(str(e))
     while _archive:
-        fx.check_clean_exit(_archive.pop())
+        try:
+            fx.check_clean_exit(_archive.pop())
+        except AssertionError as e:
+            failures.append(str(e))
+    if failures:
+        raise AssertionError("\n\n".join(failures))
 
 
 def _archive_daemon() -> fx.Daemon:

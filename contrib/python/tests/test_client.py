@@ -191,10 +191,15 @@ class Exec(ClientTest):
         barrier = (f"echo s >> {started}; "
                    f"until [ $(wc -l < {started}) -ge {n} ]; do sleep 0.05; done")
         watcher = asyncio.create_task(watch())
-        results = await asyncio.gather(*(
-            sb.exec(["sh", "-c", f"{barrier}; echo {i}; echo e{i} >&2"], timeout=120)  # hang guard
-            for i in range(n)))
-        watcher.cancel()
+        try:
+            async with asyncio.timeout(150):  # hang guard: the n calls' 120 s deadlines, and a margin
+                results = await asyncio.gather(*(
+                    sb.exec(["sh", "-c", f"{barrier}; echo {i}; echo e{i} >&2"], timeout=120)  # hang guard
+                    for i in range(n)))
+        except TimeoutError:
+            self.fail(f"{n} calls in flight on one connection had not all ended after 150 s")
+        finally:
+            watcher.cancel()
         self.assertEqual([r.exit_code for r in results], [0] * n)
         self.assertEqual([r.stdout_text for r in results], [f"{i}\n" for i in range(n)])
         self.assertEqual([r.stderr_text for r in results], [f"e{i}\n" for i in range(n)])
@@ -344,9 +349,12 @@ class Exec(ClientTest):
         # The command goes on only once its first output reached us: streamed while it runs,
         # or it waits for good (its deadline, a hang guard, fails the test).
         go = asyncio.create_task(go_once_one_arrived())
-        r = await sb.exec(f"echo one; until [ -e {go_file} ]; do sleep 0.05; done; "
-                          "echo two >&2; echo three", on_output=on_output, timeout=60)  # hang guard
-        await go
+        try:
+            r = await sb.exec(f"echo one; until [ -e {go_file} ]; do sleep 0.05; done; "
+                              "echo two >&2; echo three", on_output=on_output, timeout=60)  # hang guard
+            await go
+        finally:
+            go.cancel()  # a no-op once it ended; else it does not outlive a failed call
         self.assertEqual(r.exit_code, 0)
         self.assertEqual(b"".join(d for s, d in chunks if s == "stdout"), r.stdout_bytes)
         self.assertEqual(b"".join(d for s, d in chunks if s == "stderr"), b"two\n")
@@ -361,12 +369,25 @@ class Exec(ClientTest):
         r = await sb.exec("for i in 1 2 3; do echo $i; sleep 0.1; done", on_output=slow_consumer)
         self.assertEqual(b"".join(seen), b"1\n2\n3\n")
 
-        # Output before a timeout is still handed over, then the TimeoutError.
+        # Output before a timeout is still handed over, then the TimeoutError. The command
+        # outlives its timeout by far (sleep 60), and the timeout leaves exec's create and
+        # start ample time (not early: 10 s): what is observed is "before" arriving, then the
+        # SandboxTimeoutError, in that order.
+        events: list[str] = []
         early: list[bytes] = []
-        with self.assertRaises(msb.SandboxTimeoutError):
-            await sb.exec("echo before; sleep 5", timeout=0.8,
-                          on_output=lambda s, d: early.append(d))
+
+        def on_early(stream: str, data: bytes) -> None:
+            events.append("output")
+            early.append(data)
+
+        try:
+            await sb.exec("echo before; sleep 60", timeout=10,  # not early
+                          on_output=on_early)
+        except msb.SandboxTimeoutError:
+            events.append("timeout")
         self.assertEqual(b"".join(early), b"before\n")
+        self.assertEqual(events[-1], "timeout", events)
+        self.assertIn("output", events[:-1])
 
 
 class Files(ClientTest):

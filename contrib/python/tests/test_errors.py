@@ -6,6 +6,8 @@ are covered by test_unit's table test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import subprocess
 import unittest
@@ -24,6 +26,23 @@ def setUpModule() -> None:
 
 def tearDownModule() -> None:
     fx.session().stop_shared()  # SIGTERM: it must exit 0 (a sanitizer's leak report fails it)
+
+
+@contextlib.contextmanager
+def host_lock(daemon_binary: str, container_id: str):  # type: ignore[no-untyped-def]
+    """Holds ``container_id``'s byte of the daemons' host freeze lock (freeze.lock_file;
+    daemon/sandbox/hostlock.h: the offset is the id's first 15 hex digits), as a live
+    maf-sandboxd's freeze does. A POSIX record lock conflicts with the daemons' OFD locks."""
+    conf = subprocess.run([daemon_binary, "--check-config"], check=True, capture_output=True,
+                          text=True).stdout
+    path = next(line.split(" = ", 1)[1] for line in conf.splitlines()
+                if line.startswith("freeze.lock_file = "))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(container_id[:15], 16), os.SEEK_SET)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 class ErrorTest(unittest.IsolatedAsyncioTestCase):
@@ -146,12 +165,15 @@ class FromTheSharedDaemon(ErrorTest):
 
     async def test_freeze_failed_on_a_container_paused_by_someone_else(self) -> None:
         sb = await self.client.acquire(self.s.key("errors", "paused"), self.s.spec())
-        subprocess.run(["docker", "pause", sb.instance_id], check=True, capture_output=True)
-        try:
-            await self.check(lambda: sb.exec("true", timeout=5), msb.SandboxFreezeFailed,
-                             RuntimeError)
-        finally:
-            subprocess.run(["docker", "unpause", sb.instance_id], capture_output=True)
+        # Someone else's live freeze: the container's host lock held (hostlock.h), so no
+        # maf-sandboxd starting on this shared engine thaws it as a dead daemon's orphan.
+        with host_lock(self.s.daemon_binary, sb.instance_id):
+            subprocess.run(["docker", "pause", sb.instance_id], check=True, capture_output=True)
+            try:
+                await self.check(lambda: sb.exec("true", timeout=5), msb.SandboxFreezeFailed,
+                                 RuntimeError)
+            finally:
+                subprocess.run(["docker", "unpause", sb.instance_id], capture_output=True)
 
 
 class FromDaemonsOfTheirOwn(ErrorTest):
