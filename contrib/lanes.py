@@ -123,6 +123,16 @@ def check(manifest, lane_logs, failures=None, out=sys.stdout):
     failed_text = []
     skip_lines = []
     lane_lines = []
+
+    def record_skip(name, why, entry, not_allowed):
+        """A skip of name (why: its reason, if any): allowed by entry, or a problem."""
+        if entry and entry[0] == "may-skip":
+            totals["allowed"] += 1
+            skip_lines.append(f"{lane}: {name} skipped{why}; allowed: {entry[1]}")
+        else:
+            skip_lines.append(f"{lane}: {name} skipped{why}; NOT allowed")
+            problems.append(not_allowed)
+
     for lane, logs in lane_logs:
         want = manifest.get(lane)
         if want is None:
@@ -146,13 +156,8 @@ def check(manifest, lane_logs, failures=None, out=sys.stdout):
                     passed += 1
                 elif result in SKIPPED:
                     skipped += 1
-                    if entry and entry[0] == "may-skip":
-                        totals["allowed"] += 1
-                        skip_lines.append(f"{lane}: {name} skipped; allowed: {entry[1]}")
-                    else:
-                        skip_lines.append(f"{lane}: {name} skipped; NOT allowed")
-                        problems.append(f"{lane}: {name} skipped, and the manifest allows no "
-                                        f"skip of it")
+                    record_skip(name, "", entry, f"{lane}: {name} skipped, and the manifest "
+                                f"allows no skip of it")
                 else:
                     failed += 1
                     tail = output.splitlines()[-TAIL_LINES:]
@@ -161,14 +166,9 @@ def check(manifest, lane_logs, failures=None, out=sys.stdout):
                 for test_id, reason in inner_skips(output):
                     inner = f"{name}::{test_id}"
                     skipped += 1
-                    entry = want.get(inner)
-                    if entry and entry[0] == "may-skip":
-                        totals["allowed"] += 1
-                        skip_lines.append(f"{lane}: {inner} skipped ({reason}); allowed: {entry[1]}")
-                    else:
-                        skip_lines.append(f"{lane}: {inner} skipped ({reason}); NOT allowed")
-                        problems.append(f"{lane}: {inner} skipped inside {name} ({reason}), and "
-                                        f"the manifest allows no skip of it")
+                    record_skip(inner, f" ({reason})", want.get(inner),
+                                f"{lane}: {inner} skipped inside {name} ({reason}), and the "
+                                f"manifest allows no skip of it")
         for log in missing_logs:
             problems.append(f"{lane}: no log {log} (the lane did not run, or not to its end)")
         absent = [(test, expect, number)

@@ -503,24 +503,25 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
-unsigned fake_engine_peer_gone_count(void)
+/* A counter of the fake's, read under its lock. */
+static unsigned locked_count(const unsigned *counter)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&fake.lock);
-	n = fake.peer_gone;
+	n = *counter;
 	pthread_mutex_unlock(&fake.lock);
 	return n;
 }
 
+unsigned fake_engine_peer_gone_count(void)
+{
+	return locked_count(&fake.peer_gone);
+}
+
 unsigned fake_engine_abandoned_count(void)
 {
-	unsigned n;
-
-	pthread_mutex_lock(&fake.lock);
-	n = fake.abandoned;
-	pthread_mutex_unlock(&fake.lock);
-	return n;
+	return locked_count(&fake.abandoned);
 }
 
 /* ---- control ------------------------------------------------------------------ */
@@ -637,12 +638,7 @@ const struct fake_request *fake_engine_request(size_t i)
 
 unsigned fake_engine_connection_count(void)
 {
-	unsigned n;
-
-	pthread_mutex_lock(&fake.lock);
-	n = fake.nconns;
-	pthread_mutex_unlock(&fake.lock);
-	return n;
+	return locked_count(&fake.nconns);
 }
 
 bool fake_request_header(const struct fake_request *r, const char *name, char *out, size_t outlen)

@@ -1770,6 +1770,19 @@ static bool engine_has_container(const char *id)
  * file call's freeze, and is cancelled there. The local plane has no
  * freeze to wait for: the exec and its cancel come in one write, so the
  * daemon takes both in one turn, the exec's create still in flight. */
+/* On fd: call.cancel (id 2) says it took the cancel, and the exec
+ * (CANCEL_EXEC_ID) answers Cancelled. */
+static void expect_cancel_taken(int fd)
+{
+	json_t *j = raw_reply_to(fd, 2);
+
+	ck_assert_msg(json_is_true(jget(j, "result.cancelled")), "call.cancel not taken");
+	json_decref(j);
+	j = raw_reply_to(fd, CANCEL_EXEC_ID);
+	ck_assert_int_eq(jint(j, "error.code"), ERR_CANCELLED);
+	json_decref(j);
+}
+
 START_TEST(an_exec_cancelled_before_it_started_leaves_the_sandbox)
 {
 	static const char *const args[] = { "--set", "exec.on_timeout=dispose", NULL };
@@ -1800,12 +1813,7 @@ START_TEST(an_exec_cancelled_before_it_started_leaves_the_sandbox)
 		fd2 = raw_connect(e.d.sock);
 		ck_assert_int_ge(fd2, 0);
 		raw_send(fd2, both, strlen(both));
-		j = raw_reply_to(fd2, 2);
-		ck_assert_msg(json_is_true(jget(j, "result.cancelled")), "call.cancel not taken");
-		json_decref(j);
-		j = raw_reply_to(fd2, CANCEL_EXEC_ID);
-		ck_assert_int_eq(jint(j, "error.code"), ERR_CANCELLED);
-		json_decref(j);
+		expect_cancel_taken(fd2);
 		close(fd2);
 		ck_assert_msg(engine_has_container(e.sandbox),
 			      "an exec cancelled before it started disposed of the sandbox");
@@ -1829,12 +1837,7 @@ START_TEST(an_exec_cancelled_before_it_started_leaves_the_sandbox)
 		    json_pack("{s:s, s:s, s:i}", "sandbox", e.sandbox, "command", "sleep 303", "timeout_seconds",
 			      EXEC_TIMEOUT_S));
 	raw_request(fd2, 2, "call.cancel", json_pack("{s:i}", "id", CANCEL_EXEC_ID));
-	j = raw_reply_to(fd2, 2);
-	ck_assert_msg(json_is_true(jget(j, "result.cancelled")), "call.cancel not taken");
-	json_decref(j);
-	j = raw_reply_to(fd2, CANCEL_EXEC_ID);
-	ck_assert_int_eq(jint(j, "error.code"), ERR_CANCELLED);
-	json_decref(j);
+	expect_cancel_taken(fd2);
 	/* The exec and its cancel were taken in the same turns while the
 	 * container was paused (a 24 MiB files.write): it never reached the
 	 * engine. */
