@@ -1055,9 +1055,10 @@ START_TEST(capability_refusals_name_the_key)
 	json_t *e;
 	FILE *f;
 
-	/* This daemon serves the archive plane whatever plane the run is for:
-	 * the harness would append the run's --set files.plane (MSB_FILE_PLANE),
-	 * which wins (Check runs each test in its own process). */
+	/* This daemon serves the archive plane whatever plane the run is for
+	 * (its own --set comes after the harness's; unset as well, so it holds
+	 * whatever order the harness uses; Check runs each test in its own
+	 * process). */
 	unsetenv("MSB_FILE_PLANE");
 	msbd_start(&d, (const char *[]){ "--set", "egress.proxy_binary=", "--set", "files.plane=archive", NULL });
 	json_decref(wait_engine_state(d.sock, "reachable", ENGINE_WAIT_MS));

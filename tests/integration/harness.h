@@ -38,7 +38,9 @@ bool harness_last_line_is(const char *out, const char *line);
 /* Makes the private dir (p->dir, p->sock, p->log) without starting anything. */
 void msbd_prepare(struct msbd_proc *p);
 /* $MSB_FILE_PLANE (auto, local, archive), or NULL when unset: every daemon
- * the harness starts gets --set files.plane=<it>. */
+ * the harness starts gets --set files.plane=<it> before the test's own
+ * arguments (a test's own files.plane wins), and --set
+ * files.journal_dir=$MSB_IT_RUN_DIR/journal (the run's own journal). */
 const char *harness_file_plane(void);
 /* Starts maf-sandboxd --socket p->sock plus args (NULL-terminated) and waits
  * until the socket accepts. prefix (NULL-terminated, may be NULL) is a

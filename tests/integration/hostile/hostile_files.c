@@ -66,8 +66,8 @@ static void daemon_up(struct msbd_proc *d, const char *plane, const char *extra)
 	size_t n = 0;
 
 	dirs_once();
-	/* The integration lane names a plane for every daemon ($MSB_FILE_PLANE,
-	 * put last): these tests name their own (Check forks each test). */
+	/* The integration lane names a plane for every daemon ($MSB_FILE_PLANE):
+	 * these tests name their own (Check forks each test). */
 	unsetenv("MSB_FILE_PLANE");
 	snprintf(plane_set, sizeof(plane_set), "files.plane=%s", plane);
 	args[n++] = "--set";
