@@ -177,6 +177,15 @@ ENGINE_RESTART_LOCK_NAME=.engine-restart.lock
 # The lanes' logs (tests/lanes.txt's lane names → meson-logs bases, or files).
 LANE_LOGBASE=lane
 
+# lane_tests DIR LANE [meson test arguments...]: one `meson test` of a lane,
+# one test at a time, its log build*/meson-logs/lane-LANE.json.
+lane_tests() {
+	local dir=$1 lane=$2
+	shift 2
+	meson test -C "$dir" --no-rebuild --num-processes 1 --print-errorlogs -v \
+		--logbase "$LANE_LOGBASE-$lane" "$@"
+}
+
 # engine_lane: the engine lane (in the background; its output in
 # build/meson-logs/engine-lane.out). Waits for build-asan's status file
 # before its ASan part; a build that failed leaves that part out (the
@@ -184,30 +193,24 @@ LANE_LOGBASE=lane
 engine_lane() {
 	local st=0 lock=$ROOT/build/$ENGINE_RESTART_LOCK_NAME
 	say "engine lane (build): faults_local, alone (it restarts dockerd)"
-	flock "$lock" meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--logbase "$LANE_LOGBASE-optimized-engine-dockerd" faults_local || st=1
+	(flock 9 && lane_tests build optimized-engine-dockerd faults_local) 9>"$lock" || st=1
 	say "engine lane (build): the local plane, the clients, the bench"
-	meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--suite local --suite clients --suite bench --no-suite dockerd \
-		--logbase "$LANE_LOGBASE-optimized-engine" || st=1
+	lane_tests build optimized-engine --suite local --suite clients --suite bench --no-suite dockerd ||
+		st=1
 	while [ ! -f build/meson-logs/$LANE_LOGBASE-asan-build.status ]; do sleep 5; done
 	if [ "$(cat build/meson-logs/$LANE_LOGBASE-asan-build.status)" != ok ]; then
 		say "engine lane: build-asan was not made; its suites are left out"
 		return 1
 	fi
 	say "engine lane (build-asan): faults, alone (it restarts dockerd)"
-	flock "$lock" meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--logbase "$LANE_LOGBASE-asan-engine-dockerd" faults || st=1
+	(flock 9 && lane_tests build-asan asan-engine-dockerd faults) 9>"$lock" || st=1
 	say "engine lane (build-asan): the archive plane, and files_local"
-	meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--suite archive --suite files --no-suite dockerd \
-		--logbase "$LANE_LOGBASE-asan-engine" || st=1
+	lane_tests build-asan asan-engine --suite archive --suite files --no-suite dockerd || st=1
 	# The Python client's suite drives the daemon through paths no C suite
 	# takes (streamed stdin, cancel from a task, reconnects): under the
 	# sanitizers too (~40 s).
 	say "engine lane (build-asan): the Python client's suite"
-	meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--logbase "$LANE_LOGBASE-asan-engine-clients" python_client || st=1
+	lane_tests build-asan asan-engine-clients python_client || st=1
 	return $st
 }
 
@@ -223,12 +226,10 @@ cpu_lane() {
 		st=1
 	fi
 	say "CPU lane (build): the unit and packaging suites"
-	meson test -C build --no-rebuild --num-processes 1 --print-errorlogs -v \
-		--suite unit --suite packaging --logbase "$LANE_LOGBASE-optimized" || st=1
+	lane_tests build optimized --suite unit --suite packaging || st=1
 	if [ "$(cat build/meson-logs/$LANE_LOGBASE-asan-build.status)" = ok ]; then
 		say "CPU lane (build-asan): the unit and packaging suites"
-		meson test -C build-asan --no-rebuild --num-processes 1 --print-errorlogs -v \
-			--suite unit --suite packaging --logbase "$LANE_LOGBASE-asan" || st=1
+		lane_tests build-asan asan --suite unit --suite packaging || st=1
 	fi
 	say "CPU lane (valgrind memcheck): the unit suites of build"
 	# (meson adds the setup's name: the log is build/meson-logs/lane-valgrind.json)
