@@ -297,7 +297,7 @@ run_command() {
 	local dir
 	dir=$(cd "$RUN_BUILD_DIR" && pwd)
 	printf '%s\0' "$dir/daemon/maf-sandboxd" \
-		--set "egress.proxy_binary=$dir/daemon/egress-proxy/maf-sandbox-egress-proxy" "$@"
+		--set "egress.proxy_binary=$dir/egress-proxy/maf-sandbox-egress-proxy" "$@"
 }
 
 cmd_run() {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "daemon.h"
 #include "egress.h"
 #include "engine.h"
@@ -26,43 +27,9 @@
 #include "cleanup.h"
 #include "xmalloc.h"
 
-/* What the Docker backend serves (behaviour-docker §1): never run_code or
- * snapshot; files_list only where the local file plane serves (the archive
- * API cannot list a directory safely or cheaply). */
-uint32_t msbd_capabilities(const struct msbd *d)
-{
-	return MSB_BIT(MSB_CAP_EXEC) | MSB_BIT(MSB_CAP_HOST_TOOLS) | MSB_BIT(MSB_CAP_FILES_IN) |
-	       MSB_BIT(MSB_CAP_FILES_OUT) | MSB_BIT(MSB_CAP_FILES_DELETE) | MSB_BIT(MSB_CAP_RECLAIM) |
-	       (d && d->plane_local ? MSB_BIT(MSB_CAP_FILES_LIST) : 0);
-}
-
-uint32_t msbd_egress_modes(const struct msbd *d)
-{
-	return MSB_BIT(MSB_EGRESS_CLOSED) | (egress_ready(d->egress) ? MSB_BIT(MSB_EGRESS_ALLOWLIST) : 0);
-}
-
-uint32_t msbd_scopes(void)
-{
-	return MSB_BIT(MSB_SCOPE_CONVERSATION) | MSB_BIT(MSB_SCOPE_CALL);
-}
-
-/* posix iff the engine reported Os linux (any case); nothing read → none. */
-uint32_t msbd_os_families(const struct msbd *d)
-{
-	const struct engine_info *info = d->engine ? engine_get_info(d->engine) : NULL;
-
-	return info && info->os && strcasecmp(info->os, "linux") == 0 ? MSB_BIT(MSB_OS_POSIX) : 0;
-}
-
-bool msbd_peer_is_admin(const struct msbd *d, const struct rpc_peer *peer)
-{
-	(void)d;
-	return peer->admin;
-}
-
 bool msbd_lookup_admin(const struct msbd *d, uid_t uid, gid_t gid)
 {
-	const char *group = d->config->admin_group;
+	const char *group = d->dom.config->admin_group;
 	struct group *gr;
 	struct passwd *pw;
 	gid_t groups[256];
@@ -82,6 +49,33 @@ bool msbd_lookup_admin(const struct msbd *d, uid_t uid, gid_t gid)
 		if (groups[i] == gr->gr_gid)
 			return true;
 	return false;
+}
+
+/* The domain's ways out (domain.h), to the server and the user database. */
+static size_t publish_cb(void *arg, enum domain_event type, uid_t owner, const char *scope, const char *method,
+			 const json_t *params)
+{
+	struct msbd *d = arg;
+
+	if (!d->server)
+		return 0;
+	switch (type) {
+	case DOMAIN_EVENT_EGRESS_DECISION:
+		return server_publish(d->server, SERVER_EVENT_EGRESS_DECISION, owner, scope, method, params);
+	}
+	return 0;
+}
+
+static bool is_admin_cb(void *arg, uid_t uid, gid_t gid)
+{
+	return msbd_lookup_admin(arg, uid, gid);
+}
+
+void msbd_wire_domain(struct msbd *d)
+{
+	d->dom.publish = publish_cb;
+	d->dom.is_admin = is_admin_cb;
+	d->dom.out_arg = d;
 }
 
 /* Largest /version reply we read. */
@@ -120,16 +114,16 @@ static struct rpc_result *m_daemon_describe(struct rpc_call *call, const void *p
 		      "protocol_version", MSB_PROTOCOL_VERSION,
 		      "backend", "docker",
 		      "isolation", msb_isolation_to_string(MSB_ISOLATION_CONTAINER),
-		      "capabilities", msb_capability_set_encode(msbd_capabilities(d)),
-		      "egress_modes", msb_egress_set_encode(msbd_egress_modes(d)),
-		      "observes_egress", egress_ready(d->egress),
-		      "isolation_scopes", msb_scope_set_encode(msbd_scopes()),
-		      "os_families", msb_os_family_set_encode(msbd_os_families(d)),
+		      "capabilities", msb_capability_set_encode(backend_capabilities(&d->dom)),
+		      "egress_modes", msb_egress_set_encode(backend_egress_modes(&d->dom)),
+		      "observes_egress", egress_ready(d->dom.egress),
+		      "isolation_scopes", msb_scope_set_encode(backend_scopes()),
+		      "os_families", msb_os_family_set_encode(backend_os_families(&d->dom)),
 		      "limits", "files_in", msb_transfer_limits_encode(&lim),
 		      "files_out", msb_transfer_limits_encode(&lim),
-		      "exec", "max_output_bytes", (json_int_t)d->config->exec_max_output_bytes,
-		      "wire", "max_frame_bytes", (json_int_t)d->config->max_frame_bytes,
-		      "max_inflight", (json_int_t)d->config->max_inflight);
+		      "exec", "max_output_bytes", (json_int_t)d->dom.config->exec_max_output_bytes,
+		      "wire", "max_frame_bytes", (json_int_t)d->dom.config->max_frame_bytes,
+		      "max_inflight", (json_int_t)d->dom.config->max_inflight);
 	if (!r)
 		return rpc_fail(call, MSB_ERR_INTERNAL, NULL, "cannot encode the declarations");
 	return rpc_reply(call, r);
@@ -199,12 +193,12 @@ static json_t *status_add_fairness(json_t *status, const struct server *srv)
  * (null while allowlist is served). */
 static void status_add_egress(json_t *egress, const struct msbd *d)
 {
-	_cleanup_free_ char *why = egress_allowlist_off_reason(d);
-	const char *bin = d->config->egress_proxy_binary;
+	_cleanup_free_ char *why = egress_allowlist_off_reason(&d->dom);
+	const char *bin = d->dom.config->egress_proxy_binary;
 
 	if (!json_is_object(egress))
 		return;
-	json_object_set_new(egress, "modes", msb_egress_set_encode(msbd_egress_modes(d)));
+	json_object_set_new(egress, "modes", msb_egress_set_encode(backend_egress_modes(&d->dom)));
 	json_object_set_new(egress, "proxy_binary", json_string_or_null(bin && *bin ? bin : NULL));
 	json_object_set_new(egress, "allowlist_off_reason", json_string_or_null(why));
 }
@@ -221,18 +215,18 @@ static struct rpc_result *m_daemon_status(struct rpc_call *call, const void *par
 					 "s:s, s:s*}",
 		"daemon", "version", PACKAGE_VERSION, "pid", (json_int_t)getpid(),
 		"uptime_seconds", msbd_uptime(d), "socket", server_get_path(d->server),
-		"engine", status_engine(d->engine),
+		"engine", status_engine(d->dom.engine),
 		"connections", "current", (json_int_t)s->connections_current,
 		"accepted", (json_int_t)s->connections_accepted,
 		"rejected", (json_int_t)s->connections_rejected,
 		"requests", "total", (json_int_t)s->requests_total,
 		"in_flight", (json_int_t)s->requests_in_flight,
 		"errors", (json_int_t)s->requests_errors,
-		"egress", egress_status_json(d->egress),
-		"file_plane", d->plane_local ? "local" : "archive",
-		"file_plane_reason", d->plane_reason);
+		"egress", egress_status_json(d->dom.egress),
+		"file_plane", d->dom.plane_local ? "local" : "archive",
+		"file_plane_reason", d->dom.plane_reason);
 	if (r)
-		json_object_set_new(r, "memory", status_memory(s, d->config));
+		json_object_set_new(r, "memory", status_memory(s, d->dom.config));
 	if (r)
 		status_add_egress(json_object_get(r, "egress"), d);
 	return rpc_reply(call, status_add_fairness(r, d->server));
@@ -276,7 +270,7 @@ static void m_daemon_engine_done(struct engine_req *req, int error, const struct
 		msb_error_clear(&e);
 		return;
 	}
-	r = engine_version_result(d->engine, reply->body, reply->body_len);
+	r = engine_version_result(d->dom.engine, reply->body, reply->body_len);
 	if (!r) {
 		rpc_call_fail(call, MSB_ERR_ENGINE_ERROR, NULL,
 			      "the Docker engine sent an unreadable version");
@@ -296,7 +290,7 @@ static struct rpc_result *m_daemon_engine(struct rpc_call *call, const void *par
 	int r;
 
 	(void)params;
-	r = engine_call_start(d->engine, &ec, m_daemon_engine_done, call, NULL);
+	r = engine_call_start(d->dom.engine, &ec, m_daemon_engine_done, call, NULL);
 	if (r >= 0)
 		return rpc_pending(call);
 	errmap_engine(r, NULL, "reading the engine version", &e);
@@ -408,5 +402,5 @@ size_t msbd_reply_bound(struct msbd *d, const struct jsonrpc_request *req)
 {
 	if (req->method && strcmp(req->method, MSB_METHOD_SANDBOX_LIST) == 0)
 		return m_sandbox_list_reply_bound(d) + replybound_id(req->id);
-	return rpc_reply_bound(msbd_methods, msbd_n_methods, req, d->config);
+	return rpc_reply_bound(msbd_methods, msbd_n_methods, req, d->dom.config);
 }

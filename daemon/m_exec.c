@@ -4,7 +4,7 @@
  *
  * On a deadline or an output overflow the call is answered at once, and
  * then what the command started is killed: from the host when the daemon
- * can (d->exec_host_kill: the container's inspect gives its init, the
+ * can (d->dom.exec_host_kill: the container's inspect gives its init, the
  * exec's inspect its process, execkill.h selects and kills), else, and
  * whenever that cannot finish, every guest process carrying the call's
  * mark in its environment (MSB_EXEC_ID) is killed from inside. The
@@ -497,7 +497,7 @@ static void exec_mark_kill(struct exec_req *x)
 	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = EXEC_KILL_USER,
 				     .timeout_ms = EXEC_KILL_TIMEOUT_MS, .max_output = 4096 };
 
-	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
+	if (execrun_start(x->d->dom.base, x->d->dom.engine, x->d->dom.freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
 		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
 		exec_req_free(x);
 	}
@@ -510,7 +510,7 @@ static void exec_mark_kill(struct exec_req *x)
  * ring, the ring's earliest is still no later than that first one. */
 static unsigned long long exec_next_start(const struct exec_req *x)
 {
-	const struct sandbox *sb = registry_find_id(x->d->registry, x->id);
+	const struct sandbox *sb = registry_find_id(x->d->dom.registry, x->id);
 	unsigned long long until = 0;
 
 	if (!sb || x->start_seq == 0)
@@ -601,13 +601,13 @@ static void exec_host_kill_run(struct exec_req *x)
 {
 	struct timeval tv = { EXEC_KILL_FREEZE_WAIT_MS / 1000, (EXEC_KILL_FREEZE_WAIT_MS % 1000) * 1000 };
 
-	if (!x->d->freezes ||
-	    freeze_acquire(x->d->freezes, x->d->engine, x->id, exec_host_frozen_cb, x, &x->claim) < 0) {
+	if (!x->d->dom.freezes ||
+	    freeze_acquire(x->d->dom.freezes, x->d->dom.engine, x->id, exec_host_frozen_cb, x, &x->claim) < 0) {
 		x->claim = NULL;
 		exec_host_kill_scan(x, false);
 		return;
 	}
-	x->claim_ev = evtimer_new(x->d->base, exec_host_freeze_timeout_cb, x);
+	x->claim_ev = evtimer_new(x->d->dom.base, exec_host_freeze_timeout_cb, x);
 	evtimer_add(x->claim_ev, &tv);
 }
 
@@ -659,7 +659,7 @@ static void exec_host_init_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	x->init = (pid_t)json_integer_value(pid);
-	if (!x->exec_id || docker_exec_inspect(x->d->engine, x->exec_id, exec_host_root_cb, x, &x->req) < 0)
+	if (!x->exec_id || docker_exec_inspect(x->d->dom.engine, x->exec_id, exec_host_root_cb, x, &x->req) < 0)
 		exec_host_kill_run(x);
 }
 
@@ -671,16 +671,16 @@ static void exec_host_init_cb(const struct docker_reply *r, void *arg)
 static void exec_kill_then_fail(struct exec_req *x, int failure)
 {
 	x->failure = failure;
-	if (strcmp(x->d->config->exec_on_timeout, "dispose") == 0) {
-		if (docker_container_remove(x->d->engine, x->id, true, exec_disposed_cb, x, NULL) < 0) {
+	if (strcmp(x->d->dom.config->exec_on_timeout, "dispose") == 0) {
+		if (docker_container_remove(x->d->dom.engine, x->id, true, exec_disposed_cb, x, NULL) < 0) {
 			exec_fail_final(x);
 			exec_req_free(x);
 		}
 		return;
 	}
 	exec_fail_final(x);
-	if (x->d->exec_host_kill &&
-	    docker_container_inspect(x->d->engine, x->id, exec_host_init_cb, x, &x->req) == 0)
+	if (x->d->dom.exec_host_kill &&
+	    docker_container_inspect(x->d->dom.engine, x->id, exec_host_init_cb, x, &x->req) == 0)
 		return;
 	exec_mark_kill(x);
 }
@@ -764,7 +764,7 @@ static void exec_wd_check(struct exec_req *x, const struct execrun_result *r)
 
 	exec_keep_partial(x, r);
 	x->checking_wd = true;
-	if (execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_wd_checked_cb, x,
+	if (execrun_start(x->d->dom.base, x->d->dom.engine, x->d->dom.freezes, x->id, &spec, exec_wd_checked_cb, x,
 			  &x->run) < 0) {
 		x->run = NULL;
 		exec_reply_kept(x);
@@ -1019,7 +1019,7 @@ static void exec_start_error(int r, struct msb_error *e)
  * /etc/passwd says what that name means). */
 static int exec_begin(struct exec_req *x)
 {
-	struct sandbox *sb = registry_find_id(x->d->registry, x->id);
+	struct sandbox *sb = registry_find_id(x->d->dom.registry, x->id);
 	char user[IDENTITY_USER_STRING_MAX];
 	_cleanup_free_ const char **argv = NULL;
 	struct execrun_spec spec;
@@ -1056,7 +1056,7 @@ static int exec_begin(struct exec_req *x)
 		sb->exec_starts[x->start_seq % SANDBOX_EXEC_STARTS] =
 			(struct sandbox_exec_start){ x->start_seq, x->since };
 	}
-	r = execrun_start(x->d->base, x->d->engine, x->d->freezes, x->id, &spec, exec_done_cb, x, &x->run);
+	r = execrun_start(x->d->dom.base, x->d->dom.engine, x->d->dom.freezes, x->id, &spec, exec_done_cb, x, &x->run);
 	if (r < 0) {
 		x->run = NULL;
 		return r;
@@ -1181,10 +1181,10 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	x->timeout_ms = (long)(json_number_value(p->timeout_seconds) * 1000);
 	if (x->timeout_ms < 1)
 		x->timeout_ms = 1;
-	x->max_output = d->config->exec_max_output_bytes;
+	x->max_output = d->dom.config->exec_max_output_bytes;
 	x->text = p->text;
 	if (p->stream)
-		x->flush_ev = evtimer_new(d->base, exec_flush_cb, x);
+		x->flush_ev = evtimer_new(d->dom.base, exec_flush_cb, x);
 	env[n_env] = xasprintf(EXEC_MARK_NAME "=%s", x->token);
 	x->env = TAKE_PTR(env);
 	x->command = json_incref(p->command);
@@ -1194,13 +1194,13 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	if (p->max_output_bytes) {
 		json_int_t m = json_integer_value(p->max_output_bytes);
 
-		if ((uint64_t)m > d->config->exec_max_output_bytes) {
+		if ((uint64_t)m > d->dom.config->exec_max_output_bytes) {
 			exec_req_free(x);
 			return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
 					json_pack("{s:s, s:I}", "field", "max_output_bytes", "limit",
-						  (json_int_t)d->config->exec_max_output_bytes),
+						  (json_int_t)d->dom.config->exec_max_output_bytes),
 					"max_output_bytes is over exec.max_output_bytes (%zu)",
-					d->config->exec_max_output_bytes);
+					d->dom.config->exec_max_output_bytes);
 		}
 		x->max_output = (size_t)m;
 	}
@@ -1225,14 +1225,14 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 		x->stdin_attach = true;
 		x->stdin_stream = true;
 	}
-	x->cancel_ev = event_new(d->base, -1, 0, exec_cancel_cb, x);
+	x->cancel_ev = event_new(d->dom.base, -1, 0, exec_cancel_cb, x);
 	rpc_call_set_cancel(call, exec_cancel_hook, x);
 	/* The notifications' envelopes get what replybound_exec allows them. */
 	x->env_left = REPLYBOUND_BASE64(x->max_output) + 4;
 	if (x->env_left < REPLYBOUND_DEFAULT_BYTES)
 		x->env_left = REPLYBOUND_DEFAULT_BYTES;
 	/* The identity is fixed when the daemon first serves the sandbox. */
-	r = sb->guest.known ? exec_begin(x) : guest_identity_start(d, x->id, NULL, exec_guest_cb, x, NULL);
+	r = sb->guest.known ? exec_begin(x) : guest_identity_start(&x->d->dom, x->id, NULL, exec_guest_cb, x, NULL);
 	if (r < 0) {
 		struct msb_error e = { 0 };
 

@@ -304,7 +304,7 @@ static bool files_may_reach(const struct sandbox *sb, void *arg)
 	struct rpc_call *call = arg;
 	const struct rpc_peer *peer = rpc_call_peer(call);
 
-	return msbd_peer_is_admin(rpc_call_ctx(call), peer) || (sb->has_owner && sb->owner == peer->uid);
+	return peer->admin || (sb->has_owner && sb->owner == peer->uid);
 }
 
 /* What the client gave, for a message: cut at MSB_ECHO_MAX_BYTES (at a
@@ -355,7 +355,7 @@ int m_files_sandbox_resolve(struct msbd *d, struct rpc_call *call, const char *g
 					"the daemon has not read the engine's sandboxes yet");
 		return -EAGAIN;
 	}
-	r = registry_resolve(d->registry, given, files_may_reach, call, &sb, cands, REGISTRY_CANDIDATES_MAX,
+	r = registry_resolve(d->dom.registry, given, files_may_reach, call, &sb, cands, REGISTRY_CANDIDATES_MAX,
 			     &matches);
 	if (r == 0) {
 		*ret_sb = sb;
@@ -525,7 +525,7 @@ static bool files_needs_guest(const struct files_req *fr, const struct sandbox *
 		return false;
 	if (fr->kind == FILEOP_WRITE)
 		return true;
-	return fileop_plane_local(fr->d, sb);
+	return fileop_plane_local(&fr->d->dom, sb);
 }
 
 /* Runs fr's op: first learns who the guest is, when needed (once per instance). */
@@ -538,7 +538,7 @@ static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *
 		files_op_start(fr, sb->guest.uid, sb->guest.gid);   /* 0:0 when not known or unresolved */
 		return res;
 	}
-	r = guest_identity_start(fr->d, fr->id, NULL, files_guest_cb, fr, NULL);
+	r = guest_identity_start(&fr->d->dom, fr->id, NULL, files_guest_cb, fr, NULL);
 	if (r < 0) {
 		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 		files_req_free(fr);
@@ -550,7 +550,7 @@ static struct files_req *files_req_new(struct msbd *d, struct rpc_call *call, co
 				       enum fileop_kind kind, long timeout_ms)
 {
 	struct files_req *fr = xcalloc(1, sizeof(*fr));
-	const struct msbd_config *c = d->config;
+	const struct msbd_config *c = d->dom.config;
 	struct fileop_params p = {
 		.kind = kind, .id = sb->id, .max_bytes = c->files_max_file_bytes,
 		.max_total = c->files_max_total_bytes, .timeout_ms = c->files_timeout_ms,
@@ -564,7 +564,7 @@ static struct files_req *files_req_new(struct msbd *d, struct rpc_call *call, co
 		p.max_entries = (size_t)c->files_list_max_entries;
 	if (kind == FILEOP_RECLAIM)
 		p.timeout_ms = fr->timeout_ms = timeout_ms;
-	fr->op = fileop_new(d, &p);
+	fr->op = fileop_new(&d->dom, &p);
 	return fr;
 }
 
@@ -658,7 +658,7 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 {
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
-	const struct msbd_config *c = d->config;
+	const struct msbd_config *c = d->dom.config;
 	struct rpc_result *fail;
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
@@ -743,7 +743,7 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 {
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
-	const struct msbd_config *c = d->config;
+	const struct msbd_config *c = d->dom.config;
 	struct rpc_result *fail;
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
@@ -795,12 +795,12 @@ static void no_listing_name_key(const struct msbd *d, struct msb_error *e)
 {
 	char *msg;
 
-	if (d->plane_local || !e->data)
+	if (d->dom.plane_local || !e->data)
 		return;
 	json_object_set_new(e->data, "config_key", json_string("files.plane"));
 	msg = xasprintf("%s: this daemon serves the archive plane (%s); files.plane = auto or local "
 			"serves listings where the daemon runs as root on a local engine socket",
-			e->message ? e->message : "no listing", d->plane_reason ? d->plane_reason : "not available");
+			e->message ? e->message : "no listing", d->dom.plane_reason ? d->dom.plane_reason : "not available");
 	free(e->message);
 	e->message = msg;
 }
@@ -816,7 +816,7 @@ static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_f
 
 	if (!sb)
 		return fail;
-	if (kind == FILEOP_LIST && !fileop_plane_local(d, sb)) {
+	if (kind == FILEOP_LIST && !fileop_plane_local(&d->dom, sb)) {
 		struct msb_error e = { 0 };
 
 		fileop_error_no_listing(&e);
@@ -872,7 +872,7 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 	case -ETIMEDOUT:
 		rpc_call_fail(fr->call, MSB_ERR_TIMEOUT,
 			      json_pack("{s:I}", "timeout_ms", (json_int_t)(fr->timeout_ms ? fr->timeout_ms
-											  : fr->d->config->files_timeout_ms)),
+											  : fr->d->dom.config->files_timeout_ms)),
 			      "the removal did not finish in time");
 		break;
 	case -EFBIG: {
@@ -899,17 +899,17 @@ static void files_rm_cb(const struct execrun_result *r, void *arg)
 static void files_rm_start(struct files_req *fr)
 {
 	const char *argv[] = { "rm", fr->recursive ? "-rf" : "-f", "--", fr->target, NULL };
-	const struct sandbox *sb = registry_find_id(fr->d->registry, fr->id);
+	const struct sandbox *sb = registry_find_id(fr->d->dom.registry, fr->id);
 	char user[IDENTITY_USER_STRING_MAX];
 	/* As the sandbox's fixed uid:gid (guest.h), never Config.User by name:
 	 * a guest that rewrote its /etc/passwd does not change who removes. */
 	struct execrun_spec spec = {
 		.argv = argv, .working_dir = "/",
 		.user = sb && identity_fixed_user(&sb->guest, user) == 0 ? user : NULL,
-		.timeout_ms = fr->timeout_ms ? fr->timeout_ms : fr->d->config->files_timeout_ms,
+		.timeout_ms = fr->timeout_ms ? fr->timeout_ms : fr->d->dom.config->files_timeout_ms,
 		.max_output = 64 * 1024,
 	};
-	int r = execrun_start(fr->d->base, fr->d->engine, fr->d->freezes, fr->id, &spec, files_rm_cb, fr, NULL);
+	int r = execrun_start(fr->d->dom.base, fr->d->dom.engine, fr->d->dom.freezes, fr->id, &spec, files_rm_cb, fr, NULL);
 
 	if (r < 0) {
 		rpc_call_fail(fr->call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
@@ -949,7 +949,7 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
 	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
-	long max_ms = d->config->files_timeout_ms;
+	long max_ms = d->dom.config->files_timeout_ms;
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
 	struct files_req *fr;

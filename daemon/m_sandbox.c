@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "acquire.h"
+#include "backend.h"
 #include "cleanup.h"
 #include "daemon.h"
 #include "egress.h"
@@ -77,15 +78,15 @@ static struct rpc_result *fail_params(struct rpc_call *call, const char *param, 
  * but is still only taken where allowlist is offered. */
 static bool egress_accepts(const struct msbd *d, const struct msb_spec *spec)
 {
-	return spec->egress == MSB_EGRESS_ALLOWLIST && egress_usable(d->egress);
+	return spec->egress == MSB_EGRESS_ALLOWLIST && egress_usable(d->dom.egress);
 }
 
 /* An egress mode this daemon does not serve. Allowlist names the key that
  * would serve it (data.config_key) and why it is off now. */
 static int refuse_egress(const struct msbd *d, const struct msb_spec *spec, struct msb_error *err)
 {
-	_cleanup_free_ char *why = spec->egress == MSB_EGRESS_ALLOWLIST ? egress_allowlist_off_reason(d) : NULL;
-	json_t *data = json_pack("{s:o}", "declared", msb_egress_set_encode(msbd_egress_modes(d)));
+	_cleanup_free_ char *why = spec->egress == MSB_EGRESS_ALLOWLIST ? egress_allowlist_off_reason(&d->dom) : NULL;
+	json_t *data = json_pack("{s:o}", "declared", msb_egress_set_encode(backend_egress_modes(&d->dom)));
 
 	if (why) {
 		json_object_set_new(data, "config_key", json_string("egress.proxy_binary"));
@@ -104,7 +105,7 @@ static int refuse_egress(const struct msbd *d, const struct msb_spec *spec, stru
 static int refuse_capabilities(const struct msbd *d, uint32_t missing, struct msb_error *err)
 {
 	json_t *data = json_pack("{s:o, s:o}", "missing", msb_capability_set_encode(missing),
-				 "declared", msb_capability_set_encode(msbd_capabilities(d)));
+				 "declared", msb_capability_set_encode(backend_capabilities(&d->dom)));
 
 	if (missing & MSB_BIT(MSB_CAP_FILES_LIST)) {
 		json_object_set_new(data, "config_key", json_string("files.plane"));
@@ -112,7 +113,7 @@ static int refuse_capabilities(const struct msbd *d, uint32_t missing, struct ms
 			      "the spec requires capabilities this backend does not declare: files_list needs "
 			      "the local file plane, and this daemon serves the archive plane (%s); "
 			      "files.plane = auto or local serves it where the daemon runs as root on a local "
-			      "engine socket", d->plane_reason ? d->plane_reason : "not available");
+			      "engine socket", d->dom.plane_reason ? d->dom.plane_reason : "not available");
 		return -EPERM;
 	}
 	msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED, data,
@@ -125,7 +126,7 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 	const struct msb_transfer_limits ceiling = {
 		MSB_TRANSFER_MAX_FILE_BYTES, MSB_TRANSFER_MAX_TOTAL_BYTES, MSB_TRANSFER_MAX_FILES
 	};
-	uint32_t missing = spec->requires & ~msbd_capabilities(d);
+	uint32_t missing = spec->requires & ~backend_capabilities(&d->dom);
 
 	if (spec->min_isolation > MSB_ISOLATION_CONTAINER) {
 		msb_error_set(err, MSB_ERR_BACKEND_NOT_PERMITTED, NULL,
@@ -136,9 +137,9 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 	if (missing)
 		return refuse_capabilities(d, missing, err);
 	if (spec->requires_os_family >= 0 &&
-	    !(msbd_os_families(d) & MSB_BIT(spec->requires_os_family))) {
+	    !(backend_os_families(&d->dom) & MSB_BIT(spec->requires_os_family))) {
 		msb_error_set(err, MSB_ERR_OS_FAMILY_NOT_SUPPORTED,
-			      json_pack("{s:o}", "declared", msb_os_family_set_encode(msbd_os_families(d))),
+			      json_pack("{s:o}", "declared", msb_os_family_set_encode(backend_os_families(&d->dom))),
 			      "the spec requires OS family %s, which this backend does not serve",
 			      msb_os_family_to_string(spec->requires_os_family));
 		return -EPERM;
@@ -150,9 +151,9 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 			      "the spec's transfer limits exceed this backend's");
 		return -EPERM;
 	}
-	if (!(msbd_egress_modes(d) & MSB_BIT(spec->egress)) && !egress_accepts(d, spec))
+	if (!(backend_egress_modes(&d->dom) & MSB_BIT(spec->egress)) && !egress_accepts(d, spec))
 		return refuse_egress(d, spec, err);
-	if (!(msbd_scopes() & MSB_BIT(spec->isolation_scope))) {
+	if (!(backend_scopes() & MSB_BIT(spec->isolation_scope))) {
 		msb_error_set(err, MSB_ERR_SCOPE_NOT_ENFORCED, NULL,
 			      "this backend does not enforce isolation scope %s",
 			      msb_scope_to_string(spec->isolation_scope));
@@ -169,7 +170,7 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 	struct msb_error err = { 0 };
 	struct rpc_result *r;
 
-	if (acquire_check(d, sb->name, key, spec, rpc_call_peer(call), sb->labels, sb->image, sb->image_id,
+	if (acquire_check(&d->dom, sb->name, key, spec, rpc_call_peer(call), sb->labels, sb->image, sb->image_id,
 			  &err) < 0) {
 		r = rpc_fail_error(call, &err);
 		msb_error_clear(&err);
@@ -178,12 +179,12 @@ static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
 	log_debug("op", "sandbox %s reused (warm)", sb->name);
 	if (acquire_spec_needs_prepare(spec))
 		/* The work dir must still be there (one HEAD), the guest known. */
-		return acquire_start_warm(d, call, sb, p->key, p->spec, rpc_call_peer(call)->uid);
+		return acquire_start_warm(&d->dom, call, sb, p->key, p->spec, rpc_call_peer(call)->uid);
 	{
 		struct egress_info info;
-		bool proxied = egress_spec_needs_proxy(spec) && egress_proxy_ok(d->egress, sb->name, &info);
+		bool proxied = egress_spec_needs_proxy(spec) && egress_proxy_ok(d->dom.egress, sb->name, &info);
 
-		return rpc_reply(call, acquire_result(d, sb, msb_spec_work_dir(spec), false,
+		return rpc_reply(call, acquire_result(&d->dom, sb, msb_spec_work_dir(spec), false,
 						      proxied ? &info : NULL));
 	}
 }
@@ -194,7 +195,7 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 {
 	struct msb_error err = { 0 };
 	char name[NAMES_CONTAINER_MAX];
-	_cleanup_free_ char *egress_id = names_egress_id(spec, egress_configured(d));
+	_cleanup_free_ char *egress_id = names_egress_id(spec, egress_configured(&d->dom));
 	struct egress_info einfo;
 	const struct sandbox *sb;
 	struct rpc_result *r;
@@ -213,15 +214,15 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 	if (!msb_spec_image_ref(spec))
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "spec"),
 				"the spec has neither image nor image_id");
-	if (engine_get_state(d->engine) != ENGINE_REACHABLE)
+	if (engine_get_state(d->dom.engine) != ENGINE_REACHABLE)
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-	names_container_ns(key, spec->kind, egress_id, acquire_key_space(d, rpc_call_peer(call)), name);
-	sb = registry_find_name(d->registry, name);
-	if (d->registry_synced && docker_events_is_connected(d->events) && sb && sb->state == SANDBOX_RUNNING &&
-	    !acquire_in_flight(d->acquires, name) &&
-	    (!egress_spec_needs_proxy(spec) || egress_proxy_ok(d->egress, name, &einfo)))
+	names_container_ns(key, spec->kind, egress_id, acquire_key_space(&d->dom, rpc_call_peer(call)), name);
+	sb = registry_find_name(d->dom.registry, name);
+	if (d->registry_synced && docker_events_is_connected(d->dom.events) && sb && sb->state == SANDBOX_RUNNING &&
+	    !acquire_in_flight(d->dom.acquires, name) &&
+	    (!egress_spec_needs_proxy(spec) || egress_proxy_ok(d->dom.egress, name, &einfo)))
 		return acquire_warm(call, d, sb, key, spec, p);
-	return acquire_start(d, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
+	return acquire_start(&d->dom, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
 }
 
 struct rpc_result *m_sandbox_acquire(struct rpc_call *call, const void *params)
@@ -413,7 +414,7 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 	struct sweep_op *op = arg;
 	struct sweep_item *it = &op->items[op->next];
 	const char *ref = it->ref;
-	struct sandbox *sb = it->kind == SWEEP_WORKLOAD ? registry_find_id(op->d->registry, ref) : NULL;
+	struct sandbox *sb = it->kind == SWEEP_WORKLOAD ? registry_find_id(op->d->dom.registry, ref) : NULL;
 	bool gone = r->error == 0 && (r->status == 204 || r->status == 200 || r->status == 404);
 
 	if (r->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
@@ -428,7 +429,7 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 			log_warnx("disposal: could not remove %s: %s", ref,
 				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
 		else if (it->kind == SWEEP_PROXY)
-			egress_proxy_removed(op->d->egress, ref);
+			egress_proxy_removed(op->d->dom.egress, ref);
 		op->next++;
 		sweep_remove_next(op);
 		return;
@@ -438,12 +439,12 @@ static void sweep_removed_cb(const struct docker_reply *r, void *arg)
 		log_info("sandbox %s disposed: %s", it->name ? it->name : sb ? sb->name : ref,
 			 op->why ? op->why : "disposal");
 		if (sb)
-			registry_remove(op->d->registry, sb);
-		fileop_journal_forget(op->d, ref);
+			registry_remove(op->d->dom.registry, sb);
+		fileop_journal_forget(&op->d->dom, ref);
 	} else if (r->error == 0 && r->status == 404) {
 		if (sb)
-			registry_remove(op->d->registry, sb);  /* silently absent: not counted */
-		fileop_journal_forget(op->d, ref);
+			registry_remove(op->d->dom.registry, sb);  /* silently absent: not counted */
+		fileop_journal_forget(&op->d->dom, ref);
 	} else if (r->error == -ETIMEDOUT) {
 		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", ref);
 	} else if (r->error) {
@@ -482,12 +483,12 @@ static void sweep_remove_next(struct sweep_op *op)
 		int r;
 
 		if (it->kind == SWEEP_PROXY && !it->drained &&
-		    egress_drain(op->d->egress, it->ref, sweep_drained_cb, op) == 0)
+		    egress_drain(op->d->dom.egress, it->ref, sweep_drained_cb, op) == 0)
 			return;
 		if (it->kind == SWEEP_NETWORK)
-			r = docker_network_remove(op->d->engine, it->ref, sweep_removed_cb, op, NULL);
+			r = docker_network_remove(op->d->dom.engine, it->ref, sweep_removed_cb, op, NULL);
 		else
-			r = docker_container_remove(op->d->engine, it->ref, true, sweep_removed_cb, op, NULL);
+			r = docker_container_remove(op->d->dom.engine, it->ref, true, sweep_removed_cb, op, NULL);
 		if (r >= 0)
 			return;
 		if (it->kind == SWEEP_WORKLOAD)
@@ -576,7 +577,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			}
 		}
 	}
-	for (sb = registry_first(op->d->registry); sb; sb = registry_next(sb))
+	for (sb = registry_first(op->d->dom.registry); sb; sb = registry_next(sb))
 		if (sweep_matches(op, sb)) {
 			const char *egress = sandbox_label(sb, LABEL_EGRESS);
 
@@ -585,7 +586,7 @@ static void sweep_listed_cb(const struct docker_reply *r, void *arg)
 			if (egress && strcmp(egress, "allowlist") == 0)
 				sweep_add_topology(op, sb->name);
 		}
-	acquire_foreach(op->d->acquires, sweep_note_acquire_cb, op);
+	acquire_foreach(op->d->dom.acquires, sweep_note_acquire_cb, op);
 	sweep_order(op);
 	sweep_remove_next(op);
 }
@@ -602,7 +603,7 @@ static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mod
 	op->failures = json_array();
 	op->why = xasprintf("%s by uid %u", mode == SWEEP_KEY ? "sandbox.dispose of its key" : "sandbox.dispose_scope",
 			    (unsigned)rpc_call_peer(call)->uid);
-	if (docker_containers_list(op->d->engine, filters, sweep_listed_cb, op, NULL) < 0) {
+	if (docker_containers_list(op->d->dom.engine, filters, sweep_listed_cb, op, NULL) < 0) {
 		/* The engine is away: the fallback still names what we know, but
 		 * nothing can be removed; answer now. */
 		struct rpc_result *res;
@@ -620,9 +621,7 @@ static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mod
 /* Non-admins only ever select their own sandboxes. */
 static uid_t owner_filter(const struct rpc_call *call)
 {
-	const struct msbd *d = rpc_call_ctx(call);
-
-	return msbd_peer_is_admin(d, rpc_call_peer(call)) ? (uid_t)-1 : rpc_call_peer(call)->uid;
+	return rpc_call_peer(call)->admin ? (uid_t)-1 : rpc_call_peer(call)->uid;
 }
 
 /* ---- sandbox.dispose by instance id ----------------------------------- */
@@ -743,17 +742,17 @@ static void instance_cb(const struct docker_reply *r, void *arg)
 
 		op->name = name ? xstrdup(name[0] == '/' ? name + 1 : name) : NULL;
 		op->removing = true;
-		if (docker_container_remove(op->d->engine, op->id, true, instance_cb, op, NULL) < 0)
+		if (docker_container_remove(op->d->dom.engine, op->id, true, instance_cb, op, NULL) < 0)
 			instance_reply_failure(op, "unreachable", "could not reach the engine");
 		return;
 	}
-	sb = registry_find_id(op->d->registry, op->id);
+	sb = registry_find_id(op->d->dom.registry, op->id);
 	if (r->status == 204)
 		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", op->name ? op->name : op->id,
 			 (unsigned)rpc_call_peer(op->call)->uid);
 	if (sb)
-		registry_remove(op->d->registry, sb);
-	fileop_journal_forget(op->d, op->id);
+		registry_remove(op->d->dom.registry, sb);
+	fileop_journal_forget(&op->d->dom, op->id);
 	rpc_call_reply(op->call, json_null());
 	instance_free(op);
 }
@@ -796,7 +795,7 @@ static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key
 	op->key = *key;
 	op->kind = kind ? xstrdup(kind) : NULL;
 	op->id = xstrdup(id);
-	if (docker_container_inspect(op->d->engine, id, instance_cb, op, NULL) < 0) {
+	if (docker_container_inspect(op->d->dom.engine, id, instance_cb, op, NULL) < 0) {
 		struct rpc_result *res = rpc_reply(call, json_pack("{s:s, s:s}", "code", "unreachable",
 			"detail", "the Docker engine is not reachable; nothing was removed"));
 
@@ -871,11 +870,11 @@ static json_t *list_entry(const struct sandbox *sb)
 
 size_t m_sandbox_list_reply_bound(const struct msbd *d)
 {
-	size_t bytes = REPLYBOUND_ENVELOPE_BYTES, most = replybound_max(d->config);
+	size_t bytes = REPLYBOUND_ENVELOPE_BYTES, most = replybound_max(d->dom.config);
 	const struct sandbox *sb;
 
 	/* every sandbox: the filters only narrow the listing */
-	for (sb = registry_first(d->registry); sb && bytes < most; sb = registry_next(sb)) {
+	for (sb = registry_first(d->dom.registry); sb && bytes < most; sb = registry_next(sb)) {
 		json_t *e = list_entry(sb);
 
 		bytes += json_dumpb(e, NULL, 0, JSON_COMPACT) + 1;
@@ -893,13 +892,13 @@ struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)
 	json_t *out = json_array();
 	const struct sandbox *sb;
 
-	if (engine_get_state(d->engine) != ENGINE_REACHABLE || !d->registry_synced ||
-	    !docker_events_is_connected(d->events)) {
+	if (engine_get_state(d->dom.engine) != ENGINE_REACHABLE || !d->registry_synced ||
+	    !docker_events_is_connected(d->dom.events)) {
 		json_decref(filters);
 		json_decref(out);
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 	}
-	for (sb = registry_first(d->registry); sb; sb = registry_next(sb))
+	for (sb = registry_first(d->dom.registry); sb; sb = registry_next(sb))
 		if (sweep_matches(&match, sb))
 			json_array_append_new(out, list_entry(sb));
 	json_decref(filters);
@@ -920,13 +919,13 @@ struct rpc_result *m_sandbox_reap(struct rpc_call *call, const void *params)
 	struct timespec now;
 	int r;
 
-	if (!msbd_peer_is_admin(d, rpc_call_peer(call)))
+	if (!rpc_call_peer(call)->admin)
 		return rpc_fail(call, MSB_ERR_PERMISSION_DENIED, NULL, "reap is for administrators");
 	if (p->older_than_seconds <= 0)
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "older_than_seconds"),
 				"older_than_seconds must be a positive number of seconds");
 	clock_gettime(CLOCK_REALTIME, &now);
-	r = reap_start_dry(d, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
+	r = reap_start_dry(&d->dom, p->older_than_seconds, p->scope, (double)now.tv_sec + now.tv_nsec / 1e9,
 			   p->dry_run, m_reap_done_cb, call);
 	if (r < 0) {
 		/* The params were checked above: any failure here is the engine

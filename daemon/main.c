@@ -208,19 +208,19 @@ static void thaw_done_cb(struct freeze_claim *claim, int error, const struct fre
  * thaw it, under its lock, so a freeze of ours or theirs is never lifted. */
 static void thaw_orphans(struct msbd *d)
 {
-	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
+	for (struct sandbox *sb = registry_first(d->dom.registry); sb; sb = registry_next(sb)) {
 		struct orphan_thaw *ot;
 		char *id;
 		int r;
 
-		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->acquires, sb->name) ||
-		    freeze_is_held(d->freezes, sb->id))
+		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->dom.acquires, sb->name) ||
+		    freeze_is_held(d->dom.freezes, sb->id))
 			continue;
 		id = xstrdup(sb->id);
 		ot = xmalloc(sizeof(*ot));
 		*ot = (struct orphan_thaw){ d, id };
 		d->orphan_thaws++;
-		r = freeze_table_thaw_orphan(d->freezes, d->engine, id, thaw_done_cb, ot, NULL);
+		r = freeze_table_thaw_orphan(d->dom.freezes, d->dom.engine, id, thaw_done_cb, ot, NULL);
 		if (r == -EAGAIN || r == -ENOLCK) {
 			thaw_done_cb(NULL, r, NULL, ot);   /* the host lock refused it: say so */
 		} else if (r < 0) {
@@ -237,7 +237,7 @@ static void journal_replay_once(struct msbd *d)
 	if (d->journal_replayed || d->orphan_thaws)
 		return;
 	d->journal_replayed = true;
-	fileop_journal_replay(d);
+	fileop_journal_replay(&d->dom);
 }
 
 struct registry_listing {
@@ -268,9 +268,9 @@ static void registry_listed_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
-	registry_replace_all(d->registry, r->body);
+	registry_replace_all(d->dom.registry, r->body);
 	d->registry_synced = true;
-	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->registry));
+	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->dom.registry));
 	thaw_orphans(d);
 	journal_replay_once(d);
 }
@@ -281,7 +281,7 @@ static void registry_list(struct msbd *d)
 	struct registry_listing *l = xmalloc(sizeof(*l));
 
 	*l = (struct registry_listing){ .d = d, .gen = d->resync_gen };
-	if (docker_containers_list(d->engine, filters, registry_listed_cb, l, NULL) < 0) {
+	if (docker_containers_list(d->dom.engine, filters, registry_listed_cb, l, NULL) < 0) {
 		log_debug("engine", "registry listing not started: the engine is not reachable");
 		free(l);
 	}
@@ -304,25 +304,25 @@ static void registry_resync_cb(void *arg)
 	d->resync_gen++;
 	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
 	evtimer_del(d->resync_timer);
-	registry_begin_resync(d->registry);
+	registry_begin_resync(d->dom.registry);
 	registry_list(d);
-	egress_resync(d->egress);
+	egress_resync(d->dom.egress);
 }
 
 static void registry_event_cb(const json_t *event, void *arg)
 {
 	struct msbd *d = arg;
 
-	registry_apply_event(d->registry, event);
+	registry_apply_event(d->dom.registry, event);
 }
 
 /* ---- the timed sweep (reap.max_age_s, off by default) ---------------- */
 
 static void reap_timer_arm(struct msbd_main *m)
 {
-	struct timeval tv = { m->d.config->reap_interval_s, 0 };
+	struct timeval tv = { m->d.dom.config->reap_interval_s, 0 };
 
-	if (m->d.config->reap_max_age_s > 0 && !m->stopping)
+	if (m->d.dom.config->reap_max_age_s > 0 && !m->stopping)
 		evtimer_add(m->reap_timer, &tv);
 	else
 		evtimer_del(m->reap_timer);
@@ -349,7 +349,7 @@ static void reap_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (m->reap_running)
 		return;
 	clock_gettime(CLOCK_REALTIME, &now);
-	r = reap_start(&m->d, m->d.config->reap_max_age_s, NULL, (double)now.tv_sec + now.tv_nsec / 1e9,
+	r = reap_start(&m->d.dom, m->d.dom.config->reap_max_age_s, NULL, (double)now.tv_sec + now.tv_nsec / 1e9,
 		       timed_reap_done_cb, m);
 	if (r < 0)
 		log_warnx("timed sweep not started: %s", strerror(-r));
@@ -381,14 +381,14 @@ static void reload(struct msbd_main *m)
 		config_free(cfg);
 		return;
 	}
-	restart = config_restart_keys_changed(m->d.config, cfg);
+	restart = config_restart_keys_changed(m->d.dom.config, cfg);
 	if (restart)
 		log_warnx("reload: %s changed; that takes effect after a restart", restart);
-	config_free(m->d.config);
-	m->d.config = cfg;
+	config_free(m->d.dom.config);
+	m->d.dom.config = cfg;
 	log_set_debug(cfg->debug);
 	eo = engine_options_from(cfg);
-	engine_set_options(m->d.engine, &eo);
+	engine_set_options(m->d.dom.engine, &eo);
 	server_config_changed(m->d.server);
 	reap_timer_arm(m);
 	log_info("configuration reloaded%s%s", cfg->file ? " from " : "", cfg->file ? cfg->file : "");
@@ -400,7 +400,7 @@ static void drained_cb(void *arg)
 	struct msbd_main *m = arg;
 
 	log_info("requests drained, exiting");
-	event_base_loopexit(m->d.base, NULL);
+	event_base_loopexit(m->d.dom.base, NULL);
 }
 
 static void final_flush_timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -409,7 +409,7 @@ static void final_flush_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd, (void)what;
 	log_warnx("replies still unwritten after %d ms, exiting", MSB_FINAL_FLUSH_MS);
-	event_base_loopexit(m->d.base, NULL);
+	event_base_loopexit(m->d.dom.base, NULL);
 }
 
 /* Cancels every engine request (their callers get ShuttingDown), then
@@ -419,12 +419,12 @@ static void drain_cancel_engine(struct msbd_main *m)
 	struct timeval tv = { MSB_FINAL_FLUSH_MS / 1000, (MSB_FINAL_FLUSH_MS % 1000) * 1000 };
 
 	evtimer_add(m->flush_timer, &tv);
-	m->d.events = docker_events_free(m->d.events);
+	m->d.dom.events = docker_events_free(m->d.dom.events);
 	evtimer_del(m->d.resync_timer);
-	freeze_table_cancel_retries(m->d.freezes);
-	egress_shutdown(m->d.egress);
+	freeze_table_cancel_retries(m->d.dom.freezes);
+	egress_shutdown(m->d.dom.egress);
 	execrun_lingers_end();
-	m->d.engine = engine_free(m->d.engine);
+	m->d.dom.engine = engine_free(m->d.dom.engine);
 }
 
 /* File calls cut short at the drain deadline unpause their guests while the
@@ -435,14 +435,14 @@ static void thaw_wait_cb(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv = { 0, MSB_THAW_POLL_MS * 1000 };
 
 	(void)fd, (void)what;
-	if (freeze_table_count(m->d.freezes) > 0 && m->thaw_waited_ms < MSB_THAW_WAIT_MS) {
+	if (freeze_table_count(m->d.dom.freezes) > 0 && m->thaw_waited_ms < MSB_THAW_WAIT_MS) {
 		m->thaw_waited_ms += MSB_THAW_POLL_MS;
 		evtimer_add(m->thaw_timer, &tv);
 		return;
 	}
-	if (freeze_table_count(m->d.freezes) > 0)
+	if (freeze_table_count(m->d.dom.freezes) > 0)
 		log_warnx("%zu freeze(s) still on after %d ms; the next start thaws what stays paused",
-			  freeze_table_count(m->d.freezes), MSB_THAW_WAIT_MS);
+			  freeze_table_count(m->d.dom.freezes), MSB_THAW_WAIT_MS);
 	drain_cancel_engine(m);
 }
 
@@ -454,8 +454,8 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd, (void)what;
 	log_warnx("%u request(s) still in flight after %ld ms, cancelling them",
-		  server_get_stats(m->d.server)->requests_in_flight, m->d.config->drain_ms);
-	fileop_table_cancel_all(m->d.fileops);
+		  server_get_stats(m->d.server)->requests_in_flight, m->d.dom.config->drain_ms);
+	fileop_table_cancel_all(m->d.dom.fileops);
 	m->thaw_waited_ms = 0;
 	thaw_wait_cb(-1, 0, m);
 }
@@ -479,15 +479,15 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	log_info("%s received, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	sd_notify_stopping();
 	evtimer_del(m->reap_timer);
-	tv.tv_sec = m->d.config->drain_ms / 1000;
-	tv.tv_usec = (m->d.config->drain_ms % 1000) * 1000;
+	tv.tv_sec = m->d.dom.config->drain_ms / 1000;
+	tv.tv_usec = (m->d.dom.config->drain_ms % 1000) * 1000;
 	evtimer_add(m->drain_timer, &tv);
 	server_drain(m->d.server, drained_cb, m);
 }
 
 static int setup_signals(struct msbd_main *m)
 {
-	struct event_base *b = m->d.base;
+	struct event_base *b = m->d.dom.base;
 
 	signal(SIGPIPE, SIG_IGN);
 	m->sig_term = evsignal_new(b, SIGTERM, signal_cb, m);
@@ -508,12 +508,12 @@ static int setup_signals(struct msbd_main *m)
 /* files.plane, as msbd_startup_check() decided it. */
 static void log_plane(struct msbd *d, const struct msbd_startup *su)
 {
-	d->plane_local = su->plane_local;
-	d->plane_reason = su->plane_reason;
-	if (d->plane_local)
+	d->dom.plane_local = su->plane_local;
+	d->dom.plane_reason = su->plane_reason;
+	if (d->dom.plane_local)
 		log_info("file plane: local (openat2 beneath each container's root, no freeze)");
 	else
-		log_info("file plane: archive (%s)", d->plane_reason);
+		log_info("file plane: archive (%s)", d->dom.plane_reason);
 }
 
 /* The exec kill from the host (execkill.h, m_exec.c): the engine's
@@ -522,7 +522,7 @@ static void choose_exec_kill(struct msbd *d, const struct engine_endpoint *ep)
 {
 	int fd;
 
-	d->exec_host_kill = false;
+	d->dom.exec_host_kill = false;
 	if (ep->kind != ENGINE_ENDPOINT_UNIX || geteuid() != 0) {
 		log_info("exec kill: by the mark only (%s)", ep->kind != ENGINE_ENDPOINT_UNIX
 			 ? "the engine is not on a local unix socket" : "the daemon does not run as root");
@@ -534,51 +534,53 @@ static void choose_exec_kill(struct msbd *d, const struct engine_endpoint *ep)
 		return;
 	}
 	close(fd);
-	d->exec_host_kill = true;
+	d->dom.exec_host_kill = true;
 	log_info("exec kill: from the host (the container's cgroup), the mark as fallback");
 }
+
 
 static int start(struct msbd_main *m)
 {
 	struct msbd_startup su = { 0 };
 	_cleanup_free_ char *err = NULL;
-	struct engine_options eo = engine_options_from(m->d.config);
+	struct engine_options eo = engine_options_from(m->d.dom.config);
 
 	/* The same checks --check-config makes (startup.h). */
-	if (msbd_startup_check(m->d.config, &su, &err) < 0) {
+	if (msbd_startup_check(m->d.dom.config, &su, &err) < 0) {
 		log_errorx("%s", err);
 		return -EINVAL;
 	}
 	m->hostlock = TAKE_PTR(su.hostlock);
-	log_debug("op", "freeze lock file %s", m->d.config->freeze_lock_file);
+	log_debug("op", "freeze lock file %s", m->d.dom.config->freeze_lock_file);
 	log_info("Docker endpoint %s (from %s)", su.endpoint->host, su.endpoint->source);
 	log_plane(&m->d, &su);
 	choose_exec_kill(&m->d, su.endpoint);
-	m->d.engine = engine_new(m->d.base, TAKE_PTR(su.endpoint), &eo, engine_state_changed_cb, m);
+	m->d.dom.engine = engine_new(m->d.dom.base, TAKE_PTR(su.endpoint), &eo, engine_state_changed_cb, m);
 	msbd_startup_clear(&su);
-	if (!m->d.engine) {
+	if (!m->d.dom.engine) {
 		log_errorx("cannot set up the engine client");
 		return -EIO;
 	}
-	m->d.registry = registry_new();
-	m->d.acquires = acquire_table_new();
-	m->d.freezes = freeze_table_new();
-	freeze_table_set_base(m->d.freezes, m->d.base);
-	freeze_table_set_hostlock(m->d.freezes, m->hostlock);
-	m->d.fileops = fileop_table_new();
-	m->d.egress = egress_new(&m->d);
-	m->d.resync_timer = evtimer_new(m->d.base, registry_retry_cb, &m->d);
+	m->d.dom.registry = registry_new();
+	m->d.dom.acquires = acquire_table_new();
+	m->d.dom.freezes = freeze_table_new();
+	freeze_table_set_base(m->d.dom.freezes, m->d.dom.base);
+	freeze_table_set_hostlock(m->d.dom.freezes, m->hostlock);
+	m->d.dom.fileops = fileop_table_new();
+	m->d.dom.egress = egress_new(&m->d.dom);
+	m->d.resync_timer = evtimer_new(m->d.dom.base, registry_retry_cb, &m->d);
 	if (!m->d.resync_timer)
 		return -EIO;
 	{
 		json_t *filters = json_pack("{s:{s:b}, s:{s:b}}", "type", "container", 1, "label",
 					    "maf-sandbox.kind", 1);
 
-		m->d.events = docker_events_new(m->d.base, m->d.engine, filters, registry_event_cb,
+		m->d.dom.events = docker_events_new(m->d.dom.base, m->d.dom.engine, filters, registry_event_cb,
 						registry_resync_cb, &m->d);
 		json_decref(filters);
 	}
 	m->d.server = server_new(&m->d);
+	msbd_wire_domain(&m->d);
 	if (server_listen(m->d.server, &err) < 0) {
 		log_errorx("cannot listen: %s", err);
 		return -EIO;
@@ -587,8 +589,8 @@ static int start(struct msbd_main *m)
 		log_errorx("cannot set up signal handling");
 		return -EIO;
 	}
-	engine_start(m->d.engine);
-	docker_events_start(m->d.events);
+	engine_start(m->d.dom.engine);
+	docker_events_start(m->d.dom.events);
 	reap_timer_arm(m);
 	return 0;
 }
@@ -599,8 +601,9 @@ static void stop(struct msbd_main *m)
 	 * (freeing the signal events restores the default action). */
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGINT, SIG_IGN);
+	m->d.dom.publish = NULL;   /* nobody to tell from here on */
 	m->d.server = server_free(m->d.server);
-	m->d.events = docker_events_free(m->d.events);
+	m->d.dom.events = docker_events_free(m->d.dom.events);
 	/* No timer may start engine work from here on, nor run on what is freed
 	 * below when the loop turns (thaw_wait_cb reads the freeze table). */
 	if (m->d.resync_timer)
@@ -615,23 +618,23 @@ static void stop(struct msbd_main *m)
 		evtimer_del(m->flush_timer);
 	/* Cancels every engine request: operations complete (with ShuttingDown,
 	 * to clients already gone) at the next turn of the loop. */
-	if (m->d.freezes)
-		freeze_table_cancel_retries(m->d.freezes);
-	egress_shutdown(m->d.egress);
+	if (m->d.dom.freezes)
+		freeze_table_cancel_retries(m->d.dom.freezes);
+	egress_shutdown(m->d.dom.egress);
 	execrun_lingers_end();
-	m->d.engine = engine_free(m->d.engine);
+	m->d.dom.engine = engine_free(m->d.dom.engine);
 	/* After the engine: claims still queued are failed (-ECANCELED). Then
 	 * the host lock they borrowed (the kernel would drop it at exit anyway). */
-	m->d.freezes = freeze_table_free(m->d.freezes);
+	m->d.dom.freezes = freeze_table_free(m->d.dom.freezes);
 	m->hostlock = hostlock_free(m->hostlock);
 	/* Callbacks made active while the pass runs (an egress op's end, then
 	 * its acquire's) run in the same pass. */
-	if (m->d.base)
-		event_base_loop(m->d.base, EVLOOP_NONBLOCK);
-	m->d.egress = egress_free(m->d.egress);
-	m->d.acquires = acquire_table_free(m->d.acquires);
-	m->d.fileops = fileop_table_free(m->d.fileops);
-	m->d.registry = registry_free(m->d.registry);
+	if (m->d.dom.base)
+		event_base_loop(m->d.dom.base, EVLOOP_NONBLOCK);
+	m->d.dom.egress = egress_free(m->d.dom.egress);
+	m->d.dom.acquires = acquire_table_free(m->d.dom.acquires);
+	m->d.dom.fileops = fileop_table_free(m->d.dom.fileops);
+	m->d.dom.registry = registry_free(m->d.dom.registry);
 	if (m->d.resync_timer)
 		event_free(m->d.resync_timer);
 	if (m->sig_term)
@@ -648,9 +651,9 @@ static void stop(struct msbd_main *m)
 		event_free(m->thaw_timer);
 	if (m->reap_timer)
 		event_free(m->reap_timer);
-	m->d.config = config_free(m->d.config);
-	if (m->d.base)
-		event_base_free(m->d.base);
+	m->d.dom.config = config_free(m->d.dom.config);
+	if (m->d.dom.base)
+		event_base_free(m->d.dom.base);
 	cmdline_free(&m->cmdline);
 }
 
@@ -676,13 +679,13 @@ static int check_config(struct msbd_main *m)
 {
 	struct msbd_startup su = { 0 };
 	_cleanup_free_ char *err = NULL;
-	int r = msbd_startup_check(m->d.config, &su, &err);
+	int r = msbd_startup_check(m->d.dom.config, &su, &err);
 
 	msbd_startup_clear(&su);
 	if (r < 0)
 		log_errorx("%s", err);        /* as start() says it */
 	else
-		config_dump(m->d.config, stdout);
+		config_dump(m->d.dom.config, stdout);
 	stop(m);
 	return r < 0 ? 1 : 0;
 }
@@ -700,20 +703,20 @@ int main(int argc, char **argv)
 		cmdline_free(&m.cmdline);
 		return r;
 	}
-	if (config_load(&m.cmdline, &m.d.config, &err) < 0) {
+	if (config_load(&m.cmdline, &m.d.dom.config, &err) < 0) {
 		log_errorx("configuration: %s", err);
 		cmdline_free(&m.cmdline);
 		return 1;
 	}
 	if (check)
 		return check_config(&m);
-	log_set_debug(m.d.config->debug);
+	log_set_debug(m.d.dom.config->debug);
 	malloc_tune();
 	raise_fd_limit();
 	m.d.cmdline = &m.cmdline;
 	clock_gettime(CLOCK_MONOTONIC, &m.d.started);
-	m.d.base = event_base_new();
-	if (!m.d.base)
+	m.d.dom.base = event_base_new();
+	if (!m.d.dom.base)
 		fatalx("cannot create the event loop");
 	if (start(&m) < 0) {
 		stop(&m);
@@ -721,7 +724,7 @@ int main(int argc, char **argv)
 	}
 	sd_notify_ready("serving; engine connecting");
 	log_info("maf-sandboxd %s serving", PACKAGE_VERSION);
-	event_base_dispatch(m.d.base);
+	event_base_dispatch(m.d.dom.base);
 	stop(&m);
 	log_info("stopped");
 	return 0;

@@ -8,7 +8,7 @@
  * local plane a file call asks the engine nothing: floorlocal.c does its
  * kernel work with the daemon's own code.
  *
- * The sequences (read from daemon/sandbox/{acquire,fileop,freeze,execrun}.c
+ * The sequences (read from domain/{acquire,freeze}.c, domain/files/fileop.c, domain/exec/execrun.c
  * and daemon/m_{files,exec,sandbox}.c, confirmed against the daemon's
  * `engine: req` debug log, `maf-sandboxd -d`, and held by the bench itself:
  * at one client it compares its requests per op with the daemon's

@@ -4,7 +4,7 @@
  * event loop. The local plane asks the engine nothing for a file call, so
  * its floor is the kernel work the daemon does beneath the container's
  * root, done by the same functions in the same order (read from
- * daemon/sandbox/fileop.c fop_local_run and daemon/sandbox/acquire.c
+ * domain/files/fileop.c fop_local_run and domain/acquire.c
  * acq_workdir):
  *   every call   plocal_root_open through the container's pinned init
  *                (/proc/<pid>/root, the pidfd asked whether it still

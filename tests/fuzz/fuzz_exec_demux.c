@@ -1,5 +1,5 @@
 /* fuzz_exec_demux.c — libFuzzer target for the exec output demultiplexer
- * (daemon/sandbox/execrun.c, execrun_demux_feed): Docker's stream of 8-byte
+ * (domain/exec/execrun.c, execrun_demux_feed): Docker's stream of 8-byte
  * headers [stream, 0, 0, 0, length u32 BE] each followed by its payload.
  * The input is the stream. A reference walk over the whole input says which
  * frames it holds; the demuxer is fed the input in small chunks (cut points

@@ -1,5 +1,5 @@
 /* fuzz_hijack_head.c — libFuzzer target for the hijacked start's response
- * head parser (daemon/engine/hijack.c, engine_hijack_parse_head): the
+ * head parser (engine/hijack.c, engine_hijack_parse_head): the
  * engine's bytes up to the blank line. The input is those bytes. The
  * parser must:
  *   - answer only 0 (incomplete), 1 (parsed), -EPROTO or -EMSGSIZE;

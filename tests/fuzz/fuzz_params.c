@@ -7,7 +7,7 @@
  * checks run. The stub then runs the pure decoders its method feeds:
  *   sandbox.acquire  msb_key_decode + msb_spec_decode (proto/sandbox.c)
  *   sandbox.dispose  msb_key_decode
- *   files.*          paths_plan_new for each path (daemon/sandbox/paths.c),
+ *   files.*          paths_plan_new for each path (domain/files/paths.c),
  *                    msb_base64_decode for content_b64
  *   sandbox.exec     paths_confine_resolve of the working directory
  * Invariants: every reply (a dispatch refusal included) is one frame the

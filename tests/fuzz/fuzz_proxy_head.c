@@ -1,5 +1,5 @@
 /* fuzz_proxy_head.c — libFuzzer target for the egress proxy's pure parsers
- * (daemon/egress-proxy/rules.c, proto/egress_rule.c). One input drives:
+ * (egress-proxy/rules.c, proto/egress_rule.c). One input drives:
  *   - the request-head parser, whole and in chunks whose size the first
  *     byte picks: both must agree on the result, the bytes used and the
  *     target, and a DONE head's target must print as a well-formed log line;

@@ -1,7 +1,7 @@
 /* fuzz_stat_header.c — libFuzzer target for the engine's path stat header
  * (X-Docker-Container-Path-Stat: base64 of a JSON object), decoded by
- * paths_stat_decode_header (daemon/sandbox/paths.c) with proto/base64.c and
- * reap_time_parse. The input is used twice:
+ * paths_stat_decode_header (domain/files/paths.c) with proto/base64.c and
+ * rfc3339_parse. The input is used twice:
  *   - as the header value itself (NUL-terminated copy), which mostly probes
  *     the strict base64 decoder: what it accepts must encode back to the
  *     very same text;
@@ -24,7 +24,7 @@
 #include "fuzz.h"
 #include "paths.h"
 
-/* RFC 3339 years reap_time_parse reads. */
+/* RFC 3339 years rfc3339_parse reads. */
 #define FUZZ_YEAR_MIN 1
 #define FUZZ_YEAR_MAX 9999
 

@@ -1,5 +1,5 @@
 /* fuzz_tarball.c — libFuzzer target for the GET-archive tar reader
- * (daemon/sandbox/tarball.c, tarball_reader_*), and through it the builder.
+ * (domain/files/tarball.c, tarball_reader_*), and through it the builder.
  * The input is the response body. It is read:
  *   1. whole, with no cap: the reference;
  *   2. in small chunks (cut points from the input), no cap: the same

@@ -93,7 +93,7 @@ fi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # ---- build ------------------------------------------------------------------
-libs="daemon/egress-proxy/libproxy_rules.a daemon/libmsbdaemon.a daemon/libmsbengine.a proto/libmsbproto.a"
+libs="egress-proxy/libproxy_rules.a daemon/libmsbdaemon.a domain/libmsbdomain.a engine/libmsbengine.a util/libmsbutil.a proto/libmsbproto.a"
 echo "building the code under test with $cc in $bld" >&2
 if [ ! -f "$bld/build.ninja" ]; then
 	CC="$cc" meson setup "$bld" "$src" -Dbuildtype=debugoptimized -Dwerror=false \
@@ -110,11 +110,13 @@ for t in $targets; do
 	# shellcheck disable=SC2086
 	"$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-I"$bld" -I"$src/tests/fuzz" -I"$src/proto" -I"$src/daemon" -I"$src/daemon/engine" \
-		-I"$src/daemon/sandbox" -I"$src/daemon/egress-proxy" \
+		-I"$bld" -I"$src/tests/fuzz" -I"$src/proto" -I"$src/util" -I"$src/engine" \
+		-I"$src/domain" -I"$src/domain/files" -I"$src/domain/egress" -I"$src/domain/exec" \
+		-I"$src/daemon" -I"$src/egress-proxy" \
 		"$src/tests/fuzz/fuzz_$t.c" \
-		"$bld/daemon/egress-proxy/libproxy_rules.a" "$bld/daemon/libmsbdaemon.a" \
-		"$bld/daemon/libmsbengine.a" "$bld/proto/libmsbproto.a" \
+		"$bld/egress-proxy/libproxy_rules.a" "$bld/daemon/libmsbdaemon.a" \
+		"$bld/domain/libmsbdomain.a" "$bld/engine/libmsbengine.a" "$bld/util/libmsbutil.a" \
+		"$bld/proto/libmsbproto.a" \
 		$deps -lm -lpthread -o "$out/fuzz_$t" 2>"$out/fuzz_$t.build.log" ||
 		{ cat "$out/fuzz_$t.build.log" >&2; exit 2; }
 done

@@ -24,7 +24,7 @@
 /* A log line or a status counter awaited (polled). */
 #define STATE_WAIT_MS 30000       /* hang guard */
 
-/* Our highest API version (daemon/engine/engine.h MSB_ENGINE_API_MAX). */
+/* Our highest API version (engine/engine.h MSB_ENGINE_API_MAX). */
 #define OUR_API_MAX "1.51"
 
 static int api_cmp(const char *a, const char *b)

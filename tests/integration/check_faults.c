@@ -45,7 +45,7 @@
 #include "msb.h"
 /* The daemon's own host lock module (linked in: tests/meson.build), to see
  * the lock byte exactly as another maf-sandboxd would. */
-#include "../../daemon/sandbox/hostlock.h"
+#include "../../domain/hostlock.h"
 
 #define RUN_LABEL "msb-it-run"
 #define ENGINE_WAIT_MS 30000      /* hang guard */
@@ -53,7 +53,7 @@
 #define RECV_MS 30000             /* hang guard */
 #define CALL_TIMEOUT_MS 120000    /* hang guard */
 /* Engine keep-alive connections the daemon may keep past a burst: its
- * cache holds at most ENGINE_HTTP_MAX_IDLE_CONNECTIONS (daemon/engine/http.c,
+ * cache holds at most ENGINE_HTTP_MAX_IDLE_CONNECTIONS (engine/http.c,
  * 8) idle ones, and the idle census already counts those it held. */
 #define ENGINE_CONN_SLACK 8
 /* How long the daemon gets to close what a scenario opened. */

@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "../../daemon/sandbox/hostlock.h"
+#include "../../domain/hostlock.h"
 #include "msb.h"
 
 #define ENGINE_WAIT_MS 15000      /* hang guard: the engine reachable */

@@ -25,7 +25,7 @@
 #include "msb.h"
 /* The daemon's own host lock module (linked in: tests/meson.build), so the
  * test holds a container's byte exactly as another maf-sandboxd would. */
-#include "../../daemon/sandbox/hostlock.h"
+#include "../../domain/hostlock.h"
 
 #define ENGINE_WAIT_MS 15000         /* hang guard: the engine reachable */
 #define RUN_LABEL "msb-it-run"

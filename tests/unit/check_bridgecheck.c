@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 
 #include "cleanup.h"
-#include "sandbox/bridgecheck.h"
+#include "bridgecheck.h"
 
 #define BR "msb0123456789ab"
 #define MAX_ENTRIES 8

@@ -59,7 +59,7 @@
 
 static struct event_base *base;
 static struct engine *engine;
-static struct msbd d;
+static struct domain d;
 static int reachable_count;
 static char state_dir[64];
 

@@ -10,8 +10,8 @@
 
 #include "base64.h"
 #include "cleanup.h"
-#include "sandbox/egresslog.h"
-#include "sandbox/names.h"
+#include "egresslog.h"
+#include "names.h"
 #include "xmalloc.h"
 
 #define GOLDEN "WyJzY29wZS1hIiwgInRocmVhZC0xIiwgImRldm9wcy1lbmdpbmVlciIsICIiXQ=="

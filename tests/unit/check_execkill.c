@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "sandbox/execkill.h"
+#include "execkill.h"
 #include "xmalloc.h"
 
 

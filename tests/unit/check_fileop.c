@@ -66,7 +66,7 @@
 
 static struct event_base *base;
 static struct engine *engine;
-static struct msbd daemon_ctx;
+static struct domain daemon_ctx;
 static int reachable_count;
 
 static const struct engine_options test_opts = {
@@ -638,7 +638,7 @@ static void setup(void)
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
 	engine = loop_engine_new(base, &test_opts, &reachable_count);
-	daemon_ctx = (struct msbd){ .base = base, .engine = engine };
+	daemon_ctx = (struct domain){ .base = base, .engine = engine };
 	daemon_ctx.config = config_new_defaults();
 	ck_assert_ptr_nonnull(daemon_ctx.config);
 	daemon_ctx.config->files_timeout_ms = RUN_MAX_MS - 1000;

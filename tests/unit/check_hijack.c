@@ -1,4 +1,4 @@
-/* check_hijack.c — the hijacked start (daemon/engine/hijack.c): its
+/* check_hijack.c — the hijacked start (engine/hijack.c): its
  * response head parser, and one hijack end to end against a scripted
  * engine on a unix socket (the request it sends, the 101, the stream both
  * ways, the write side's shutdown as the end of stdin, a refusal's body). */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cleanup.h"
-#include "sandbox/identity.h"
+#include "identity.h"
 #include "xmalloc.h"
 
 #define OK 0

@@ -7,7 +7,7 @@
 
 #include "cleanup.h"
 #include "sandbox.h"
-#include "sandbox/names.h"
+#include "names.h"
 
 static json_t *parse(const char *s)
 {

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "cleanup.h"
-#include "sandbox/paths.h"
+#include "paths.h"
 #include "xmalloc.h"
 
 #define OK (-1)   /* a row that must succeed */

@@ -51,8 +51,8 @@
 
 #include "cleanup.h"
 #include "errors.h"
-#include "sandbox/paths.h"
-#include "sandbox/plane_local.h"
+#include "paths.h"
+#include "plane_local.h"
 #include "xmalloc.h"
 
 #define SECRET        "top secret\n"

@@ -1,5 +1,5 @@
 /* check_proxy_rules.c — the egress proxy's pure parts
- * (daemon/egress-proxy/rules.[ch]): the incremental request-head parser and
+ * (egress-proxy/rules.[ch]): the incremental request-head parser and
  * its limits, the CONNECT target, the non-global address table and its
  * private_allow override, CIDR lists, the configuration from the environment,
  * and the exact reply and log bytes. */

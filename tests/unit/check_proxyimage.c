@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "sandbox/proxyimage.h"
+#include "proxyimage.h"
 #include "sha256.h"
 #include "xmalloc.h"
 

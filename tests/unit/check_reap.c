@@ -119,8 +119,8 @@ static const struct {
 
 START_TEST(test_time_parse)
 {
-	struct reap_time t = { -7, -7 };
-	int r = reap_time_parse(time_rows[_i].s, &t);
+	struct rfc3339_time t = { -7, -7 };
+	int r = rfc3339_parse(time_rows[_i].s, &t);
 
 	if (!time_rows[_i].ok) {
 		ck_assert_msg(r == -EINVAL, "\"%s\" parsed", time_rows[_i].s);
@@ -135,9 +135,9 @@ END_TEST
 
 START_TEST(test_time_parse_null)
 {
-	struct reap_time t;
+	struct rfc3339_time t;
 
-	ck_assert_int_eq(reap_time_parse(NULL, &t), -EINVAL);
+	ck_assert_int_eq(rfc3339_parse(NULL, &t), -EINVAL);
 }
 END_TEST
 
@@ -166,7 +166,7 @@ static const struct {
 
 START_TEST(test_cutoff)
 {
-	struct reap_time c = { -7, -7 };
+	struct rfc3339_time c = { -7, -7 };
 	bool ok = reap_cutoff(cutoff_rows[_i].now, cutoff_rows[_i].older_than_s, &c);
 
 	ck_assert_int_eq(ok, cutoff_rows[_i].ok);
@@ -367,7 +367,7 @@ START_TEST(test_dry_result_bounded)
 		snprintf(it->id, sizeof(it->id), "%064zx", i);
 		memset(it->name, 'n', sizeof(it->name) - 1);
 		memset(it->scope, '\x01', sizeof(it->scope) - 1);     /* each escaped: \u0001 */
-		it->created = (struct reap_time){ .s = 253402300799, .ns = 999999999 };   /* 9999-12-31 */
+		it->created = (struct rfc3339_time){ .s = 253402300799, .ns = 999999999 };   /* 9999-12-31 */
 		it->expired = true;
 	}
 	items[n - 1].held = true;                                   /* kept: not counted */
@@ -477,7 +477,7 @@ static const struct {
 		{ REAP_NETWORK, 2, -DAY_S * NS, false, true } } },
 };
 
-static struct reap_time time_at(int64_t off_ns)
+static struct rfc3339_time time_at(int64_t off_ns)
 {
 	int64_t s = CUT_S + off_ns / NS, ns = off_ns % NS;
 
@@ -485,12 +485,12 @@ static struct reap_time time_at(int64_t off_ns)
 		s--;
 		ns += NS;
 	}
-	return (struct reap_time){ .s = s, .ns = (int32_t)ns };
+	return (struct rfc3339_time){ .s = s, .ns = (int32_t)ns };
 }
 
 START_TEST(test_plan)
 {
-	const struct reap_time cutoff = { CUT_S, 0 };
+	const struct rfc3339_time cutoff = { CUT_S, 0 };
 	struct reap_item items[4];
 	size_t n = plan_rows[_i].n;
 
@@ -542,7 +542,7 @@ END_TEST
 #define HANG_UP            .body = "{\"message\":\"" ID("x") ID("x") ID("x") ID("x") "\"}", .close_after_bytes = 150
 
 static struct event_base *base;
-static struct msbd d;
+static struct domain d;
 static int reachable;
 static struct fake_reply script[SCRIPT_MAX];
 static struct {
@@ -561,7 +561,7 @@ static void setup(void)
 	memset(script, 0, sizeof(script));
 	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
-	d = (struct msbd){ .base = base, .registry = registry_new() };
+	d = (struct domain){ .base = base, .registry = registry_new() };
 	d.engine = loop_engine_new(base, &test_opts, &reachable);
 }
 

@@ -30,20 +30,21 @@ static void setup(void)
 	snprintf(dir, sizeof(dir), "/tmp/check_server.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/sock", dir);
-	d = (struct msbd){ .base = event_base_new(), .config = config_new_defaults() };
-	ck_assert_ptr_nonnull(d.base);
-	ck_assert_int_eq(config_set(d.config, "socket.path", path, &err), 0);
-	ck_assert_int_eq(config_set(d.config, "socket.group", "nogroup", &err), 0);
-	ck_assert_int_eq(config_set(d.config, "events.max_backlog_bytes", "4096", &err), 0);
+	d = (struct msbd){ .dom = { .base = event_base_new(), .config = config_new_defaults() } };
+	ck_assert_ptr_nonnull(d.dom.base);
+	ck_assert_int_eq(config_set(d.dom.config, "socket.path", path, &err), 0);
+	ck_assert_int_eq(config_set(d.dom.config, "socket.group", "nogroup", &err), 0);
+	ck_assert_int_eq(config_set(d.dom.config, "events.max_backlog_bytes", "4096", &err), 0);
 	d.server = server_new(&d);
+	msbd_wire_domain(&d);
 	ck_assert_msg(server_listen(d.server, &err) == 0, "listen: %s", err ? err : "?");
 }
 
 static void teardown(void)
 {
 	d.server = server_free(d.server);
-	d.config = config_free(d.config);
-	event_base_free(d.base);
+	d.dom.config = config_free(d.dom.config);
+	event_base_free(d.dom.base);
 	rmdir(dir);
 }
 
@@ -61,7 +62,7 @@ static int client(const char *frame)
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	ck_assert_int_ge(fd, 0);
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", d.config->socket_path);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", d.dom.config->socket_path);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
 	ck_assert_int_eq(send(fd, frame, strlen(frame), MSG_NOSIGNAL), (ssize_t)strlen(frame));
 	return fd;
@@ -79,7 +80,7 @@ static char *run_until_line_or_eof(int fd, size_t *ret_bytes)
 		ssize_t n;
 
 		ck_assert_msg(now_ms() < deadline, "no reply and no EOF in %d ms", WAIT_MS);
-		event_base_loop(d.base, EVLOOP_NONBLOCK);
+		event_base_loop(d.dom.base, EVLOOP_NONBLOCK);
 		n = recv(fd, buf + len, cap - len - 1, MSG_DONTWAIT);
 		if (n == 0)
 			break;
@@ -113,7 +114,7 @@ static char *run_until_eof(int fd, size_t *ret_bytes)
 		ssize_t n;
 
 		ck_assert_msg(now_ms() < deadline, "no EOF in %d ms", WAIT_MS);
-		event_base_loop(d.base, EVLOOP_NONBLOCK);
+		event_base_loop(d.dom.base, EVLOOP_NONBLOCK);
 		n = recv(fd, buf + len, cap - len - 1, MSG_DONTWAIT);
 		if (n == 0)
 			break;

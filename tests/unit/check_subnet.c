@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cleanup.h"
-#include "sandbox/subnet.h"
+#include "subnet.h"
 
 static struct subnet_pool *pool_of(const char *cidr, unsigned block_prefix)
 {

@@ -13,7 +13,7 @@
 
 #include "cleanup.h"
 #include "msb-limits.h"
-#include "sandbox/tarball.h"
+#include "tarball.h"
 #include "xmalloc.h"
 
 #define BLK TARBALL_BLOCK

@@ -69,11 +69,12 @@ static void setup(void)
 	ck_assert_ptr_nonnull(base);
 	engine = loop_engine_new(base, &test_opts, &reachable_count);
 	memset(&d, 0, sizeof(d));
-	d.base = base;
-	d.engine = engine;
-	d.config = config_new_defaults();
-	d.registry = registry_new();
-	d.acquires = acquire_table_new();
+	d.dom.base = base;
+	d.dom.engine = engine;
+	d.dom.config = config_new_defaults();
+	d.dom.registry = registry_new();
+	d.dom.acquires = acquire_table_new();
+	msbd_wire_domain(&d);
 	log_set_debug(true);
 }
 
@@ -81,9 +82,9 @@ static void teardown(void)
 {
 	engine = engine_free(engine);      /* cancels what is in flight */
 	loop_run_until(base, NULL, 0, 20); /* ops complete from the loop */
-	d.acquires = acquire_table_free(d.acquires);
-	d.registry = registry_free(d.registry);
-	d.config = config_free(d.config);
+	d.dom.acquires = acquire_table_free(d.dom.acquires);
+	d.dom.registry = registry_free(d.dom.registry);
+	d.dom.config = config_free(d.dom.config);
 	json_decref(answer);
 	event_base_free(base);
 	fake_engine_cleanup();
@@ -394,7 +395,7 @@ START_TEST(test_root_space_serves_only_roots)
 	const json_t *e;
 
 	if (row->admin_group)
-		d.config->admin_group = xstrdup(row->admin_group);
+		d.dom.config->admin_group = xstrdup(row->admin_group);
 	names_container(&key, "k", "", seed);
 	if (row->owner)
 		snprintf(owner, sizeof(owner), ",\"maf-sandbox.owner\":\"%s\"", row->owner);
@@ -460,7 +461,7 @@ static void naming_registry(void)
 					 "maf-sandbox.thread", "t", "maf-sandbox.agent", "a", "maf-sandbox.kind", "k",
 					 "maf-sandbox.owner", rows[i][2], "State", "running");
 
-		ck_assert_ptr_nonnull(registry_update_from_summary(d.registry, item));
+		ck_assert_ptr_nonnull(registry_update_from_summary(d.dom.registry, item));
 		json_decref(item);
 	}
 	d.registry_synced = true;

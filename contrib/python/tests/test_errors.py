@@ -31,7 +31,7 @@ def tearDownModule() -> None:
 @contextlib.contextmanager
 def host_lock(daemon_binary: str, container_id: str):  # type: ignore[no-untyped-def]
     """Holds ``container_id``'s byte of the daemons' host freeze lock (freeze.lock_file;
-    daemon/sandbox/hostlock.h: the offset is the id's first 15 hex digits), as a live
+    domain/hostlock.h: the offset is the id's first 15 hex digits), as a live
     maf-sandboxd's freeze does. A POSIX record lock conflicts with the daemons' OFD locks."""
     conf = subprocess.run([daemon_binary, "--check-config"], check=True, capture_output=True,
                           text=True).stdout

@@ -287,7 +287,7 @@ START_TEST(egress_flood_keeps_loop_responsive)
 	 * always is in CI: without it finding 3 would pass untested */
 	ck_assert_msg(proxy_bin && *proxy_bin && access(proxy_bin, X_OK) == 0,
 		      "MSB_PROXY (%s) is not an executable egress proxy, so the flood cannot be tested: build "
-		      "daemon/egress-proxy (it needs the static libevent .a files) and run the suite with meson test",
+		      "egress-proxy (it needs the static libevent .a files) and run the suite with meson test",
 		      proxy_bin ? proxy_bin : "unset");
 	snprintf(scope, sizeof(scope), "%s-egress-flood", hostile_run_id);
 	state_dir_make(state_a, "a");

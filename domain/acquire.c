@@ -7,8 +7,9 @@
 #include <event2/event.h>
 
 #include "acquire.h"
+#include "backend.h"
 #include "cleanup.h"
-#include "daemon.h"
+#include "domain.h"
 #include "docker.h"
 #include "errmap.h"
 #include "fileop.h"
@@ -22,7 +23,7 @@
 #include "xmalloc.h"
 
 struct acquire_op {
-	struct msbd *d;
+	struct domain *d;
 	struct acquire_table *table;
 	TAILQ_ENTRY(acquire_op) entry;
 	char name[NAMES_CONTAINER_MAX];
@@ -159,12 +160,12 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
 	}
 }
 
-const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb)
+const char *acquire_file_plane(const struct domain *d, const struct sandbox *sb)
 {
 	return fileop_plane_local(d, sb) ? "local" : "archive";
 }
 
-json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
+json_t *acquire_result(const struct domain *d, const struct sandbox *sb, const char *work_dir, bool created,
 		       const struct egress_info *egress)
 {
 	const char *image = sandbox_label(sb, LABEL_IMAGE);
@@ -349,9 +350,9 @@ static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r,
  * is not this key's (a foreign look-alike, a hash collision) is refused. */
 /* ---- preparing: identity and work dir ----------------------------------- */
 
-uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer)
+uid_t acquire_key_space(const struct domain *d, const struct rpc_peer *peer)
 {
-	return msbd_peer_is_admin(d, peer) ? NAMES_SEED_UID : peer->uid;
+	return peer->admin ? NAMES_SEED_UID : peer->uid;
 }
 
 bool acquire_spec_needs_prepare(const struct msb_spec *spec)
@@ -665,7 +666,7 @@ static bool owner_label_parse(const char *s, uid_t *ret_uid)
  * caller's own, or a current administrator's: root's space is shared by
  * those. Not a user's: one made before keys were per owner, or by a member
  * since removed from sandbox.admin_group, who still reaches it by id. */
-static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *peer, const char *owner,
+static bool root_space_owner_ok(const struct domain *d, const struct rpc_peer *peer, const char *owner,
 				uid_t *ret_owner)
 {
 	uid_t o;
@@ -676,7 +677,7 @@ static bool root_space_owner_ok(const struct msbd *d, const struct rpc_peer *pee
 		return false;
 	*ret_owner = o;
 	/* the user database only for a container another uid made (rare) */
-	return o == 0 || o == peer->uid || msbd_lookup_admin(d, o, (gid_t)-1);
+	return o == 0 || o == peer->uid || (d->is_admin && d->is_admin(d->out_arg, o, (gid_t)-1));
 }
 
 /* ---- spec conflicts ---------------------------------------------------- */
@@ -852,7 +853,7 @@ static int acq_check_spec(const char *name, const struct msb_spec *spec, const j
 	return -EEXIST;
 }
 
-int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
+int acquire_check(const struct domain *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  const char *image, const char *image_id, struct msb_error *reterr)
 {
@@ -867,7 +868,7 @@ int acquire_check(const struct msbd *d, const char *name, const struct msb_key *
 		return -EEXIST;
 	}
 	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
-	if (msbd_peer_is_admin(d, peer)) {
+	if (peer->admin) {
 		uid_t o = (uid_t)-1;
 
 		if (!root_space_owner_ok(d, peer, owner, &o)) {
@@ -1276,7 +1277,7 @@ static void acq_os_check_done(struct acquire_op *op, const struct docker_reply *
 	const char *os = json_string_value(json_object_get(r->body, "Os"));
 
 	if (r->error == 0 && r->status == 200 && os && strcasecmp(os, "linux") &&
-	    msbd_os_families(op->d)) {
+	    backend_os_families(op->d)) {
 		msb_error_set(&op->err, MSB_ERR_OS_FAMILY_NOT_SUPPORTED, json_pack("{s:s}", "os", os),
 			      "the Docker engine moved under this backend: it now reports Os %s", os);
 		acq_fail(op);
@@ -1413,7 +1414,7 @@ static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call, json_t 
 }
 
 /* A new op for name, with its first waiter; in the table. */
-static struct acquire_op *acq_new(struct msbd *d, struct rpc_call *call, const char *name, json_t *key_json,
+static struct acquire_op *acq_new(struct domain *d, struct rpc_call *call, const char *name, json_t *key_json,
 				  json_t *spec_json, uid_t owner)
 {
 	struct acquire_op *op = xcalloc(1, sizeof(*op));
@@ -1440,7 +1441,7 @@ static struct acquire_op *acq_new(struct msbd *d, struct rpc_call *call, const c
 	return op;
 }
 
-struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
+struct rpc_result *acquire_start(struct domain *d, struct rpc_call *call, const char *name,
 				 json_t *key_json, json_t *spec_json, uid_t owner)
 {
 	struct acquire_op *op = acquire_find(d->acquires, name);
@@ -1455,7 +1456,7 @@ struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const ch
 	return rpc_pending(call);
 }
 
-struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
+struct rpc_result *acquire_start_warm(struct domain *d, struct rpc_call *call, const struct sandbox *sb,
 				      json_t *key_json, json_t *spec_json, uid_t owner)
 {
 	struct acquire_op *op = acquire_find(d->acquires, sb->name);

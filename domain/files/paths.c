@@ -8,7 +8,7 @@
 #include "base64.h"
 #include "cleanup.h"
 #include "paths.h"
-#include "reap.h"
+#include "rfc3339.h"
 #include "xmalloc.h"
 
 #define STR_(x) #x
@@ -409,7 +409,7 @@ static int stat_from_json(const json_t *o, struct paths_stat *ret, enum paths_re
 	const json_t *mode = json_object_get(o, "mode"), *mtime = json_object_get(o, "mtime");
 	const json_t *link = json_object_get(o, "linkTarget");
 	struct paths_stat st = { 0 };
-	struct reap_time t;
+	struct rfc3339_time t;
 	json_int_t m;
 	int r;
 
@@ -426,7 +426,7 @@ static int stat_from_json(const json_t *o, struct paths_stat *ret, enum paths_re
 	if (r < 0)
 		return r;
 	/* Go's time.Time in JSON is RFC 3339 with nanoseconds: reap's parser reads it. */
-	if (reap_time_parse(json_string_value(mtime), &t) < 0)
+	if (rfc3339_parse(json_string_value(mtime), &t) < 0)
 		return refuse(PATHS_R_STAT_MTIME, reterr_reason);
 	st.mtime_sec = t.s;
 	st.mtime_nsec = (uint32_t)t.ns;

@@ -66,7 +66,7 @@
 #include "errors.h"
 #include "paths.h"
 
-struct msbd;
+struct domain;
 struct fileop;
 
 enum fileop_kind {
@@ -130,7 +130,7 @@ struct fileop_item {
  * for the callback's duration (fileop_item). */
 typedef void fileop_cb(struct fileop *op, const struct msb_error *err, void *arg);
 
-struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p);
+struct fileop *fileop_new(struct domain *d, const struct fileop_params *p);
 /* Adds an item; takes plan and data (both freed with the op, also on
  * failure). WRITE items need data (size bytes); others pass NULL, 0.
  * Returns the item's index. */
@@ -180,7 +180,7 @@ void fileop_table_cancel_all(struct fileop_table *t);
 /* Whether the local plane serves sb's file calls (or would try to: an
  * undecided sandbox gets the daemon's plane). sb may be NULL. */
 struct sandbox;
-bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb);
+bool fileop_plane_local(const struct domain *d, const struct sandbox *sb);
 /* The refusal of files.list on the archive plane (SandboxCapabilityNotSupported). */
 void fileop_error_no_listing(struct msb_error *reterr);
 
@@ -218,7 +218,7 @@ size_t fileop_table_fds_in_use(const struct fileop_table *t);
  * left; each is removed (local plane: unlinked beneath the pinned root,
  * with the daemon's authority and the guest's resolution rules; archive
  * plane: rm in the guest), then its entry. */
-void fileop_journal_replay(struct msbd *d);
+void fileop_journal_replay(struct domain *d);
 /* Entries one sandbox may leave in the journal (its writes' temporaries
  * that could not be removed); past it a write's are not journalled. */
 #define FILEOP_JOURNAL_MAX_PER_SANDBOX 64
@@ -226,7 +226,7 @@ void fileop_journal_replay(struct msbd *d);
 #define FILEOP_REPLAY_BATCH 4
 /* A sandbox's container is gone (disposed): its journal entries no live
  * daemon holds, of this engine (or of no named engine), are dropped. */
-void fileop_journal_forget(struct msbd *d, const char *id);
+void fileop_journal_forget(struct domain *d, const char *id);
 
 /* A paths refusal as the wire error (ConfinementError, NotADirectoryError,
  * FileNotFoundError, OSError, -32602, EngineError, InternalError). */

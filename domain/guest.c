@@ -10,7 +10,7 @@
 #include <event2/event.h>
 
 #include "cleanup.h"
-#include "daemon.h"
+#include "domain.h"
 #include "docker.h"
 #include "errmap.h"
 #include "execrun.h"
@@ -35,7 +35,7 @@ enum guest_state {
 };
 
 struct guest_req {
-	struct msbd *d;
+	struct domain *d;
 	char *id;
 	enum guest_state state;
 	struct identity_user user;
@@ -358,7 +358,7 @@ static void guest_inspect_cb(const struct docker_reply *r, void *arg)
 	guest_from_inspect(g, r->body);
 }
 
-int guest_identity_start(struct msbd *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
+int guest_identity_start(struct domain *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
 			 struct guest_req **ret)
 {
 	struct guest_req *g = xcalloc(1, sizeof(*g));

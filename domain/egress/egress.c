@@ -16,7 +16,7 @@
 #include "acquire.h"
 #include "bridgecheck.h"
 #include "cleanup.h"
-#include "daemon.h"
+#include "domain.h"
 #include "docker.h"
 #include "egress.h"
 #include "egresslog.h"
@@ -26,8 +26,7 @@
 #include "msb-build.h"
 #include "names.h"
 #include "proxyimage.h"
-#include "reap.h"
-#include "server.h"
+#include "rfc3339.h"
 #include "subnet.h"
 #include "xmalloc.h"
 
@@ -56,7 +55,7 @@ TAILQ_HEAD(follower_list, follower);
 TAILQ_HEAD(egress_op_list, egress_op);
 
 struct egress {
-	struct msbd *d;
+	struct domain *d;
 	enum image_state image;
 	bool image_verifying;        /* the inspect after a load */
 	char *image_id;              /* "sha256:..." once READY */
@@ -115,15 +114,15 @@ struct follower {
 	size_t line_len;
 	bool line_overflow;
 	/* the cursor: the last published decision's time and its rank there */
-	struct reap_time cur;
+	struct rfc3339_time cur;
 	unsigned long cur_n;
 	bool cursor_dirty;
-	struct reap_time read;       /* this stream's current timestamp and count */
+	struct rfc3339_time read;       /* this stream's current timestamp and count */
 	unsigned long read_n;
 	/* held decisions (egresslog.h's coalescing): the cursor moves past them
 	 * only once they are published */
 	struct egress_coalesce co;
-	struct reap_time held_cur;
+	struct rfc3339_time held_cur;
 	unsigned long held_cur_n;
 	struct event *flush_ev;      /* the window's end */
 	/* the work of one loop turn: EGRESS_BYTES_PER_TURN of the log, then the
@@ -209,14 +208,14 @@ static struct engine *eg_engine(const struct egress *eg)
 }
 
 /* A proxy binary is configured and installed (executable). */
-bool egress_configured(const struct msbd *d)
+bool egress_configured(const struct domain *d)
 {
 	const char *path = d->config->egress_proxy_binary;
 
 	return path && *path && access(path, X_OK) == 0;
 }
 
-char *egress_allowlist_off_reason(const struct msbd *d)
+char *egress_allowlist_off_reason(const struct domain *d)
 {
 	const char *path = d->config->egress_proxy_binary;
 	const struct egress *eg = d->egress;
@@ -383,7 +382,7 @@ static void cursor_load(struct follower *f)
 	if (!fp)
 		return;
 	if (fscanf(fp, "%lld %ld %lu", &s, &ns, &n) == 3 && ns >= 0 && ns < 1000000000L) {
-		f->cur = (struct reap_time){ .s = s, .ns = (int32_t)ns };
+		f->cur = (struct rfc3339_time){ .s = s, .ns = (int32_t)ns };
 		f->cur_n = n;
 	} else {
 		log_warnx("egress: cursor %s is unreadable; publishing the proxy's log from its start", path);
@@ -477,7 +476,7 @@ static void publish(struct follower *f, const struct egress_decision *dec, uint6
 	eg->published += count;
 	if (count > 1)
 		eg->coalesced += count;
-	if (!f->key_known || !eg->d->server)
+	if (!f->key_known || !eg->d->publish)
 		return;   /* unattributable: logged only (behaviour-docker §4.5) */
 	eg->events++;
 	params = json_pack("{s:s, s:o, s:s?, s:s, s:s, s:s, s:i, s:s, s:I}", "type", "egress.decision",
@@ -488,7 +487,7 @@ static void publish(struct follower *f, const struct egress_decision *dec, uint6
 		json_object_set_new(params, "first_time", json_string(first_ts));
 	if (egress_reason_to_string(dec->reason))
 		json_object_set_new(params, "reason", json_string(egress_reason_to_string(dec->reason)));
-	server_publish(eg->d->server, SERVER_EVENT_EGRESS_DECISION, f->owner, f->key.scope, "events.event",
+	eg->d->publish(eg->d->out_arg, DOMAIN_EVENT_EGRESS_DECISION, f->owner, f->key.scope, "events.event",
 		       params);
 	json_decref(params);
 }
@@ -511,7 +510,7 @@ static void publish_held_cb(const struct egress_held *h, void *arg)
  * before it and a later daemon publishes it. */
 static void follower_flush(struct follower *f)
 {
-	if (f->co.held_total == 0 || (f->eg->closing && !f->eg->d->server))
+	if (f->co.held_total == 0 || (f->eg->closing && !f->eg->d->publish))
 		return;
 	egress_coalesce_flush(&f->co, publish_held_cb, f);
 	f->cur = f->held_cur;
@@ -545,7 +544,7 @@ static void follower_arm_flush(struct follower *f)
 
 /* A decision read for the first time, at position (t, n) of the log. */
 static void decide(struct follower *f, const struct egress_decision *dec, const char *ts,
-		   const struct reap_time *t, unsigned long n)
+		   const struct rfc3339_time *t, unsigned long n)
 {
 	int64_t now = mono_ms();
 
@@ -571,12 +570,12 @@ static void follower_line(struct follower *f, const char *line, size_t len)
 	const char *sp = memchr(line, ' ', len);
 	struct egress_decision dec;
 	char ts[EGRESS_TS_MAX];
-	struct reap_time t;
+	struct rfc3339_time t;
 
 	if (!sp || (size_t)(sp - line) >= sizeof(ts))
 		return;
 	snprintf(ts, sizeof(ts), "%.*s", (int)(sp - line), line);
-	if (reap_time_parse(ts, &t) < 0)
+	if (rfc3339_parse(ts, &t) < 0)
 		return;
 	sp++;
 	len -= (size_t)(sp - line);
@@ -589,16 +588,16 @@ static void follower_line(struct follower *f, const char *line, size_t len)
 	}
 	if (egresslog_parse(sp, len, &dec) != 1)
 		return;
-	if (reap_time_cmp(&t, &f->read) != 0) {
+	if (rfc3339_cmp(&t, &f->read) != 0) {
 		f->read = t;
 		f->read_n = 0;
 	}
 	f->read_n++;
-	if (reap_time_cmp(&t, &f->cur) < 0 || (reap_time_cmp(&t, &f->cur) == 0 && f->read_n <= f->cur_n))
+	if (rfc3339_cmp(&t, &f->cur) < 0 || (rfc3339_cmp(&t, &f->cur) == 0 && f->read_n <= f->cur_n))
 		return;   /* published before */
 	if (f->co.held_total > 0 &&
-	    (reap_time_cmp(&t, &f->held_cur) < 0 ||
-	     (reap_time_cmp(&t, &f->held_cur) == 0 && f->read_n <= f->held_cur_n)))
+	    (rfc3339_cmp(&t, &f->held_cur) < 0 ||
+	     (rfc3339_cmp(&t, &f->held_cur) == 0 && f->read_n <= f->held_cur_n)))
 		return;   /* held already (a stream read again while it holds) */
 	decide(f, &dec, ts, &t, f->read_n);
 }
@@ -694,7 +693,7 @@ static void follower_reset_stream(struct follower *f)
 	f->hdr_have = f->frame_left = 0;
 	f->line_len = 0;
 	f->line_overflow = false;
-	f->read = (struct reap_time){ 0 };
+	f->read = (struct rfc3339_time){ 0 };
 	f->read_n = 0;
 }
 
@@ -2147,7 +2146,7 @@ void egress_teardown(struct egress *eg, const char *name)
 
 /* ---- lifetime ----------------------------------------------------------------- */
 
-struct egress *egress_new(struct msbd *d)
+struct egress *egress_new(struct domain *d)
 {
 	struct egress *eg = xcalloc(1, sizeof(*eg));
 	_cleanup_free_ char *err = NULL;

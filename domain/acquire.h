@@ -54,7 +54,7 @@
  * entrypoint is kept (as the seed does) and the command becomes this. */
 #define ACQUIRE_KEEPALIVE_CMD { "sleep", "infinity" }
 
-struct msbd;
+struct domain;
 struct acquire_table;
 struct sandbox;
 
@@ -98,19 +98,19 @@ void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *
  * spec_json are the call's params (borrowed; the op keeps references). The
  * caller has validated them and matched the declarations. Returns the
  * handler's result: pending, or a failure for an owner clash. */
-struct rpc_result *acquire_start(struct msbd *d, struct rpc_call *call, const char *name,
+struct rpc_result *acquire_start(struct domain *d, struct rpc_call *call, const char *name,
 				 json_t *key_json, json_t *spec_json, uid_t owner);
 
 /* Starts, or joins, the preparation of a running, registered container
  * (sb) for a warm acquire whose spec needs a work dir or the guest's
  * identity. Same contract as acquire_start. */
-struct rpc_result *acquire_start_warm(struct msbd *d, struct rpc_call *call, const struct sandbox *sb,
+struct rpc_result *acquire_start_warm(struct domain *d, struct rpc_call *call, const struct sandbox *sb,
 				      json_t *key_json, json_t *spec_json, uid_t owner);
 /* The key space peer's acquires are named in (names_container_ns):
  * NAMES_SEED_UID for root and the members of sandbox.admin_group (acting
  * for root: the seed's own names, so its containers are adopted); every
  * other caller's own uid, so no user's key ever names another's container. */
-uid_t acquire_key_space(const struct msbd *d, const struct rpc_peer *peer);
+uid_t acquire_key_space(const struct domain *d, const struct rpc_peer *peer);
 
 /* Does an acquire with this spec prepare anything (work dir, identity)? */
 bool acquire_spec_needs_prepare(const struct msb_spec *spec);
@@ -126,7 +126,7 @@ bool acquire_spec_needs_prepare(const struct msb_spec *spec);
  * current administrator's (msbd_lookup_admin: may block, asked only then);
  * any other owner's (a user's from before per-owner keys, a former
  * administrator's) is -EEXIST SandboxConflict with data.owner. */
-int acquire_check(const struct msbd *d, const char *name, const struct msb_key *key,
+int acquire_check(const struct domain *d, const char *name, const struct msb_key *key,
 		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
 		  const char *image, const char *image_id, struct msb_error *reterr);
 
@@ -150,10 +150,10 @@ json_t *acquire_user_labels(const json_t *labels);
 struct sandbox;
 struct egress_info;
 /* egress: the allowlisted sandbox's network and proxy, or NULL. */
-json_t *acquire_result(const struct msbd *d, const struct sandbox *sb, const char *work_dir, bool created,
+json_t *acquire_result(const struct domain *d, const struct sandbox *sb, const char *work_dir, bool created,
 		       const struct egress_info *egress);
 /* "local" or "archive": the plane serving sb's file calls (an undecided
  * sandbox gets the daemon's). */
-const char *acquire_file_plane(const struct msbd *d, const struct sandbox *sb);
+const char *acquire_file_plane(const struct domain *d, const struct sandbox *sb);
 
 #endif

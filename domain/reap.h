@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "names.h"
+#include "rfc3339.h"
 
 #define REAP_ID_HEX        NAMES_ID_HEX    /* a full engine ID: 64 lowercase hex */
 #define REAP_NAME_MAX      NAMES_CONTAINER_MAX   /* fits NAME, NAME-proxy, NAME-net and a NUL */
@@ -51,7 +52,7 @@
 
 /* ---- the driver ----------------------------------------------------------- */
 
-struct msbd;
+struct domain;
 
 /* The result: counts of successful removals and the failures. */
 struct reap_result {
@@ -78,7 +79,7 @@ typedef void reap_done_cb(const struct reap_result *result, void *arg);   /* res
  * Removed workloads leave d->registry. When the engine is freed mid-sweep
  * (cancelled requests), the sweep stops starting requests and done fires
  * with what it did and an "unlisted" or "unknown" failure. */
-int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double now,
+int reap_start(struct domain *d, int64_t older_than_s, const char *scope, double now,
 	       reap_done_cb *done, void *arg);
 
 /* reap_start, or with dry_run the same inventory, plan and revalidation
@@ -86,7 +87,7 @@ int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double n
  * has dry_run, would_dispose (each workload: its ID, name, scope label and
  * creation time, RFC 3339 UTC) and the proxies' and networks' counts, and
  * nothing is removed. */
-int reap_start_dry(struct msbd *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
+int reap_start_dry(struct domain *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
 		   reap_done_cb *done, void *arg);
 
 /* The wire form {"disposed", "proxies_removed", "networks_removed",
@@ -97,22 +98,10 @@ json_t *reap_result_to_json(const struct reap_result *result);
 
 /* ---- the pure core ---------------------------------------------------------- */
 
-/* A point in time: seconds since the epoch (UTC) and 0 <= ns < 1e9. */
-struct reap_time {
-	int64_t s;
-	int32_t ns;
-};
-
-/* <0, 0, >0. */
-int reap_time_cmp(const struct reap_time *a, const struct reap_time *b);
-/* RFC 3339 with a timezone: YYYY-MM-DDTHH:MM:SS[.1-9 digits](Z|±hh:mm)
- * ('t' and 'z' accepted too). 0, or -EINVAL (a missing zone included); *ret_t
- * written only on success. */
-int reap_time_parse(const char *s, struct reap_time *ret_t);
 /* cutoff = now − older_than_s. false when there is none — older_than_s <= 0,
  * now not finite or out of range, or the cutoff falls before REAP_TIME_MIN_S
  * (overflow: nothing expires). */
-bool reap_cutoff(double now, int64_t older_than_s, struct reap_time *ret_cutoff);
+bool reap_cutoff(double now, int64_t older_than_s, struct rfc3339_time *ret_cutoff);
 
 /* 64 lowercase hex characters, nothing else. */
 bool reap_id_is_valid(const char *id);
@@ -146,7 +135,7 @@ struct reap_item {
 	char group[REAP_NAME_MAX];     /* the workload's name: name less -proxy / -net */
 	char scope[REAP_SCOPE_LABEL_MAX]; /* its scope label (label_value of the scope; a longer
 	                                   * label, which the daemon never writes, as label_value of it) */
-	struct reap_time created;
+	struct rfc3339_time created;
 	bool anchor;                   /* reap_plan: its group's age anchor */
 	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */
 	bool held;                     /* the driver: keep the rest of this group */
@@ -176,7 +165,7 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
  * strictly before *cutoff (cutoff NULL: nothing expires). So a rebuilt
  * proxy or network never extends an old workload, and a young orphan proxy
  * keeps its older network. */
-void reap_plan(struct reap_item *items, size_t n, const struct reap_time *cutoff);
+void reap_plan(struct reap_item *items, size_t n, const struct rfc3339_time *cutoff);
 
 /* A dry run's selection from planned items (the removal's: expired, its
  * group not held): result's would_dispose (created if NULL; at most

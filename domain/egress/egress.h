@@ -75,11 +75,11 @@
 /* A drain gives up on a proxy log that sends nothing for this long. */
 #define EGRESS_DRAIN_IDLE_MS       10000
 
-struct msbd;
+struct domain;
 struct egress;
 struct egress_op;
 
-struct egress *egress_new(struct msbd *d);
+struct egress *egress_new(struct domain *d);
 /* Cancels what is in flight (no callbacks). NULL-safe; returns NULL. */
 struct egress *egress_free(struct egress *eg);
 /* The daemon stops: before engine_free, so the cancelled requests' callbacks
@@ -90,11 +90,11 @@ void egress_shutdown(struct egress *eg);
 void egress_resync(struct egress *eg);
 /* A proxy binary is configured and installed (executable): names get their
  * allow: part, and an allowlist spec is considered. */
-bool egress_configured(const struct msbd *d);
+bool egress_configured(const struct domain *d);
 /* Why allowlist is not declared now, naming what would change it (the
  * egress.proxy_binary key, or the image's failure), or NULL when it is
  * (egress_ready). malloc'd. */
-char *egress_allowlist_off_reason(const struct msbd *d);
+char *egress_allowlist_off_reason(const struct domain *d);
 /* ... and its image is current: allowlist is declared, observes_egress. */
 bool egress_ready(const struct egress *eg);
 /* Configured, and its image not known to be unmakeable: an allowlisted

@@ -93,7 +93,7 @@ int docker_version(struct engine *e, docker_cb *cb, void *arg, struct engine_req
  * a GET body is never gzip/deflate, and a PUT body is sent as
  * application/x-tar, never compressed (security-notes.md: CVE-2026-41567).
  * The stat header is handed on raw: decoding it is
- * paths_stat_decode_header's job (daemon/sandbox/paths.h). */
+ * paths_stat_decode_header's job (domain/files/paths.h). */
 #define DOCKER_ARCHIVE_STAT_HEADER "X-Docker-Container-Path-Stat"
 /* An archive PUT body larger than this is refused with -EMSGSIZE. */
 /* The content ceiling (256 MiB a call) plus room for headers, PAX records

@@ -33,7 +33,7 @@
 
 #include "errors.h"
 
-struct msbd;
+struct domain;
 struct guest_req;
 
 struct guest_identity {
@@ -48,7 +48,7 @@ typedef void guest_cb(const struct msb_error *err, const struct guest_identity *
 /* inspect: the container's inspect (borrowed; only Config.User is read), or
  * NULL to inspect it first. Returns 0, or -ENOTCONN when the engine is not
  * reachable (then cb never fires). */
-int guest_identity_start(struct msbd *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
+int guest_identity_start(struct domain *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
 			 struct guest_req **ret);
 void guest_identity_abandon(struct guest_req *g);
 

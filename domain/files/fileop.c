@@ -14,7 +14,7 @@
 #include <event2/event.h>
 
 #include "cleanup.h"
-#include "daemon.h"
+#include "domain.h"
 #include "docker.h"
 #include "engine.h"
 #include "errmap.h"
@@ -50,7 +50,7 @@ enum fop_state {
 /* a refusal is stored as -1 - reason */
 
 struct fileop {
-	struct msbd *d;
+	struct domain *d;
 	struct fileop_params p;
 	char *id;
 	struct fileop_item *items;
@@ -151,7 +151,7 @@ static void fop_fd_release(struct fileop *op);
 static void fop_tmps_forget(struct fileop *op, bool removed);
 static void fop_slice_cb(evutil_socket_t fd, short what, void *arg);
 
-struct fileop *fileop_new(struct msbd *d, const struct fileop_params *p)
+struct fileop *fileop_new(struct domain *d, const struct fileop_params *p)
 {
 	struct fileop *op = xcalloc(1, sizeof(*op));
 
@@ -498,7 +498,7 @@ void fileop_table_cancel_all(struct fileop_table *t)
 
 /* ---- the removal fd budget ------------------------------------------------ */
 
-static size_t fop_fd_budget(const struct msbd *d)
+static size_t fop_fd_budget(const struct domain *d)
 {
 	long b = d->config ? d->config->files_removal_fd_budget : 0;
 	struct rlimit rl;
@@ -603,7 +603,7 @@ static int fop_journal_fd(struct fileop_table *t, const struct msbd_config *c)
 /* This daemon's engine, as journal entries name it (sha256 hex of its
  * endpoint): daemons sharing files.journal_dir on other engines never take
  * each other's entries. NULL when the endpoint is not known. */
-static const char *fop_engine_ident(const struct msbd *d, char buf[SHA256_HEX_BYTES])
+static const char *fop_engine_ident(const struct domain *d, char buf[SHA256_HEX_BYTES])
 {
 	const struct engine_endpoint *ep = d && d->engine ? engine_get_endpoint(d->engine) : NULL;
 
@@ -1428,7 +1428,7 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 	fop_done(op);
 }
 
-bool fileop_plane_local(const struct msbd *d, const struct sandbox *sb)
+bool fileop_plane_local(const struct domain *d, const struct sandbox *sb)
 {
 	return d->plane_local && (!sb || sb->plane != SANDBOX_PLANE_ARCHIVE);
 }
@@ -1786,7 +1786,7 @@ void fileop_start(struct fileop *op, fileop_cb *cb, void *arg)
 /* The replay: entries read a few at a time (FILEOP_REPLAY_BATCH in flight),
  * the next read as one ends, so a large journal never floods the engine. */
 struct fop_replayer {
-	struct msbd *d;
+	struct domain *d;
 	DIR *dir;
 	size_t inflight;
 	bool stopped;                /* the daemon is stopping (a request cancelled): start nothing new */
@@ -1795,7 +1795,7 @@ struct fop_replayer {
 };
 
 struct fop_replay {
-	struct msbd *d;
+	struct domain *d;
 	struct fop_replayer *rr;
 	struct plocal_journal_entry e;
 	char user[IDENTITY_USER_STRING_MAX];   /* the guest's uid:gid, "" when unknown */
@@ -1811,7 +1811,7 @@ static void fop_replay_rm_cb(const struct execrun_result *r, void *arg);
  * cleanup: fop_clean_start). */
 static void fop_replay_rm_start(struct fop_replay *rp)
 {
-	struct msbd *d = rp->d;
+	struct domain *d = rp->d;
 	_cleanup_free_ char *path = xasprintf("%s/%s", strcmp(rp->e.parent, "/") ? rp->e.parent : "", rp->e.tmp);
 	const char *argv[] = { FILEOP_CLEAN_RM, "-f", "--", path, NULL };
 	struct execrun_spec spec = { .argv = argv, .working_dir = "/",
@@ -1858,7 +1858,7 @@ static void fop_replay_rm_cb(const struct execrun_result *r, void *arg)
 static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 {
 	struct fop_replay *rp = arg;
-	struct msbd *d = rp->d;
+	struct domain *d = rp->d;
 	const json_t *state = json_object_get(r->body, "State");
 	json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
 	struct sandbox *sb = d->registry ? registry_find_id(d->registry, rp->e.id) : NULL;
@@ -1901,7 +1901,7 @@ static void fop_replay_inspect_cb(const struct docker_reply *r, void *arg)
 
 static void fop_replay_next(struct fop_replayer *rr)
 {
-	struct msbd *d = rr->d;
+	struct domain *d = rr->d;
 	int jfd = d->fileops ? d->fileops->journal_fd : -1;
 	struct dirent *de = NULL;
 
@@ -1946,7 +1946,7 @@ static void fop_replay_next(struct fop_replayer *rr)
 	}
 }
 
-void fileop_journal_replay(struct msbd *d)
+void fileop_journal_replay(struct domain *d)
 {
 	int jfd = fop_journal_fd(d->fileops, d->config);
 	struct fop_replayer *rr;
@@ -1962,7 +1962,7 @@ void fileop_journal_replay(struct msbd *d)
 	fop_replay_next(rr);
 }
 
-void fileop_journal_forget(struct msbd *d, const char *id)
+void fileop_journal_forget(struct domain *d, const char *id)
 {
 	int jfd = d && d->fileops ? d->fileops->journal_fd : -1;
 	char ours[SHA256_HEX_BYTES];

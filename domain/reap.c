@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "cleanup.h"
-#include "daemon.h"
+#include "domain.h"
 #include "docker.h"
 #include "egress.h"
 #include "errors.h"
@@ -27,120 +27,7 @@
 /* now must lie in [REAP_TIME_MIN_S, this]: any clock for ten thousand years. */
 #define REAP_NOW_MAX_S     (1LL << 40)
 
-/* ---- time ----------------------------------------------------------------------- */
-
-int reap_time_cmp(const struct reap_time *a, const struct reap_time *b)
-{
-	if (a->s != b->s)
-		return a->s < b->s ? -1 : 1;
-	if (a->ns != b->ns)
-		return a->ns < b->ns ? -1 : 1;
-	return 0;
-}
-
-/* Exactly n decimal digits at s; their value in *ret. */
-static bool digits(const char *s, int n, int *ret)
-{
-	int v = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		v = v * 10 + (s[i] - '0');
-	}
-	*ret = v;
-	return true;
-}
-
-static bool year_is_leap(int y)
-{
-	return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
-
-static int month_days(int y, int m)
-{
-	static const int days[12] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
-
-	return m == 2 && year_is_leap(y) ? 29 : days[m - 1];
-}
-
-/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar
- * (Howard Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	int64_t era, yoe, doy, doe;
-
-	y -= m <= 2;
-	era = (y >= 0 ? y : y - 399) / 400;
-	yoe = y - era * 400;
-	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-/* ".d{1,9}" at *p, if any: nanoseconds in *ns, *p moved past it. */
-static bool parse_fraction(const char **p, int32_t *ns)
-{
-	const char *s = *p;
-	int n = 0;
-	int32_t v = 0;
-
-	*ns = 0;
-	if (*s != '.')
-		return true;
-	for (s++; *s >= '0' && *s <= '9'; s++, n++) {
-		if (n == 9)
-			return false;
-		v = v * 10 + (*s - '0');
-	}
-	if (n == 0)
-		return false;
-	for (int i = n; i < 9; i++)
-		v *= 10;
-	*ns = v;
-	*p = s;
-	return true;
-}
-
-/* "Z" or "±hh:mm", the whole rest of the string: the zone's offset east of
- * UTC in seconds. */
-static bool parse_zone(const char *s, int *ret_offset)
-{
-	int hh, mm;
-
-	if ((s[0] == 'Z' || s[0] == 'z') && s[1] == '\0') {
-		*ret_offset = 0;
-		return true;
-	}
-	if ((s[0] != '+' && s[0] != '-') || !digits(s + 1, 2, &hh) || s[3] != ':' ||
-	    !digits(s + 4, 2, &mm) || s[6] != '\0' || hh > 23 || mm > 59)
-		return false;
-	*ret_offset = (s[0] == '-' ? -1 : 1) * (hh * 3600 + mm * 60);
-	return true;
-}
-
-int reap_time_parse(const char *s, struct reap_time *ret_t)
-{
-	int y, mo, d, h, mi, sec, offset;
-	int32_t ns;
-	const char *p;
-
-	if (!s || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) || s[7] != '-' ||
-	    !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) ||
-	    s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec))
-		return -EINVAL;
-	if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > month_days(y, mo) || h > 23 || mi > 59 ||
-	    sec > 59)
-		return -EINVAL;
-	p = s + 19;
-	if (!parse_fraction(&p, &ns) || !parse_zone(p, &offset))
-		return -EINVAL;
-	ret_t->s = days_from_civil(y, mo, d) * REAP_SECONDS_PER_DAY + h * 3600 + mi * 60 + sec - offset;
-	ret_t->ns = ns;
-	return 0;
-}
-
-bool reap_cutoff(double now, int64_t older_than_s, struct reap_time *ret_cutoff)
+bool reap_cutoff(double now, int64_t older_than_s, struct rfc3339_time *ret_cutoff)
 {
 	int64_t now_s, ns;
 
@@ -249,7 +136,7 @@ static bool labels_are_ours(enum reap_kind kind, const json_t *labels, const cha
 }
 
 static void item_fill(struct reap_item *item, enum reap_kind kind, const char *id, const char *name,
-		      const struct reap_time *created)
+		      const struct rfc3339_time *created)
 {
 	size_t group_len = strlen(NAMES_PREFIX) + NAMES_HASH_CHARS;
 
@@ -269,7 +156,7 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
 	const char *scope;
 	const json_t *labels = l == REAP_LISTING_NETWORKS ? json_object_get(inspect, "Labels")
 		: json_object_get(json_object_get(inspect, "Config"), "Labels");
-	struct reap_time t;
+	struct rfc3339_time t;
 	int kind;
 
 	assert(what);
@@ -289,7 +176,7 @@ int reap_item_from_inspect(enum reap_listing l, const char *listed_id, const jso
 	kind = kind_of_name(l, name);
 	if (kind < 0 || !labels_are_ours((enum reap_kind)kind, labels, scope_value))
 		return 0;
-	if (reap_time_parse(created, &t) < 0) {
+	if (rfc3339_parse(created, &t) < 0) {
 		_cleanup_free_ char *s = snippet(created ? created : "(none)");
 
 		*reterr_detail = xasprintf("the %s %s (%.*s) has an unreadable creation time \"%s\"", what,
@@ -321,7 +208,7 @@ static int item_order_cmp(const void *a, const void *b)
 		return c;
 	if (x->kind != y->kind)
 		return x->kind < y->kind ? -1 : 1;
-	c = reap_time_cmp(&y->created, &x->created);
+	c = rfc3339_cmp(&y->created, &x->created);
 	return c != 0 ? c : strcmp(x->id, y->id);
 }
 
@@ -335,12 +222,12 @@ static size_t group_end(const struct reap_item *items, size_t n, size_t first)
 	return i;
 }
 
-void reap_plan(struct reap_item *items, size_t n, const struct reap_time *cutoff)
+void reap_plan(struct reap_item *items, size_t n, const struct rfc3339_time *cutoff)
 {
 	if (n > 1)
 		qsort(items, n, sizeof(*items), item_order_cmp);
 	for (size_t first = 0, end; first < n; first = end) {
-		bool expired = cutoff && reap_time_cmp(&items[first].created, cutoff) < 0;
+		bool expired = cutoff && rfc3339_cmp(&items[first].created, cutoff) < 0;
 
 		end = group_end(items, n, first);
 		for (size_t i = first; i < end; i++) {
@@ -384,12 +271,12 @@ static const char *reap_state_to_string(enum reap_state s)
 }
 
 struct reap {
-	struct msbd *d;
+	struct domain *d;
 	enum reap_state state;
 	char *scope_value;                  /* label_value(scope), or NULL */
 	json_t *filters;                    /* for both listings */
 	bool has_cutoff;                    /* false: nothing expires (overflow) */
-	struct reap_time cutoff;
+	struct rfc3339_time cutoff;
 	char (*ids)[REAP_ID_HEX + 1];       /* the listing being inspected */
 	size_t n_ids;
 	size_t next;                        /* the cursor of the current state */
@@ -805,24 +692,6 @@ static bool reap_item_goes(const struct reap_item *it)
 	return it->expired && !it->held;
 }
 
-/* RFC 3339 UTC, seconds (and nanoseconds when there are any). */
-static void reap_time_format(const struct reap_time *t, char *buf, size_t size)
-{
-	time_t secs = (time_t)t->s;
-	struct tm tm;
-	size_t n;
-
-	if (!gmtime_r(&secs, &tm)) {
-		snprintf(buf, size, "%lld", (long long)t->s);
-		return;
-	}
-	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (t->ns)
-		snprintf(buf + n, size - n, ".%09dZ", (int)t->ns);
-	else
-		snprintf(buf + n, size - n, "Z");
-}
-
 void reap_dry_result(const struct reap_item *items, size_t n, struct reap_result *result)
 {
 	if (!result->would_dispose)
@@ -841,7 +710,7 @@ void reap_dry_result(const struct reap_item *items, size_t n, struct reap_result
 			result->would_dispose_count++;
 			if (json_array_size(result->would_dispose) >= REAP_DRY_RUN_LISTED_MAX)
 				continue;
-			reap_time_format(&it->created, created, sizeof(created));
+			rfc3339_format(&it->created, created, sizeof(created));
 			json_array_append_new(result->would_dispose,
 					      json_pack("{s:s, s:s, s:s, s:s}", "sandbox", it->id, "name", it->name,
 							"scope", it->scope, "created", created));
@@ -928,13 +797,13 @@ static void reap_run(struct reap *rp)
 	}
 }
 
-int reap_start(struct msbd *d, int64_t older_than_s, const char *scope, double now, reap_done_cb *done,
+int reap_start(struct domain *d, int64_t older_than_s, const char *scope, double now, reap_done_cb *done,
 	       void *arg)
 {
 	return reap_start_dry(d, older_than_s, scope, now, false, done, arg);
 }
 
-int reap_start_dry(struct msbd *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
+int reap_start_dry(struct domain *d, int64_t older_than_s, const char *scope, double now, bool dry_run,
 		   reap_done_cb *done, void *arg)
 {
 	struct reap *rp;
