@@ -11,7 +11,7 @@ includes are the system's), resolves it to a file of the tree, and fails on:
     are one; A → B when a file of A includes a header of B), one cycle printed per tangle:
         cycle: daemon/rpc → daemon/server → daemon/rpc
 Prints every problem, then exits 1; with none, prints one line and exits 0.
-tests/, contrib/ and the other folders of SKIP_TOP are not checked at all.
+tests/, contrib/ and the other folders of SKIP_TOP, and meson build trees, are not checked.
 
   check_layers.py ROOT          check the tree at ROOT
   check_layers.py --self-test   run the checker on fixture trees and check what it says
@@ -43,10 +43,11 @@ SOURCE_EXT = (".c", ".h")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
-def skipped_dir(rel_dir, name):
-    """A folder the walk does not enter: hidden ones anywhere; at the top, build trees and
-    SKIP_TOP."""
-    if name.startswith("."):
+def skipped_dir(root, rel_dir, name):
+    """A folder the walk does not enter: hidden ones and meson build trees anywhere (the
+    package build's is obj-<triplet>/, with meson's own .c files in it); at the top, build*
+    and SKIP_TOP."""
+    if name.startswith(".") or os.path.isdir(os.path.join(root, rel_dir, name, "meson-private")):
         return True
     return rel_dir == "" and (name.startswith("build") or name in SKIP_TOP)
 
@@ -57,7 +58,7 @@ def walk(root):
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-        dirnames[:] = sorted(d for d in dirnames if not skipped_dir(rel_dir, d))
+        dirnames[:] = sorted(d for d in dirnames if not skipped_dir(root, rel_dir, d))
         for name in sorted(filenames):
             if name.endswith(SOURCE_EXT):
                 files.append(f"{rel_dir}/{name}" if rel_dir else name)
@@ -286,6 +287,7 @@ CLEAN = {
     "contrib/tool.c": '#include "nowhere.h"\n',
     "build/gen.c": '#include "nowhere.h"\n',
     "build-asan/gen.c": '#include "nowhere.h"\n',
+    "obj-x86_64-linux-gnu/meson-private/sanitycheckc.c": '#include "nowhere.h"\n',
 }
 
 
