@@ -21,6 +21,7 @@
 #include "frame.h"
 #include "jsonrpc.h"
 #include "log.h"
+#include "owner.h"
 #include "replybound.h"
 #include "sd.h"
 #include "server.h"
@@ -2213,7 +2214,7 @@ static bool conn_may_see(const struct conn *c, uint32_t type, uid_t owner, const
 {
 	if (c->dead || !(c->sub_types & type) || (c->sub_scope && (!scope || strcmp(scope, c->sub_scope))))
 		return false;
-	return c->peer.admin || c->peer.uid == owner;
+	return owner_admits(&c->peer, owner);
 }
 
 /* Queues one event; false if the subscriber fell too far behind (closed). */
