@@ -116,17 +116,22 @@ static void run_drained_cb(int error, void *arg)
 		run_next(run);
 }
 
-/* Starts the next step's request, or ends the run. Steps that cannot start
- * are reported here, without recursion. */
+/* Starts the next step's request: true when one is in flight, false when
+ * no step is left. Steps that cannot start are reported here, without
+ * recursion. */
+static bool run_start_next(struct dispose_run *run)
+{
+	while (run->ops->next(run->arg, &run->cur))
+		if ((run->cur.kind == DISPOSE_PROXY &&
+		     egress_drain(run->d->egress, run->cur.ref, run_drained_cb, run) == 0) || run_remove(run))
+			return true;
+	return false;
+}
+
 static void run_next(struct dispose_run *run)
 {
-	while (run->ops->next(run->arg, &run->cur)) {
-		if (run->cur.kind == DISPOSE_PROXY && egress_drain(run->d->egress, run->cur.ref, run_drained_cb, run) == 0)
-			return;
-		if (run_remove(run))
-			return;
-	}
-	run_end(run);
+	if (!run_start_next(run))
+		run_end(run);
 }
 
 int dispose_run_start(struct domain *d, const struct dispose_run_ops *ops, const char *why, void *arg)
@@ -137,11 +142,8 @@ int dispose_run_start(struct domain *d, const struct dispose_run_ops *ops, const
 	run->ops = ops;
 	run->arg = arg;
 	run->why = xstrdup(why ? why : "disposal");
-	while (ops->next(arg, &run->cur)) {
-		if ((run->cur.kind == DISPOSE_PROXY &&
-		     egress_drain(d->egress, run->cur.ref, run_drained_cb, run) == 0) || run_remove(run))
-			return 1;
-	}
+	if (run_start_next(run))
+		return 1;
 	run_free(run);
 	return 0;
 }
