@@ -49,4 +49,9 @@ extern const size_t msbd_n_methods;
 struct jsonrpc_request;
 size_t msbd_reply_bound(struct msbd *d, const struct jsonrpc_request *req);
 
+/* What d's server serves (server_new): the table above, d as its context,
+ * msbd_lookup_admin and msbd_reply_bound. */
+struct server_env;
+void msbd_server_env(struct msbd *d, struct server_env *ret_env);
+
 #endif

@@ -404,3 +404,21 @@ size_t msbd_reply_bound(struct msbd *d, const struct jsonrpc_request *req)
 		return m_sandbox_list_reply_bound(d) + replybound_id(req->id);
 	return rpc_reply_bound(msbd_methods, msbd_n_methods, req, d->dom.config);
 }
+
+static size_t reply_bound_cb(void *ctx, const struct jsonrpc_request *req)
+{
+	return msbd_reply_bound(ctx, req);
+}
+
+void msbd_server_env(struct msbd *d, struct server_env *ret_env)
+{
+	*ret_env = (struct server_env){
+		.base = d->dom.base,
+		.config = &d->dom.config,
+		.methods = msbd_methods,
+		.n_methods = msbd_n_methods,
+		.ctx = d,
+		.lookup_admin = is_admin_cb,
+		.reply_bound = reply_bound_cb,
+	};
+}

@@ -48,6 +48,7 @@
 #include "log.h"
 #include "m_exec.h"
 #include "m_files.h"
+#include "owner.h"
 #include "paths.h"
 #include "plane_local.h"
 #include "replybound.h"
@@ -1118,7 +1119,7 @@ struct rpc_result *m_exec(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
 	/* A refusal here finishes the call and frees p: p is read only after. */
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	const json_t *wd;
 	_cleanup_free_ char **env = NULL;
 	struct paths_resolved res = { 0 };

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "m_files.h"
 #include "names.h"
+#include "owner.h"
 #include "paths.h"
 #include "registry.h"
 #include "xmalloc.h"
@@ -298,101 +299,6 @@ static struct rpc_result *fail_reason_named(struct rpc_call *call, enum paths_re
 	return r;
 }
 
-/* May the caller reach sb? Its owner, root and sandbox.admin_group only. */
-static bool files_may_reach(const struct sandbox *sb, void *arg)
-{
-	struct rpc_call *call = arg;
-	const struct rpc_peer *peer = rpc_call_peer(call);
-
-	return peer->admin || (sb->has_owner && sb->owner == peer->uid);
-}
-
-/* What the client gave, for a message: cut at MSB_ECHO_MAX_BYTES (at a
- * character), quoted and escaped as a JSON string. malloc'd. */
-static char *given_quoted(const char *given)
-{
-	json_t *s = json_stringn(given, (size_t)msb_echo_len(given));
-	char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
-
-	json_decref(s);
-	return q ? q : xstrdup("\"?\"");
-}
-
-static struct rpc_result *fail_ambiguous(struct rpc_call *call, const char *given,
-					 struct sandbox *const *cands, size_t n, size_t matches)
-{
-	_cleanup_free_ char *q = given_quoted(given);
-	json_t *list = json_array();
-	char *names = xstrdup("");
-
-	for (size_t i = 0; i < n; i++) {
-		char *grown = xasprintf("%s%s%s", names, i ? ", " : "", cands[i]->name);
-
-		free(names);
-		names = grown;
-		json_array_append_new(list, json_pack("{s:s, s:s}", "sandbox", cands[i]->id, "name", cands[i]->name));
-	}
-	{
-		struct rpc_result *r = rpc_fail(call, MSB_ERR_INVALID_PARAMS,
-			json_pack("{s:s, s:o, s:I}", "field", "sandbox", "candidates", list, "matches", (json_int_t)matches),
-			"sandbox %s is ambiguous: it begins the ids of %zu sandboxes (%s%s); give more digits or the name",
-			q, matches, names, matches > n ? ", ..." : "");
-
-		free(names);
-		return r;
-	}
-}
-
-int m_files_sandbox_resolve(struct msbd *d, struct rpc_call *call, const char *given,
-			    const struct sandbox **ret_sb, struct rpc_result **reterr_fail)
-{
-	struct sandbox *cands[REGISTRY_CANDIDATES_MAX], *sb = NULL;
-	size_t matches = 0;
-	int r;
-
-	if (!d->registry_synced) {
-		*reterr_fail = rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
-					"the daemon has not read the engine's sandboxes yet");
-		return -EAGAIN;
-	}
-	r = registry_resolve(d->dom.registry, given, files_may_reach, call, &sb, cands, REGISTRY_CANDIDATES_MAX,
-			     &matches);
-	if (r == 0) {
-		*ret_sb = sb;
-		return 0;
-	}
-	if (r == -ENOTUNIQ) {
-		*reterr_fail = fail_ambiguous(call, given, cands,
-					      matches < REGISTRY_CANDIDATES_MAX ? matches : REGISTRY_CANDIDATES_MAX, matches);
-	} else if (r == -EINVAL) {
-		_cleanup_free_ char *q = given_quoted(given);
-
-		*reterr_fail = rpc_fail(call, MSB_ERR_INVALID_PARAMS, json_pack("{s:s}", "field", "sandbox"),
-					"sandbox %s is too short: name a sandbox by its name, its full id, or at "
-					"least %d hex digits of its id (maf-sandbox ls shows them)", q, REGISTRY_PREFIX_MIN);
-	}
-	return r;
-}
-
-const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *given,
-					    struct rpc_result **ret_fail)
-{
-	const struct sandbox *sb = NULL;
-	int r;
-
-	*ret_fail = NULL;
-	r = m_files_sandbox_resolve(d, call, given, &sb, ret_fail);
-	if (r == -ENOENT) {
-		_cleanup_free_ char *q = given_quoted(given);
-
-		*ret_fail = rpc_fail(call, MSB_ERR_SANDBOX_NOT_FOUND,
-				     json_pack("{s:s%}", "sandbox", given, (size_t)msb_echo_len(given)),
-				     "no sandbox %s that you may reach (absent, gone, or not yours); list them with "
-				     "maf-sandbox ls (sandbox.list)", q);
-	}
-	return r == 0 ? sb : NULL;
-}
-
 const char *m_files_sandbox_base(const struct sandbox *sb)
 {
 	const char *base = sandbox_label(sb, LABEL_WORK_DIR);
@@ -660,7 +566,7 @@ struct rpc_result *m_files_write(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	const struct msbd_config *c = d->dom.config;
 	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	size_t n;
 
@@ -745,7 +651,7 @@ struct rpc_result *m_files_read(struct rpc_call *call, const void *params)
 	struct msbd *d = rpc_call_ctx(call);
 	const struct msbd_config *c = d->dom.config;
 	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	uint64_t max;
 	size_t n;
@@ -809,7 +715,7 @@ static struct rpc_result *files_one_path(struct rpc_call *call, const struct m_f
 {
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	struct files_req *fr;
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
@@ -922,7 +828,7 @@ struct rpc_result *m_files_remove(struct rpc_call *call, const void *params)
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
 	struct files_req *fr;
@@ -948,7 +854,7 @@ struct rpc_result *m_files_reclaim(struct rpc_call *call, const void *params)
 	const struct m_files_params *p = params;
 	struct msbd *d = rpc_call_ctx(call);
 	struct rpc_result *fail;
-	const struct sandbox *sb = m_files_sandbox_begin(d, call, p->sandbox, &fail);
+	const struct sandbox *sb = owner_sandbox_begin(d, call, p->sandbox, &fail);
 	long max_ms = d->dom.config->files_timeout_ms;
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;

@@ -28,22 +28,7 @@ struct m_files_params {
 /* Most bytes of a guest rm's stderr carried in an OSError. */
 #define M_FILES_STDERR_MAX 4096
 
-/* The caller's sandbox named as the `sandbox` param names one (PROTOCOL.md
- * "Naming a sandbox": its full id, a unique id prefix of at least 12 hex
- * digits, or its name; registry_resolve), or NULL with *ret_fail set:
- * InvalidParams (too few hex digits; an ambiguous prefix, with
- * data.candidates and data.matches), EngineUnavailable (the registry is not
- * read yet), SandboxNotFound (nothing the caller may reach: absent, or
- * another user's; data.sandbox is what was given). */
-struct msbd;
 struct sandbox;
-const struct sandbox *m_files_sandbox_begin(struct msbd *d, struct rpc_call *call, const char *given,
-					    struct rpc_result **ret_fail);
-/* The same resolution, for callers that treat "nothing" their own way
- * (sandbox.dispose: null): 0 and *ret_sb; -ENOENT nothing matched (no
- * failure made); any other <0 with *reterr_fail set as above. */
-int m_files_sandbox_resolve(struct msbd *d, struct rpc_call *call, const char *given,
-			    const struct sandbox **ret_sb, struct rpc_result **reterr_fail);
 /* The sandbox's storage base (its work-dir label), or the default. */
 const char *m_files_sandbox_base(const struct sandbox *sb);
 

@@ -11,15 +11,16 @@
 #include "backend.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "dispose.h"
 #include "egress.h"
 #include "docker.h"
 #include "engine.h"
 #include "errmap.h"
 #include "log.h"
-#include "m_files.h"
 #include "m_sandbox.h"
 #include "msb-limits.h"
 #include "names.h"
+#include "owner.h"
 #include "reap.h"
 #include "replybound.h"
 #include "fileop.h"
@@ -247,514 +248,30 @@ struct rpc_result *m_sandbox_acquire(struct rpc_call *call, const void *params)
 	return r;
 }
 
-/* ---- disposal: the sweep (behaviour-docker §2.10–2.12) ---------------- */
+/* ---- sandbox.dispose, sandbox.dispose_scope (behaviour-docker §2.10–2.12) -- */
 
-enum sweep_mode {
-	SWEEP_KEY,        /* sandbox.dispose by key: null or {code, detail} */
-	SWEEP_SCOPE,      /* sandbox.dispose_scope: {disposed, undisposed} */
-};
-
-/* What a sweep removes, in this order (behaviour-docker §2.12): proxies
- * (each drained first: its decisions are published before it goes), then
- * workloads, then a leftover proxy of an allowlisted workload by name, then
- * the networks. Only workloads count, and only their failures are reported. */
-enum sweep_kind {
-	SWEEP_PROXY,
-	SWEEP_WORKLOAD,
-	SWEEP_PROXY_BY_NAME,
-	SWEEP_NETWORK,
-};
-
-struct sweep_item {
-	enum sweep_kind kind;
-	char *ref;                /* id, or name for *_BY_NAME and networks */
-	char *name;               /* a workload's name, for the log (NULL: not known) */
-	bool drained;
-};
-
-struct sweep_op {
-	struct msbd *d;
-	struct rpc_call *call;
-	enum sweep_mode mode;
-	json_t *filters;          /* label filter for the listing */
-	struct sweep_item *items; /* to remove, in order */
-	size_t n_items, next;
-	size_t disposed;          /* workloads removed (not proxies, not already absent) */
-	json_t *failures;         /* [{code, detail}] */
-	char *why;                /* for the log: the method and the caller */
-};
-
-/* Precedence, most actionable first (behaviour-core §1.3). */
-static const char *const disposal_codes[] = { "unreachable", "timeout", "refused", "unlisted", "unknown" };
-
-/* fold_disposal_failures: none → NULL; one → itself; several → the first
- * code of the precedence present, details joined with "; ". */
-static json_t *fold_failures(const json_t *failures)
+/* The answer when the engine is away: nothing could be removed. */
+static json_t *failure_unreachable(void)
 {
-	size_t n = json_array_size(failures), i;
-	json_t *f;
-	char *detail = NULL;
-	const char *code = "unknown";
-
-	if (n == 0)
-		return NULL;
-	if (n == 1)
-		return json_incref(json_array_get(failures, 0));
-	for (size_t c = ELEMENTSOF(disposal_codes); c-- > 0;)
-		json_array_foreach(failures, i, f)
-			if (strcmp(json_string_value(json_object_get(f, "code")), disposal_codes[c]) == 0)
-				code = disposal_codes[c];
-	json_array_foreach(failures, i, f) {
-		char *grown = xasprintf("%s%s%s", detail ? detail : "", detail ? "; " : "",
-					json_string_value(json_object_get(f, "detail")));
-
-		free(detail);
-		detail = grown;
-	}
-	f = json_pack("{s:s, s:s}", "code", code, "detail", detail);
-	free(detail);
-	return f;
+	return json_pack("{s:s, s:s}", "code", "unreachable",
+			 "detail", "the Docker engine is not reachable; nothing was removed");
 }
 
-static void sweep_add_failure(struct sweep_op *op, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void sweep_add_failure(struct sweep_op *op, const char *code, const char *fmt, ...)
+/* sandbox.dispose: null, or its failures folded into one {code, detail}. */
+static void dispose_replied_cb(const struct dispose_result *result, void *arg)
 {
-	va_list ap;
-	char *detail;
+	json_t *folded = dispose_fold_failures(result->failures);
 
-	va_start(ap, fmt);
-	detail = xvasprintf(fmt, ap);
-	va_end(ap);
-	log_warnx("disposal: %s: %s", code, detail);
-	json_array_append_new(op->failures, json_pack("{s:s, s:s}", "code", code, "detail", detail));
-	free(detail);
+	rpc_call_reply(arg, folded ? folded : json_null());
 }
 
-static void sweep_free(struct sweep_op *op)
+/* sandbox.dispose_scope: {disposed, undisposed}. */
+static void dispose_scope_replied_cb(const struct dispose_result *result, void *arg)
 {
-	for (size_t i = 0; i < op->n_items; i++) {
-		free(op->items[i].ref);
-		free(op->items[i].name);
-	}
-	free(op->items);
-	json_decref(op->filters);
-	json_decref(op->failures);
-	free(op->why);
-	free(op);
-}
+	json_t *folded = dispose_fold_failures(result->failures);
 
-static void sweep_finish(struct sweep_op *op)
-{
-	json_t *folded = fold_failures(op->failures);
-
-	if (op->mode == SWEEP_KEY)
-		rpc_call_reply(op->call, folded ? folded : json_null());
-	else
-		rpc_call_reply(op->call, json_pack("{s:I, s:o}", "disposed", (json_int_t)op->disposed,
-						   "undisposed", folded ? folded : json_null()));
-	sweep_free(op);
-}
-
-static void sweep_add(struct sweep_op *op, enum sweep_kind kind, const char *ref)
-{
-	for (size_t i = 0; i < op->n_items; i++)
-		if (op->items[i].kind == kind && strcmp(op->items[i].ref, ref) == 0)
-			return;
-	op->items = xrealloc(op->items, (op->n_items + 1) * sizeof(*op->items));
-	op->items[op->n_items++] = (struct sweep_item){ .kind = kind, .ref = xstrdup(ref) };
-}
-
-/* Names the workload ref for the log (the registry may have let it go by
- * the time its removal is answered: its destroy event comes first). */
-static void sweep_name(struct sweep_op *op, const char *ref, const char *name)
-{
-	for (size_t i = 0; i < op->n_items; i++)
-		if (op->items[i].kind == SWEEP_WORKLOAD && strcmp(op->items[i].ref, ref) == 0 && !op->items[i].name &&
-		    name)
-			op->items[i].name = xstrdup(name[0] == '/' ? name + 1 : name);
-}
-
-/* Stable: proxies, workloads, proxies by name, networks. */
-static int sweep_item_cmp(const void *a, const void *b)
-{
-	const struct sweep_item *x = a, *y = b;
-
-	return (int)x->kind - (int)y->kind;
-}
-
-static void sweep_order(struct sweep_op *op)
-{
-	/* insertion sort keeps the listing's order within a kind */
-	for (size_t i = 1; i < op->n_items; i++)
-		for (size_t j = i; j > 0 && sweep_item_cmp(&op->items[j - 1], &op->items[j]) > 0; j--) {
-			struct sweep_item t = op->items[j];
-
-			op->items[j] = op->items[j - 1];
-			op->items[j - 1] = t;
-		}
-}
-
-/* An allowlisted workload (or its proxy): its proxy by name and its network
- * go too, whatever the daemon's configuration now is. */
-static void sweep_add_topology(struct sweep_op *op, const char *workload)
-{
-	_cleanup_free_ char *proxy = xasprintf("%s%s", workload, EGRESS_PROXY_SUFFIX);
-	_cleanup_free_ char *net = xasprintf("%s%s", workload, EGRESS_NET_SUFFIX);
-
-	sweep_add(op, SWEEP_PROXY_BY_NAME, proxy);
-	sweep_add(op, SWEEP_NETWORK, net);
-}
-
-static void sweep_remove_next(struct sweep_op *op);
-
-static void sweep_removed_cb(const struct docker_reply *r, void *arg)
-{
-	struct sweep_op *op = arg;
-	struct sweep_item *it = &op->items[op->next];
-	const char *ref = it->ref;
-	struct sandbox *sb = it->kind == SWEEP_WORKLOAD ? registry_find_id(op->d->dom.registry, ref) : NULL;
-	bool gone = r->error == 0 && (r->status == 204 || r->status == 200 || r->status == 404);
-
-	if (r->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
-		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed", ref);
-		op->next = op->n_items;
-		sweep_finish(op);
-		return;
-	}
-	if (it->kind != SWEEP_WORKLOAD) {
-		/* proxies and networks: only logged (behaviour-docker §2.12) */
-		if (!gone)
-			log_warnx("disposal: could not remove %s: %s", ref,
-				  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
-		else if (it->kind == SWEEP_PROXY)
-			egress_proxy_removed(op->d->dom.egress, ref);
-		op->next++;
-		sweep_remove_next(op);
-		return;
-	}
-	if (r->error == 0 && r->status == 204) {
-		op->disposed++;
-		log_info("sandbox %s disposed: %s", it->name ? it->name : sb ? sb->name : ref,
-			 op->why ? op->why : "disposal");
-		if (sb)
-			registry_remove(op->d->dom.registry, sb);
-		fileop_journal_forget(&op->d->dom, ref);
-	} else if (r->error == 0 && r->status == 404) {
-		if (sb)
-			registry_remove(op->d->dom.registry, sb);  /* silently absent: not counted */
-		fileop_journal_forget(&op->d->dom, ref);
-	} else if (r->error == -ETIMEDOUT) {
-		sweep_add_failure(op, "timeout", "removing %.12s timed out; it may remain", ref);
-	} else if (r->error) {
-		sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", ref);
-	} else {
-		/* The engine's text is for the log; the detail goes on the wire. */
-		log_warnx("disposal: the engine refused to remove %.12s (HTTP %ld): %s", ref, r->status,
-			  r->message ? r->message : "");
-		sweep_add_failure(op, "refused", "the engine refused to remove %.12s (HTTP %ld)", ref, r->status);
-	}
-	op->next++;
-	sweep_remove_next(op);
-}
-
-static void sweep_drained_cb(int error, void *arg)
-{
-	struct sweep_op *op = arg;
-
-	if (error == -ECANCELED) {
-		sweep_add_failure(op, "unknown", "the daemon stopped before %.12s was removed",
-				  op->items[op->next].ref);
-		op->next = op->n_items;
-		sweep_finish(op);
-		return;
-	}
-	/* An unreadable log is logged by the drain; the removal goes on. */
-	op->items[op->next].drained = true;
-	sweep_remove_next(op);
-}
-
-/* One at a time, force, never stop (a proxy is stopped by its drain). */
-static void sweep_remove_next(struct sweep_op *op)
-{
-	while (op->next < op->n_items) {
-		struct sweep_item *it = &op->items[op->next];
-		int r;
-
-		if (it->kind == SWEEP_PROXY && !it->drained &&
-		    egress_drain(op->d->dom.egress, it->ref, sweep_drained_cb, op) == 0)
-			return;
-		if (it->kind == SWEEP_NETWORK)
-			r = docker_network_remove(op->d->dom.engine, it->ref, sweep_removed_cb, op, NULL);
-		else
-			r = docker_container_remove(op->d->dom.engine, it->ref, true, sweep_removed_cb, op, NULL);
-		if (r >= 0)
-			return;
-		if (it->kind == SWEEP_WORKLOAD)
-			sweep_add_failure(op, "unreachable", "could not reach the engine to remove %.12s", it->ref);
-		op->next++;
-	}
-	sweep_finish(op);
-}
-
-/* Do labels match the sweep's label filter? (the registry fallback when the
- * listing fails or misses names, and acquires in flight) */
-static bool labels_match_filter(const json_t *filters, const json_t *labels)
-{
-	const char *cond;
-	json_t *v;
-
-	json_object_foreach(json_object_get(filters, "label"), cond, v) {
-		_cleanup_free_ char *k = xstrdup(cond);
-		char *eq = strchr(k, '=');
-		const char *have;
-
-		if (!eq)
-			return false;
-		*eq = '\0';
-		have = json_string_value(json_object_get(labels, k));
-		if (!have || strcmp(have, eq + 1))
-			return false;
-	}
-	return true;
-}
-
-static bool sweep_matches(const struct sweep_op *op, const struct sandbox *sb)
-{
-	return labels_match_filter(op->filters, sb->labels);
-}
-
-/* An acquire in flight may create a sandbox this sweep selects just after
- * it: say so, as a disposal another operation has not reported on. */
-static void sweep_note_acquire_cb(const char *name, const json_t *labels, void *arg)
-{
-	struct sweep_op *op = arg;
-
-	if (labels_match_filter(op->filters, labels))
-		sweep_add_failure(op, "unknown", "an acquire of %s is in flight; it may create that "
-				  "sandbox after this disposal", name);
-}
-
-static void sweep_listed_cb(const struct docker_reply *r, void *arg)
-{
-	struct sweep_op *op = arg;
-	size_t i;
-	json_t *item;
-	struct sandbox *sb;
-
-	if (r->error == -ECANCELED) {
-		sweep_add_failure(op, "unknown", "the daemon stopped before the sweep ran");
-		sweep_finish(op);
-		return;
-	}
-	if (r->error || r->status != 200 || !json_is_array(r->body)) {
-		sweep_add_failure(op, "unlisted", "could not list containers, so the sweep may be partial");
-	} else {
-		json_array_foreach(r->body, i, item) {
-			const json_t *labels = json_object_get(item, "Labels");
-			const char *role = json_string_value(json_object_get(labels, LABEL_ROLE));
-			const char *egress = json_string_value(json_object_get(labels, LABEL_EGRESS));
-			const char *id = json_string_value(json_object_get(item, "Id"));
-			const char *name = json_string_value(json_array_get(json_object_get(item, "Names"), 0));
-			bool proxy = role && strcmp(role, "proxy") == 0;
-
-			if (!id)
-				continue;
-			sweep_add(op, proxy ? SWEEP_PROXY : SWEEP_WORKLOAD, id);
-			sweep_name(op, id, name);
-			if (name && name[0] == '/')
-				name++;
-			if (name && (proxy || (egress && strcmp(egress, "allowlist") == 0))) {
-				char workload[NAMES_CONTAINER_MAX];
-				size_t len = strlen(name);
-
-				if (proxy && len > strlen(EGRESS_PROXY_SUFFIX))
-					len -= strlen(EGRESS_PROXY_SUFFIX);
-				snprintf(workload, sizeof(workload), "%.*s", (int)len, name);
-				if (names_is_ours(workload, NULL))
-					sweep_add_topology(op, workload);
-			}
-		}
-	}
-	for (sb = registry_first(op->d->dom.registry); sb; sb = registry_next(sb))
-		if (sweep_matches(op, sb)) {
-			const char *egress = sandbox_label(sb, LABEL_EGRESS);
-
-			sweep_add(op, SWEEP_WORKLOAD, sb->id);
-			sweep_name(op, sb->id, sb->name);
-			if (egress && strcmp(egress, "allowlist") == 0)
-				sweep_add_topology(op, sb->name);
-		}
-	acquire_foreach(op->d->dom.acquires, sweep_note_acquire_cb, op);
-	sweep_order(op);
-	sweep_remove_next(op);
-}
-
-/* Starts a sweep over the containers matching filters (stolen). */
-static struct rpc_result *sweep_start(struct rpc_call *call, enum sweep_mode mode, json_t *filters)
-{
-	struct sweep_op *op = xcalloc(1, sizeof(*op));
-
-	op->d = rpc_call_ctx(call);
-	op->call = call;
-	op->mode = mode;
-	op->filters = filters;
-	op->failures = json_array();
-	op->why = xasprintf("%s by uid %u", mode == SWEEP_KEY ? "sandbox.dispose of its key" : "sandbox.dispose_scope",
-			    (unsigned)rpc_call_peer(call)->uid);
-	if (docker_containers_list(op->d->dom.engine, filters, sweep_listed_cb, op, NULL) < 0) {
-		/* The engine is away: the fallback still names what we know, but
-		 * nothing can be removed; answer now. */
-		struct rpc_result *res;
-		json_t *failure = json_pack("{s:s, s:s}", "code", "unreachable",
-					    "detail", "the Docker engine is not reachable; nothing was removed");
-
-		res = rpc_reply(call, mode == SWEEP_KEY ? failure :
-				json_pack("{s:i, s:o}", "disposed", 0, "undisposed", failure));
-		sweep_free(op);
-		return res;
-	}
-	return rpc_pending(call);
-}
-
-/* Non-admins only ever select their own sandboxes. */
-static uid_t owner_filter(const struct rpc_call *call)
-{
-	return rpc_call_peer(call)->admin ? (uid_t)-1 : rpc_call_peer(call)->uid;
-}
-
-/* ---- sandbox.dispose by instance id ----------------------------------- */
-
-struct instance_op {
-	struct msbd *d;
-	struct rpc_call *call;
-	struct msb_key key;
-	char *kind;      /* NULL: any */
-	char *id;
-	char *name;      /* from its inspect, for the log */
-	bool removing;
-};
-
-static void instance_free(struct instance_op *op)
-{
-	msb_key_release(&op->key);
-	free(op->kind);
-	free(op->id);
-	free(op->name);
-	free(op);
-}
-
-static void instance_reply_failure(struct instance_op *op, const char *code, const char *detail)
-{
-	log_warnx("disposal of %.12s: %s: %s", op->id, code, detail);
-	rpc_call_reply(op->call, json_pack("{s:s, s:s}", "code", code, "detail", detail));
-	instance_free(op);
-}
-
-/* The instance must be this key's (and kind's) and the caller's; anything
- * else is treated as absent, so no one learns of another's sandbox. */
-static bool instance_is_callers(struct instance_op *op, const json_t *inspect)
-{
-	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
-	const char *name = json_string_value(json_object_get(inspect, "Name"));
-	const char *id = json_string_value(json_object_get(inspect, "Id"));
-	json_t *filters;
-	bool mine;
-
-	if (!name || !names_is_ours(name[0] == '/' ? name + 1 : name, NULL) || !id || strcmp(id, op->id))
-		return false;
-	/* The same selection a disposal by key makes. */
-	filters = names_label_filter(op->key.scope, op->key.thread_id, op->key.agent_dir, op->key.call_id,
-				     op->kind, owner_filter(op->call));
-	mine = labels_match_filter(filters, labels);
-	json_decref(filters);
-	return mine;
-}
-
-static bool instance_is_allowlisted(const json_t *inspect)
-{
-	const json_t *labels = json_object_get(json_object_get(inspect, "Config"), "Labels");
-	const char *egress = json_string_value(json_object_get(labels, LABEL_EGRESS));
-
-	return egress && strcmp(egress, "allowlist") == 0 && json_string_value(json_object_get(inspect, "Name"));
-}
-
-/* Returns the failure code and detail for a failed step, or NULL. */
-static const char *instance_failure(const struct instance_op *op, const struct docker_reply *r,
-				    const char **ret_detail)
-{
-	if (r->error == -ECANCELED)
-		return *ret_detail = "the daemon stopped before the disposal ran", "unknown";
-	if (r->error == -ETIMEDOUT)
-		return *ret_detail = "the engine did not answer in time", "timeout";
-	if (r->error)
-		return *ret_detail = "could not reach the engine", "unreachable";
-	if (!op->removing && r->status != 200 && r->status != 404)
-		return *ret_detail = "could not inspect the sandbox", "unlisted";
-	if (op->removing && r->status != 204 && r->status != 404) {
-		log_warnx("disposal of %.12s: the engine answered HTTP %ld: %s", op->id, r->status,
-			  r->message ? r->message : "");
-		return *ret_detail = "the engine refused to remove it", "refused";
-	}
-	return NULL;
-}
-
-static void instance_cb(const struct docker_reply *r, void *arg)
-{
-	struct instance_op *op = arg;
-	const char *detail = NULL, *code = instance_failure(op, r, &detail);
-	struct sandbox *sb;
-
-	if (code) {
-		instance_reply_failure(op, code, detail);
-		return;
-	}
-	if (!op->removing && (r->status == 404 || !instance_is_callers(op, r->body))) {
-		rpc_call_reply(op->call, json_null());      /* absent, or not the caller's */
-		instance_free(op);
-		return;
-	}
-	if (!op->removing && instance_is_allowlisted(r->body)) {
-		/* its proxy first (drained), then it, then its network */
-		const char *name = json_string_value(json_object_get(r->body, "Name"));
-		struct sweep_op *sw = xcalloc(1, sizeof(*sw));
-		_cleanup_free_ char *proxy = NULL, *net = NULL;
-
-		name = name[0] == '/' ? name + 1 : name;
-		proxy = xasprintf("%s%s", name, EGRESS_PROXY_SUFFIX);
-		net = xasprintf("%s%s", name, EGRESS_NET_SUFFIX);
-		sw->d = op->d;
-		sw->call = op->call;
-		sw->mode = SWEEP_KEY;
-		sw->failures = json_array();
-		sw->why = xasprintf("sandbox.dispose of it by uid %u", (unsigned)rpc_call_peer(op->call)->uid);
-		sweep_add(sw, SWEEP_PROXY, proxy);
-		sweep_add(sw, SWEEP_WORKLOAD, op->id);
-		sweep_name(sw, op->id, name);
-		sweep_add(sw, SWEEP_NETWORK, net);
-		instance_free(op);
-		sweep_remove_next(sw);
-		return;
-	}
-	if (!op->removing) {
-		const char *name = json_string_value(json_object_get(r->body, "Name"));
-
-		op->name = name ? xstrdup(name[0] == '/' ? name + 1 : name) : NULL;
-		op->removing = true;
-		if (docker_container_remove(op->d->dom.engine, op->id, true, instance_cb, op, NULL) < 0)
-			instance_reply_failure(op, "unreachable", "could not reach the engine");
-		return;
-	}
-	sb = registry_find_id(op->d->dom.registry, op->id);
-	if (r->status == 204)
-		log_info("sandbox %s disposed: sandbox.dispose of it by uid %u", op->name ? op->name : op->id,
-			 (unsigned)rpc_call_peer(op->call)->uid);
-	if (sb)
-		registry_remove(op->d->dom.registry, sb);
-	fileop_journal_forget(&op->d->dom, op->id);
-	rpc_call_reply(op->call, json_null());
-	instance_free(op);
+	rpc_call_reply(arg, json_pack("{s:I, s:o}", "disposed", (json_int_t)result->disposed,
+				      "undisposed", folded ? folded : json_null()));
 }
 
 /* A full id (64 hex, either case) is disposed of as before names: asked
@@ -768,16 +285,20 @@ static bool dispose_instance_id(const char *given, char id[REGISTRY_ID_LEN + 1])
 	return true;
 }
 
+/* sandbox.dispose of one instance: only if it is this key's (and kind's)
+ * and the caller's — the selection a disposal by key makes. */
 static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key *key,
 					   const char *kind, const char *given)
 {
-	struct instance_op *op;
+	struct msbd *d = rpc_call_ctx(call);
 	char id[REGISTRY_ID_LEN + 1];
+	_cleanup_free_ char *why = NULL;
+	json_t *filters;
 
 	if (!dispose_instance_id(given, id)) {
 		struct rpc_result *fail = NULL;
 		const struct sandbox *sb = NULL;
-		int r = m_files_sandbox_resolve(rpc_call_ctx(call), call, given, &sb, &fail);
+		int r = owner_sandbox_resolve(d, call, given, &sb, &fail);
 
 		if (r == -ENOENT) {
 			msb_key_release(key);
@@ -789,25 +310,20 @@ static struct rpc_result *dispose_instance(struct rpc_call *call, struct msb_key
 		}
 		snprintf(id, sizeof(id), "%s", sb->id);
 	}
-	op = xcalloc(1, sizeof(*op));
-	op->d = rpc_call_ctx(call);
-	op->call = call;
-	op->key = *key;
-	op->kind = kind ? xstrdup(kind) : NULL;
-	op->id = xstrdup(id);
-	if (docker_container_inspect(op->d->dom.engine, id, instance_cb, op, NULL) < 0) {
-		struct rpc_result *res = rpc_reply(call, json_pack("{s:s, s:s}", "code", "unreachable",
-			"detail", "the Docker engine is not reachable; nothing was removed"));
-
-		instance_free(op);
-		return res;
-	}
+	filters = names_label_filter(key->scope, key->thread_id, key->agent_dir, key->call_id, kind,
+				     owner_selector(rpc_call_peer(call)));
+	msb_key_release(key);
+	why = xasprintf("sandbox.dispose of it by uid %u", (unsigned)rpc_call_peer(call)->uid);
+	if (dispose_instance_start(&d->dom, id, filters, why, dispose_replied_cb, call) < 0)
+		return rpc_reply(call, failure_unreachable());
 	return rpc_pending(call);
 }
 
 struct rpc_result *m_sandbox_dispose(struct rpc_call *call, const void *params)
 {
 	const struct m_sandbox_dispose_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	_cleanup_free_ char *why = NULL;
 	struct msb_key key;
 	const char *field = NULL;
 	char *msg = NULL;
@@ -818,22 +334,31 @@ struct rpc_result *m_sandbox_dispose(struct rpc_call *call, const void *params)
 	if (p->sandbox)
 		return dispose_instance(call, &key, p->kind, p->sandbox);   /* takes the key */
 	filters = names_label_filter(key.scope, key.thread_id, key.agent_dir, key.call_id, p->kind,
-				     owner_filter(call));
+				     owner_selector(rpc_call_peer(call)));
 	msb_key_release(&key);
-	return sweep_start(call, SWEEP_KEY, filters);
+	why = xasprintf("sandbox.dispose of its key by uid %u", (unsigned)rpc_call_peer(call)->uid);
+	if (dispose_start(&d->dom, filters, why, dispose_replied_cb, call) < 0)
+		return rpc_reply(call, failure_unreachable());
+	return rpc_pending(call);
 }
 
 struct rpc_result *m_sandbox_dispose_scope(struct rpc_call *call, const void *params)
 {
 	const struct m_sandbox_scope_params *p = params;
+	struct msbd *d = rpc_call_ctx(call);
+	_cleanup_free_ char *why = NULL;
 
 	if (!*p->scope || !*p->thread_id)
 		return rpc_fail(call, MSB_ERR_INVALID_PARAMS,
 				json_pack("{s:s}", "field", *p->scope ? "thread_id" : "scope"),
 				"scope and thread_id must not be empty");
+	why = xasprintf("sandbox.dispose_scope by uid %u", (unsigned)rpc_call_peer(call)->uid);
 	/* Selected by labels read back from the engine, never from memory. */
-	return sweep_start(call, SWEEP_SCOPE,
-			   names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL, owner_filter(call)));
+	if (dispose_start(&d->dom, names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL,
+						      owner_selector(rpc_call_peer(call))),
+			  why, dispose_scope_replied_cb, call) < 0)
+		return rpc_reply(call, json_pack("{s:i, s:o}", "disposed", 0, "undisposed", failure_unreachable()));
+	return rpc_pending(call);
 }
 
 /* ---- sandbox.list ----------------------------------------------------- */
@@ -887,8 +412,8 @@ struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)
 {
 	const struct m_sandbox_scope_params *p = params;
 	const struct msbd *d = rpc_call_ctx(call);
-	json_t *filters = names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL, owner_filter(call));
-	struct sweep_op match = { .filters = filters };
+	json_t *filters = names_label_filter(p->scope, p->thread_id, NULL, NULL, NULL,
+					     owner_selector(rpc_call_peer(call)));
 	json_t *out = json_array();
 	const struct sandbox *sb;
 
@@ -899,7 +424,7 @@ struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 	}
 	for (sb = registry_first(d->dom.registry); sb; sb = registry_next(sb))
-		if (sweep_matches(&match, sb))
+		if (names_labels_match(filters, sb->labels))
 			json_array_append_new(out, list_entry(sb));
 	json_decref(filters);
 	return rpc_reply(call, out);

@@ -579,7 +579,12 @@ static int start(struct msbd_main *m)
 						registry_resync_cb, &m->d);
 		json_decref(filters);
 	}
-	m->d.server = server_new(&m->d);
+	{
+		struct server_env env;
+
+		msbd_server_env(&m->d, &env);
+		m->d.server = server_new(&env);
+	}
 	msbd_wire_domain(&m->d);
 	if (server_listen(m->d.server, &err) < 0) {
 		log_errorx("cannot listen: %s", err);

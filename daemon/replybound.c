@@ -1,6 +1,6 @@
 #include <stdint.h>
 
-#include "config.h"
+#include "settings.h"
 #include "paths.h"
 #include "replybound.h"
 

@@ -18,9 +18,11 @@
 #include <event2/listener.h>
 
 #include "cleanup.h"
+#include "config.h"
 #include "frame.h"
 #include "jsonrpc.h"
 #include "log.h"
+#include "owner.h"
 #include "replybound.h"
 #include "sd.h"
 #include "server.h"
@@ -117,7 +119,7 @@ struct server_event {
 };
 
 struct server {
-	struct msbd *d;
+	struct server_env env;      /* what it serves, and its owner's answers */
 	struct server_event *ring;  /* the last SERVER_EVENTS_KEPT events */
 	size_t ring_head, ring_len;
 	uint64_t events_dropped;    /* fell out of the ring */
@@ -150,6 +152,12 @@ struct server {
 	int64_t rb_last_trim_ms;    /* CLOCK_MONOTONIC (0: never) */
 	int64_t rb_over_warned_ms;  /* when a reply over its bound was last said */
 };
+
+/* The configuration as it is now (the daemon replaces it whole on SIGHUP). */
+static const struct msbd_config *server_cfg(const struct server *srv)
+{
+	return *srv->env.config;
+}
 
 static void conn_process(struct conn *c);
 struct server_event;
@@ -237,7 +245,7 @@ static unsigned server_share_conns(struct server *srv, uid_t uid)
 static bool conn_fair_may_take(const struct conn *c)
 {
 	return c->peer.admin || !c->share ||
-	       c->share->inflight < (unsigned)c->srv->d->dom.config->max_inflight_per_uid;
+	       c->share->inflight < (unsigned)server_cfg(c->srv)->max_inflight_per_uid;
 }
 
 /* Within its uid's buffer share, or the one connection of the uid still
@@ -266,7 +274,7 @@ static struct conn *server_share_oldest(const struct server *srv, const struct u
  * Returns whether anything changed. */
 static bool server_share_update(struct server *srv, struct uid_share *s)
 {
-	size_t limit = config_uid_buffer_bytes(srv->d->dom.config);
+	size_t limit = config_uid_buffer_bytes(server_cfg(srv));
 	bool over = s->buffered >= limit;
 	struct conn *reader = over ? server_share_oldest(srv, s) : NULL, *c;
 
@@ -307,7 +315,7 @@ static bool conn_frame_deadline_from_first(struct conn *c)
 
 	if (c->partial_seq == 0)
 		return false;
-	left = c->srv->d->dom.config->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
+	left = server_cfg(c->srv)->frame_timeout_ms - (fair_now_ms() - fair_ms_of(&c->frame_first));
 	fair_timeval(left, &tv);
 	evtimer_add(c->frame_ev, &tv);
 	return true;
@@ -335,7 +343,7 @@ static void conn_fair_call_start(struct conn *c)
 static void server_share_calls_end(struct server *srv, struct uid_share *s, unsigned n,
 				   const struct conn *except)
 {
-	unsigned cap = (unsigned)srv->d->dom.config->max_inflight_per_uid;
+	unsigned cap = (unsigned)server_cfg(srv)->max_inflight_per_uid;
 	struct conn *o;
 
 	if (!s || n == 0)
@@ -452,7 +460,7 @@ static bool conn_is_idle(const struct conn *c)
 /* The idle timer runs while the connection is idle, from when it became so. */
 static void conn_update_idle(struct conn *c)
 {
-	long ms = c->srv->d->dom.config->idle_timeout_ms;
+	long ms = server_cfg(c->srv)->idle_timeout_ms;
 	struct timeval tv;
 
 	if (c->dead || !c->idle_ev)
@@ -495,7 +503,7 @@ static void conn_idle_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	log_info("connection %llu (uid %u pid %d): idle for %ld ms (limits.idle_timeout_ms), closing",
 		 (unsigned long long)c->id, (unsigned)c->peer.uid, (int)c->peer.pid,
-		 c->srv->d->dom.config->idle_timeout_ms);
+		 server_cfg(c->srv)->idle_timeout_ms);
 	c->srv->stats.connections_idle_closed++;
 	conn_close(c, "idle timeout");
 }
@@ -521,7 +529,7 @@ static void conn_fair_closing(struct conn *c)
  * (or of any non-admin when !of_uid); NULL if none. */
 static struct conn *server_evictable(const struct server *srv, bool of_uid, uid_t uid)
 {
-	long min = srv->d->dom.config->idle_evict_ms;
+	long min = server_cfg(srv)->idle_evict_ms;
 	int64_t best_ms = -1;
 	struct conn *c, *best = NULL;
 
@@ -541,7 +549,7 @@ static struct conn *server_evictable(const struct server *srv, bool of_uid, uid_
 /* How many connections server_evictable could offer, one after another. */
 static unsigned server_count_evictable(const struct server *srv, bool of_uid, uid_t uid)
 {
-	long min = srv->d->dom.config->idle_evict_ms;
+	long min = server_cfg(srv)->idle_evict_ms;
 	const struct conn *c;
 	unsigned n = 0;
 
@@ -592,7 +600,7 @@ static void server_fair_reject(struct server *srv, int fd, const struct rpc_peer
  * Returns 0, or -EUSERS after refusing (fd closed). */
 static int server_fair_admit(struct server *srv, int fd, const struct rpc_peer *peer)
 {
-	const struct msbd_config *cfg = srv->d->dom.config;
+	const struct msbd_config *cfg = server_cfg(srv);
 	long per_uid = cfg->max_connections_per_uid;
 	/* At most max_connections - 1 reserved: one connection stays open to everyone. */
 	long reserve = cfg->admin_reserved_connections < cfg->max_connections ?
@@ -631,7 +639,7 @@ static int conn_fair_init(struct conn *c)
 {
 	c->share = server_share_get(c->srv, c->peer.uid);
 	c->share->conns++;
-	c->idle_ev = evtimer_new(c->srv->d->dom.base, conn_idle_timeout_cb, c);
+	c->idle_ev = evtimer_new(c->srv->env.base, conn_idle_timeout_cb, c);
 	return c->idle_ev ? 0 : -ENOMEM;
 }
 
@@ -789,7 +797,7 @@ static void server_check_drained(struct server *srv)
  * limits.max_inflight_per_uid? */
 static bool conn_may_take_but_uid_cap(const struct conn *c)
 {
-	const struct msbd_config *cfg = c->srv->d->dom.config;
+	const struct msbd_config *cfg = server_cfg(c->srv);
 
 	return !c->dead && !c->closing && !c->srv->draining && !c->rb_is_parked && conn_rb_may_take(c) &&
 	       c->inflight < (unsigned)cfg->max_inflight &&
@@ -861,7 +869,7 @@ static struct conn *server_oldest_partial(const struct server *srv)
 
 static void server_update_budget(struct server *srv)
 {
-	size_t budget = srv->d->dom.config->buffer_budget_bytes;
+	size_t budget = server_cfg(srv)->buffer_budget_bytes;
 	bool spent = srv->stats.buffered_bytes >= budget;
 	struct conn *old_reader = srv->budget_reader, *c;
 
@@ -913,7 +921,7 @@ static void conn_account(struct conn *c)
 static void conn_update_frame_timer(struct conn *c, unsigned taken)
 {
 	struct timeval tv;
-	long ms = c->srv->d->dom.config->frame_timeout_ms;
+	long ms = server_cfg(c->srv)->frame_timeout_ms;
 	bool live = !c->dead && !c->closing && !c->eof && frame_buf_in_frame(&c->in);
 
 	if (live && conn_may_take_but_uid_cap(c) && !conn_fair_may_take(c) &&
@@ -1045,7 +1053,7 @@ static void conn_dispatch(struct conn *c, struct jsonrpc_request *req, size_t ch
 	c->inflight++;
 	srv->stats.requests_in_flight++;
 	conn_fair_call_start(c);
-	call = rpc_dispatch(msbd_methods, msbd_n_methods, req, &c->peer, srv->d, &conn_call_ops, c);
+	call = rpc_dispatch(srv->env.methods, srv->env.n_methods, req, &c->peer, srv->env.ctx, &conn_call_ops, c);
 	c->rb_dispatching = false;
 	if (call && c->dead) {
 		/* Closed while the call started: it may not call back into c.
@@ -1194,7 +1202,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (what & BEV_EVENT_TIMEOUT) {
 		log_warnx("connection %llu (uid %u): replies unread for %ld ms, closing",
 			  (unsigned long long)c->id, (unsigned)c->peer.uid,
-			  c->srv->d->dom.config->write_timeout_ms);
+			  server_cfg(c->srv)->write_timeout_ms);
 		conn_close(c, "write timeout");
 		return;
 	}
@@ -1224,9 +1232,9 @@ static void conn_frame_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	if (c->dead || c->closing)
 		return;
 	log_warnx("connection %llu (uid %u): a frame did not arrive whole within %ld ms, closing",
-		  (unsigned long long)c->id, (unsigned)c->peer.uid, c->srv->d->dom.config->frame_timeout_ms);
+		  (unsigned long long)c->id, (unsigned)c->peer.uid, server_cfg(c->srv)->frame_timeout_ms);
 	conn_abandon_frame(c, MSB_ERR_FRAME_TIMEOUT,
-			   json_pack("{s:I}", "timeout_ms", (json_int_t)c->srv->d->dom.config->frame_timeout_ms));
+			   json_pack("{s:I}", "timeout_ms", (json_int_t)server_cfg(c->srv)->frame_timeout_ms));
 }
 
 static void conn_peer_closed_cb(evutil_socket_t fd, short what, void *arg)
@@ -1398,7 +1406,7 @@ static size_t conn_rb_uid_total(const struct conn *c)
  * with nothing charged always fits (the share admits the largest reply). */
 static bool conn_rb_uid_fits(const struct conn *c, size_t charge)
 {
-	size_t share = config_uid_reply_budget_bytes(c->srv->d->dom.config), uid;
+	size_t share = config_uid_reply_budget_bytes(server_cfg(c->srv)), uid;
 
 	if (c->peer.admin || !c->share)
 		return true;
@@ -1428,7 +1436,7 @@ static bool conn_rb_may_take(const struct conn *c)
 /* The parked pool was spent or is free again: reading follows. */
 static void server_rb_pool_update(struct server *srv)
 {
-	bool spent = srv->stats.parked_bytes >= srv->d->dom.config->buffer_budget_bytes;
+	bool spent = srv->stats.parked_bytes >= server_cfg(srv)->buffer_budget_bytes;
 	struct conn *c;
 
 	if (spent == srv->rb_pool_spent)
@@ -1448,7 +1456,7 @@ static void server_rb_pool_update(struct server *srv)
 /* Has c's own connection budget room for charge? */
 static bool conn_rb_conn_fits(const struct conn *c, size_t charge)
 {
-	size_t mine = conn_rb_total(c), max = c->srv->d->dom.config->conn_reply_budget_bytes;
+	size_t mine = conn_rb_total(c), max = server_cfg(c->srv)->conn_reply_budget_bytes;
 
 	return mine == 0 || (charge <= max && mine <= max - charge);
 }
@@ -1473,7 +1481,7 @@ static const struct conn *server_rb_uid_oldest(const struct server *srv, const s
  * uid's own later calls never starve its oldest one)? */
 static bool conn_rb_uid_waits(const struct conn *c, size_t charge)
 {
-	size_t share = config_uid_reply_budget_bytes(c->srv->d->dom.config), total, older;
+	size_t share = config_uid_reply_budget_bytes(server_cfg(c->srv)), total, older;
 	const struct conn *o;
 
 	if (!conn_rb_uid_fits(c, charge))
@@ -1514,7 +1522,7 @@ static struct conn *server_rb_head(const struct server *srv)
 static bool conn_rb_admits(const struct conn *c, size_t charge, const struct conn *head, size_t *ret_overtook)
 {
 	const struct server *srv = c->srv;
-	size_t budget = srv->d->dom.config->reply_budget_bytes;
+	size_t budget = server_cfg(srv)->reply_budget_bytes;
 	size_t all = server_rb_total(srv), h;
 
 	*ret_overtook = 0;
@@ -1546,7 +1554,7 @@ static bool conn_rb_admit(struct conn *c, struct jsonrpc_request *req, const cha
 			  size_t *ret_charge)
 {
 	struct server *srv = c->srv;
-	size_t charge = msbd_reply_bound(srv->d, req) + len;
+	size_t charge = srv->env.reply_bound(srv->env.ctx, req) + len;
 
 	if (conn_rb_admits(c, charge, server_rb_head(srv), &c->rb_admit_overtook)) {
 		*ret_charge = charge;
@@ -1689,7 +1697,7 @@ static void conn_rb_release_call(struct conn *c, struct rpc_call *call)
 static void conn_rb_send_notification(struct conn *c, struct rpc_call *call, json_t *notification)
 {
 	struct conn_charge *ch = conn_rb_find(c, call);
-	const struct msbd_config *cfg = c->srv->d->dom.config;
+	const struct msbd_config *cfg = server_cfg(c->srv);
 	_cleanup_free_ char *buf = NULL;
 	size_t len, use, over;
 
@@ -1828,7 +1836,7 @@ static void server_rb_trim_cb(evutil_socket_t fd, short what, void *arg)
 static void server_reject(struct server *srv, int fd, int code)
 {
 	json_t *data = code == MSB_ERR_TOO_MANY_CONNECTIONS ?
-		json_pack("{s:I}", "limit", (json_int_t)srv->d->dom.config->max_connections) : NULL;
+		json_pack("{s:I}", "limit", (json_int_t)server_cfg(srv)->max_connections) : NULL;
 	json_t *reply = jsonrpc_reply_error(NULL, msb_error_object(code, NULL, data));
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
@@ -1844,7 +1852,7 @@ static void server_reject(struct server *srv, int fd, int code)
 
 static void conn_set_timeouts(struct conn *c)
 {
-	long ms = c->srv->d->dom.config->write_timeout_ms;
+	long ms = server_cfg(c->srv)->write_timeout_ms;
 	struct timeval wt = { ms / 1000, (ms % 1000) * 1000 };
 
 	bufferevent_set_timeouts(c->bev, NULL, &wt);
@@ -1868,7 +1876,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 			     int salen, void *arg)
 {
 	struct server *srv = arg;
-	struct event_base *base = srv->d->dom.base;
+	struct event_base *base = srv->env.base;
 	struct rpc_peer peer;
 	struct conn *c;
 
@@ -1878,14 +1886,14 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 		return;
 	}
 	server_peer(fd, &peer);
-	peer.admin = peer.uid != (uid_t)-1 && msbd_lookup_admin(srv->d, peer.uid, peer.gid);
+	peer.admin = peer.uid != (uid_t)-1 && srv->env.lookup_admin(srv->env.ctx, peer.uid, peer.gid);
 	if (server_fair_admit(srv, fd, &peer) < 0)
 		return;
 	c = xcalloc(1, sizeof(*c));
 	c->srv = srv;
 	c->id = ++srv->next_conn_id;
 	c->peer = peer;
-	frame_buf_init(&c->in, srv->d->dom.config->max_frame_bytes);
+	frame_buf_init(&c->in, server_cfg(srv)->max_frame_bytes);
 	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->frame_ev = evtimer_new(base, conn_frame_timeout_cb, c);
 	c->resume_ev = event_new(base, -1, 0, conn_resume_cb, c);
@@ -1952,19 +1960,19 @@ static void server_drained_cb(evutil_socket_t fd, short what, void *arg)
 		srv->drained(srv->drained_arg);
 }
 
-struct server *server_new(struct msbd *d)
+struct server *server_new(const struct server_env *env)
 {
 	struct server *srv = xcalloc(1, sizeof(*srv));
 
-	srv->d = d;
+	srv->env = *env;
 	TAILQ_INIT(&srv->conns);
 	LIST_INIT(&srv->shares);
 	LIST_INIT(&srv->orphans);
-	srv->accept_retry_ev = evtimer_new(d->dom.base, server_accept_retry_cb, srv);
-	srv->drained_ev = event_new(d->dom.base, -1, 0, server_drained_cb, srv);
+	srv->accept_retry_ev = evtimer_new(env->base, server_accept_retry_cb, srv);
+	srv->drained_ev = event_new(env->base, -1, 0, server_drained_cb, srv);
 	TAILQ_INIT(&srv->rb_parked_q);
-	srv->rb_unpark_ev = event_new(d->dom.base, -1, 0, server_rb_unpark_cb, srv);
-	srv->rb_trim_ev = evtimer_new(d->dom.base, server_rb_trim_cb, srv);
+	srv->rb_unpark_ev = event_new(env->base, -1, 0, server_rb_unpark_cb, srv);
+	srv->rb_trim_ev = evtimer_new(env->base, server_rb_trim_cb, srv);
 	if (!srv->accept_retry_ev || !srv->drained_ev || !srv->rb_unpark_ev || !srv->rb_trim_ev)
 		fatalx("%s: cannot create events", __func__);
 	return srv;
@@ -2033,7 +2041,7 @@ static int server_set_perms(const struct msbd_config *cfg, char **reterr_message
 
 static int server_bind(struct server *srv, char **reterr_message)
 {
-	const struct msbd_config *cfg = srv->d->dom.config;
+	const struct msbd_config *cfg = server_cfg(srv);
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	_cleanup_close_ int fd = -1;
 	struct stat st;
@@ -2099,7 +2107,7 @@ int server_listen(struct server *srv, char **reterr_message)
 	} else {
 		return fd;
 	}
-	srv->listener = evconnlistener_new(srv->d->dom.base, server_accept_cb, srv,
+	srv->listener = evconnlistener_new(srv->env.base, server_accept_cb, srv,
 					   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
 	if (!srv->listener) {
 		close(fd);
@@ -2169,7 +2177,7 @@ void server_config_changed(struct server *srv)
 	TAILQ_FOREACH(c, &srv->conns, entry) {
 		if (c->dead)
 			continue;
-		c->in.max = srv->d->dom.config->max_frame_bytes;
+		c->in.max = server_cfg(srv)->max_frame_bytes;
 		conn_set_timeouts(c);
 	}
 	server_update_budget(srv);
@@ -2213,7 +2221,7 @@ static bool conn_may_see(const struct conn *c, uint32_t type, uid_t owner, const
 {
 	if (c->dead || !(c->sub_types & type) || (c->sub_scope && (!scope || strcmp(scope, c->sub_scope))))
 		return false;
-	return c->peer.admin || c->peer.uid == owner;
+	return owner_admits(&c->peer, owner);
 }
 
 /* Queues one event; false if the subscriber fell too far behind (closed). */
@@ -2221,7 +2229,7 @@ static bool conn_send_event(struct conn *c, const char *method, const json_t *pa
 {
 	size_t unread = evbuffer_get_length(bufferevent_get_output(c->bev));
 
-	if (unread > c->srv->d->dom.config->events_max_backlog_bytes) {
+	if (unread > server_cfg(c->srv)->events_max_backlog_bytes) {
 		log_warnx("connection %llu (uid %u): %zu bytes of events unread, dropping it",
 			  (unsigned long long)c->id, (unsigned)c->peer.uid, unread);
 		conn_close(c, "events backlog");

@@ -35,9 +35,15 @@
 #define MSB_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
-#include "daemon.h"
+#include "rpc.h"
+#include "settings.h"
+
+struct event_base;
+struct jsonrpc_request;
 
 /* Stop taking new frames from a connection while this much of its output is queued. */
 #define MSB_CONN_OUTPUT_PAUSE_BYTES (1024 * 1024)
@@ -83,7 +89,24 @@ struct server_stats {
 
 typedef void server_drained_fn(void *arg);
 
-struct server *server_new(struct msbd *d);
+/* What the server serves, and how it asks its owner (the daemon, or a
+ * test): given to server_new, copied. */
+struct server_env {
+	struct event_base *base;
+	/* The configuration, read at each use through this (the owner replaces
+	 * it whole on SIGHUP, then calls server_config_changed). */
+	struct msbd_config *const *config;
+	const struct rpc_method *methods;   /* the method table dispatched (rpc_dispatch) */
+	size_t n_methods;
+	void *ctx;                          /* the methods' (rpc_call_ctx) and the functions' below */
+	/* root, or a member of sandbox.admin_group: asked once per connection
+	 * (may block: the user database). */
+	bool (*lookup_admin)(void *ctx, uid_t uid, gid_t gid);
+	/* What a call is charged against the reply budgets (replybound.h). */
+	size_t (*reply_bound)(void *ctx, const struct jsonrpc_request *req);
+};
+
+struct server *server_new(const struct server_env *env);
 /* Takes the socket-activated fd if there is one, else binds config's
  * socket.path (stale file removed, live one refused), then listens. */
 int server_listen(struct server *srv, char **reterr_message);

@@ -209,6 +209,26 @@ json_t *names_label_filter(const char *scope, const char *thread_id, const char 
 	return json_pack("{s:o}", "label", filter);
 }
 
+bool names_labels_match(const json_t *filters, const json_t *labels)
+{
+	const char *cond;
+	json_t *v;
+
+	json_object_foreach(json_object_get(filters, "label"), cond, v) {
+		_cleanup_free_ char *k = xstrdup(cond);
+		char *eq = strchr(k, '=');
+		const char *have;
+
+		if (!eq)
+			return false;
+		*eq = '\0';
+		have = json_string_value(json_object_get(labels, k));
+		if (!have || strcmp(have, eq + 1))
+			return false;
+	}
+	return true;
+}
+
 bool names_is_ours(const char *name, const char *suffix)
 {
 	size_t plen = strlen(NAMES_PREFIX);

@@ -64,6 +64,11 @@ json_t *names_workload_labels(const struct msb_key *key, const struct msb_spec *
 json_t *names_label_filter(const char *scope, const char *thread_id, const char *agent_dir,
 			   const char *call_id, const char *kind, uid_t owner);
 
+/* Do labels (an object of strings; borrowed) satisfy every "K=V" of such a
+ * filter? (the registry's selection where the engine's listing is not
+ * there: a disposal's fallback, sandbox.list, acquires in flight) */
+bool names_labels_match(const json_t *filters, const json_t *labels);
+
 /* Hex characters of a full engine id. */
 #define NAMES_ID_HEX 64
 

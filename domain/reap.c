@@ -9,14 +9,13 @@
 #include <time.h>
 
 #include "cleanup.h"
+#include "dispose.h"
 #include "domain.h"
 #include "docker.h"
-#include "egress.h"
 #include "errors.h"
 #include "log.h"
 #include "names.h"
 #include "reap.h"
-#include "registry.h"
 #include "xmalloc.h"
 
 #define REAP_NAME_FILTER   "^" NAMES_PREFIX
@@ -24,6 +23,8 @@
 #define REAP_SUFFIX_NET    "-net"
 #define REAP_SHORT_ID      12           /* hex characters of an ID in messages */
 #define REAP_SECONDS_PER_DAY 86400
+/* The log line of each workload removed ends with it. */
+#define REAP_WHY           "reaped (created before the cutoff; sandbox.reap or reap.max_age_s)"
 /* now must lie in [REAP_TIME_MIN_S, this]: any clock for ten thousand years. */
 #define REAP_NOW_MAX_S     (1LL << 40)
 
@@ -343,19 +344,24 @@ static void reap_abort_unlisted(struct reap *rp, const char *fmt, ...)
 /* Why a request failed, for a failure's detail: a stable reason of ours
  * (the detail goes on the wire). The engine's own text and the transport's
  * go to the log only. malloc'd. */
+static char *reply_why_of(int error, long status, const char *message)
+{
+	if (error) {
+		log_warnx("reap: an engine request failed: %s", strerror(-error));
+		return xstrdup(error == -ETIMEDOUT ? "the engine did not answer in time"
+						   : "the engine could not be reached");
+	}
+	if (message) {
+		_cleanup_free_ char *m = snippet(message);
+
+		log_warnx("reap: the engine answered HTTP %ld: %s", status, m);
+	}
+	return xasprintf("the engine answered HTTP %ld", status);
+}
+
 static char *reply_why(const struct docker_reply *r)
 {
-	if (r->error) {
-		log_warnx("reap: an engine request failed: %s", strerror(-r->error));
-		return xstrdup(r->error == -ETIMEDOUT ? "the engine did not answer in time"
-						      : "the engine could not be reached");
-	}
-	if (r->message) {
-		_cleanup_free_ char *m = snippet(r->message);
-
-		log_warnx("reap: the engine answered HTTP %ld: %s", r->status, m);
-	}
-	return xasprintf("the engine answered HTTP %ld", r->status);
+	return reply_why_of(r->error, r->status, r->message);
 }
 
 /* Why a request could not be sent or completed (-errno), in stable words. */
@@ -620,71 +626,6 @@ static void reap_count(struct reap *rp, enum reap_kind kind)
 		rp->result.networks_removed++;
 }
 
-/* A container ID the engine no longer has leaves the registry. */
-static void reap_forget(struct reap *rp, const char *id)
-{
-	struct sandbox *sb = rp->d->registry ? registry_find_id(rp->d->registry, id) : NULL;
-
-	if (sb)
-		registry_remove(rp->d->registry, sb);
-}
-
-static void reap_removed_cb(const struct docker_reply *r, void *arg)
-{
-	struct reap *rp = arg;
-	size_t i = rp->next;
-	const struct reap_item *it = &rp->items[i];
-	bool removed = r->error == 0 && r->status >= 200 && r->status < 300;
-	bool absent = r->error == 0 && r->status == 404;
-
-	if (r->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
-		reap_add_failure(rp, REAP_CODE_UNKNOWN, "the daemon stopped before the %s %s (%.*s) was removed",
-				 reap_kind_to_string(it->kind), it->name, REAP_SHORT_ID, it->id);
-		reap_enter(rp, REAP_DONE);
-		reap_run(rp);
-		return;
-	}
-	if (removed)
-		reap_count(rp, it->kind);
-	if (removed && it->kind == REAP_WORKLOAD)
-		log_info("sandbox %s disposed: reaped (created before the cutoff; sandbox.reap or reap.max_age_s)",
-			 it->name);
-	if (!removed && !absent) {
-		_cleanup_free_ char *why = reply_why(r);
-
-		reap_removal_failed(rp, it, r->error, why);
-	}
-	if (it->kind == REAP_PROXY && (removed || absent))
-		egress_proxy_removed(rp->d->egress, it->id);
-	if (it->kind != REAP_NETWORK) {
-		if (removed || absent)
-			reap_forget(rp, it->id);
-		if (!removed)       /* failed or already gone: keep the rest for a retry */
-			reap_hold_group(rp, i);
-	}
-	rp->next++;
-	reap_run(rp);
-}
-
-
-/* A proxy's decisions are published before it goes (behaviour-docker §4.5);
- * a log that cannot be read does not stop the removal. */
-static void reap_drained_cb(int error, void *arg)
-{
-	struct reap *rp = arg;
-	struct reap_item *it = &rp->items[rp->next];
-
-	if (error == -ECANCELED) {
-		reap_add_failure(rp, REAP_CODE_UNKNOWN, "the daemon stopped before the proxy %s (%.*s) was removed",
-				 it->name, REAP_SHORT_ID, it->id);
-		reap_enter(rp, REAP_DONE);
-		reap_run(rp);
-		return;
-	}
-	it->drained = true;
-	reap_run(rp);
-}
-
 /* The one selection of the removal, the dry run's too: expired, and its
  * group not held. */
 static bool reap_item_goes(const struct reap_item *it)
@@ -726,34 +667,77 @@ static void reap_dry_select(struct reap *rp)
 	reap_enter(rp, REAP_DONE);
 }
 
-/* Removes the next resource of this state's kind, or moves on. Containers
- * with force; networks without, so an attached container keeps its network. */
-static int reap_remove_next(struct reap *rp)
-{
-	enum reap_kind kind = kind_of_state(rp->state);
-	const struct reap_item *it;
-	int r;
+static const enum dispose_kind dispose_kinds[_REAP_KIND_MAX] = {
+	[REAP_WORKLOAD] = DISPOSE_WORKLOAD,
+	[REAP_PROXY] = DISPOSE_PROXY,
+	[REAP_NETWORK] = DISPOSE_NETWORK,
+};
 
-	while (rp->next < rp->n_items && !(rp->items[rp->next].kind == kind && reap_item_goes(&rp->items[rp->next])))
-		rp->next++;
-	if (rp->next == rp->n_items) {
+/* The removal run's next step: the next resource of this state's kind that
+ * goes, moving through the states; false when the sweep is done. */
+static bool reap_step(void *arg, struct dispose_step *ret_step)
+{
+	struct reap *rp = arg;
+	const struct reap_item *it;
+
+	for (;;) {
+		enum reap_kind kind;
+
+		if (rp->state == REAP_DONE)
+			return false;
+		kind = kind_of_state(rp->state);
+		while (rp->next < rp->n_items &&
+		       !(rp->items[rp->next].kind == kind && reap_item_goes(&rp->items[rp->next])))
+			rp->next++;
+		if (rp->next < rp->n_items)
+			break;
 		reap_enter(rp, (enum reap_state)(rp->state + 1));
-		return 0;
 	}
 	it = &rp->items[rp->next];
-	if (kind == REAP_PROXY && !it->drained && rp->d->egress &&
-	    egress_drain(rp->d->egress, it->id, reap_drained_cb, rp) == 0)
-		return 1;
-	r = kind == REAP_NETWORK ? docker_network_remove(rp->d->engine, it->id, reap_removed_cb, rp, NULL)
-		: docker_container_remove(rp->d->engine, it->id, true, reap_removed_cb, rp, NULL);
-	if (r >= 0)
-		return 1;
-	reap_removal_failed(rp, it, r, NULL);
-	if (kind != REAP_NETWORK)
-		reap_hold_group(rp, rp->next);
-	rp->next++;
-	return 0;
+	*ret_step = (struct dispose_step){ .kind = dispose_kinds[it->kind], .ref = it->id, .name = it->name };
+	return true;
 }
+
+/* A removal's outcome: counted, or a failure of its own; a container not
+ * removed keeps the rest of its group for a retry. */
+static void reap_outcome(void *arg, const struct dispose_step *step, const struct dispose_outcome *o)
+{
+	struct reap *rp = arg;
+	size_t i = rp->next;
+	const struct reap_item *it = &rp->items[i];
+
+	(void)step;
+	if (o->started && o->error == -ECANCELED) {       /* the daemon is stopping: start nothing new */
+		reap_add_failure(rp, REAP_CODE_UNKNOWN, "the daemon stopped before the %s %s (%.*s) was removed",
+				 reap_kind_to_string(it->kind), it->name, REAP_SHORT_ID, it->id);
+		reap_enter(rp, REAP_DONE);
+		return;
+	}
+	if (o->removed)
+		reap_count(rp, it->kind);
+	if (!o->started) {
+		reap_removal_failed(rp, it, o->error, NULL);
+	} else if (!o->removed && !o->absent) {
+		_cleanup_free_ char *why = reply_why_of(o->error, o->status, o->message);
+
+		reap_removal_failed(rp, it, o->error, why);
+	}
+	if (it->kind != REAP_NETWORK && !o->removed)   /* failed or already gone */
+		reap_hold_group(rp, i);
+	rp->next++;
+}
+
+static void reap_removal_done(void *arg)
+{
+	reap_run(arg);
+}
+
+/* Proxies, then workloads, then networks: one removal run (dispose.h). */
+static const struct dispose_run_ops reap_run_ops = {
+	.next = reap_step,
+	.outcome = reap_outcome,
+	.done = reap_removal_done,
+};
 
 /* Starts the next request, moving through the states, until one is in
  * flight or the sweep is done. Requests that cannot start are handled here
@@ -783,7 +767,7 @@ static void reap_run(struct reap *rp)
 				r = 0;
 				break;
 			}
-			r = reap_remove_next(rp);
+			r = dispose_run_start(rp->d, &reap_run_ops, REAP_WHY, rp);
 			break;
 		case REAP_DONE:
 			reap_finish(rp);

@@ -8,6 +8,9 @@
  *     → REVALIDATE each expired anchor by ID
  *     → REMOVE proxies → workloads → networks, by ID                 (removal)
  *
+ * The removal is the disposals' removal run (dispose.h): each proxy drained
+ * first, what is gone leaving the domain's tables.
+ *
  * Any inventory or revalidation failure → one "unlisted" failure and no
  * removal at all. A removal failure is reported on its own and the sweep
  * goes on. Requests are made one at a time (bounded memory, no storm).
@@ -139,7 +142,6 @@ struct reap_item {
 	bool anchor;                   /* reap_plan: its group's age anchor */
 	bool expired;                  /* reap_plan: its group's anchor is older than the cutoff */
 	bool held;                     /* the driver: keep the rest of this group */
-	bool drained;                  /* the driver: a proxy's decisions were published */
 };
 
 /* Validates one inspect document (borrowed) of the resource listed as

@@ -26,6 +26,7 @@ static struct msbd d;
 static void setup(void)
 {
 	char path[128], *err = NULL;
+	struct server_env env;
 
 	snprintf(dir, sizeof(dir), "/tmp/check_server.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -35,7 +36,8 @@ static void setup(void)
 	ck_assert_int_eq(config_set(d.dom.config, "socket.path", path, &err), 0);
 	ck_assert_int_eq(config_set(d.dom.config, "socket.group", "nogroup", &err), 0);
 	ck_assert_int_eq(config_set(d.dom.config, "events.max_backlog_bytes", "4096", &err), 0);
-	d.server = server_new(&d);
+	msbd_server_env(&d, &env);
+	d.server = server_new(&env);
 	msbd_wire_domain(&d);
 	ck_assert_msg(server_listen(d.server, &err) == 0, "listen: %s", err ? err : "?");
 }
