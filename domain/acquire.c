@@ -516,7 +516,7 @@ static void acq_workdir_make(struct acquire_op *op)
 	const char *wd = msb_spec_work_dir(&op->spec);
 	struct fileop_params p = {
 		.kind = FILEOP_PREPARE, .id = op->id, .timeout_ms = op->d->config->files_timeout_ms,
-		.uid = op->ident.resolved ? op->ident.uid : 0, .gid = op->ident.resolved ? op->ident.gid : 0,
+		.uid = op->ident.uid, .gid = op->ident.gid,   /* 0:0 when unresolved (guest.h) */
 	};
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
@@ -611,8 +611,7 @@ static void acq_prepare(struct acquire_op *op)
 		acq_prepared(op);
 		return;
 	}
-	if (sb && sb->guest.known) {
-		op->ident = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+	if (guest_identity_fixed(sb, &op->ident)) {
 		op->ident_known = true;
 		acq_workdir(op);
 		return;
