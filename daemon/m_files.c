@@ -420,7 +420,7 @@ static void files_guest_cb(const struct msb_error *err, const struct guest_ident
 	if (!id->resolved)
 		log_warnx("sandbox %.12s: the guest's user is unresolved; what is written is owned by root",
 			  fr->id);
-	files_op_start(fr, id->resolved ? id->uid : 0, id->resolved ? id->gid : 0);
+	files_op_start(fr, id->uid, id->gid);   /* 0:0 when unresolved (guest.h) */
 }
 
 /* Whether the guest's uid:gid is needed before the op: a write stamps
@@ -441,7 +441,10 @@ static struct rpc_result *files_run(struct files_req *fr, const struct sandbox *
 	int r;
 
 	if (!files_needs_guest(fr, sb)) {
-		files_op_start(fr, sb->guest.uid, sb->guest.gid);   /* 0:0 when not known or unresolved */
+		struct guest_identity id = { 0 };   /* 0:0 when not known (guest.h: or unresolved) */
+
+		guest_identity_fixed(sb, &id);
+		files_op_start(fr, id.uid, id.gid);
 		return res;
 	}
 	r = guest_identity_start(&fr->d->dom, fr->id, NULL, files_guest_cb, fr, NULL);

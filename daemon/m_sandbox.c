@@ -163,24 +163,64 @@ static int match_declarations(const struct msbd *d, const struct msb_spec *spec,
 	return 0;
 }
 
+/* ---- an acquire's waiter: the pending call ------------------------------ *
+ * The domain answers its waiters through these; the call stays pending
+ * until done, and a detached one still counts as a waiter (its answer is
+ * dropped, and it is never the one told "created"). */
+
+static void acquire_call_done(json_t *result, const struct msb_error *err, void *arg)
+{
+	struct rpc_call *call = arg;
+
+	if (err)
+		rpc_call_fail_error(call, err);
+	else
+		rpc_call_reply(call, result);
+}
+
+static bool acquire_call_detached(void *arg)
+{
+	return rpc_call_is_detached(arg);
+}
+
+static void acquire_call_notify(const char *method, json_t *params, void *arg)
+{
+	rpc_call_notify(arg, method, params);
+}
+
+static const struct acquire_waiter_ops acquire_call_ops = {
+	.done = acquire_call_done,
+	.detached = acquire_call_detached,
+	.notify = acquire_call_notify,
+};
+
+static struct acquire_caller acquire_caller_of(const struct rpc_call *call)
+{
+	const struct rpc_peer *peer = rpc_call_peer(call);
+
+	return (struct acquire_caller){ .uid = peer->uid, .gid = peer->gid, .admin = peer->admin };
+}
+
 /* Serves a running, registered, unlocked sandbox without an engine request. */
-static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d,
+static struct rpc_result *acquire_warm(struct rpc_call *call, struct msbd *d, const struct acquire_caller *caller,
 				       const struct sandbox *sb, const struct msb_key *key,
 				       const struct msb_spec *spec, const struct m_sandbox_acquire_params *p)
 {
 	struct msb_error err = { 0 };
 	struct rpc_result *r;
 
-	if (acquire_check(&d->dom, sb->name, key, spec, rpc_call_peer(call), sb->labels, sb->image, sb->image_id,
-			  &err) < 0) {
+	if (acquire_check(&d->dom, sb->name, key, spec, caller, sb->labels, sb->image, sb->image_id, &err) < 0) {
 		r = rpc_fail_error(call, &err);
 		msb_error_clear(&err);
 		return r;
 	}
 	log_debug("op", "sandbox %s reused (warm)", sb->name);
-	if (acquire_spec_needs_prepare(spec))
+	if (acquire_spec_needs_prepare(spec)) {
 		/* The work dir must still be there (one HEAD), the guest known. */
-		return acquire_start_warm(&d->dom, call, sb, p->key, p->spec, rpc_call_peer(call)->uid);
+		r = rpc_pending(call);
+		acquire_start_warm(&d->dom, caller, &acquire_call_ops, call, sb, p->key, p->spec);
+		return r;
+	}
 	{
 		struct egress_info info;
 		bool proxied = egress_spec_needs_proxy(spec) && egress_proxy_ok(d->dom.egress, sb->name, &info);
@@ -194,6 +234,7 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 					  const struct m_sandbox_acquire_params *p,
 					  const struct msb_key *key, const struct msb_spec *spec)
 {
+	const struct acquire_caller caller = acquire_caller_of(call);
 	struct msb_error err = { 0 };
 	char name[NAMES_CONTAINER_MAX];
 	_cleanup_free_ char *egress_id = names_egress_id(spec, egress_configured(&d->dom));
@@ -217,13 +258,15 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 				"the spec has neither image nor image_id");
 	if (engine_get_state(d->dom.engine) != ENGINE_REACHABLE)
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
-	names_container_ns(key, spec->kind, egress_id, acquire_key_space(&d->dom, rpc_call_peer(call)), name);
+	names_container_ns(key, spec->kind, egress_id, acquire_key_space(&d->dom, &caller), name);
 	sb = registry_find_name(d->dom.registry, name);
 	if (d->registry_synced && docker_events_is_connected(d->dom.events) && sb && sb->state == SANDBOX_RUNNING &&
 	    !acquire_in_flight(d->dom.acquires, name) &&
 	    (!egress_spec_needs_proxy(spec) || egress_proxy_ok(d->dom.egress, name, &einfo)))
-		return acquire_warm(call, d, sb, key, spec, p);
-	return acquire_start(&d->dom, call, name, p->key, p->spec, rpc_call_peer(call)->uid);
+		return acquire_warm(call, d, &caller, sb, key, spec, p);
+	r = rpc_pending(call);
+	acquire_start(&d->dom, &caller, &acquire_call_ops, call, name, p->key, p->spec);
+	return r;
 }
 
 struct rpc_result *m_sandbox_acquire(struct rpc_call *call, const void *params)

@@ -31,7 +31,7 @@ struct acquire_op {
 	struct msb_key key;
 	struct msb_spec spec;
 	uid_t owner;
-	struct rpc_peer peer;        /* the first caller's */
+	struct acquire_caller caller;  /* the first waiter's */
 	enum acq_state state;
 	struct engine_req *req;
 	char *id;                    /* the container, once known */
@@ -63,8 +63,9 @@ struct acquire_op {
 /* Each caller joined to the op, with what it asked for: the container is
  * checked against every waiter's own owner and work dir at the end. */
 struct acq_waiter {
-	struct rpc_call *call;
-	struct rpc_peer peer;
+	struct acquire_caller caller;
+	const struct acquire_waiter_ops *ops;
+	void *arg;
 	json_t *spec_json;
 	struct msb_spec spec;
 };
@@ -215,48 +216,57 @@ static struct sandbox *acq_result_entry(struct acquire_op *op)
 	return sb;
 }
 
-/* Answers one waiter; true when it was served the sandbox. `created` is
- * what it is told of the container's making. */
-static bool acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct sandbox *sb, bool created)
+/* Why a waiter is not served sb (true, *err set), or false. */
+static bool acq_refused(struct acquire_op *op, const struct acq_waiter *w, const struct sandbox *sb,
+			struct msb_error *err)
 {
-	struct msb_error err = { 0 };
-
 	if (!sb) {
-		rpc_call_fail_error(w->call, &op->err);
-		return false;
+		msb_error_copy(err, &op->err);
+		return true;
 	}
-	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->peer, sb->labels, sb->image, sb->image_id,
-			  &err) < 0) {
-		rpc_call_fail_error(w->call, &err);
-		msb_error_clear(&err);
-		return false;
-	}
+	if (acquire_check(op->d, op->name, &op->key, &w->spec, &w->caller, sb->labels, sb->image, sb->image_id,
+			  err) < 0)
+		return true;
 	if (w->spec.requires & op->probes_failed) {
-		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:o}", "missing", msb_capability_set_encode(w->spec.requires & op->probes_failed)),
 			      "image %s cannot serve this spec: %s", msb_spec_image_ref(&w->spec),
 			      op->probe_failure ? op->probe_failure : "a command probe failed");
-		return false;
+		return true;
 	}
 	if ((w->spec.requires & ACQ_NEEDS_IDENTITY) && (!sb->guest.known || !sb->guest.resolved)) {
-		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[ss]}", "missing", "files_out", "host_tools"),
 			      "the image's user could not be resolved, which files_out, host_tools need. "
 			      "Give the image a numeric uid:gid in Config.User, a readable /etc/passwd, or an "
 			      "`id` it can run. One left unresolved by a passing failure (a timeout, the "
 			      "engine) is resolved again by the next acquire; one the image cannot give "
 			      "is kept for the container's life: dispose it once the image is fixed.");
-		return false;
+		return true;
 	}
 	if ((w->spec.requires & MSB_BIT(MSB_CAP_FILES_LIST)) && !fileop_plane_local(op->d, sb)) {
-		rpc_call_fail(w->call, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
+		msb_error_set(err, MSB_ERR_CAPABILITY_NOT_SUPPORTED,
 			      json_pack("{s:[s], s:s}", "missing", "files_list", "file_plane", "archive"),
 			      "this sandbox is served by the archive file plane (its init cannot be pinned from "
 			      "this daemon), which cannot list directories");
+		return true;
+	}
+	return false;
+}
+
+/* Answers one waiter; true when it was served the sandbox. `created` is
+ * what it is told of the container's making. */
+static bool acq_answer(struct acquire_op *op, struct acq_waiter *w, const struct sandbox *sb, bool created)
+{
+	struct msb_error err = { 0 };
+
+	if (acq_refused(op, w, sb, &err)) {
+		w->ops->done(NULL, &err, w->arg);
+		msb_error_clear(&err);
 		return false;
 	}
-	rpc_call_reply(w->call, acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), created,
-					       op->egress_known ? &op->einfo : NULL));
+	w->ops->done(acquire_result(op->d, sb, msb_spec_work_dir(&w->spec), created,
+				    op->egress_known ? &op->einfo : NULL), NULL, w->arg);
 	return true;
 }
 
@@ -290,7 +300,7 @@ static void acq_finish_cb(evutil_socket_t fd, short what, void *arg)
 	 * written into. */
 	for (size_t i = 0; i < op->n_waiters; i++) {
 		struct acq_waiter *w = &op->waiters[i];
-		bool first = op->created && !told && !rpc_call_is_detached(w->call);
+		bool first = op->created && !told && !w->ops->detached(w->arg);
 
 		if (acq_answer(op, w, sb, first) && first)
 			told = true;
@@ -350,9 +360,9 @@ static void acq_fail_engine(struct acquire_op *op, const struct docker_reply *r,
  * is not this key's (a foreign look-alike, a hash collision) is refused. */
 /* ---- preparing: identity and work dir ----------------------------------- */
 
-uid_t acquire_key_space(const struct domain *d, const struct rpc_peer *peer)
+uid_t acquire_key_space(const struct domain *d, const struct acquire_caller *caller)
 {
-	return peer->admin ? NAMES_SEED_UID : peer->uid;
+	return caller->admin ? NAMES_SEED_UID : caller->uid;
 }
 
 bool acquire_spec_needs_prepare(const struct msb_spec *spec)
@@ -506,7 +516,7 @@ static void acq_workdir_make(struct acquire_op *op)
 	const char *wd = msb_spec_work_dir(&op->spec);
 	struct fileop_params p = {
 		.kind = FILEOP_PREPARE, .id = op->id, .timeout_ms = op->d->config->files_timeout_ms,
-		.uid = op->ident.resolved ? op->ident.uid : 0, .gid = op->ident.resolved ? op->ident.gid : 0,
+		.uid = op->ident.uid, .gid = op->ident.gid,   /* 0:0 when unresolved (guest.h) */
 	};
 	struct paths_plan *plan = NULL;
 	enum paths_reason reason;
@@ -601,8 +611,7 @@ static void acq_prepare(struct acquire_op *op)
 		acq_prepared(op);
 		return;
 	}
-	if (sb && sb->guest.known) {
-		op->ident = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+	if (guest_identity_fixed(sb, &op->ident)) {
 		op->ident_known = true;
 		acq_workdir(op);
 		return;
@@ -666,7 +675,7 @@ static bool owner_label_parse(const char *s, uid_t *ret_uid)
  * caller's own, or a current administrator's: root's space is shared by
  * those. Not a user's: one made before keys were per owner, or by a member
  * since removed from sandbox.admin_group, who still reaches it by id. */
-static bool root_space_owner_ok(const struct domain *d, const struct rpc_peer *peer, const char *owner,
+static bool root_space_owner_ok(const struct domain *d, const struct acquire_caller *caller, const char *owner,
 				uid_t *ret_owner)
 {
 	uid_t o;
@@ -677,7 +686,7 @@ static bool root_space_owner_ok(const struct domain *d, const struct rpc_peer *p
 		return false;
 	*ret_owner = o;
 	/* the user database only for a container another uid made (rare) */
-	return o == 0 || o == peer->uid || (d->is_admin && d->is_admin(d->out_arg, o, (gid_t)-1));
+	return o == 0 || o == caller->uid || (d->is_admin && d->is_admin(d->out_arg, o, (gid_t)-1));
 }
 
 /* ---- spec conflicts ---------------------------------------------------- */
@@ -854,7 +863,7 @@ static int acq_check_spec(const char *name, const struct msb_spec *spec, const j
 }
 
 int acquire_check(const struct domain *d, const char *name, const struct msb_key *key,
-		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
+		  const struct msb_spec *spec, const struct acquire_caller *caller, const json_t *labels,
 		  const char *image, const char *image_id, struct msb_error *reterr)
 {
 	const char *wd = json_string_value(json_object_get(labels, LABEL_WORK_DIR));
@@ -867,11 +876,11 @@ int acquire_check(const struct domain *d, const char *name, const struct msb_key
 			      name);
 		return -EEXIST;
 	}
-	snprintf(uid, sizeof(uid), "%u", (unsigned)peer->uid);
-	if (peer->admin) {
+	snprintf(uid, sizeof(uid), "%u", (unsigned)caller->uid);
+	if (caller->admin) {
 		uid_t o = (uid_t)-1;
 
-		if (!root_space_owner_ok(d, peer, owner, &o)) {
+		if (!root_space_owner_ok(d, caller, owner, &o)) {
 			/* root and administrators may see every owner: the uid is told */
 			if (o != (uid_t)-1)
 				msb_error_set(reterr, MSB_ERR_SANDBOX_CONFLICT, json_pack("{s:I}", "owner", (json_int_t)o),
@@ -898,7 +907,7 @@ static bool acq_may_serve(struct acquire_op *op, const json_t *inspect)
 {
 	const json_t *config = json_object_get(inspect, "Config");
 
-	return acquire_check(op->d, op->name, &op->key, &op->spec, &op->peer, json_object_get(config, "Labels"),
+	return acquire_check(op->d, op->name, &op->key, &op->spec, &op->caller, json_object_get(config, "Labels"),
 			     json_string_value(json_object_get(config, "Image")),
 			     json_string_value(json_object_get(inspect, "Image")), &op->err) == 0;
 }
@@ -993,7 +1002,7 @@ static void acq_pull_progress_cb(const json_t *line, void *arg)
 			json_object_set(p, "current", json_object_get(detail, "current"));
 		if (json_is_integer(json_object_get(detail, "total")))
 			json_object_set(p, "total", json_object_get(detail, "total"));
-		rpc_call_notify(op->waiters[i].call, MSB_NOTIFY_PULL_PROGRESS, p);
+		op->waiters[i].ops->notify(MSB_NOTIFY_PULL_PROGRESS, p, op->waiters[i].arg);
 	}
 }
 
@@ -1398,8 +1407,9 @@ static void acq_docker_cb(const struct docker_reply *r, void *arg)
 
 /* ---- starting and joining -------------------------------------------- */
 
-/* Joins call to op with its own spec (validated by the caller). */
-static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call, json_t *spec_json)
+/* Joins a waiter to op with its own spec (validated by the caller). */
+static void acq_add_waiter(struct acquire_op *op, const struct acquire_caller *caller,
+			   const struct acquire_waiter_ops *ops, void *arg, json_t *spec_json)
 {
 	struct acq_waiter *w;
 	const char *field;
@@ -1407,15 +1417,16 @@ static void acq_add_waiter(struct acquire_op *op, struct rpc_call *call, json_t 
 
 	op->waiters = xrealloc(op->waiters, (op->n_waiters + 1) * sizeof(*op->waiters));
 	w = &op->waiters[op->n_waiters++];
-	*w = (struct acq_waiter){ .call = call, .peer = *rpc_call_peer(call),
-				  .spec_json = json_incref(spec_json) };
+	*w = (struct acq_waiter){ .caller = *caller, .ops = ops, .arg = arg, .spec_json = json_incref(spec_json) };
 	if (msb_spec_decode(spec_json, &w->spec, &field, &msg) < 0)
 		assert(!"acq_add_waiter: the spec was not validated");
 }
 
-/* A new op for name, with its first waiter; in the table. */
-static struct acquire_op *acq_new(struct domain *d, struct rpc_call *call, const char *name, json_t *key_json,
-				  json_t *spec_json, uid_t owner)
+/* A new op for name, with its first waiter; in the table. The first
+ * caller owns what it makes. */
+static struct acquire_op *acq_new(struct domain *d, const struct acquire_caller *caller,
+				  const struct acquire_waiter_ops *ops, void *arg, const char *name,
+				  json_t *key_json, json_t *spec_json)
 {
 	struct acquire_op *op = xcalloc(1, sizeof(*op));
 	const char *field;
@@ -1426,8 +1437,8 @@ static struct acquire_op *acq_new(struct domain *d, struct rpc_call *call, const
 	snprintf(op->name, sizeof(op->name), "%s", name);
 	op->key_json = json_incref(key_json);
 	op->spec_json = json_incref(spec_json);
-	op->owner = owner;
-	op->peer = *rpc_call_peer(call);
+	op->owner = caller->uid;
+	op->caller = *caller;
 	/* Validated by the caller: these decodes cannot fail. */
 	if (msb_key_decode(key_json, &op->key, &field, &msg) < 0 ||
 	    msb_spec_decode(spec_json, &op->spec, &field, &msg) < 0)
@@ -1437,36 +1448,35 @@ static struct acquire_op *acq_new(struct domain *d, struct rpc_call *call, const
 		fatalx("%s: cannot create an event", __func__);
 	TAILQ_INSERT_TAIL(&d->acquires->ops, op, entry);
 	d->acquires->count++;
-	acq_add_waiter(op, call, spec_json);     /* waiters[0]: the one that started it */
+	acq_add_waiter(op, caller, ops, arg, spec_json);     /* waiters[0]: the one that started it */
 	return op;
 }
 
-struct rpc_result *acquire_start(struct domain *d, struct rpc_call *call, const char *name,
-				 json_t *key_json, json_t *spec_json, uid_t owner)
+void acquire_start(struct domain *d, const struct acquire_caller *caller, const struct acquire_waiter_ops *ops,
+		   void *arg, const char *name, json_t *key_json, json_t *spec_json)
 {
 	struct acquire_op *op = acquire_find(d->acquires, name);
 
 	if (op) {
 		/* Owner and work dir are checked per waiter when it completes. */
-		acq_add_waiter(op, call, spec_json);
-		return rpc_pending(call);
+		acq_add_waiter(op, caller, ops, arg, spec_json);
+		return;
 	}
-	op = acq_new(d, call, name, key_json, spec_json, owner);
+	op = acq_new(d, caller, ops, arg, name, key_json, spec_json);
 	acq_enter(op, ACQ_INSPECT);
-	return rpc_pending(call);
 }
 
-struct rpc_result *acquire_start_warm(struct domain *d, struct rpc_call *call, const struct sandbox *sb,
-				      json_t *key_json, json_t *spec_json, uid_t owner)
+void acquire_start_warm(struct domain *d, const struct acquire_caller *caller,
+			const struct acquire_waiter_ops *ops, void *arg, const struct sandbox *sb,
+			json_t *key_json, json_t *spec_json)
 {
 	struct acquire_op *op = acquire_find(d->acquires, sb->name);
 
 	if (op) {
-		acq_add_waiter(op, call, spec_json);
-		return rpc_pending(call);
+		acq_add_waiter(op, caller, ops, arg, spec_json);
+		return;
 	}
-	op = acq_new(d, call, sb->name, key_json, spec_json, owner);
+	op = acq_new(d, caller, ops, arg, sb->name, key_json, spec_json);
 	acq_set_id(op, sb->id);
 	acq_prepare(op);
-	return rpc_pending(call);
 }

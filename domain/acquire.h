@@ -18,8 +18,10 @@
  *   A failure here keeps the container (a retry of the key works on it).
  *
  * Concurrent acquires of one container name join the op in flight; all get
- * its outcome. An op always completes from the loop (a deferred event),
- * never inside acquire_start, so a pending call is never finished before its
+ * its outcome. Each caller is a waiter: who it is (struct acquire_caller)
+ * and how it is answered (struct acquire_waiter_ops, the handler's: a
+ * pending call). An op always completes from the loop (a deferred event),
+ * never inside acquire_start, so a waiter is never answered before its
  * handler returns. Ownership: the table owns its ops; an op frees itself
  * when it completes. */
 #ifndef MSB_ACQUIRE_H
@@ -29,7 +31,7 @@
 #include <sys/types.h>
 #include <jansson.h>
 
-#include "rpc.h"
+#include "errors.h"
 #include "sandbox.h"
 
 /* Ours, beside the seed's labels: the raw key and kind as a JSON array
@@ -94,29 +96,53 @@ bool acquire_in_flight(const struct acquire_table *t, const char *name);
 typedef void acquire_visit_fn(const char *name, const json_t *labels, void *arg);
 void acquire_foreach(const struct acquire_table *t, acquire_visit_fn *fn, void *arg);
 
-/* Starts, or joins, the cold acquire of name for call. key_json and
- * spec_json are the call's params (borrowed; the op keeps references). The
- * caller has validated them and matched the declarations. Returns the
- * handler's result: pending, or a failure for an owner clash. */
-struct rpc_result *acquire_start(struct domain *d, struct rpc_call *call, const char *name,
-				 json_t *key_json, json_t *spec_json, uid_t owner);
+/* Who asks for a sandbox: whose key space names it (acquire_key_space),
+ * whose containers it may be served (acquire_check), and the owner of a
+ * container its acquire makes (uid). */
+struct acquire_caller {
+	uid_t uid;
+	gid_t gid;
+	bool admin;        /* root or a member of sandbox.admin_group */
+};
+
+/* How an acquire answers one waiter: the starter's or joiner's (the
+ * handler's, around its pending call), called with its arg. */
+struct acquire_waiter_ops {
+	/* The outcome, exactly once, from the loop: result (stolen) when the
+	 * waiter is served, else err (lent). arg is not used after. */
+	void (*done)(json_t *result, const struct msb_error *err, void *arg);
+	/* Has the waiter left (its answer will be dropped)? One that has is
+	 * never the one told "created". */
+	bool (*detached)(void *arg);
+	/* A progress notification while it waits (params stolen). */
+	void (*notify)(const char *method, json_t *params, void *arg);
+};
+
+/* Starts, or joins, the cold acquire of name for caller, answered through
+ * ops with arg. key_json and spec_json are the call's params (borrowed;
+ * the op keeps references). The caller has validated them and matched the
+ * declarations. Owner and work dir are checked per waiter when the op
+ * completes; the answer always comes later, from the loop. */
+void acquire_start(struct domain *d, const struct acquire_caller *caller, const struct acquire_waiter_ops *ops,
+		   void *arg, const char *name, json_t *key_json, json_t *spec_json);
 
 /* Starts, or joins, the preparation of a running, registered container
  * (sb) for a warm acquire whose spec needs a work dir or the guest's
  * identity. Same contract as acquire_start. */
-struct rpc_result *acquire_start_warm(struct domain *d, struct rpc_call *call, const struct sandbox *sb,
-				      json_t *key_json, json_t *spec_json, uid_t owner);
-/* The key space peer's acquires are named in (names_container_ns):
+void acquire_start_warm(struct domain *d, const struct acquire_caller *caller,
+			const struct acquire_waiter_ops *ops, void *arg, const struct sandbox *sb,
+			json_t *key_json, json_t *spec_json);
+/* The key space caller's acquires are named in (names_container_ns):
  * NAMES_SEED_UID for root and the members of sandbox.admin_group (acting
  * for root: the seed's own names, so its containers are adopted); every
  * other caller's own uid, so no user's key ever names another's container. */
-uid_t acquire_key_space(const struct domain *d, const struct rpc_peer *peer);
+uid_t acquire_key_space(const struct domain *d, const struct acquire_caller *caller);
 
 /* Does an acquire with this spec prepare anything (work dir, identity)? */
 bool acquire_spec_needs_prepare(const struct msb_spec *spec);
 
 /* May the container with these labels be served as name for key/spec to
- * peer? 0, or -EEXIST (not this key's; or made from another spec:
+ * caller? 0, or -EEXIST (not this key's; or made from another spec:
  * SandboxConflict with data.differences [{field, requested, existing}] for
  * work_dir, image / image_id and labels — see acquire_spec_differences) /
  * -EPERM (another owner's: PermissionDenied) with *reterr filled. image
@@ -127,7 +153,7 @@ bool acquire_spec_needs_prepare(const struct msb_spec *spec);
  * any other owner's (a user's from before per-owner keys, a former
  * administrator's) is -EEXIST SandboxConflict with data.owner. */
 int acquire_check(const struct domain *d, const char *name, const struct msb_key *key,
-		  const struct msb_spec *spec, const struct rpc_peer *peer, const json_t *labels,
+		  const struct msb_spec *spec, const struct acquire_caller *caller, const json_t *labels,
 		  const char *image, const char *image_id, struct msb_error *reterr);
 
 /* The spec fields that shaped the container (PROTOCOL.md "Spec

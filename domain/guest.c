@@ -68,17 +68,15 @@ static void guest_fix(struct guest_req *g, struct guest_identity *id)
 {
 	struct sandbox *sb = g->d->registry ? registry_find_id(g->d->registry, g->id) : NULL;
 
-	if (sb && sb->guest.known) {
-		*id = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+	if (guest_identity_fixed(sb, id))
 		return;
-	}
 	if (!id->resolved && g->transient) {
 		log_warnx("the guest user of %.12s could not be resolved for now (a lookup timed out or the "
 			  "engine failed); not fixed: the next call tries again", g->id);
 		return;
 	}
 	if (sb && !identity_fixed_set(&sb->guest, id->resolved, id->uid, id->gid)) {
-		*id = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+		guest_identity_fixed(sb, id);
 		return;
 	}
 	if (id->resolved)
@@ -86,6 +84,15 @@ static void guest_fix(struct guest_req *g, struct guest_identity *id)
 	else
 		log_warnx("the guest user of %.12s could not be resolved; FILES_OUT and HOST_TOOLS "
 			  "workloads are refused, inputs land root-owned, execs are refused", g->id);
+}
+
+bool guest_identity_fixed(const struct sandbox *sb, struct guest_identity *ret)
+{
+	if (!sb || !sb->guest.known)
+		return false;
+	/* identity_fixed_set stores an unresolved one as 0:0 */
+	*ret = (struct guest_identity){ sb->guest.resolved, sb->guest.uid, sb->guest.gid };
+	return true;
 }
 
 static void guest_finish_cb(evutil_socket_t fd, short what, void *arg)
@@ -96,8 +103,9 @@ static void guest_finish_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	if (!g->err.code) {
 		id.resolved = identity_finish(&g->ident);
-		id.uid = g->ident.uid;
-		id.gid = g->ident.gid;
+		/* Unresolved is 0:0, stored or not (a half found is not used). */
+		id.uid = id.resolved ? g->ident.uid : 0;
+		id.gid = id.resolved ? g->ident.gid : 0;
 		guest_fix(g, &id);
 	}
 	if (g->cb)

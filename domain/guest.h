@@ -42,7 +42,8 @@ struct guest_identity {
 	gid_t gid;
 };
 
-/* err NULL on success (resolved or not: see id->resolved). Both lent. */
+/* err NULL on success (resolved or not: see id->resolved; unresolved is
+ * 0:0, as guest_identity_fixed gives it). Both lent. */
 typedef void guest_cb(const struct msb_error *err, const struct guest_identity *id, void *arg);
 
 /* inspect: the container's inspect (borrowed; only Config.User is read), or
@@ -51,5 +52,11 @@ typedef void guest_cb(const struct msb_error *err, const struct guest_identity *
 int guest_identity_start(struct domain *d, const char *id, const json_t *inspect, guest_cb *cb, void *arg,
 			 struct guest_req **ret);
 void guest_identity_abandon(struct guest_req *g);
+
+struct sandbox;
+/* The identity fixed for sb (registry.h, sb->guest), the one way it is
+ * read: true when one is stored, *ret set; an unresolved one is 0:0 (the
+ * uid:gid every caller then acts with: root's). false leaves *ret. */
+bool guest_identity_fixed(const struct sandbox *sb, struct guest_identity *ret);
 
 #endif

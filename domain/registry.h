@@ -60,7 +60,9 @@ struct sandbox {
 	uint64_t event_seq;    /* the registry's event count when an event last changed it */
 	/* The guest's uid:gid (guest.h), fixed when the daemon first serves
 	 * the sandbox; kept while the entry lives (a resync keeps entries it
-	 * still lists). Written only by guest.c (identity_fixed_set). */
+	 * still lists). Written only by guest.c (guest_fix, through
+	 * identity_fixed_set); its uid:gid read as guest_identity_fixed gives
+	 * it (unresolved: 0:0). */
 	struct identity_fixed guest;
 	uint32_t probes_passed; /* MSB_BIT(capability) whose command probe passed (acquire.c) */
 	enum sandbox_plane plane;

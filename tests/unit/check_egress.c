@@ -748,6 +748,7 @@ START_TEST(admin_shares_roots_allowlisted_sandbox)
 	char name[NAMES_CONTAINER_MAX], bridge[IFNAMSIZ], cpath[192], npath[192], cbody[1024], nbody[512];
 	struct rpc_peer peer = { .pid = 1, .uid = 4242, .gid = 4242, .admin = true };
 	static const struct rpc_call_ops ops = { .done = acquire_done_cb };
+	struct msbd md;
 	struct jsonrpc_request req;
 	struct msb_spec spec;
 	json_auto_t *params = NULL;
@@ -794,9 +795,12 @@ START_TEST(admin_shares_roots_allowlisted_sandbox)
 		d.acquires = acquire_table_new();
 		d.egress = egress_new(&d);
 		loop_engine_start_reachable(base, engine, &reachable_count, script, ELEMENTSOF(script), RUN_MAX_MS);
+		/* The handler's context is the daemon, around this domain (its
+		 * registry not synced: the cold path). */
+		md = (struct msbd){ .dom = d };
 		ck_assert_int_eq(jsonrpc_request_parse(frame, strlen(frame), &req, &perr), 0);
 		acquired = 0;
-		(void)rpc_dispatch(msbd_methods, msbd_n_methods, &req, &peer, &d, &ops, NULL);
+		(void)rpc_dispatch(msbd_methods, msbd_n_methods, &req, &peer, &md, &ops, NULL);
 		jsonrpc_request_release(&req);
 		loop_run_until(base, &acquired, 1, RUN_MAX_MS);
 		ck_assert_int_eq(acquired, 1);
