@@ -13,23 +13,15 @@
 #include "rpc.h"
 
 struct server;
+struct registry_sync;
 
 struct msbd {
 	struct domain dom;                  /* what the domain's operations get */
 	const struct msbd_cmdline *cmdline;
 	struct server *server;
-	bool registry_synced;               /* a listing has been read since the last resync */
-	bool journal_replayed;              /* files.journal_dir was replayed (once, at the first listing) */
-	size_t orphan_thaws;                /* thaws of a dead daemon's freezes in flight (the replay waits) */
-	uint64_t resync_gen;                /* the resync a listing reply belongs to */
-	struct event *resync_timer;         /* retries a failed listing */
-	long resync_backoff_ms;
+	struct registry_sync *sync;         /* keeps dom.registry current (registry_sync.h) */
 	struct timespec started;           /* CLOCK_MONOTONIC */
 };
-
-/* A failed registry listing is retried after a backoff between these. */
-#define MSBD_RESYNC_RETRY_MIN_MS 250
-#define MSBD_RESYNC_RETRY_MAX_MS 10000
 
 /* root, or a member of sandbox.admin_group: looked up in the user database
  * (which may block), so the server does it once per connection... */

@@ -26,6 +26,7 @@
 #include "hostlock.h"
 #include "reap.h"
 #include "registry.h"
+#include "registry_sync.h"
 #include "log.h"
 #include "plane_local.h"
 #include "msb-build.h"
@@ -175,147 +176,6 @@ static void engine_state_changed_cb(struct engine *e, enum engine_state old_stat
 
 /* ---- the registry: listed at each (re)connection, then followed ------ */
 
-struct orphan_thaw {
-	struct msbd *d;
-	char *id;
-};
-
-static void journal_replay_once(struct msbd *d);
-
-static void thaw_done_cb(struct freeze_claim *claim, int error, const struct freeze_failure *f,
-			 void *arg)
-{
-	struct orphan_thaw *ot = arg;
-	struct msbd *d = ot->d;
-	char *id = ot->id;
-
-	free(ot);
-	(void)claim;
-	if (error == 0)
-		log_info("sandbox %.12s: thawed; a previous daemon left it frozen", id);
-	else if (error == -EAGAIN)
-		/* A live daemon's file call: it thaws the container itself. */
-		log_info("sandbox %.12s: left frozen: another maf-sandboxd on this host holds it", id);
-	else if (error != -ECANCELED)
-		log_warnx("%s", f && f->message ? f->message : strerror(-error));
-	free(id);
-	if (d->orphan_thaws && --d->orphan_thaws == 0 && error != -ECANCELED)
-		journal_replay_once(d);     /* its rm execs never meet a container still paused */
-}
-
-/* A container found paused that no claim of ours holds, and no other live
- * maf-sandboxd on this host (its host lock), was frozen by a dead daemon:
- * thaw it, under its lock, so a freeze of ours or theirs is never lifted. */
-static void thaw_orphans(struct msbd *d)
-{
-	for (struct sandbox *sb = registry_first(d->dom.registry); sb; sb = registry_next(sb)) {
-		struct orphan_thaw *ot;
-		char *id;
-		int r;
-
-		if (sb->state != SANDBOX_PAUSED || acquire_in_flight(d->dom.acquires, sb->name) ||
-		    freeze_is_held(d->dom.freezes, sb->id))
-			continue;
-		id = xstrdup(sb->id);
-		ot = xmalloc(sizeof(*ot));
-		*ot = (struct orphan_thaw){ d, id };
-		d->orphan_thaws++;
-		r = freeze_table_thaw_orphan(d->dom.freezes, d->dom.engine, id, thaw_done_cb, ot, NULL);
-		if (r == -EAGAIN || r == -ENOLCK) {
-			thaw_done_cb(NULL, r, NULL, ot);   /* the host lock refused it: say so */
-		} else if (r < 0) {
-			d->orphan_thaws--;
-			free(id);
-			free(ot);
-		}
-	}
-}
-
-/* The journal's replay, once, after the first listing's orphan thaws end. */
-static void journal_replay_once(struct msbd *d)
-{
-	if (d->journal_replayed || d->orphan_thaws)
-		return;
-	d->journal_replayed = true;
-	fileop_journal_replay(&d->dom);
-}
-
-struct registry_listing {
-	struct msbd *d;
-	uint64_t gen;
-};
-
-static void registry_list(struct msbd *d);
-
-static void registry_listed_cb(const struct docker_reply *r, void *arg)
-{
-	struct registry_listing *l = arg;
-	struct msbd *d = l->d;
-	bool current = l->gen == d->resync_gen;
-	struct timeval tv;
-
-	free(l);
-	if (r->error == -ECANCELED || !current)
-		return;                 /* shutting down, or a newer resync is under way */
-	if (r->error || r->status != 200 || !json_is_array(r->body)) {
-		log_warnx("could not list sandboxes to rebuild the registry; retrying in %ld ms",
-			  d->resync_backoff_ms);
-		tv.tv_sec = d->resync_backoff_ms / 1000;
-		tv.tv_usec = (d->resync_backoff_ms % 1000) * 1000;
-		evtimer_add(d->resync_timer, &tv);
-		d->resync_backoff_ms = d->resync_backoff_ms * 2 > MSBD_RESYNC_RETRY_MAX_MS ?
-			MSBD_RESYNC_RETRY_MAX_MS : d->resync_backoff_ms * 2;
-		return;
-	}
-	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
-	registry_replace_all(d->dom.registry, r->body);
-	d->registry_synced = true;
-	log_info("registry: %zu sandbox(es) with our labels", registry_count(d->dom.registry));
-	thaw_orphans(d);
-	journal_replay_once(d);
-}
-
-static void registry_list(struct msbd *d)
-{
-	json_t *filters = json_pack("{s:{s:b}}", "label", "maf-sandbox.kind", 1);
-	struct registry_listing *l = xmalloc(sizeof(*l));
-
-	*l = (struct registry_listing){ .d = d, .gen = d->resync_gen };
-	if (docker_containers_list(d->dom.engine, filters, registry_listed_cb, l, NULL) < 0) {
-		log_debug("engine", "registry listing not started: the engine is not reachable");
-		free(l);
-	}
-	json_decref(filters);
-}
-
-static void registry_retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd, (void)what;
-	registry_list(arg);
-}
-
-/* Before each (re)connection of the events stream: list again, keeping the
- * events that arrive meanwhile to replay after the listing. */
-static void registry_resync_cb(void *arg)
-{
-	struct msbd *d = arg;
-
-	d->registry_synced = false;
-	d->resync_gen++;
-	d->resync_backoff_ms = MSBD_RESYNC_RETRY_MIN_MS;
-	evtimer_del(d->resync_timer);
-	registry_begin_resync(d->dom.registry);
-	registry_list(d);
-	egress_resync(d->dom.egress);
-}
-
-static void registry_event_cb(const json_t *event, void *arg)
-{
-	struct msbd *d = arg;
-
-	registry_apply_event(d->dom.registry, event);
-}
-
 /* ---- the timed sweep (reap.max_age_s, off by default) ---------------- */
 
 static void reap_timer_arm(struct msbd_main *m)
@@ -419,8 +279,7 @@ static void drain_cancel_engine(struct msbd_main *m)
 	struct timeval tv = { MSB_FINAL_FLUSH_MS / 1000, (MSB_FINAL_FLUSH_MS % 1000) * 1000 };
 
 	evtimer_add(m->flush_timer, &tv);
-	m->d.dom.events = docker_events_free(m->d.dom.events);
-	evtimer_del(m->d.resync_timer);
+	registry_sync_stop(m->d.sync);
 	freeze_table_cancel_retries(m->d.dom.freezes);
 	egress_shutdown(m->d.dom.egress);
 	execrun_lingers_end();
@@ -568,17 +427,9 @@ static int start(struct msbd_main *m)
 	freeze_table_set_hostlock(m->d.dom.freezes, m->hostlock);
 	m->d.dom.fileops = fileop_table_new();
 	m->d.dom.egress = egress_new(&m->d.dom);
-	m->d.resync_timer = evtimer_new(m->d.dom.base, registry_retry_cb, &m->d);
-	if (!m->d.resync_timer)
+	m->d.sync = registry_sync_new(&m->d.dom);
+	if (!m->d.sync)
 		return -EIO;
-	{
-		json_t *filters = json_pack("{s:{s:b}, s:{s:b}}", "type", "container", 1, "label",
-					    "maf-sandbox.kind", 1);
-
-		m->d.dom.events = docker_events_new(m->d.dom.base, m->d.dom.engine, filters, registry_event_cb,
-						registry_resync_cb, &m->d);
-		json_decref(filters);
-	}
 	{
 		struct server_env env;
 
@@ -595,7 +446,7 @@ static int start(struct msbd_main *m)
 		return -EIO;
 	}
 	engine_start(m->d.dom.engine);
-	docker_events_start(m->d.dom.events);
+	registry_sync_start(m->d.sync);
 	reap_timer_arm(m);
 	return 0;
 }
@@ -608,11 +459,9 @@ static void stop(struct msbd_main *m)
 	signal(SIGINT, SIG_IGN);
 	m->d.dom.publish = NULL;   /* nobody to tell from here on */
 	m->d.server = server_free(m->d.server);
-	m->d.dom.events = docker_events_free(m->d.dom.events);
 	/* No timer may start engine work from here on, nor run on what is freed
 	 * below when the loop turns (thaw_wait_cb reads the freeze table). */
-	if (m->d.resync_timer)
-		evtimer_del(m->d.resync_timer);
+	registry_sync_stop(m->d.sync);
 	if (m->reap_timer)
 		evtimer_del(m->reap_timer);
 	if (m->thaw_timer)
@@ -640,8 +489,7 @@ static void stop(struct msbd_main *m)
 	m->d.dom.acquires = acquire_table_free(m->d.dom.acquires);
 	m->d.dom.fileops = fileop_table_free(m->d.dom.fileops);
 	m->d.dom.registry = registry_free(m->d.dom.registry);
-	if (m->d.resync_timer)
-		event_free(m->d.resync_timer);
+	m->d.sync = registry_sync_free(m->d.sync);
 	if (m->sig_term)
 		event_free(m->sig_term);
 	if (m->sig_int)

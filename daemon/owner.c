@@ -76,7 +76,7 @@ int owner_sandbox_resolve(struct msbd *d, struct rpc_call *call, const char *giv
 	size_t matches = 0;
 	int r;
 
-	if (!d->registry_synced) {
+	if (!d->dom.registry_synced) {
 		*reterr_fail = rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL,
 					"the daemon has not read the engine's sandboxes yet");
 		return -EAGAIN;

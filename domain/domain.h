@@ -43,7 +43,8 @@ struct domain {
 	struct msbd_config *config;         /* current; the daemon replaces it whole on SIGHUP */
 	struct engine *engine;
 	struct registry *registry;          /* our workloads, as the engine has them */
-	struct docker_events *events;       /* keeps the registry current */
+	struct docker_events *events;       /* the engine's events (registry_sync.h) */
+	bool registry_synced;               /* a listing has been read since the last resync */
 	struct acquire_table *acquires;     /* acquires in flight */
 	struct freeze_table *freezes;       /* the pause lock of each container */
 	struct fileop_table *fileops;       /* file operations in flight */

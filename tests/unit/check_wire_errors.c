@@ -464,7 +464,7 @@ static void naming_registry(void)
 		ck_assert_ptr_nonnull(registry_update_from_summary(d.dom.registry, item));
 		json_decref(item);
 	}
-	d.registry_synced = true;
+	d.dom.registry_synced = true;
 }
 
 /* The params of each method that names a sandbox, around SANDBOX. */
@@ -610,7 +610,7 @@ START_TEST(test_an_unread_registry_is_engine_unavailable)
 	const struct fake_reply script[] = { PING, VERSION };
 
 	naming_registry();
-	d.registry_synced = false;
+	d.dom.registry_synced = false;
 	serve(script, ELEMENTSOF(script));
 	call_naming(0, NM_NAME1);
 	ck_assert_int_eq(json_integer_value(json_object_get(error_of(), "code")), 1000);
