@@ -1,8 +1,23 @@
-/* backend.h — what this backend declares (behaviour-docker §1; PROTOCOL.md
- * daemon.describe): the capabilities, egress modes, isolation scopes and OS
- * families a spec is matched against before anything is made. Docker is
- * the one backend (doc/ARCHITECTURE.md "The backend seam" says what a
- * second one, Kubernetes, would declare and how it would map). */
+/* backend.h — the backend seam (doc/ARCHITECTURE.md "The backend seam").
+ *
+ * What the domain asks of a sandbox backend, and which module gives it for
+ * Docker, the one backend today:
+ *   declarations (capabilities, egress modes, scopes, OS families)  here
+ *   create, start (the image, the pull)                   acquire.c's engine steps
+ *   get (inspect), list and watch by our labels            registry_sync.c, registry.c
+ *   stop, remove (workload, proxy, network)                dispose.c
+ *   exec with a deadline, an output cap, stdin             exec/execrun.c
+ *   freeze (pause/unpause), which the archive plane needs  freeze.c, hostlock.c
+ *   the file planes it offers                              files/plane_archive.c, files/plane_local.c
+ *   the egress enforcement it offers                       egress/ (networks, the proxy, its log)
+ * Each of those modules talks to engine/docker.h and nothing else does:
+ * the rest of the domain (the file front end, paths, tarball, names,
+ * identity, the reap plan) and the daemon see only the modules' own
+ * interfaces. A second backend (Kubernetes, a later issue) replaces those
+ * modules behind the same interfaces; the mapping is in the document.
+ *
+ * The declarations, which a spec is matched against before anything is
+ * made (behaviour-docker §1; PROTOCOL.md daemon.describe): */
 #ifndef MSB_BACKEND_H
 #define MSB_BACKEND_H
 
