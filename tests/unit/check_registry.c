@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plane.h"
+#include "plane_local.h"
 #include "registry.h"
 
 #define ID_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -90,38 +92,44 @@ static bool fd_open(int fd)
 	return fcntl(fd, F_GETFD) >= 0;
 }
 
-/* The local plane's pin of an init (a pidfd) goes with the init: at every
- * start, restart and death, and with the entry; a pause keeps it. */
+/* The local plane's pin of an init (a pidfd, kept by the local plane,
+ * plane_local.h) goes with the init: at every start, restart and death,
+ * and with the entry; a pause keeps it. The registry tells the plane. */
 START_TEST(a_pin_goes_with_its_init)
 {
 	static const char *const drops[] = { "die", "start", "restart" };
 	struct registry *r = registry_new();
+	struct plocal_shared *pins = plocal_shared_new();
 	json_t *list = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	const struct plocal_pin *pin;
 	struct sandbox *sb;
 	int fd;
 
 	registry_replace_all(r, list);
 	sb = registry_find_id(r, ID_A);
-	ck_assert_int_eq(sb->pin.pidfd, -1);
+	ck_assert_ptr_null(plocal_pins_find(pins, ID_A));
 	ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
 		fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		ck_assert_int_ge(fd, 0);
-		sb->pin = (struct plocal_pin){ getpid(), fd };
+		plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), fd });
 		sb->plane = SANDBOX_PLANE_LOCAL;
 		apply(r, event(ID_A, "pause"));
 		apply(r, event(ID_A, "unpause"));
-		ck_assert_int_eq(sb->pin.pidfd, fd);
+		pin = plocal_pins_find(pins, ID_A);
+		ck_assert_ptr_nonnull(pin);
+		ck_assert_int_eq(pin->pidfd, fd);
 		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_LOCAL);
 		apply(r, event(ID_A, drops[i]));
-		ck_assert_msg(sb->pin.pidfd == -1 && !fd_open(fd), "%s kept the pin", drops[i]);
+		ck_assert_msg(!plocal_pins_find(pins, ID_A) && !fd_open(fd), "%s kept the pin", drops[i]);
 		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	}
 	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	sb->pin = (struct plocal_pin){ getpid(), fd };
+	plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), fd });
 	apply(r, event(ID_A, "destroy"));
 	ck_assert_msg(!fd_open(fd), "a destroyed entry kept its pin open");
 	json_decref(list);
+	plocal_shared_free(pins);
 	registry_free(r);
 }
 END_TEST
