@@ -100,19 +100,10 @@ void fileop_enter(struct fileop *op, enum fop_state state)
 	op->state = state;
 }
 
-struct domain *fileop_domain(const struct fileop *op)
+struct fileop_view fileop_view(struct fileop *op)
 {
-	return op->d;
-}
-
-const char *fileop_id(const struct fileop *op)
-{
-	return op->id;
-}
-
-const struct fileop_params *fileop_params(const struct fileop *op)
-{
-	return &op->p;
+	return (struct fileop_view){ .fop = op, .d = op->d, .p = &op->p, .id = op->id, .items = op->items,
+				     .n_items = op->n_items };
 }
 
 struct fileop_table *fileop_table_of(const struct fileop *op)

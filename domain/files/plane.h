@@ -73,9 +73,18 @@ extern const struct file_plane file_plane_local;
 
 /* ---- the front end, for the planes ---------------------------------------- */
 
-struct domain *fileop_domain(const struct fileop *op);
-const char *fileop_id(const struct fileop *op);
-const struct fileop_params *fileop_params(const struct fileop *op);
+/* What a plane's state of an op begins with: the op and what it reads of
+ * it (the items are fixed once the op is started). */
+struct fileop_view {
+	struct fileop *fop;
+	struct domain *d;
+	const struct fileop_params *p;
+	const char *id;
+	struct fileop_item *items;
+	size_t n_items;
+};
+struct fileop_view fileop_view(struct fileop *op);
+
 struct fileop_table *fileop_table_of(const struct fileop *op);   /* NULL: the daemon keeps no table */
 enum fop_state fileop_state(const struct fileop *op);
 /* The one way an op changes state (logged at debug level). */

@@ -33,12 +33,7 @@
 
 /* The archive plane's state of one operation. */
 struct fop_archive {
-	struct fileop *fop;
-	struct domain *d;
-	const struct fileop_params *p;
-	const char *id;
-	struct fileop_item *items;   /* the op's (fixed once started) */
-	size_t n_items;
+	struct fileop_view v;
 	struct freeze_claim *claim;
 	bool held;                   /* the claim was granted and not yet released */
 	struct engine_req *req;
@@ -64,7 +59,7 @@ static struct fop_archive *ar_of(const struct fileop *fop)
 static void ar_done(struct fop_archive *op)
 {
 	op->req = NULL;
-	fileop_done(op->fop);
+	fileop_done(op->v.fop);
 }
 
 static void fop_clean_start(struct fop_archive *op);
@@ -73,7 +68,7 @@ static void fop_clean_start(struct fop_archive *op);
  * the guest, which needs it thawed), then the op is done. */
 static void fop_after_thaw(struct fop_archive *op)
 {
-	if (op->n_tmps && !fileop_timed_out(op->fop)) {
+	if (op->n_tmps && !fileop_timed_out(op->v.fop)) {
 		fop_clean_start(op);
 		return;
 	}
@@ -98,7 +93,7 @@ static void fop_thaw(struct fop_archive *op)
 		return;
 	}
 	op->held = false;
-	fileop_enter(op->fop, FOP_THAW);
+	fileop_enter(op->v.fop, FOP_THAW);
 	if (freeze_release_then(op->claim, fop_thawed_cb, op) < 0)
 		fop_after_thaw(op);
 }
@@ -107,7 +102,7 @@ static void fop_thaw(struct fop_archive *op)
  * flight is cancelled, and the guest thawed before the callback. */
 static void ar_abort(struct fop_archive *op)
 {
-	if (fileop_state(op->fop) == FOP_CLEAN && op->clean) {
+	if (fileop_state(op->v.fop) == FOP_CLEAN && op->clean) {
 		/* Its callback runs now with -ECANCELED and finishes the op. */
 		execrun_cancel(op->clean);
 		return;
@@ -117,7 +112,7 @@ static void ar_abort(struct fop_archive *op)
 		engine_req_cancel(op->req);
 		return;
 	}
-	if (fileop_state(op->fop) == FOP_FREEZE && op->claim &&
+	if (fileop_state(op->v.fop) == FOP_FREEZE && op->claim &&
 	    freeze_claim_get_state(op->claim) == FREEZE_CLAIM_WAITING) {
 		/* Still queued: withdrawn, nothing was paused. */
 		struct freeze_claim *c = op->claim;
@@ -126,12 +121,12 @@ static void ar_abort(struct fop_archive *op)
 		freeze_cancel(c);
 		return;
 	}
-	if (fileop_state(op->fop) == FOP_FREEZE && op->claim) {
+	if (fileop_state(op->v.fop) == FOP_FREEZE && op->claim) {
 		/* The pause is in flight: its answer comes (under the engine's own
 		 * deadline), then the thaw, then the callback — never before. */
 		return;
 	}
-	if (fileop_state(op->fop) == FOP_FREEZE)
+	if (fileop_state(op->v.fop) == FOP_FREEZE)
 		ar_done(op);
 }
 
@@ -139,13 +134,13 @@ static void ar_abort(struct fop_archive *op)
  * temporaries are gone) or only unlocked (left for the next start). */
 static void fop_tmps_forget(struct fop_archive *op, bool removed)
 {
-	int jfd = fileop_journal_fd_opened(fileop_table_of(op->fop));
+	int jfd = fileop_journal_fd_opened(fileop_table_of(op->v.fop));
 
 	for (size_t i = 0; i < op->n_tmps; i++) {
 		if (op->jfds[i] < 0)
 			continue;
 		if (removed && jfd >= 0) {
-			const struct plocal_journal j = { jfd, op->id, NULL };
+			const struct plocal_journal j = { jfd, op->v.id, NULL };
 
 			plocal_journal_end(&j, strrchr(op->tmps[i], '/') + 1, op->jfds[i]);
 		} else {
@@ -185,19 +180,19 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 	 * where the guest's writes go, and a sandbox's root has no
 	 * CAP_DAC_OVERRIDE to enter them), then root's for what is left (a
 	 * temporary in a root-owned directory a non-root guest cannot enter). */
-	if (!ok && r->error == 0 && !op->clean_as_root && (op->p->uid != 0 || op->p->gid != 0)) {
+	if (!ok && r->error == 0 && !op->clean_as_root && (op->v.p->uid != 0 || op->v.p->gid != 0)) {
 		op->clean_as_root = true;
 		fop_clean_start(op);
 		return;
 	}
-	if (!ok && fileop_journal_fd_opened(fileop_table_of(op->fop)) >= 0) {
-		size_t waiting = journal_count(fileop_journal_fd_opened(fileop_table_of(op->fop)), op->id);
+	if (!ok && fileop_journal_fd_opened(fileop_table_of(op->v.fop)) >= 0) {
+		size_t waiting = journal_count(fileop_journal_fd_opened(fileop_table_of(op->v.fop)), op->v.id);
 
 		if (waiting >= FILEOP_JOURNAL_MAX_PER_SANDBOX) {
 			/* The sandbox's share of the journal is full: these temporaries
 			 * stay, unjournalled (logged), never a journal without end. */
 			log_warnx("file write on %.12s: %zu temporaries of this sandbox already wait in the "
-				  "journal (%d at most): the ones of this write are not journalled", op->id,
+				  "journal (%d at most): the ones of this write are not journalled", op->v.id,
 				  waiting, FILEOP_JOURNAL_MAX_PER_SANDBOX);
 			fop_tmps_forget(op, true);
 		}
@@ -206,9 +201,9 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 		fop_log_text(words, sizeof(words), r->err, r->err_len);
 	if (!ok)
 		log_warnx("file write on %.12s: the write's temporary file could not be removed (%s%s%s); the "
-			  "next start of the daemon tries again%s", op->id,
+			  "next start of the daemon tries again%s", op->v.id,
 			  r->error ? strerror(-r->error)
-				   : op->p->uid || op->p->gid ? "rm failed as the guest and as root" : "rm failed",
+				   : op->v.p->uid || op->v.p->gid ? "rm failed as the guest and as root" : "rm failed",
 			  words[0] ? ": " : "", words,
 			  r->error == 0 && (r->exit_code == 126 || r->exit_code == 127)
 				  ? " (the image has no usable " FILEOP_CLEAN_RM ": give it one)" : "");
@@ -217,7 +212,7 @@ static void fop_clean_cb(const struct execrun_result *r, void *arg)
 }
 
 /* rm -f of the temporaries, in the guest, by an absolute path (the guest's
- * PATH never chooses the binary): first as the guest (op->p), then, if that
+ * PATH never chooses the binary): first as the guest (op->v.p), then, if that
  * failed, as FILEOP_CLEAN_USER (the engine's archive API writes as root,
  * whoever the guest is, so a temporary may lie in a root-owned directory;
  * and root in a sandbox has no CAP_DAC_OVERRIDE for the guest's). */
@@ -226,12 +221,12 @@ static void fop_clean_start(struct fop_archive *op)
 	_cleanup_free_ const char **argv = xcalloc(op->n_tmps + 4, sizeof(*argv));
 	char guest[32];
 	struct execrun_spec spec = {
-		.working_dir = "/", .user = FILEOP_CLEAN_USER, .timeout_ms = op->d->config->files_timeout_ms,
+		.working_dir = "/", .user = FILEOP_CLEAN_USER, .timeout_ms = op->v.d->config->files_timeout_ms,
 		.max_output = 4096,
 	};
 	int r;
 
-	snprintf(guest, sizeof(guest), "%u:%u", (unsigned)op->p->uid, (unsigned)op->p->gid);
+	snprintf(guest, sizeof(guest), "%u:%u", (unsigned)op->v.p->uid, (unsigned)op->v.p->gid);
 	if (!op->clean_as_root)
 		spec.user = guest;
 
@@ -241,10 +236,10 @@ static void fop_clean_start(struct fop_archive *op)
 	for (size_t i = 0; i < op->n_tmps; i++)
 		argv[3 + i] = op->tmps[i];
 	spec.argv = argv;
-	fileop_enter(op->fop, FOP_CLEAN);
-	r = execrun_start(op->d->base, op->d->engine, op->d->freezes, op->id, &spec, fop_clean_cb, op, &op->clean);
+	fileop_enter(op->v.fop, FOP_CLEAN);
+	r = execrun_start(op->v.d->base, op->v.d->engine, op->v.d->freezes, op->v.id, &spec, fop_clean_cb, op, &op->clean);
 	if (r < 0) {
-		log_warnx("file write on %.12s: cannot remove the write's temporary file: %s", op->id, strerror(-r));
+		log_warnx("file write on %.12s: cannot remove the write's temporary file: %s", op->v.id, strerror(-r));
 		fop_tmps_forget(op, false);
 		ar_done(op);
 	}
@@ -331,7 +326,7 @@ static void fop_act(struct fop_archive *op);
 /* An item's own refusal: the op's failure, or (per_item_errors) the item's. */
 static void fop_item_refuse(struct fop_archive *op, struct fileop_item *it, enum paths_reason reason)
 {
-	if (op->p->per_item_errors && paths_reason_outcome(reason) != PATHS_OUTCOME_ENGINE) {
+	if (op->v.p->per_item_errors && paths_reason_outcome(reason) != PATHS_OUTCOME_ENGINE) {
 		fileop_error_from_reason(reason, it->plan->target.rel, &it->err);
 		op->cur++;
 		fop_next(op);
@@ -340,7 +335,7 @@ static void fop_item_refuse(struct fop_archive *op, struct fileop_item *it, enum
 	if (reason == PATHS_R_NOT_FOUND && op->absence_seen) {
 		/* "Not found" only once the container is known to be there. */
 		fileop_error_from_reason(reason, it->plan->target.rel, &op->pending);
-		op->cur = op->n_items;
+		op->cur = op->v.n_items;
 		fop_next(op);
 		return;
 	}
@@ -348,7 +343,7 @@ static void fop_item_refuse(struct fop_archive *op, struct fileop_item *it, enum
 		struct msb_error e = { 0 };
 
 		fileop_error_from_reason(reason, it->plan->target.rel, &e);
-		fileop_fail_error(op->fop, &e);
+		fileop_fail_error(op->v.fop, &e);
 	}
 }
 
@@ -358,16 +353,16 @@ static void fop_head(struct fop_archive *op, const char *path, enum fop_state st
 {
 	int r;
 
-	fileop_enter(op->fop, state);
-	r = docker_archive_stat(op->d->engine, op->id, path, fop_stat_cb, op, &op->req);
+	fileop_enter(op->v.fop, state);
+	r = docker_archive_stat(op->v.d->engine, op->v.id, path, fop_stat_cb, op, &op->req);
 	if (r < 0)
-		fileop_fail_engine(op->fop, r, 0, NULL, "examining a path");
+		fileop_fail_engine(op->v.fop, r, 0, NULL, "examining a path");
 }
 
 /* Applies a walk verdict (1 dir, 0 absent, < 0 refusal reason) to the current item. */
 static void fop_walk_apply(struct fop_archive *op, int verdict)
 {
-	struct fileop_item *it = &op->items[op->cur];
+	struct fileop_item *it = &op->v.items[op->cur];
 
 	if (verdict == CACHE_DIR) {
 		it->walk_next++;
@@ -375,7 +370,7 @@ static void fop_walk_apply(struct fop_archive *op, int verdict)
 		it->walk_ended = true;
 		it->walk_absent_from = it->walk_next;
 		it->walk_next = it->plan->n_walk;
-		if (op->p->kind == FILEOP_READ || op->p->kind == FILEOP_STAT)
+		if (op->v.p->kind == FILEOP_READ || op->v.p->kind == FILEOP_STAT)
 			op->absence_seen = true;
 	} else {
 		fop_item_refuse(op, it, (enum paths_reason)(-1 - verdict));
@@ -387,7 +382,7 @@ static void fop_walk_apply(struct fop_archive *op, int verdict)
 /* The leaf answer for the current item (st NULL: absent). */
 static void fop_leaf_apply(struct fop_archive *op, struct paths_stat *st)
 {
-	struct fileop_item *it = &op->items[op->cur];
+	struct fileop_item *it = &op->v.items[op->cur];
 	enum paths_reason reason;
 	int r;
 
@@ -395,7 +390,7 @@ static void fop_leaf_apply(struct fop_archive *op, struct paths_stat *st)
 		it->found = true;
 		it->st = *st;
 		*st = (struct paths_stat){ 0 };
-	} else if (op->p->kind == FILEOP_READ || op->p->kind == FILEOP_STAT) {
+	} else if (op->v.p->kind == FILEOP_READ || op->v.p->kind == FILEOP_STAT) {
 		op->absence_seen = true;
 	}
 	r = paths_leaf_verdict(it->plan->op, it->found ? &it->st : NULL, &reason);
@@ -403,19 +398,19 @@ static void fop_leaf_apply(struct fop_archive *op, struct paths_stat *st)
 		fop_item_refuse(op, it, reason);
 		return;
 	}
-	if (op->p->kind == FILEOP_READ && it->st.size > op->p->max_bytes) {
-		if (op->p->per_item_errors) {
+	if (op->v.p->kind == FILEOP_READ && it->st.size > op->v.p->max_bytes) {
+		if (op->v.p->per_item_errors) {
 			msb_error_set(&it->err, MSB_ERR_TRANSFER_CAP_EXCEEDED,
-				      json_pack("{s:I, s:I}", "limit", (json_int_t)op->p->max_bytes,
+				      json_pack("{s:I, s:I}", "limit", (json_int_t)op->v.p->max_bytes,
 						"size", (json_int_t)it->st.size),
 				      "the file is %llu bytes and the caller allowed %llu",
-				      (unsigned long long)it->st.size, (unsigned long long)op->p->max_bytes);
+				      (unsigned long long)it->st.size, (unsigned long long)op->v.p->max_bytes);
 		} else {
-			fileop_fail(op->fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+			fileop_fail(op->v.fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
 				 json_pack("{s:s, s:I, s:I}", "path", it->plan->target.rel,
-					   "limit", (json_int_t)op->p->max_bytes, "size", (json_int_t)it->st.size),
+					   "limit", (json_int_t)op->v.p->max_bytes, "size", (json_int_t)it->st.size),
 				 "'%s' is %llu bytes and the caller allowed %llu", it->plan->target.rel,
-				 (unsigned long long)it->st.size, (unsigned long long)op->p->max_bytes);
+				 (unsigned long long)it->st.size, (unsigned long long)op->v.p->max_bytes);
 			return;
 		}
 	}
@@ -426,7 +421,7 @@ static void fop_leaf_apply(struct fop_archive *op, struct paths_stat *st)
 static void fop_stat_cb(int error, long status, const char *stat, void *arg)
 {
 	struct fop_archive *op = arg;
-	struct fileop_item *it = &op->items[op->cur];
+	struct fileop_item *it = &op->v.items[op->cur];
 	struct paths_stat st = { 0 };
 	enum paths_reason reason;
 	const char *path;
@@ -434,23 +429,23 @@ static void fop_stat_cb(int error, long status, const char *stat, void *arg)
 
 	op->req = NULL;
 	if (error < 0 || (status != 200 && status != 404)) {
-		fileop_fail_engine(op->fop, error, status, NULL, "examining a path");
+		fileop_fail_engine(op->v.fop, error, status, NULL, "examining a path");
 		return;
 	}
 	if (status == 200 && !stat) {
-		fileop_fail(op->fop, MSB_ERR_ENGINE_ERROR, NULL, "the Docker engine sent a path stat without its header");
+		fileop_fail(op->v.fop, MSB_ERR_ENGINE_ERROR, NULL, "the Docker engine sent a path stat without its header");
 		return;
 	}
 	if (status == 200 && paths_stat_decode_header(stat, &st, &reason) < 0) {
 		struct msb_error e = { 0 };
 
-		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->p->kind), op->id,
+		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->v.p->kind), op->v.id,
 			  paths_reason_to_string(reason));
 		fileop_error_from_reason(reason, NULL, &e);
-		fileop_fail_error(op->fop, &e);
+		fileop_fail_error(op->v.fop, &e);
 		return;
 	}
-	if (fileop_state(op->fop) == FOP_LEAF) {
+	if (fileop_state(op->v.fop) == FOP_LEAF) {
 		fop_leaf_apply(op, status == 200 ? &st : NULL);
 		paths_stat_release(&st);
 		return;
@@ -472,8 +467,8 @@ static void fop_confirm_cb(const struct docker_reply *r, void *arg);
 /* Drives the walk of the current item, then its leaf, then the next item. */
 static void fop_next(struct fop_archive *op)
 {
-	while (op->cur < op->n_items) {
-		struct fileop_item *it = &op->items[op->cur];
+	while (op->cur < op->v.n_items) {
+		struct fileop_item *it = &op->v.items[op->cur];
 
 		if (it->walk_next < it->plan->n_walk) {
 			const char *path = it->plan->walk[it->walk_next];
@@ -501,10 +496,10 @@ static void fop_next(struct fop_archive *op)
 		int r;
 
 		op->absence_seen = false;
-		fileop_enter(op->fop, FOP_CONFIRM);
-		r = docker_container_inspect(op->d->engine, op->id, fop_confirm_cb, op, &op->req);
+		fileop_enter(op->v.fop, FOP_CONFIRM);
+		r = docker_container_inspect(op->v.d->engine, op->v.id, fop_confirm_cb, op, &op->req);
 		if (r < 0)
-			fileop_fail_engine(op->fop, r, 0, NULL, "inspecting the sandbox");
+			fileop_fail_engine(op->v.fop, r, 0, NULL, "inspecting the sandbox");
 		return;
 	}
 	fop_act(op);
@@ -516,15 +511,15 @@ static void fop_confirm_cb(const struct docker_reply *r, void *arg)
 
 	op->req = NULL;
 	if (r->error == 0 && r->status == 404) {
-		fileop_fail(op->fop, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		fileop_fail(op->v.fop, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
 		return;
 	}
 	if (r->error || r->status != 200) {
-		fileop_fail_engine(op->fop, r->error, r->status, r->message, "inspecting the sandbox");
+		fileop_fail_engine(op->v.fop, r->error, r->status, r->message, "inspecting the sandbox");
 		return;
 	}
 	if (op->pending.code) {
-		fileop_fail_error(op->fop, &op->pending);
+		fileop_fail_error(op->v.fop, &op->pending);
 		return;
 	}
 	fop_act(op);
@@ -550,13 +545,13 @@ static int fop_tar_dir(struct tarball_writer *w, json_t *made, const char *abs, 
  * (files.journal_dir) before the archive that makes it is sent. */
 static void fop_tmps_name(struct fop_archive *op)
 {
-	int jfd = fileop_journal_fd(fileop_table_of(op->fop), op->d->config);
+	int jfd = fileop_journal_fd(fileop_table_of(op->v.fop), op->v.d->config);
 
-	op->tmps = xcalloc(op->n_items, sizeof(*op->tmps));
-	op->jfds = xcalloc(op->n_items, sizeof(*op->jfds));
-	op->n_tmps = op->n_items;
-	for (size_t i = 0; i < op->n_items; i++) {
-		const char *path = op->items[i].plan->target.path;
+	op->tmps = xcalloc(op->v.n_items, sizeof(*op->tmps));
+	op->jfds = xcalloc(op->v.n_items, sizeof(*op->jfds));
+	op->n_tmps = op->v.n_items;
+	for (size_t i = 0; i < op->v.n_items; i++) {
+		const char *path = op->v.items[i].plan->target.path;
 		size_t plen = (size_t)(strrchr(path, '/') - path);
 		char tmp[PLOCAL_TEMP_NAME_MAX];
 
@@ -565,12 +560,12 @@ static void fop_tmps_name(struct fop_archive *op)
 		op->jfds[i] = -1;
 		if (jfd >= 0) {
 			char eng[SHA256_HEX_BYTES];
-			const struct plocal_journal j = { jfd, op->id, fileop_engine_ident(op->d, eng) };
+			const struct plocal_journal j = { jfd, op->v.id, fileop_engine_ident(op->v.d, eng) };
 			_cleanup_free_ char *parent = plen ? xstrndup(path, plen) : xstrdup("/");
 
 			op->jfds[i] = plocal_journal_begin(&j, parent, tmp);
 			if (op->jfds[i] < 0)
-				log_warnx("file write on %.12s: cannot journal its temporary file: %s", op->id,
+				log_warnx("file write on %.12s: cannot journal its temporary file: %s", op->v.id,
 					  strerror(-op->jfds[i]));
 			op->jfds[i] = op->jfds[i] < 0 ? -1 : op->jfds[i];
 		}
@@ -581,8 +576,8 @@ static void fop_tmps_name(struct fop_archive *op)
  * missing at or below the working directory (guest-owned), then the file. */
 static int fop_build_write(struct fop_archive *op, struct tarball_writer *w, json_t *made)
 {
-	for (size_t i = 0; i < op->n_items; i++) {
-		struct fileop_item *it = &op->items[i];
+	for (size_t i = 0; i < op->v.n_items; i++) {
+		struct fileop_item *it = &op->v.items[i];
 		const struct paths_plan *pl = it->plan;
 		size_t from = it->walk_absent_from > pl->walk_owned_from ? it->walk_absent_from
 									  : pl->walk_owned_from;
@@ -591,16 +586,16 @@ static int fop_build_write(struct fop_archive *op, struct tarball_writer *w, jso
 		 * short leaves at most the temporary, never a short file. */
 		struct tarball_file f = {
 			.name = op->tmps[i] + 1, .data = it->data, .size = it->size,
-			.mode = fileop_item_mode(it), .uid = op->p->uid, .gid = op->p->gid, .mtime = time(NULL),
+			.mode = fileop_item_mode(it), .uid = op->v.p->uid, .gid = op->v.p->gid, .mtime = time(NULL),
 		};
 		struct tarball_link l = {
 			.name = pl->target.path + 1, .target = op->tmps[i] + 1,
-			.mode = fileop_item_mode(it), .uid = op->p->uid, .gid = op->p->gid, .mtime = f.mtime,
+			.mode = fileop_item_mode(it), .uid = op->v.p->uid, .gid = op->v.p->gid, .mtime = f.mtime,
 		};
 		int r;
 
 		for (size_t j = from; it->walk_ended && j < pl->n_walk; j++) {
-			r = fop_tar_dir(w, made, pl->walk[j], op->p->uid, op->p->gid);
+			r = fop_tar_dir(w, made, pl->walk[j], op->v.p->uid, op->v.p->gid);
 			if (r < 0)
 				return r;
 		}
@@ -617,7 +612,7 @@ static int fop_build_write(struct fop_archive *op, struct tarball_writer *w, jso
  * ancestors root-owned, the base itself the guest's. */
 static int fop_build_prepare(struct fop_archive *op, struct tarball_writer *w, json_t *made, size_t *ret_n)
 {
-	const struct fileop_item *it = &op->items[0];
+	const struct fileop_item *it = &op->v.items[0];
 	const struct paths_plan *pl = it->plan;
 
 	*ret_n = 0;
@@ -625,7 +620,7 @@ static int fop_build_prepare(struct fop_archive *op, struct tarball_writer *w, j
 		return 0;
 	for (size_t j = it->walk_absent_from; j < pl->n_walk; j++) {
 		bool base = j + 1 == pl->n_walk;
-		int r = fop_tar_dir(w, made, pl->walk[j], base ? op->p->uid : 0, base ? op->p->gid : 0);
+		int r = fop_tar_dir(w, made, pl->walk[j], base ? op->v.p->uid : 0, base ? op->v.p->gid : 0);
 
 		if (r < 0)
 			return r;
@@ -644,9 +639,9 @@ static void fop_put(struct fop_archive *op)
 
 	if (!made)
 		fatalx("%s: out of memory", __func__);
-	if (op->p->kind == FILEOP_WRITE)
+	if (op->v.p->kind == FILEOP_WRITE)
 		fop_tmps_name(op);
-	if (op->p->kind == FILEOP_WRITE)
+	if (op->v.p->kind == FILEOP_WRITE)
 		r = fop_build_write(op, w, made);
 	else
 		r = fop_build_prepare(op, w, made, &n);
@@ -658,10 +653,10 @@ static void fop_put(struct fop_archive *op)
 		tarball_buf_clear(&buf);
 		fop_tmps_forget(op, true);
 		if (r == -EFBIG)
-			fileop_fail(op->fop, MSB_ERR_TRANSFER_CAP_EXCEEDED, NULL,
+			fileop_fail(op->v.fop, MSB_ERR_TRANSFER_CAP_EXCEEDED, NULL,
 				 "the archive would exceed %u bytes", DOCKER_MAX_ARCHIVE_PUT);
 		else
-			fileop_fail(op->fop, MSB_ERR_INTERNAL, NULL, "building the archive failed: %s", strerror(-r));
+			fileop_fail(op->v.fop, MSB_ERR_INTERNAL, NULL, "building the archive failed: %s", strerror(-r));
 		return;
 	}
 	if (n == 0) {
@@ -670,12 +665,12 @@ static void fop_put(struct fop_archive *op)
 		fop_thaw(op);
 		return;
 	}
-	fileop_enter(op->fop, FOP_PUT);
-	r = docker_archive_put(op->d->engine, op->id, "/", buf.data, buf.len, fop_put_cb, op, &op->req);
+	fileop_enter(op->v.fop, FOP_PUT);
+	r = docker_archive_put(op->v.d->engine, op->v.id, "/", buf.data, buf.len, fop_put_cb, op, &op->req);
 	tarball_buf_clear(&buf);
 	if (r < 0) {
 		fop_tmps_forget(op, true);     /* nothing reached the engine */
-		fileop_fail_engine(op->fop, r, 0, NULL, "writing into the sandbox");
+		fileop_fail_engine(op->v.fop, r, 0, NULL, "writing into the sandbox");
 	}
 }
 
@@ -691,14 +686,14 @@ static void fop_put_cb(const struct docker_reply *r, void *arg)
 	if (r->error == 0 && r->status == 400 && r->message) {
 		/* Read-only root, a directory in the way: the guest's filesystem refused. */
 		log_warnx("file %s on %.12s: the engine refused the archive: %.512s",
-			  fileop_kind_to_string(op->p->kind), op->id, r->message);
-		fileop_fail(op->fop, MSB_ERR_OS_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
-			 op->p->kind == FILEOP_PREPARE ? "docker could not create the working directory"
+			  fileop_kind_to_string(op->v.p->kind), op->v.id, r->message);
+		fileop_fail(op->v.fop, MSB_ERR_OS_ERROR, json_pack("{s:i}", "engine_status", (int)r->status),
+			 op->v.p->kind == FILEOP_PREPARE ? "docker could not create the working directory"
 						     : "the sandbox's filesystem refused the write");
 		return;
 	}
-	fileop_fail_engine(op->fop, r->error, r->status, r->message,
-			op->p->kind == FILEOP_PREPARE ? "creating the working directory" : "writing into the sandbox");
+	fileop_fail_engine(op->v.fop, r->error, r->status, r->message,
+			op->v.p->kind == FILEOP_PREPARE ? "creating the working directory" : "writing into the sandbox");
 }
 
 /* ---- acting: GET ------------------------------------------------------- */
@@ -735,7 +730,7 @@ static void fop_get_next(struct fop_archive *op);
 static void fop_get_done_cb(int error, long status, const char *message, const char *stat, void *arg)
 {
 	struct fop_archive *op = arg;
-	struct fileop_item *it = &op->items[op->cur];
+	struct fileop_item *it = &op->v.items[op->cur];
 	const struct tarball_entry *ent;
 	enum tarball_error te;
 	int r;
@@ -750,27 +745,27 @@ static void fop_get_done_cb(int error, long status, const char *message, const c
 		r = error;
 	}
 	if (error < 0 && te == TARBALL_OK) {
-		fileop_fail_engine(op->fop, error, 0, NULL, "reading from the sandbox");
+		fileop_fail_engine(op->v.fop, error, 0, NULL, "reading from the sandbox");
 		return;
 	}
 	if (error == 0 && status != 200) {
-		fileop_fail_engine(op->fop, 0, status, message, "reading from the sandbox");
+		fileop_fail_engine(op->v.fop, 0, status, message, "reading from the sandbox");
 		return;
 	}
 	if (r != TARBALL_DONE) {
-		log_warnx("file read on %.12s: %s", op->id, tarball_error_to_string(te));
+		log_warnx("file read on %.12s: %s", op->v.id, tarball_error_to_string(te));
 		if (te == TARBALL_ERR_OVER_CAP)
-			fileop_fail(op->fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
-				 json_pack("{s:I}", "limit", (json_int_t)op->p->max_bytes),
+			fileop_fail(op->v.fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				 json_pack("{s:I}", "limit", (json_int_t)op->v.p->max_bytes),
 				 "'%s' is larger than the caller allowed", it->plan->target.rel);
 		else
-			fileop_fail(op->fop, MSB_ERR_ENGINE_ERROR, NULL, "docker returned an unusable archive: %s",
+			fileop_fail(op->v.fop, MSB_ERR_ENGINE_ERROR, NULL, "docker returned an unusable archive: %s",
 				 tarball_error_to_string(te));
 		return;
 	}
 	ent = tarball_reader_entry(op->reader);
 	if (!ent || ent->kind != TARBALL_KIND_FILE) {
-		fileop_fail(op->fop, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", it->plan->target.rel),
+		fileop_fail(op->v.fop, MSB_ERR_OS_ERROR, json_pack("{s:s}", "path", it->plan->target.rel),
 			 "the path is not a regular file and is refused");
 		return;
 	}
@@ -783,25 +778,25 @@ static void fop_get_done_cb(int error, long status, const char *message, const c
 
 static void fop_get_next(struct fop_archive *op)
 {
-	while (op->cur < op->n_items) {
-		struct fileop_item *it = &op->items[op->cur];
+	while (op->cur < op->v.n_items) {
+		struct fileop_item *it = &op->v.items[op->cur];
 		int r;
 
 		if (it->err.code || !it->found) {
 			op->cur++;
 			continue;
 		}
-		fileop_enter(op->fop, FOP_GET);
+		fileop_enter(op->v.fop, FOP_GET);
 		op->read_done = false;
 		it->out_cap = it->st.size ? it->st.size : 1;
 		it->out = xmalloc(it->out_cap);
 		it->out_len = 0;
-		op->reader = tarball_reader_new(op->p->max_bytes, fop_body_cb, it);
-		r = docker_archive_get(op->d->engine, op->id, it->plan->target.path,
-				       op->d->config->engine_timeout_ms, fop_get_data_cb, fop_get_done_cb, op,
+		op->reader = tarball_reader_new(op->v.p->max_bytes, fop_body_cb, it);
+		r = docker_archive_get(op->v.d->engine, op->v.id, it->plan->target.path,
+				       op->v.d->config->engine_timeout_ms, fop_get_data_cb, fop_get_done_cb, op,
 				       &op->req);
 		if (r < 0)
-			fileop_fail_engine(op->fop, r, 0, NULL, "reading from the sandbox");
+			fileop_fail_engine(op->v.fop, r, 0, NULL, "reading from the sandbox");
 		return;
 	}
 	fop_thaw(op);
@@ -811,7 +806,7 @@ static void fop_act(struct fop_archive *op)
 {
 	uint64_t total = 0;
 
-	switch (op->p->kind) {
+	switch (op->v.p->kind) {
 	case FILEOP_WRITE:
 	case FILEOP_PREPARE:
 		fop_put(op);
@@ -823,14 +818,14 @@ static void fop_act(struct fop_archive *op)
 		fop_thaw(op);
 		return;
 	case FILEOP_READ:
-		for (size_t i = 0; i < op->n_items; i++)
-			if (!op->items[i].err.code && op->items[i].found)
-				total += op->items[i].st.size;
-		if (total > op->p->max_total) {
-			fileop_fail(op->fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
-				 json_pack("{s:I, s:I}", "limit", (json_int_t)op->p->max_total, "size", (json_int_t)total),
+		for (size_t i = 0; i < op->v.n_items; i++)
+			if (!op->v.items[i].err.code && op->v.items[i].found)
+				total += op->v.items[i].st.size;
+		if (total > op->v.p->max_total) {
+			fileop_fail(op->v.fop, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				 json_pack("{s:I, s:I}", "limit", (json_int_t)op->v.p->max_total, "size", (json_int_t)total),
 				 "the files are %llu bytes in all and the ceiling is %llu",
-				 (unsigned long long)total, (unsigned long long)op->p->max_total);
+				 (unsigned long long)total, (unsigned long long)op->v.p->max_total);
 			return;
 		}
 		op->cur = 0;
@@ -847,7 +842,7 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 {
 	struct fop_archive *op = arg;
 
-	if (error == 0 && fileop_timed_out(op->fop)) {
+	if (error == 0 && fileop_timed_out(op->v.fop)) {
 		op->held = true;
 		op->claim = claim;
 		fop_thaw(op);
@@ -856,54 +851,54 @@ static void fop_granted_cb(struct freeze_claim *claim, int error, const struct f
 	if (error == 0) {
 		op->held = true;
 		op->claim = claim;
-		fileop_enter(op->fop, FOP_WALK);
+		fileop_enter(op->v.fop, FOP_WALK);
 		op->cur = 0;
 		fop_next(op);
 		return;
 	}
 	op->claim = NULL;
-	if (fileop_timed_out(op->fop)) {
+	if (fileop_timed_out(op->v.fop)) {
 		ar_done(op);
 		return;
 	}
 	switch (error) {
 	case -ENOENT:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
 		break;
 	case -ESRCH:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
 			      "the sandbox is not running, so it cannot be frozen for a file call");
 		break;
 	case -EBUSY:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "already paused"),
 			      "something else has paused the sandbox; the next acquire thaws it");
 		break;
 	case -EAGAIN:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "held elsewhere"),
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "held elsewhere"),
 			      "another maf-sandboxd on this host holds the sandbox frozen for a file call of "
 			      "its own; try again");
 		break;
 	case -ENOLCK:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_INTERNAL, NULL,
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_INTERNAL, NULL,
 			      "the daemon could not take its host freeze lock (freeze.lock_file)");
 		break;
 	case -EIO:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_FREEZE_FAILED,
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_FREEZE_FAILED,
 			      json_pack("{s:s, s:i}", "reason", "refused", "engine_status", (int)(f ? f->status : 0)),
 			      "the Docker engine cannot pause this sandbox, and file calls need the freeze");
 		break;
 	case -ETIMEDOUT:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer the pause in time");
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_ENGINE_TIMEOUT, NULL, "the Docker engine did not answer the pause in time");
 		break;
 	case -ECANCELED:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_SHUTTING_DOWN, NULL, NULL);
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_SHUTTING_DOWN, NULL, NULL);
 		break;
 	default:
-		msb_error_set(fileop_error(op->fop), MSB_ERR_ENGINE_UNAVAILABLE, NULL, "the Docker engine is not reachable");
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_ENGINE_UNAVAILABLE, NULL, "the Docker engine is not reachable");
 		break;
 	}
 	if (f && f->message)
-		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->p->kind), op->id, f->message);
+		log_warnx("file %s on %.12s: %s", fileop_kind_to_string(op->v.p->kind), op->v.id, f->message);
 	ar_done(op);
 }
 
@@ -913,30 +908,30 @@ static void fop_archive_begin(struct fop_archive *op)
 {
 	int r;
 
-	if (op->p->kind == FILEOP_LIST) {
-		fileop_error_no_listing(fileop_error(op->fop));
+	if (op->v.p->kind == FILEOP_LIST) {
+		fileop_error_no_listing(fileop_error(op->v.fop));
 		ar_done(op);
 		return;
 	}
-	for (size_t i = 0; i < op->n_items; i++) {
-		const struct paths_plan *pl = op->items[i].plan;
+	for (size_t i = 0; i < op->v.n_items; i++) {
+		const struct paths_plan *pl = op->v.items[i].plan;
 
-		if (fileop_archive_mount_check_init(op->p->kind, pl->target.path, pl->target.rel, fileop_init_on(op->fop),
-						    fileop_error(op->fop)) < 0) {
+		if (fileop_archive_mount_check_init(op->v.p->kind, pl->target.path, pl->target.rel, fileop_init_on(op->v.fop),
+						    fileop_error(op->v.fop)) < 0) {
 			ar_done(op);
 			return;
 		}
 	}
-	if (op->p->kind == FILEOP_CHECK || op->p->kind == FILEOP_REMOVE || op->p->kind == FILEOP_RECLAIM) {
-		fileop_enter(op->fop, FOP_WALK);
+	if (op->v.p->kind == FILEOP_CHECK || op->v.p->kind == FILEOP_REMOVE || op->v.p->kind == FILEOP_RECLAIM) {
+		fileop_enter(op->v.fop, FOP_WALK);
 		fop_next(op);
 		return;
 	}
-	fileop_enter(op->fop, FOP_FREEZE);
-	r = freeze_acquire(op->d->freezes, op->d->engine, op->id, fop_granted_cb, op, &op->claim);
+	fileop_enter(op->v.fop, FOP_FREEZE);
+	r = freeze_acquire(op->v.d->freezes, op->v.d->engine, op->v.id, fop_granted_cb, op, &op->claim);
 	if (r == -EBUSY) {
 		op->claim = NULL;
-		msb_error_set(fileop_error(op->fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "queue full"),
+		msb_error_set(fileop_error(op->v.fop), MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "queue full"),
 			      "too many file calls are queued on this sandbox (%d)", FREEZE_MAX_CLAIMS_PER_CONTAINER);
 		ar_done(op);
 	} else if (r < 0) {
@@ -951,12 +946,7 @@ static void ar_start(struct fileop *fop)
 {
 	struct fop_archive *op = xcalloc(1, sizeof(*op));
 
-	op->fop = fop;
-	op->d = fileop_domain(fop);
-	op->p = fileop_params(fop);
-	op->id = fileop_id(fop);
-	op->items = fileop_item(fop, 0);
-	op->n_items = fileop_count(fop);
+	op->v = fileop_view(fop);
 	op->cache = json_object();
 	if (!op->cache)
 		fatalx("%s: out of memory", __func__);

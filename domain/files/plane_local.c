@@ -1527,12 +1527,7 @@ int plocal_rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *reterr
 
 /* The local plane's state of one operation. */
 struct fop_local {
-	struct fileop *fop;
-	struct domain *d;
-	const struct fileop_params *p;
-	const char *id;
-	struct fileop_item *items;   /* the op's (fixed once started) */
-	size_t n_items;
+	struct fileop_view v;
 	struct plocal_shared *shared;   /* the table's (NULL: the daemon keeps none) */
 	struct engine_req *req;
 	int lookups;                 /* inspects for the init's pid (at most 2) */
@@ -1669,7 +1664,7 @@ static bool fop_fd_take(struct fop_local *op)
 
 	if (!t || op->fd_held)
 		return true;
-	if (TAILQ_EMPTY(&t->fd_waiters) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(op->d)) {
+	if (TAILQ_EMPTY(&t->fd_waiters) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(op->v.d)) {
 		t->fd_in_use += FOP_RM_FDS;
 		op->fd_held = true;
 		return true;
@@ -1696,7 +1691,7 @@ static void fop_fd_release(struct fop_local *op)
 		return;
 	op->fd_held = false;
 	t->fd_in_use -= FOP_RM_FDS;
-	while ((w = TAILQ_FIRST(&t->fd_waiters)) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(w->d)) {
+	while ((w = TAILQ_FIRST(&t->fd_waiters)) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(w->v.d)) {
 		TAILQ_REMOVE(&t->fd_waiters, w, fd_entry);
 		w->fd_waiting = false;
 		w->fd_held = true;
@@ -1709,7 +1704,7 @@ static void lo_done(struct fop_local *op)
 {
 	fop_fd_release(op);
 	op->req = NULL;
-	fileop_done(op->fop);
+	fileop_done(op->v.fop);
 }
 
 static void lo_wind_up(struct fileop *fop);
@@ -1722,7 +1717,7 @@ static void fop_local_fail(struct fop_local *op, struct msb_error *e)
 		close(op->root);
 	op->root = -1;
 	op->rm = plocal_rm_free(op->rm);
-	fileop_fail_error(op->fop, e);
+	fileop_fail_error(op->v.fop, e);
 }
 
 static void fop_local_finish(struct fop_local *op)
@@ -1740,11 +1735,11 @@ static int fop_local_read(struct fop_local *op, const struct plocal_cred *c, str
 {
 	uint64_t total = 0;
 
-	for (size_t i = 0; i < op->n_items; i++) {
-		struct fileop_item *it = &op->items[i];
-		int r = plocal_read(op->root, it->plan, c, op->p->max_bytes, &it->out, &it->out_len, &it->st, e);
+	for (size_t i = 0; i < op->v.n_items; i++) {
+		struct fileop_item *it = &op->v.items[i];
+		int r = plocal_read(op->root, it->plan, c, op->v.p->max_bytes, &it->out, &it->out_len, &it->st, e);
 
-		if (r < 0 && op->p->per_item_errors) {
+		if (r < 0 && op->v.p->per_item_errors) {
 			it->err = *e;
 			*e = (struct msb_error){ 0 };
 			continue;
@@ -1754,11 +1749,11 @@ static int fop_local_read(struct fop_local *op, const struct plocal_cred *c, str
 		it->found = true;
 		it->out_cap = it->out_len;
 		total += it->out_len;
-		if (total > op->p->max_total) {
+		if (total > op->v.p->max_total) {
 			msb_error_set(e, MSB_ERR_TRANSFER_CAP_EXCEEDED,
-				      json_pack("{s:I}", "limit", (json_int_t)op->p->max_total),
+				      json_pack("{s:I}", "limit", (json_int_t)op->v.p->max_total),
 				      "the files are over %llu bytes in all, the ceiling",
-				      (unsigned long long)op->p->max_total);
+				      (unsigned long long)op->v.p->max_total);
 			return -EFBIG;
 		}
 	}
@@ -1778,7 +1773,7 @@ static void fop_local_slice(struct fop_local *op)
 		fop_local_finish(op);
 		return;
 	}
-	fileop_enter(op->fop, FOP_LOCAL);
+	fileop_enter(op->v.fop, FOP_LOCAL);
 	/* The next slice on the next pass of the loop, after its I/O (an
 	 * event_active would run it within this pass, and every slice after
 	 * it, starving the other clients until the removal ends). */
@@ -1796,11 +1791,11 @@ static void fop_slice_cb(evutil_socket_t fd, short what, void *arg)
 	struct fop_local *op = arg;
 
 	(void)fd, (void)what;
-	if (fileop_state(op->fop) == FOP_FDWAIT && op->fd_held) {
-		fop_local_begin(op, op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL);
+	if (fileop_state(op->v.fop) == FOP_FDWAIT && op->fd_held) {
+		fop_local_begin(op, op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL);
 		return;
 	}
-	if (fileop_state(op->fop) == FOP_LOCAL && op->rm)
+	if (fileop_state(op->v.fop) == FOP_LOCAL && op->rm)
 		fop_local_slice(op);
 }
 
@@ -1808,55 +1803,55 @@ static void fop_slice_cb(evutil_socket_t fd, short what, void *arg)
  * goes on in slices). */
 static void fop_local_run(struct fop_local *op)
 {
-	const struct plocal_cred cred = { op->p->uid, op->p->gid };
+	const struct plocal_cred cred = { op->v.p->uid, op->v.p->gid };
 	struct msb_error e = { 0 };
 	int r = 0;
 
-	fileop_set_served_locally(op->fop);
-	switch (op->p->kind) {
+	fileop_set_served_locally(op->v.fop);
+	switch (op->v.p->kind) {
 	case FILEOP_STAT:
-		for (size_t i = 0; r == 0 && i < op->n_items; i++)
-			r = plocal_stat(op->root, op->items[i].plan, &cred, &op->items[i].found, &op->items[i].st, &e);
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++)
+			r = plocal_stat(op->root, op->v.items[i].plan, &cred, &op->v.items[i].found, &op->v.items[i].st, &e);
 		break;
 	case FILEOP_READ:
 		r = fop_local_read(op, &cred, &e);
 		break;
 	case FILEOP_WRITE:
 		/* Every entry is checked before any is written: one refusal refuses the call. */
-		for (size_t i = 0; r == 0 && op->n_items > 1 && i < op->n_items; i++)
-			r = plocal_write_check(op->root, op->items[i].plan, &cred, &e);
-		for (size_t i = 0; r == 0 && i < op->n_items; i++) {
-			int jfd = fileop_journal_fd(fileop_table_of(op->fop), op->d->config);
+		for (size_t i = 0; r == 0 && op->v.n_items > 1 && i < op->v.n_items; i++)
+			r = plocal_write_check(op->root, op->v.items[i].plan, &cred, &e);
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++) {
+			int jfd = fileop_journal_fd(fileop_table_of(op->v.fop), op->v.d->config);
 			char eng[SHA256_HEX_BYTES];
-			const struct plocal_journal j = { jfd, op->id, fileop_engine_ident(op->d, eng) };
+			const struct plocal_journal j = { jfd, op->v.id, fileop_engine_ident(op->v.d, eng) };
 
-			r = plocal_write_mode(op->root, op->items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->items[i].data,
-					      op->items[i].size, fileop_item_mode(&op->items[i]), &e);
+			r = plocal_write_mode(op->root, op->v.items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->v.items[i].data,
+					      op->v.items[i].size, fileop_item_mode(&op->v.items[i]), &e);
 		}
 		break;
 	case FILEOP_CHECK:
-		for (size_t i = 0; r == 0 && i < op->n_items; i++)
-			r = plocal_check(op->root, op->items[i].plan, NULL, &op->items[i].walk_ended, &e);
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++)
+			r = plocal_check(op->root, op->v.items[i].plan, NULL, &op->v.items[i].walk_ended, &e);
 		break;
 	case FILEOP_PREPARE:
-		r = plocal_prepare(op->root, op->items[0].plan, &cred, &e);
+		r = plocal_prepare(op->root, op->v.items[0].plan, &cred, &e);
 		break;
 	case FILEOP_LIST:
-		r = plocal_list(op->root, op->items[0].plan, &cred,
-				op->p->max_entries ? op->p->max_entries : PLOCAL_LIST_MAX_ENTRIES,
-				&op->items[0].entries, &e);
+		r = plocal_list(op->root, op->v.items[0].plan, &cred,
+				op->v.p->max_entries ? op->v.p->max_entries : PLOCAL_LIST_MAX_ENTRIES,
+				&op->v.items[0].entries, &e);
 		break;
 	case FILEOP_REMOVE:
 	case FILEOP_RECLAIM:
 		/* The container's known mount points, and directories holding one:
 		 * refused before anything is removed (a removal that meets any
 		 * other mount is refused where it meets it). */
-		r = fileop_archive_mount_check_init(op->p->kind, op->items[0].plan->target.path,
-						    op->items[0].plan->target.rel, fileop_init_on(op->fop), &e);
+		r = fileop_archive_mount_check_init(op->v.p->kind, op->v.items[0].plan->target.path,
+						    op->v.items[0].plan->target.rel, fileop_init_on(op->v.fop), &e);
 		if (r < 0)
 			break;
-		r = plocal_rm_begin(op->root, op->items[0].plan, &cred,
-				    op->p->kind == FILEOP_RECLAIM || op->p->recursive, &op->rm, &e);
+		r = plocal_rm_begin(op->root, op->v.items[0].plan, &cred,
+				    op->v.p->kind == FILEOP_RECLAIM || op->v.p->recursive, &op->rm, &e);
 		if (r == 0 && op->rm) {
 			fop_local_slice(op);
 			return;
@@ -1891,11 +1886,11 @@ static void fop_local_with_pin(struct fop_local *op, const struct plocal_pin *pi
 		return;
 	}
 	if (r == -ESRCH) {
-		fileop_fail(op->fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
 			 "the sandbox is not running");
 		return;
 	}
-	fileop_fail(op->fop, MSB_ERR_INTERNAL, NULL, "the sandbox's root cannot be opened: %s", strerror(-r));
+	fileop_fail(op->v.fop, MSB_ERR_INTERNAL, NULL, "the sandbox's root cannot be opened: %s", strerror(-r));
 }
 
 static void fop_pin_cb(const struct docker_reply *r, void *arg)
@@ -1908,56 +1903,56 @@ static void fop_pin_cb(const struct docker_reply *r, void *arg)
 	int rc;
 
 	op->req = NULL;
-	if (fileop_timed_out(op->fop)) {
-		lo_wind_up(op->fop);
+	if (fileop_timed_out(op->v.fop)) {
+		lo_wind_up(op->v.fop);
 		return;
 	}
 	if (r->error == 0 && r->status == 404) {
-		fileop_fail(op->fop, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		fileop_fail(op->v.fop, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
 		return;
 	}
 	if (r->error || r->status != 200) {
-		fileop_fail_engine(op->fop, r->error, r->status, r->message, "inspecting the sandbox");
+		fileop_fail_engine(op->v.fop, r->error, r->status, r->message, "inspecting the sandbox");
 		return;
 	}
 	if (!json_is_true(json_object_get(state, "Running")) || pid <= 0 || pid > INT32_MAX) {
-		fileop_fail(op->fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
 			 "the sandbox is not running");
 		return;
 	}
-	rc = plocal_pin_open((pid_t)pid, op->id, &pin);
+	rc = plocal_pin_open((pid_t)pid, op->v.id, &pin);
 	if (rc == -ESRCH && op->lookups < 2) {
 		fop_pin_lookup(op);
 		return;
 	}
 	if (rc == -ESRCH) {
-		fileop_fail(op->fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
 			 "the sandbox is not running");
 		return;
 	}
-	sb = op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL;
-	if (rc < 0 && strcmp(op->d->config->files_plane, "local") == 0) {
-		fileop_fail(op->fop, MSB_ERR_INTERNAL, json_pack("{s:s}", "file_plane", "local"),
+	sb = op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL;
+	if (rc < 0 && strcmp(op->v.d->config->files_plane, "local") == 0) {
+		fileop_fail(op->v.fop, MSB_ERR_INTERNAL, json_pack("{s:s}", "file_plane", "local"),
 			 "files.plane is local, but this sandbox's root cannot be reached: %s",
 			 rc == -ENOENT ? "its init is not in this daemon's pid namespace"
 				       : rc == -EOPNOTSUPP ? "its user namespace remaps ids" : strerror(-rc));
 		return;
 	}
 	if (rc < 0) {
-		log_info("sandbox %.12s: the archive file plane serves it (no pin of its init: %s)", op->id,
+		log_info("sandbox %.12s: the archive file plane serves it (no pin of its init: %s)", op->v.id,
 			 strerror(-rc));
 		if (sb)
 			sb->plane = SANDBOX_PLANE_ARCHIVE;
 		/* The archive plane holds no descriptor of it: the fd share goes
 		 * with this plane's state. */
-		fileop_fall_back(op->fop);
+		fileop_fall_back(op->v.fop);
 		return;
 	}
 	if (sb && op->shared) {
 		/* Kept for the next call, as long as the registry's entry keeps
 		 * this init (plocal_pins_set). */
 		sb->plane = SANDBOX_PLANE_LOCAL;
-		fop_local_with_pin(op, plocal_pins_set(op->shared, op->d->registry, op->id, pin));
+		fop_local_with_pin(op, plocal_pins_set(op->shared, op->v.d->registry, op->v.id, pin));
 		return;
 	}
 	plocal_pin_close(&op->own_pin);
@@ -1970,10 +1965,10 @@ static void fop_pin_lookup(struct fop_local *op)
 	int r;
 
 	op->lookups++;
-	fileop_enter(op->fop, FOP_PIN);
-	r = docker_container_inspect(op->d->engine, op->id, fop_pin_cb, op, &op->req);
+	fileop_enter(op->v.fop, FOP_PIN);
+	r = docker_container_inspect(op->v.d->engine, op->v.id, fop_pin_cb, op, &op->req);
 	if (r < 0)
-		fileop_fail_engine(op->fop, r, 0, NULL, "inspecting the sandbox");
+		fileop_fail_engine(op->v.fop, r, 0, NULL, "inspecting the sandbox");
 }
 
 /* sb: the op's registry entry, or NULL. */
@@ -1984,13 +1979,13 @@ static void fop_local_begin(struct fop_local *op, struct sandbox *sb)
 	/* A removal holds descriptors across slices: it waits for its share
 	 * of files.removal_fd_budget (FIFO, within its deadline) before it
 	 * opens anything. */
-	if ((op->p->kind == FILEOP_REMOVE || op->p->kind == FILEOP_RECLAIM) && !fop_fd_take(op)) {
-		fileop_enter(op->fop, FOP_FDWAIT);
+	if ((op->v.p->kind == FILEOP_REMOVE || op->v.p->kind == FILEOP_RECLAIM) && !fop_fd_take(op)) {
+		fileop_enter(op->v.fop, FOP_FDWAIT);
 		return;
 	}
-	pin = sb && op->shared ? plocal_pins_find(op->shared, op->id) : NULL;
+	pin = sb && op->shared ? plocal_pins_find(op->shared, op->v.id) : NULL;
 	if (pin && plocal_pin_valid(pin)) {
-		fileop_enter(op->fop, FOP_PIN);
+		fileop_enter(op->v.fop, FOP_PIN);
 		fop_local_with_pin(op, pin);
 		return;
 	}
@@ -2008,20 +2003,15 @@ static void lo_start(struct fileop *fop)
 {
 	struct fop_local *op = xcalloc(1, sizeof(*op));
 
-	op->fop = fop;
-	op->d = fileop_domain(fop);
-	op->p = fileop_params(fop);
-	op->id = fileop_id(fop);
-	op->items = fileop_item(fop, 0);
-	op->n_items = fileop_count(fop);
+	op->v = fileop_view(fop);
 	op->shared = fileop_table_local(fileop_table_of(fop));
 	op->root = -1;
 	op->own_pin = (struct plocal_pin)PLOCAL_PIN_INIT;
-	op->slice_ev = event_new(op->d->base, -1, 0, fop_slice_cb, op);
+	op->slice_ev = event_new(op->v.d->base, -1, 0, fop_slice_cb, op);
 	if (!op->slice_ev)
 		fatalx("%s: cannot create an event", __func__);
 	fileop_set_plane_data(fop, op);
-	fop_local_begin(op, op->d->registry ? registry_find_id(op->d->registry, op->id) : NULL);
+	fop_local_begin(op, op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL);
 }
 
 /* A failure: what the op holds is closed, then it is done (no freeze to lift). */
