@@ -237,6 +237,7 @@ struct fileop *fileop_free(struct fileop *op)
 	free(op->items);
 	if (op->plane)
 		op->plane->release(op);
+	op->plane_data = NULL;
 	if (op->table) {
 		TAILQ_REMOVE(&op->table->ops, op, entry);
 		op->table->count--;
@@ -478,6 +479,7 @@ void fileop_error_no_listing(struct msb_error *reterr)
 void fileop_fall_back(struct fileop *op)
 {
 	op->plane->release(op);
+	op->plane_data = NULL;
 	op->plane = &file_plane_archive;
 	op->plane->start(op);
 }

@@ -64,7 +64,8 @@ struct file_plane {
 	/* Ends the op early (its error set): the request in flight is
 	 * cancelled, the guest thawed before the callback. */
 	void (*abort)(struct fileop *op);
-	/* Frees what the plane holds for op (fileop_free; a fall-back). */
+	/* Frees what the plane holds for op (fileop_free; a fall-back); the
+	 * front end forgets its plane data then. */
 	void (*release)(struct fileop *op);
 };
 

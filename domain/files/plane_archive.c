@@ -986,7 +986,6 @@ static void ar_release(struct fileop *fop)
 	json_decref(op->cache);
 	msb_error_clear(&op->pending);
 	free(op);
-	fileop_set_plane_data(fop, NULL);
 }
 
 const struct file_plane file_plane_archive = {

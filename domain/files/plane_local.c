@@ -2070,7 +2070,6 @@ static void lo_release(struct fileop *fop)
 	plocal_pin_close(&op->own_pin);
 	event_free(op->slice_ev);
 	free(op);
-	fileop_set_plane_data(fop, NULL);
 }
 
 const struct file_plane file_plane_local = {
