@@ -14,6 +14,8 @@ struct registry {
 	size_t n_tombstones, next_tombstone;
 	bool resyncing;
 	json_t *held;                              /* events seen during a resync */
+	registry_init_gone_fn *init_gone;          /* the watcher (the local plane's pins) */
+	void *init_gone_arg;
 };
 
 static const char *const state_names[_SANDBOX_STATE_MAX] = {
@@ -76,9 +78,21 @@ void registry_begin_resync(struct registry *r)
 	r->resyncing = true;
 }
 
-static void sandbox_free(struct sandbox *sb)
+void registry_watch_inits(struct registry *r, registry_init_gone_fn *fn, void *arg)
 {
-	plocal_pin_close(&sb->pin);
+	r->init_gone = fn;
+	r->init_gone_arg = arg;
+}
+
+static void registry_init_gone(struct registry *r, const struct sandbox *sb)
+{
+	if (r->init_gone)
+		r->init_gone(r->init_gone_arg, sb->id);
+}
+
+static void sandbox_free(struct registry *r, struct sandbox *sb)
+{
+	registry_init_gone(r, sb);
 	free(sb->id);
 	free(sb->name);
 	free(sb->image);
@@ -91,7 +105,7 @@ void registry_remove(struct registry *r, struct sandbox *sb)
 {
 	TAILQ_REMOVE(&r->list, sb, entry);
 	r->count--;
-	sandbox_free(sb);
+	sandbox_free(r, sb);
 }
 
 struct registry *registry_free(struct registry *r)
@@ -196,7 +210,6 @@ static struct sandbox *registry_put(struct registry *r, const char *id, const ch
 		if (old)
 			registry_remove(r, old);
 		sb = xcalloc(1, sizeof(*sb));
-		sb->pin = (struct plocal_pin)PLOCAL_PIN_INIT;
 		sb->id = xstrdup(id);
 		sb->name = xstrdup(name);
 		TAILQ_INSERT_TAIL(&r->list, sb, entry);
@@ -343,7 +356,7 @@ void registry_apply_event(struct registry *r, const json_t *event)
 			sb->event_seq = r->event_seq;
 			/* A new init, or none: the pin (and the plane's choice) go. */
 			if (!strcmp(action, "start") || !strcmp(action, "restart") || !strcmp(action, "die")) {
-				plocal_pin_close(&sb->pin);
+				registry_init_gone(r, sb);
 				sb->plane = SANDBOX_PLANE_UNKNOWN;
 			}
 			return;

@@ -4,9 +4,10 @@
  * lost /events stream, and kept current by events, so a warm acquire costs
  * no engine request. Proxies (maf-sandbox.role=proxy) are not entries.
  *
- * Ownership: the registry owns its entries (and each one's pidfd pin); a pointer to an entry is valid
+ * Ownership: the registry owns its entries; a pointer to an entry is valid
  * until the next registry call that can remove (replace_all, apply_event,
- * remove, free). Pure: no I/O but closing a pin's pidfd. */
+ * remove, free). Pure: no I/O; a watcher (registry_watch_inits) hears when
+ * an entry's init goes. */
 #ifndef MSB_REGISTRY_H
 #define MSB_REGISTRY_H
 
@@ -18,7 +19,6 @@
 #include <jansson.h>
 
 #include "identity.h"
-#include "plane_local.h"
 
 #define REGISTRY_ID_LEN 64
 
@@ -65,11 +65,9 @@ struct sandbox {
 	 * it (unresolved: 0:0). */
 	struct identity_fixed guest;
 	uint32_t probes_passed; /* MSB_BIT(capability) whose command probe passed (acquire.c) */
+	/* Reset at every start, restart and death (a new init is looked up
+	 * and pinned again by the local plane, plane_local.h). */
 	enum sandbox_plane plane;
-	/* The container's init, held (plane_local.h) while the local plane
-	 * serves it; dropped at every start, restart and death, so a new init
-	 * is looked up and pinned again. */
-	struct plocal_pin pin;
 	/* The starts of this daemon's latest sandbox.exec runs in it (m_exec.c:
 	 * a timed-out exec's orphans are only those started before the next
 	 * exec's start, execkill.h until): a ring, by sequence (0: unused). */
@@ -119,6 +117,13 @@ void registry_replace_all(struct registry *r, const json_t *list);
 #define REGISTRY_RESYNC_EVENTS_MAX 65536
 void registry_apply_event(struct registry *r, const json_t *event);
 void registry_remove(struct registry *r, struct sandbox *sb);
+
+/* The watcher told when an entry's init goes: at every start, restart and
+ * death of its container, and when the entry goes (removed, destroyed,
+ * replaced, the registry freed). The local plane's pins go then
+ * (plane_local.h). One watcher; fn NULL: none. */
+typedef void registry_init_gone_fn(void *arg, const char *id);
+void registry_watch_inits(struct registry *r, registry_init_gone_fn *fn, void *arg);
 
 /* Naming a sandbox (PROTOCOL.md "Naming a sandbox"): a client names one
  * by its full id, a unique prefix of its id of at least

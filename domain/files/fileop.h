@@ -1,6 +1,11 @@
-/* fileop.h — the frozen section of the archive file plane
- * (behaviour-docker §2.3–2.6, §2.1 step 16): one operation over one or more
- * paths of one container, run entirely under one freeze of it.
+/* fileop.h — file operations: one operation over one or more paths of
+ * one container. The front end (fileop.c) owns the op, its deadline and
+ * its outcome, and chooses the plane serving it; the planes sit behind one
+ * interface (plane.h): the archive plane (plane_archive.c) and the local
+ * plane (plane_local.c). The journal's replay is journal.c's.
+ *
+ * The archive plane is the frozen section (behaviour-docker §2.3–2.6,
+ * §2.1 step 16): the operation runs entirely under one freeze of it.
  *
  *   FREEZE ──granted──→ WALK (HEAD each directory of each item's plan,
  *      │                      outermost first; a cache shares answers

@@ -7,6 +7,7 @@
 
 #include "base64.h"
 #include "cleanup.h"
+#include "errors.h"
 #include "paths.h"
 #include "rfc3339.h"
 #include "xmalloc.h"
@@ -672,4 +673,24 @@ const char *paths_pseudo_fs_root(const char *abs_path)
 			return roots[i];
 	}
 	return NULL;
+}
+
+void paths_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr)
+{
+	static const int codes[_PATHS_OUTCOME_MAX] = {
+		[PATHS_OUTCOME_CONFINEMENT] = MSB_ERR_CONFINEMENT,
+		[PATHS_OUTCOME_NOT_A_DIRECTORY] = MSB_ERR_NOT_A_DIRECTORY,
+		[PATHS_OUTCOME_FILE_NOT_FOUND] = MSB_ERR_FILE_NOT_FOUND,
+		[PATHS_OUTCOME_OS_ERROR] = MSB_ERR_OS_ERROR,
+		[PATHS_OUTCOME_INVALID_PARAMS] = MSB_ERR_INVALID_PARAMS,
+		[PATHS_OUTCOME_ENGINE] = MSB_ERR_ENGINE_ERROR,
+		[PATHS_OUTCOME_INTERNAL] = MSB_ERR_INTERNAL,
+	};
+	enum paths_outcome o = paths_reason_outcome(reason);
+	const char *msg = paths_reason_to_string(reason);
+
+	msb_error_set(reterr, codes[o],
+		      path && o != PATHS_OUTCOME_ENGINE && o != PATHS_OUTCOME_INTERNAL
+		      ? json_pack("{s:s}", "path", path[0] ? path : ".") : NULL,
+		      "%s", msg ? msg : "the path is refused");
 }

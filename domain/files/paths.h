@@ -145,6 +145,12 @@ const char *paths_outcome_to_string(enum paths_outcome o);   /* "ConfinementErro
 const char *paths_reason_to_string(enum paths_reason r);     /* the message */
 /* The wire type of a reason (PATHS_OUTCOME_INTERNAL for one out of range). */
 enum paths_outcome paths_reason_outcome(enum paths_reason r);
+/* A refusal as the wire error (ConfinementError, NotADirectoryError,
+ * FileNotFoundError, OSError, -32602, EngineError, InternalError); path
+ * (or NULL) goes in its data, "" as ".". Both file planes and the front
+ * end (fileop_error_from_reason) map through it. */
+struct msb_error;
+void paths_error_from_reason(enum paths_reason reason, const char *path, struct msb_error *reterr);
 
 /* ---- lexical confinement (§4.1, §4.7) ----------------------------------- */
 

@@ -1,3 +1,4 @@
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,10 +20,21 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 
+#include <sys/queue.h>
+#include <sys/resource.h>
+
+#include <event2/event.h>
+
 #include "cleanup.h"
+#include "docker.h"
+#include "domain.h"
+#include "engine.h"
 #include "fileop.h"
 #include "log.h"
+#include "plane.h"
 #include "plane_local.h"
+#include "registry.h"
+#include "sha256.h"
 #include "xmalloc.h"
 
 /* Every path of the guest: beneath the root, no link, no magic link. */
@@ -142,7 +154,7 @@ static int fail_reason(enum paths_reason reason, const char *rel, struct msb_err
 		[PATHS_R_TOO_LONG] = ENAMETOOLONG,
 	};
 
-	fileop_error_from_reason(reason, rel, err);
+	paths_error_from_reason(reason, rel, err);
 	return errnos[reason] ? -errnos[reason] : -EINVAL;
 }
 
@@ -1506,3 +1518,565 @@ int plocal_rm_step(struct plocal_rm *rm, size_t budget, struct msb_error *reterr
 	plocal_cred_leave(&s);
 	return r;
 }
+
+/* ==== the driver (plane.h): the local plane serving a fileop ================ */
+
+/* Descriptors one local removal holds: the container's root and the
+ * removal's own (PLOCAL_RM_FDS). */
+#define FOP_RM_FDS (PLOCAL_RM_FDS + 1)
+
+/* The local plane's state of one operation. */
+struct fop_local {
+	struct fileop_view v;
+	struct plocal_shared *shared;   /* the table's (NULL: the daemon keeps none) */
+	struct engine_req *req;
+	int lookups;                 /* inspects for the init's pid (at most 2) */
+	int root;                    /* the container's root, while serving */
+	struct plocal_pin own_pin;   /* a pin kept for no sandbox */
+	struct plocal_rm *rm;        /* a removal in progress */
+	struct event *slice_ev;      /* its next slice */
+	/* the removal fd budget (files.removal_fd_budget) */
+	bool fd_held;                /* FOP_RM_FDS of it are this op's */
+	bool fd_waiting;             /* queued in shared->fd_waiters */
+	TAILQ_ENTRY(fop_local) fd_entry;
+};
+
+/* A sandbox's init, held while the registry's entry keeps it. */
+struct plocal_pinned {
+	char id[PLOCAL_ID_LEN + 1];
+	struct plocal_pin pin;
+	TAILQ_ENTRY(plocal_pinned) entry;
+};
+
+struct plocal_shared {
+	size_t fd_in_use;            /* of the removal fd budget */
+	TAILQ_HEAD(, fop_local) fd_waiters;   /* FIFO */
+	TAILQ_HEAD(, plocal_pinned) pins;
+	struct registry *watched;    /* the registry telling when an init goes */
+};
+
+struct plocal_shared *plocal_shared_new(void)
+{
+	struct plocal_shared *s = xcalloc(1, sizeof(*s));
+
+	TAILQ_INIT(&s->fd_waiters);
+	TAILQ_INIT(&s->pins);
+	return s;
+}
+
+struct plocal_shared *plocal_shared_free(struct plocal_shared *s)
+{
+	struct plocal_pinned *p;
+
+	if (!s)
+		return NULL;
+	if (s->watched)
+		registry_watch_inits(s->watched, NULL, NULL);
+	while ((p = TAILQ_FIRST(&s->pins))) {
+		TAILQ_REMOVE(&s->pins, p, entry);
+		plocal_pin_close(&p->pin);
+		free(p);
+	}
+	free(s);
+	return NULL;
+}
+
+size_t plocal_shared_fds_in_use(const struct plocal_shared *s)
+{
+	return s ? s->fd_in_use : 0;
+}
+
+static struct plocal_pinned *pins_lookup(const struct plocal_shared *s, const char *id)
+{
+	struct plocal_pinned *p;
+
+	TAILQ_FOREACH(p, &s->pins, entry)
+		if (strcmp(p->id, id) == 0)
+			return p;
+	return NULL;
+}
+
+const struct plocal_pin *plocal_pins_find(const struct plocal_shared *s, const char *id)
+{
+	struct plocal_pinned *p = s && id ? pins_lookup(s, id) : NULL;
+
+	return p ? &p->pin : NULL;
+}
+
+void plocal_pins_drop(struct plocal_shared *s, const char *id)
+{
+	struct plocal_pinned *p = s && id ? pins_lookup(s, id) : NULL;
+
+	if (!p)
+		return;
+	TAILQ_REMOVE(&s->pins, p, entry);
+	plocal_pin_close(&p->pin);
+	free(p);
+}
+
+/* The registry's word: id's init is gone (a start, a restart, a death), or
+ * its entry is. */
+static void pins_init_gone(void *arg, const char *id)
+{
+	plocal_pins_drop(arg, id);
+}
+
+const struct plocal_pin *plocal_pins_set(struct plocal_shared *s, struct registry *r, const char *id,
+					 struct plocal_pin pin)
+{
+	struct plocal_pinned *p = pins_lookup(s, id);
+
+	if (r && s->watched != r) {
+		registry_watch_inits(r, pins_init_gone, s);
+		s->watched = r;
+	}
+	if (!p) {
+		p = xcalloc(1, sizeof(*p));
+		snprintf(p->id, sizeof(p->id), "%s", id);
+		TAILQ_INSERT_TAIL(&s->pins, p, entry);
+	} else {
+		plocal_pin_close(&p->pin);
+	}
+	p->pin = pin;
+	return &p->pin;
+}
+
+/* ---- the removal fd budget ------------------------------------------------ */
+
+static size_t fop_fd_budget(const struct domain *d)
+{
+	long b = d->config ? d->config->files_removal_fd_budget : 0;
+	struct rlimit rl;
+
+	if (b <= 0) {
+		if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+			b = 4096;
+		else
+			b = (long)(rl.rlim_cur / 4);
+	}
+	return b < FOP_RM_FDS ? FOP_RM_FDS : (size_t)b;
+}
+
+/* Takes op's share, or queues it (FIFO): true when granted now. */
+static bool fop_fd_take(struct fop_local *op)
+{
+	struct plocal_shared *t = op->shared;
+
+	if (!t || op->fd_held)
+		return true;
+	if (TAILQ_EMPTY(&t->fd_waiters) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(op->v.d)) {
+		t->fd_in_use += FOP_RM_FDS;
+		op->fd_held = true;
+		return true;
+	}
+	TAILQ_INSERT_TAIL(&t->fd_waiters, op, fd_entry);
+	op->fd_waiting = true;
+	return false;
+}
+
+/* Gives op's share back (or leaves the queue), and wakes the ops first in
+ * line that now fit. */
+static void fop_fd_release(struct fop_local *op)
+{
+	struct plocal_shared *t = op->shared;
+	struct fop_local *w;
+
+	if (!t)
+		return;
+	if (op->fd_waiting) {
+		TAILQ_REMOVE(&t->fd_waiters, op, fd_entry);
+		op->fd_waiting = false;
+	}
+	if (!op->fd_held)
+		return;
+	op->fd_held = false;
+	t->fd_in_use -= FOP_RM_FDS;
+	while ((w = TAILQ_FIRST(&t->fd_waiters)) && t->fd_in_use + FOP_RM_FDS <= fop_fd_budget(w->v.d)) {
+		TAILQ_REMOVE(&t->fd_waiters, w, fd_entry);
+		w->fd_waiting = false;
+		w->fd_held = true;
+		t->fd_in_use += FOP_RM_FDS;
+		event_active(w->slice_ev, EV_TIMEOUT, 0);
+	}
+}
+
+static void lo_done(struct fop_local *op)
+{
+	fop_fd_release(op);
+	op->req = NULL;
+	fileop_done(op->v.fop);
+}
+
+static void lo_wind_up(struct fileop *fop);
+
+/* ---- the local plane ------------------------------------------------------ */
+
+static void fop_local_fail(struct fop_local *op, struct msb_error *e)
+{
+	if (op->root >= 0)
+		close(op->root);
+	op->root = -1;
+	op->rm = plocal_rm_free(op->rm);
+	fileop_fail_error(op->v.fop, e);
+}
+
+static void fop_local_finish(struct fop_local *op)
+{
+	if (op->root >= 0)
+		close(op->root);
+	op->root = -1;
+	op->rm = plocal_rm_free(op->rm);
+	lo_done(op);
+}
+
+/* READ: each item, the total bounded; per_item_errors keeps an item's own
+ * refusal. */
+static int fop_local_read(struct fop_local *op, const struct plocal_cred *c, struct msb_error *e)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < op->v.n_items; i++) {
+		struct fileop_item *it = &op->v.items[i];
+		int r = plocal_read(op->root, it->plan, c, op->v.p->max_bytes, &it->out, &it->out_len, &it->st, e);
+
+		if (r < 0 && op->v.p->per_item_errors) {
+			it->err = *e;
+			*e = (struct msb_error){ 0 };
+			continue;
+		}
+		if (r < 0)
+			return r;
+		it->found = true;
+		it->out_cap = it->out_len;
+		total += it->out_len;
+		if (total > op->v.p->max_total) {
+			msb_error_set(e, MSB_ERR_TRANSFER_CAP_EXCEEDED,
+				      json_pack("{s:I}", "limit", (json_int_t)op->v.p->max_total),
+				      "the files are over %llu bytes in all, the ceiling",
+				      (unsigned long long)op->v.p->max_total);
+			return -EFBIG;
+		}
+	}
+	return 0;
+}
+
+static void fop_local_slice(struct fop_local *op)
+{
+	struct msb_error e = { 0 };
+	int r = plocal_rm_step(op->rm, PLOCAL_REMOVE_SLICE, &e);
+
+	if (r < 0) {
+		fop_local_fail(op, &e);
+		return;
+	}
+	if (r == 1) {
+		fop_local_finish(op);
+		return;
+	}
+	fileop_enter(op->v.fop, FOP_LOCAL);
+	/* The next slice on the next pass of the loop, after its I/O (an
+	 * event_active would run it within this pass, and every slice after
+	 * it, starving the other clients until the removal ends). */
+	{
+		static const struct timeval now = { 0, 0 };
+
+		evtimer_add(op->slice_ev, &now);
+	}
+}
+
+static void fop_local_begin(struct fop_local *op, struct sandbox *sb);
+
+static void fop_slice_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fop_local *op = arg;
+
+	(void)fd, (void)what;
+	if (fileop_state(op->v.fop) == FOP_FDWAIT && op->fd_held) {
+		fop_local_begin(op, op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL);
+		return;
+	}
+	if (fileop_state(op->v.fop) == FOP_LOCAL && op->rm)
+		fop_local_slice(op);
+}
+
+/* Serves the whole operation beneath op->root, synchronously (a removal
+ * goes on in slices). */
+static void fop_local_run(struct fop_local *op)
+{
+	const struct plocal_cred cred = { op->v.p->uid, op->v.p->gid };
+	struct msb_error e = { 0 };
+	int r = 0;
+
+	fileop_set_served_locally(op->v.fop);
+	switch (op->v.p->kind) {
+	case FILEOP_STAT:
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++)
+			r = plocal_stat(op->root, op->v.items[i].plan, &cred, &op->v.items[i].found, &op->v.items[i].st, &e);
+		break;
+	case FILEOP_READ:
+		r = fop_local_read(op, &cred, &e);
+		break;
+	case FILEOP_WRITE:
+		/* Every entry is checked before any is written: one refusal refuses the call. */
+		for (size_t i = 0; r == 0 && op->v.n_items > 1 && i < op->v.n_items; i++)
+			r = plocal_write_check(op->root, op->v.items[i].plan, &cred, &e);
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++) {
+			int jfd = fileop_journal_fd(fileop_table_of(op->v.fop), op->v.d->config);
+			char eng[SHA256_HEX_BYTES];
+			const struct plocal_journal j = { jfd, op->v.id, fileop_engine_ident(op->v.d, eng) };
+
+			r = plocal_write_mode(op->root, op->v.items[i].plan, &cred, jfd >= 0 ? &j : NULL, op->v.items[i].data,
+					      op->v.items[i].size, fileop_item_mode(&op->v.items[i]), &e);
+		}
+		break;
+	case FILEOP_CHECK:
+		for (size_t i = 0; r == 0 && i < op->v.n_items; i++)
+			r = plocal_check(op->root, op->v.items[i].plan, NULL, &op->v.items[i].walk_ended, &e);
+		break;
+	case FILEOP_PREPARE:
+		r = plocal_prepare(op->root, op->v.items[0].plan, &cred, &e);
+		break;
+	case FILEOP_LIST:
+		r = plocal_list(op->root, op->v.items[0].plan, &cred,
+				op->v.p->max_entries ? op->v.p->max_entries : PLOCAL_LIST_MAX_ENTRIES,
+				&op->v.items[0].entries, &e);
+		break;
+	case FILEOP_REMOVE:
+	case FILEOP_RECLAIM:
+		/* The container's known mount points, and directories holding one:
+		 * refused before anything is removed (a removal that meets any
+		 * other mount is refused where it meets it). */
+		r = fileop_archive_mount_check_init(op->v.p->kind, op->v.items[0].plan->target.path,
+						    op->v.items[0].plan->target.rel, fileop_init_on(op->v.fop), &e);
+		if (r < 0)
+			break;
+		r = plocal_rm_begin(op->root, op->v.items[0].plan, &cred,
+				    op->v.p->kind == FILEOP_RECLAIM || op->v.p->recursive, &op->rm, &e);
+		if (r == 0 && op->rm) {
+			fop_local_slice(op);
+			return;
+		}
+		if (r > 0)
+			r = 0;
+		break;
+	default:
+		assert(!"unreachable");
+	}
+	if (r < 0) {
+		fop_local_fail(op, &e);
+		return;
+	}
+	fop_local_finish(op);
+}
+
+static void fop_pin_lookup(struct fop_local *op);
+
+/* The pin (op's own, or the one kept for the sandbox) opens the root, or is stale. */
+static void fop_local_with_pin(struct fop_local *op, const struct plocal_pin *pin)
+{
+	int r = plocal_root_open(pin, &op->root);
+
+	if (r == 0) {
+		fop_local_run(op);
+		return;
+	}
+	if (r == -ESRCH && op->lookups < 2) {
+		/* The init is gone (a restart, a death): look (again). */
+		fop_pin_lookup(op);
+		return;
+	}
+	if (r == -ESRCH) {
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	fileop_fail(op->v.fop, MSB_ERR_INTERNAL, NULL, "the sandbox's root cannot be opened: %s", strerror(-r));
+}
+
+static void fop_pin_cb(const struct docker_reply *r, void *arg)
+{
+	struct fop_local *op = arg;
+	const json_t *state = json_object_get(r->body, "State");
+	json_int_t pid = json_integer_value(json_object_get(state, "Pid"));
+	struct sandbox *sb;
+	struct plocal_pin pin;
+	int rc;
+
+	op->req = NULL;
+	if (fileop_timed_out(op->v.fop)) {
+		lo_wind_up(op->v.fop);
+		return;
+	}
+	if (r->error == 0 && r->status == 404) {
+		fileop_fail(op->v.fop, MSB_ERR_SANDBOX_NOT_FOUND, NULL, "the sandbox is gone");
+		return;
+	}
+	if (r->error || r->status != 200) {
+		fileop_fail_engine(op->v.fop, r->error, r->status, r->message, "inspecting the sandbox");
+		return;
+	}
+	if (!json_is_true(json_object_get(state, "Running")) || pid <= 0 || pid > INT32_MAX) {
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	rc = plocal_pin_open((pid_t)pid, op->v.id, &pin);
+	if (rc == -ESRCH && op->lookups < 2) {
+		fop_pin_lookup(op);
+		return;
+	}
+	if (rc == -ESRCH) {
+		fileop_fail(op->v.fop, MSB_ERR_FREEZE_FAILED, json_pack("{s:s}", "reason", "not running"),
+			 "the sandbox is not running");
+		return;
+	}
+	sb = op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL;
+	if (rc < 0 && strcmp(op->v.d->config->files_plane, "local") == 0) {
+		fileop_fail(op->v.fop, MSB_ERR_INTERNAL, json_pack("{s:s}", "file_plane", "local"),
+			 "files.plane is local, but this sandbox's root cannot be reached: %s",
+			 rc == -ENOENT ? "its init is not in this daemon's pid namespace"
+				       : rc == -EOPNOTSUPP ? "its user namespace remaps ids" : strerror(-rc));
+		return;
+	}
+	if (rc < 0) {
+		log_info("sandbox %.12s: the archive file plane serves it (no pin of its init: %s)", op->v.id,
+			 strerror(-rc));
+		if (sb)
+			sb->plane = SANDBOX_PLANE_ARCHIVE;
+		/* The archive plane holds no descriptor of it: the fd share goes
+		 * with this plane's state. */
+		fileop_fall_back(op->v.fop);
+		return;
+	}
+	if (sb && op->shared) {
+		/* Kept for the next call, as long as the registry's entry keeps
+		 * this init (plocal_pins_set). */
+		sb->plane = SANDBOX_PLANE_LOCAL;
+		fop_local_with_pin(op, plocal_pins_set(op->shared, op->v.d->registry, op->v.id, pin));
+		return;
+	}
+	plocal_pin_close(&op->own_pin);
+	op->own_pin = pin;
+	fop_local_with_pin(op, &op->own_pin);
+}
+
+static void fop_pin_lookup(struct fop_local *op)
+{
+	int r;
+
+	op->lookups++;
+	fileop_enter(op->v.fop, FOP_PIN);
+	r = docker_container_inspect(op->v.d->engine, op->v.id, fop_pin_cb, op, &op->req);
+	if (r < 0)
+		fileop_fail_engine(op->v.fop, r, 0, NULL, "inspecting the sandbox");
+}
+
+/* sb: the op's registry entry, or NULL. */
+static void fop_local_begin(struct fop_local *op, struct sandbox *sb)
+{
+	const struct plocal_pin *pin;
+
+	/* A removal holds descriptors across slices: it waits for its share
+	 * of files.removal_fd_budget (FIFO, within its deadline) before it
+	 * opens anything. */
+	if ((op->v.p->kind == FILEOP_REMOVE || op->v.p->kind == FILEOP_RECLAIM) && !fop_fd_take(op)) {
+		fileop_enter(op->v.fop, FOP_FDWAIT);
+		return;
+	}
+	pin = sb && op->shared ? plocal_pins_find(op->shared, op->v.id) : NULL;
+	if (pin && plocal_pin_valid(pin)) {
+		fileop_enter(op->v.fop, FOP_PIN);
+		fop_local_with_pin(op, pin);
+		return;
+	}
+	fop_pin_lookup(op);
+}
+
+/* ---- the plane -------------------------------------------------------------- */
+
+static struct fop_local *lo_of(const struct fileop *fop)
+{
+	return fileop_plane_data(fop);
+}
+
+static void lo_start(struct fileop *fop)
+{
+	struct fop_local *op = xcalloc(1, sizeof(*op));
+
+	op->v = fileop_view(fop);
+	op->shared = fileop_table_local(fileop_table_of(fop));
+	op->root = -1;
+	op->own_pin = (struct plocal_pin)PLOCAL_PIN_INIT;
+	op->slice_ev = event_new(op->v.d->base, -1, 0, fop_slice_cb, op);
+	if (!op->slice_ev)
+		fatalx("%s: cannot create an event", __func__);
+	fileop_set_plane_data(fop, op);
+	fop_local_begin(op, op->v.d->registry ? registry_find_id(op->v.d->registry, op->v.id) : NULL);
+}
+
+/* A failure: what the op holds is closed, then it is done (no freeze to lift). */
+static void lo_wind_up(struct fileop *fop)
+{
+	struct fop_local *op = lo_of(fop);
+
+	if (op->root >= 0)
+		close(op->root);
+	op->root = -1;
+	op->rm = plocal_rm_free(op->rm);
+	lo_done(op);
+}
+
+static bool lo_settled(struct fileop *fop)
+{
+	(void)fop;
+	return false;
+}
+
+static void lo_abort(struct fileop *fop)
+{
+	struct fop_local *op = lo_of(fop);
+
+	if (fileop_state(fop) == FOP_FDWAIT) {
+		/* Still waiting for its share of the fd budget: nothing began. */
+		lo_done(op);
+		return;
+	}
+	if (fileop_state(fop) == FOP_LOCAL) {
+		/* Between two slices of a removal: it stops here. */
+		event_del(op->slice_ev);
+		op->rm = plocal_rm_free(op->rm);
+		lo_done(op);
+		return;
+	}
+	if (op->req) {
+		/* Its callback runs now with -ECANCELED and ends the op. */
+		engine_req_cancel(op->req);
+		return;
+	}
+	if (fileop_state(fop) == FOP_FREEZE)
+		lo_done(op);
+}
+
+static void lo_release(struct fileop *fop)
+{
+	struct fop_local *op = lo_of(fop);
+
+	if (!op)
+		return;
+	fop_fd_release(op);
+	plocal_rm_free(op->rm);
+	if (op->root >= 0)
+		close(op->root);
+	plocal_pin_close(&op->own_pin);
+	event_free(op->slice_ev);
+	free(op);
+}
+
+const struct file_plane file_plane_local = {
+	.name = "local",
+	.start = lo_start,
+	.wind_up = lo_wind_up,
+	.settled = lo_settled,
+	.abort = lo_abort,
+	.release = lo_release,
+};

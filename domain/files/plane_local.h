@@ -56,8 +56,14 @@
  * pid namespace, fails here) and the process's user namespace maps ids
  * one to one (a remapped engine is left to the archive plane).
  *
- * No wire codes and no logging here: results are msb_errors the RPC layer
- * sends as they are. */
+ * The syscalls return msb_errors the RPC layer sends as they are, and log
+ * nothing. The driver (plane.h: file_plane_local) serves a fileop with
+ * them: the pin (an inspect for State.Pid, when no live pin is kept), then
+ * the syscalls (a removal a slice at a time, yielding to the loop between
+ * slices, within its share of files.removal_fd_budget). The pins are the
+ * local plane's own, kept by container id (plocal_pins_*) and dropped when
+ * the registry says the init went (a start, a restart, a death) or the
+ * entry did. */
 #ifndef MSB_PLANE_LOCAL_H
 #define MSB_PLANE_LOCAL_H
 
@@ -139,6 +145,22 @@ struct plocal_pin {
 int plocal_pin_open(pid_t pid, const char *id, struct plocal_pin *ret);
 void plocal_pin_close(struct plocal_pin *pin);
 bool plocal_pin_valid(const struct plocal_pin *pin);
+/* The pins the local plane keeps, one per container id (64 hex), in its
+ * state shared by its operations (plane.h, struct plocal_shared). */
+#define PLOCAL_ID_LEN 64
+struct plocal_shared;
+struct registry;
+/* id's pin, or NULL. */
+const struct plocal_pin *plocal_pins_find(const struct plocal_shared *s, const char *id);
+/* Keeps pin (taken; one already kept for id is closed) and returns where
+ * it is kept. r (or NULL): the registry whose entry for id holds the init;
+ * the pin is dropped when it tells the init or the entry went
+ * (registry_watch_inits). */
+const struct plocal_pin *plocal_pins_set(struct plocal_shared *s, struct registry *r, const char *id,
+					 struct plocal_pin pin);
+/* Closes and forgets id's pin (none: nothing). */
+void plocal_pins_drop(struct plocal_shared *s, const char *id);
+
 /* Opens the pinned process's root (O_PATH|O_DIRECTORY). -ESRCH when the
  * pinned process has exited (the pin is stale: re-pin), -errno otherwise. */
 int plocal_root_open(const struct plocal_pin *pin, int *ret_fd);

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plane.h"
+#include "plane_local.h"
 #include "registry.h"
 
 #define ID_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -90,37 +92,72 @@ static bool fd_open(int fd)
 	return fcntl(fd, F_GETFD) >= 0;
 }
 
-/* The local plane's pin of an init (a pidfd) goes with the init: at every
- * start, restart and death, and with the entry; a pause keeps it. */
+/* The local plane's pin of an init (a pidfd, kept by the local plane,
+ * plane_local.h) goes with the init: at every start, restart and death,
+ * and with the entry; a pause keeps it. The registry tells the plane. */
 START_TEST(a_pin_goes_with_its_init)
 {
 	static const char *const drops[] = { "die", "start", "restart" };
 	struct registry *r = registry_new();
+	struct plocal_shared *pins = plocal_shared_new();
 	json_t *list = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	const struct plocal_pin *pin;
 	struct sandbox *sb;
 	int fd;
 
 	registry_replace_all(r, list);
 	sb = registry_find_id(r, ID_A);
-	ck_assert_int_eq(sb->pin.pidfd, -1);
+	ck_assert_ptr_null(plocal_pins_find(pins, ID_A));
 	ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
 		fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		ck_assert_int_ge(fd, 0);
-		sb->pin = (struct plocal_pin){ getpid(), fd };
+		plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), fd });
 		sb->plane = SANDBOX_PLANE_LOCAL;
 		apply(r, event(ID_A, "pause"));
 		apply(r, event(ID_A, "unpause"));
-		ck_assert_int_eq(sb->pin.pidfd, fd);
+		pin = plocal_pins_find(pins, ID_A);
+		ck_assert_ptr_nonnull(pin);
+		ck_assert_int_eq(pin->pidfd, fd);
 		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_LOCAL);
 		apply(r, event(ID_A, drops[i]));
-		ck_assert_msg(sb->pin.pidfd == -1 && !fd_open(fd), "%s kept the pin", drops[i]);
+		ck_assert_msg(!plocal_pins_find(pins, ID_A) && !fd_open(fd), "%s kept the pin", drops[i]);
 		ck_assert_int_eq(sb->plane, SANDBOX_PLANE_UNKNOWN);
 	}
 	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	sb->pin = (struct plocal_pin){ getpid(), fd };
+	plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), fd });
 	apply(r, event(ID_A, "destroy"));
 	ck_assert_msg(!fd_open(fd), "a destroyed entry kept its pin open");
+	json_decref(list);
+	plocal_shared_free(pins);
+	registry_free(r);
+}
+END_TEST
+
+/* The local plane keeps one pin per container: a new one closes the old;
+ * its state freed, every pin it kept is closed and the registry no longer
+ * tells it anything. */
+START_TEST(the_local_plane_owns_its_pins)
+{
+	struct registry *r = registry_new();
+	struct plocal_shared *pins = plocal_shared_new();
+	json_t *list = json_pack("[o, o]", summary(ID_A, NAME_A, "running"), summary(ID_B, NAME_B, "running"));
+	int a1 = open("/dev/null", O_RDONLY | O_CLOEXEC), a2 = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int b = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	ck_assert(a1 >= 0 && a2 >= 0 && b >= 0);
+	registry_replace_all(r, list);
+	plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), a1 });
+	plocal_pins_set(pins, r, ID_B, (struct plocal_pin){ getpid(), b });
+	plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), a2 });
+	ck_assert_msg(!fd_open(a1), "a replaced pin stayed open");
+	ck_assert_int_eq(plocal_pins_find(pins, ID_A)->pidfd, a2);
+	apply(r, event(ID_A, "die"));
+	ck_assert_ptr_null(plocal_pins_find(pins, ID_A));
+	ck_assert_int_eq(plocal_pins_find(pins, ID_B)->pidfd, b);
+	plocal_shared_free(pins);
+	ck_assert_msg(!fd_open(b), "the local plane's state went, its pin stayed open");
+	apply(r, event(ID_B, "die"));      /* nobody is told: nothing to use after its free */
 	json_decref(list);
 	registry_free(r);
 }
@@ -347,6 +384,7 @@ int main(void)
 	tcase_add_test(tc, listing_and_events);
 	tcase_add_test(tc, a_destroyed_id_never_comes_back);
 	tcase_add_test(tc, a_pin_goes_with_its_init);
+	tcase_add_test(tc, the_local_plane_owns_its_pins);
 	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
 	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
 	tcase_add_test(tc, only_our_workloads_are_entries);
