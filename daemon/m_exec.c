@@ -38,6 +38,7 @@
 #include "base64.h"
 #include "cleanup.h"
 #include "daemon.h"
+#include "dispose.h"
 #include "docker.h"
 #include "errmap.h"
 #include "execkill.h"
@@ -470,13 +471,14 @@ static void exec_killed_cb(const struct execrun_result *r, void *arg)
 	exec_req_free(x);
 }
 
-static void exec_disposed_cb(const struct docker_reply *r, void *arg)
+static void exec_disposed_cb(const struct dispose_result *r, void *arg)
 {
 	struct exec_req *x = arg;
+	json_t *f = json_array_get(r->failures, 0);
 
-	if (r->error || (r->status != 204 && r->status != 404))
+	if (f)
 		log_warnx("exec in %.12s: exec.on_timeout=dispose could not remove the sandbox (%s)", x->id,
-			  r->error ? strerror(-r->error) : r->message ? r->message : "engine refused");
+			  json_string_value(json_object_get(f, "detail")));
 	else
 		log_info("sandbox %.12s removed after its command %s (exec.on_timeout=dispose)", x->id,
 			 x->failure == -ETIMEDOUT ? "timed out" : x->failure == -ECANCELED ? "was cancelled" :
@@ -666,14 +668,17 @@ static void exec_host_init_cb(const struct docker_reply *r, void *arg)
 
 /* Answers at once (nothing the guest holds open delays it), then kills
  * what the command started. With exec.on_timeout = dispose the whole
- * sandbox is removed first, as the seed does, and the answer follows the
- * removal (a next acquire makes a new one: the engine's removal does not
+ * sandbox is disposed first (dispose.h), as the seed does, and the answer
+ * follows the removal (a next acquire makes a new one: the engine's removal does not
  * wait on the guest). x is freed when that is over. */
 static void exec_kill_then_fail(struct exec_req *x, int failure)
 {
 	x->failure = failure;
 	if (strcmp(x->d->dom.config->exec_on_timeout, "dispose") == 0) {
-		if (docker_container_remove(x->d->dom.engine, x->id, true, exec_disposed_cb, x, NULL) < 0) {
+		/* The one removal sequence (dispose.h): an allowlisted sandbox's
+		 * proxy and network go with it. Any of ours (the call was owned). */
+		if (dispose_instance_start(&x->d->dom, x->id, json_pack("{s:{}}", "label"),
+					   "exec.on_timeout=dispose", exec_disposed_cb, x) < 0) {
 			exec_fail_final(x);
 			exec_req_free(x);
 		}

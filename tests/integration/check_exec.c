@@ -1764,6 +1764,34 @@ static bool engine_has_container(const char *id)
 	return there;
 }
 
+/* exec.on_timeout = dispose: a command past its deadline takes its sandbox
+ * with it, through the one removal sequence (dispose.h); the answer comes
+ * after the removal, so the engine no longer has the container then. */
+START_TEST(a_timeout_with_on_timeout_dispose_removes_the_sandbox)
+{
+	static const char *const args[] = { "--set", "exec.on_timeout=dispose", NULL };
+	struct env e = { 0 };
+	struct reply rep;
+
+	msbd_start(&e.d, args);
+	json_decref(wait_engine_state(e.d.sock, "reachable", ENGINE_WAIT_MS));
+	env_acquire(&e, "timeoutdispose", "t");
+	ck_assert_msg(engine_has_container(e.sandbox), "the sandbox is not on the engine before the exec");
+	exec_rpc(&e, json_pack("{s:[s, s], s:i}", "command", "sleep", "30", "timeout_seconds",
+			       PROBE_TIMEOUT_S), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_TIMEOUT && !strcmp(rep.type, "TimeoutError"),
+		      "sleep 30 with timeout 1: %s", rep.text);
+	reply_clear(&rep);
+	ck_assert_msg(!engine_has_container(e.sandbox),
+		      "exec.on_timeout=dispose answered the timeout but the sandbox is still on the engine");
+	/* The registry knows it too: the next exec finds no such sandbox. */
+	exec_rpc(&e, json_pack("{s:[s]}", "command", "true"), &rep);
+	ck_assert_msg(!rep.result && rep.code == ERR_SANDBOX_NOT_FOUND, "an exec after the disposal: %s", rep.text);
+	reply_clear(&rep);
+	env_stop(&e);
+}
+END_TEST
+
 /* An exec cancelled before the engine made it never ran: Cancelled,
  * nothing killed, and exec.on_timeout = dispose leaves the sandbox (as a
  * deadline spent waiting does). The archive plane: the exec waits for a
@@ -1935,6 +1963,7 @@ static Suite *exec_suite(void)
 	tc = tcase_create("kill");
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, a_timeout_raises_timeout_error);
+	tcase_add_test(tc, a_timeout_with_on_timeout_dispose_removes_the_sandbox);
 	tcase_add_test(tc, a_timeout_kills_what_ignores_term_and_its_children);
 	tcase_add_test(tc, output_over_the_cap_is_refused_and_killed);
 	suite_add_tcase(s, tc);
