@@ -7,6 +7,8 @@
 
 #include "daemon.h"
 #include "jsonrpc.h"
+#include "owner.h"
+#include "registry.h"
 #include "rpc.h"
 
 struct test_params {
@@ -463,6 +465,30 @@ START_TEST(cancel_hooks_and_siblings)
 }
 END_TEST
 
+/* The owner rule (owner.h): a peer whose credentials could not be read
+ * (server.c: uid (uid_t)-1, never admin) passes no check, as before
+ * owner.c: its sandboxes' owner, an unlabelled one, every event. */
+START_TEST(unknown_peer_reaches_nothing)
+{
+	const struct rpc_peer unknown = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+	const struct rpc_peer user = { .pid = 1, .uid = 1000, .gid = 1000 };
+	const struct rpc_peer admin = { .pid = 1, .uid = 1001, .gid = 1001, .admin = true };
+	const struct sandbox owned = { .has_owner = true, .owner = 1000 };
+	const struct sandbox unlabelled = { .has_owner = false };
+
+	ck_assert(!owner_admits(&unknown, 1000));
+	ck_assert(!owner_may_reach(&unknown, &owned));
+	ck_assert(!owner_may_reach(&unknown, &unlabelled));
+	ck_assert(owner_admits(&user, 1000));
+	ck_assert(!owner_admits(&user, 1001));
+	ck_assert(owner_may_reach(&user, &owned));
+	ck_assert(!owner_may_reach(&user, &unlabelled));
+	ck_assert(owner_admits(&admin, 1000));
+	ck_assert(owner_may_reach(&admin, &owned));
+	ck_assert(owner_may_reach(&admin, &unlabelled));
+}
+END_TEST
+
 static Suite *rpc_suite(void)
 {
 	Suite *s = suite_create("rpc");
@@ -483,6 +509,7 @@ static Suite *rpc_suite(void)
 	tcase_add_test(contract, detached_call_drops_its_reply);
 	tcase_add_test(contract, call_numbers_increase);
 	tcase_add_test(contract, cancel_hooks_and_siblings);
+	tcase_add_test(contract, unknown_peer_reaches_nothing);
 	suite_add_tcase(s, params);
 	suite_add_tcase(s, contract);
 	return s;
