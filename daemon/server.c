@@ -1858,18 +1858,16 @@ static void conn_set_timeouts(struct conn *c)
 	bufferevent_set_timeouts(c->bev, NULL, &wt);
 }
 
-static void server_peer(int fd, struct rpc_peer *peer)
+/* The peer's credentials (SO_PEERCRED), or -errno. */
+static int server_peer(int fd, struct rpc_peer *peer)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-		log_warn("%s: SO_PEERCRED", __func__);
-		/* Unknown peers get no identity that could pass a check. */
-		*peer = (struct rpc_peer){ .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
-		return;
-	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
 	*peer = (struct rpc_peer){ .pid = cred.pid, .uid = cred.uid, .gid = cred.gid };
+	return 0;
 }
 
 static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -1885,7 +1883,13 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 		server_reject(srv, fd, MSB_ERR_SHUTTING_DOWN);
 		return;
 	}
-	server_peer(fd, &peer);
+	if (server_peer(fd, &peer) < 0) {
+		/* Nothing it asked could be checked against an owner: refused
+		 * (uid (uid_t)-1 also means "every owner" to a selection). */
+		log_warn("refusing a connection whose credentials cannot be read (SO_PEERCRED)");
+		server_reject(srv, fd, MSB_ERR_PERMISSION_DENIED);
+		return;
+	}
 	peer.admin = peer.uid != (uid_t)-1 && srv->env.lookup_admin(srv->env.ctx, peer.uid, peer.gid);
 	if (server_fair_admit(srv, fd, &peer) < 0)
 		return;
