@@ -174,8 +174,6 @@ static void engine_state_changed_cb(struct engine *e, enum engine_state old_stat
 	sd_notify_status(status);
 }
 
-/* ---- the registry: listed at each (re)connection, then followed ------ */
-
 /* ---- the timed sweep (reap.max_age_s, off by default) ---------------- */
 
 static void reap_timer_arm(struct msbd_main *m)

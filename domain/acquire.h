@@ -149,7 +149,7 @@ bool acquire_spec_needs_prepare(const struct msb_spec *spec);
  * and image_id: the container's Config.Image and image id as the engine
  * says (NULL: not known). Root and administrators (root's key space) are served a
  * container whose owner label is absent (the seed's), 0, their own uid or a
- * current administrator's (msbd_lookup_admin: may block, asked only then);
+ * current administrator's (the environment's is_admin: may block, asked only then);
  * any other owner's (a user's from before per-owner keys, a former
  * administrator's) is -EEXIST SandboxConflict with data.owner. */
 int acquire_check(const struct domain *d, const char *name, const struct msb_key *key,
