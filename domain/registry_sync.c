@@ -71,6 +71,10 @@ static void thaw_orphans(struct registry_sync *s)
 {
 	struct domain *d = s->d;
 
+	/* The loop's own count: a thaw refused at once (thaw_done_cb, below)
+	 * must not start the replay while later paused orphans are still to be
+	 * counted (their rm would meet them paused); the caller replays after. */
+	s->orphan_thaws++;
 	for (struct sandbox *sb = registry_first(d->registry); sb; sb = registry_next(sb)) {
 		struct orphan_thaw *ot;
 		char *id;
@@ -92,6 +96,7 @@ static void thaw_orphans(struct registry_sync *s)
 			free(ot);
 		}
 	}
+	s->orphan_thaws--;
 }
 
 static void sync_list(struct registry_sync *s);
