@@ -116,6 +116,8 @@ struct registry *registry_free(struct registry *r)
 		return NULL;
 	while ((sb = TAILQ_FIRST(&r->list)))
 		registry_remove(r, sb);
+	if (r->init_gone)
+		r->init_gone(r->init_gone_arg, NULL);   /* the watcher forgets r */
 	free(r->tombstones);
 	json_decref(r->held);
 	free(r);

@@ -121,7 +121,8 @@ void registry_remove(struct registry *r, struct sandbox *sb);
 /* The watcher told when an entry's init goes: at every start, restart and
  * death of its container, and when the entry goes (removed, destroyed,
  * replaced, the registry freed). The local plane's pins go then
- * (plane_local.h). One watcher; fn NULL: none. */
+ * (plane_local.h). Last, when the registry itself is freed, id NULL: the
+ * watcher must forget it. One watcher; fn NULL: none. */
 typedef void registry_init_gone_fn(void *arg, const char *id);
 void registry_watch_inits(struct registry *r, registry_init_gone_fn *fn, void *arg);
 

@@ -1615,10 +1615,17 @@ void plocal_pins_drop(struct plocal_shared *s, const char *id)
 }
 
 /* The registry's word: id's init is gone (a start, a restart, a death), or
- * its entry is. */
+ * its entry is; id NULL: the registry is being freed (its entries, and so
+ * the pins, went already): forget it, so freeing s later does not reach it. */
 static void pins_init_gone(void *arg, const char *id)
 {
-	plocal_pins_drop(arg, id);
+	struct plocal_shared *s = arg;
+
+	if (!id) {
+		s->watched = NULL;
+		return;
+	}
+	plocal_pins_drop(s, id);
 }
 
 const struct plocal_pin *plocal_pins_set(struct plocal_shared *s, struct registry *r, const char *id,

@@ -163,6 +163,27 @@ START_TEST(the_local_plane_owns_its_pins)
 }
 END_TEST
 
+/* Either may go first: the registry freed before the local plane's state
+ * closes the pins and tells the plane to forget it (under ASan, freeing the
+ * plane's state would otherwise write into the freed registry). */
+START_TEST(the_registry_may_go_before_the_pins)
+{
+	struct registry *r = registry_new();
+	struct plocal_shared *pins = plocal_shared_new();
+	json_t *list = json_pack("[o]", summary(ID_A, NAME_A, "running"));
+	int a = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	ck_assert(a >= 0);
+	registry_replace_all(r, list);
+	plocal_pins_set(pins, r, ID_A, (struct plocal_pin){ getpid(), a });
+	registry_free(r);
+	ck_assert_msg(!fd_open(a), "the registry went, the pin of its entry stayed open");
+	ck_assert_ptr_null(plocal_pins_find(pins, ID_A));
+	plocal_shared_free(pins);
+	json_decref(list);
+}
+END_TEST
+
 START_TEST(a_destroyed_id_never_comes_back)
 {
 	struct registry *r = registry_new();
@@ -385,6 +406,7 @@ int main(void)
 	tcase_add_test(tc, a_destroyed_id_never_comes_back);
 	tcase_add_test(tc, a_pin_goes_with_its_init);
 	tcase_add_test(tc, the_local_plane_owns_its_pins);
+	tcase_add_test(tc, the_registry_may_go_before_the_pins);
 	tcase_add_test(tc, events_during_a_resync_are_replayed_after_the_listing);
 	tcase_add_test(tc, an_inspect_never_overrides_a_newer_event);
 	tcase_add_test(tc, only_our_workloads_are_entries);
