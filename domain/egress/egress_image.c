@@ -11,6 +11,7 @@
 #include "domain.h"
 #include "egress_image.h"
 #include "engine.h"
+#include "errmap.h"
 #include "log.h"
 #include "msb-build.h"
 #include "proxyimage.h"
@@ -79,6 +80,24 @@ static void image_settle(struct egress_image *img, enum egress_image_state s, ch
 	}
 }
 
+/* The engine gave no answer (errmap's code: EngineUnavailable, or
+ * EngineTimeout): the image is not known to be unmakeable, so it is checked
+ * again at the next acquire or resync; the ops waiting for it fail with
+ * the code, and a message of the daemon's own. */
+static void image_unanswered(struct egress_image *img, const char *step, int code)
+{
+	_cleanup_free_ char *message = xasprintf(
+		"%s the egress proxy image %s:%s: %s", step, EGRESS_IMAGE_REPO, image_tag(),
+		code == MSB_ERR_ENGINE_TIMEOUT ? "the engine did not answer in time; retry the acquire" :
+		"the engine could not be reached; the daemon reconnects by itself: retry the acquire once the "
+		"engine is back");
+
+	img->state = EGRESS_IMAGE_IDLE;
+	img->verifying = false;
+	free(TAKE_PTR(img->archive));
+	image_tell(img, code, message);
+}
+
 /* A failed load's stable reason, by docker_image_load's error alone. */
 static const char *image_load_reason(int error)
 {
@@ -109,6 +128,12 @@ static void image_load_done_cb(int error, const char *message, void *arg)
 	if (error < 0) {
 		log_warnx("egress: loading %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
 			  message ? message : strerror(-error));
+		if (error != -EIO && error != -ETIMEDOUT && error != -EPROTO && error != -EMSGSIZE &&
+		    error != -ECONNABORTED) {
+			/* docker_image_load's "no answer" */
+			image_unanswered(img, "could not load", MSB_ERR_ENGINE_UNAVAILABLE);
+			return;
+		}
 		image_settle(img, EGRESS_IMAGE_FAILED, xasprintf("loading %s:%s failed: %s (the daemon's log "
 								  "has why)", EGRESS_IMAGE_REPO, image_tag(),
 								  image_load_reason(error)));
@@ -145,8 +170,17 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 		return;
 	}
 	if (r->error || (r->status != 200 && r->status != 404)) {
+		struct msb_error err = { 0 };
+
 		log_warnx("egress: inspecting %s:%s: %s", EGRESS_IMAGE_REPO, image_tag(),
 			  r->message ? r->message : r->error ? strerror(-r->error) : "engine refused");
+		errmap_docker(r, "inspecting the egress proxy image", &err);
+		if (err.code == MSB_ERR_ENGINE_UNAVAILABLE || err.code == MSB_ERR_ENGINE_TIMEOUT) {
+			image_unanswered(img, "could not check", err.code);
+			msb_error_clear(&err);
+			return;
+		}
+		msb_error_clear(&err);
 		image_settle(img, EGRESS_IMAGE_FAILED, r->error ?
 			     xasprintf("inspecting %s:%s failed: the engine could not be reached", EGRESS_IMAGE_REPO,
 				       image_tag()) :
