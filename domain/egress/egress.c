@@ -226,10 +226,25 @@ static void ops_in_state(struct egress *eg, enum eop_state state, const struct m
 	}
 }
 
-/* The image check ended: the ops waiting for it go on, or fail with why. */
+/* The image check ended: the ops waiting for it go on, or fail with why
+ * (the image's error, and which sandbox's acquire waited for it). */
 static void image_checked(const struct msb_error *err, void *arg)
 {
-	ops_in_state(arg, EOP_IMAGE_WAIT, err, EOP_NET_INSPECT);
+	struct egress *eg = arg;
+	struct egress_op *op, *next;
+
+	if (!err || !err->message) {
+		ops_in_state(eg, EOP_IMAGE_WAIT, err, EOP_NET_INSPECT);
+		return;
+	}
+	for (op = TAILQ_FIRST(&eg->ops); op; op = next) {
+		next = TAILQ_NEXT(op, entry);
+		if (op->state != EOP_IMAGE_WAIT)
+			continue;
+		msb_error_set(&op->err, err->code, err->data ? json_deep_copy(err->data) : NULL, "egress for %s: %s",
+			      op->name, err->message);
+		eop_fail(op);
+	}
 }
 
 /* A listing rebuilt the pool: the blocks ops hold stay marked. */
