@@ -26,6 +26,10 @@
 #define LABEL_ROLE     "maf-sandbox.role"
 /* Ours, not the seed's: the uid of the connection that created it. */
 #define LABEL_OWNER    "maf-sandbox.owner"
+/* Ours too: the raw key and kind as a JSON array [scope, thread_id,
+ * agent_dir, call_id, kind], so listings (and the egress followers) can
+ * show them even where the identity labels are digests. */
+#define LABEL_KEY_JSON "maf-sandbox.key"
 
 /* egress_id: "allow:" + ",".join(sorted hosts) when a proxy is configured and
  * the allowlist is non-empty, else "". Returns a malloc'd string. */

@@ -2,16 +2,14 @@
  * allowlisted sandbox's network and proxy, the proxies' decisions followed
  * live and published as events.
  *
- * The image. Built by the daemon from the installed static proxy binary
- * (proxyimage.h: a deterministic `docker save` archive, config included) and
- * loaded through the engine as maf-sandbox-egress-proxy:<version>. The same
- * binary always gives the same image ID, so an image already there is
- * current when its ID is the one we compute. Allowlist is declared
- * (egress_ready) once the image is current.
- *
- *   image:  IDLE → INSPECT ─ current ─────────→ READY
- *                     └ absent/stale → LOAD → INSPECT → READY | FAILED
- *   (FAILED and IDLE are retried at the next resync or allowlisted acquire)
+ * The parts, each its own file: the proxy image (egress_image.h: made from
+ * the installed proxy binary, loaded through the engine; allowlist is
+ * declared (egress_ready) once it is current), the subnet pool
+ * (egress_pool.h, recovered from the engine's networks), the decision
+ * followers (egress_follow.h: each proxy's log followed, its decisions
+ * published once, coalesced, cursors in egress.state_dir, drained before
+ * a proxy is removed), and what they share (egress_topo.h). This file's
+ * own is the state machine:
  *
  * One sandbox's topology (egress_ensure), under the acquire op of its name:
  *
@@ -23,20 +21,7 @@
  *                   → PROXY_START → PROXY_READY (its "listening" line) → DONE
  *   A failure removes what this op created: the proxy first, then the
  *   network (a fresh sandbox only: a network with a workload on it stays).
- *
- * Decisions. Each running proxy has a follower: GET logs?follow=1 with
- * timestamps, demultiplexed, split in lines, parsed (egresslog.h), at most
- * EGRESS_BYTES_PER_TURN a loop turn (then the stream pauses until the
- * next turn). Every decision is published once, coalesced per proxy
- * (egresslog.h: at most EGRESS_EVENTS_PER_WINDOW one by one a window, the
- * rest as counted events at its end, or earlier when the log stream ends):
- * a cursor per proxy (the timestamp of the last published decision and how
- * many shared it; one fixed-width record written in place), kept in
- * egress.state_dir, skips what was
- * already published, also by an earlier daemon; it moves past a held
- * decision only once that is published. Draining (before a proxy is
- * removed) stops the proxy, then reads what is left and publishes what is
- * held. */
+ */
 #ifndef MSB_EGRESS_H
 #define MSB_EGRESS_H
 
@@ -44,36 +29,9 @@
 #include <sys/types.h>
 #include <jansson.h>
 
+#include "egress_topo.h"
 #include "errors.h"
 #include "sandbox.h"
-
-#define EGRESS_PROXY_PORT          3128
-#define EGRESS_PROXY_SUFFIX        "-proxy"
-#define EGRESS_NET_SUFFIX          "-net"
-/* Labels of ours on allowlisted topologies. */
-#define LABEL_KEY_V1               "maf-sandbox.key.v1"
-#define LABEL_EGRESS               "maf-sandbox.egress"   /* "allowlist" on the workload */
-/* The proxy container's limits. */
-#define EGRESS_PROXY_PIDS_LIMIT    64
-#define EGRESS_PROXY_MEMORY_BYTES  (128u * 1024 * 1024)
-#define EGRESS_PROXY_LOG_MAX_SIZE  "16m"      /* json-file rotation: a guest cannot fill the disk */
-#define EGRESS_PROXY_LOG_MAX_FILES "2"
-#define EGRESS_PROXY_STOP_GRACE_S  2
-/* One log line of a proxy; longer lines are dropped (a decision line is short). */
-#define EGRESS_LINE_MAX            1024
-/* The follow stream is re-opened after this when it ends while the proxy runs. */
-#define EGRESS_FOLLOW_RETRY_MS     1000
-/* Pool blocks tried for one network before giving up (each overlap marks one). */
-#define EGRESS_NET_CREATE_TRIES    8
-/* Decision lines one proxy may put in the daemon's log each second (a guest
- * can make decisions as fast as it can connect); the rest are counted. */
-#define EGRESS_LOG_PER_SECOND      50
-/* Bytes of one proxy's log handled in one turn of the loop (plus at most
- * the chunk that crossed it, a libcurl buffer: 16 KiB); past it the stream
- * pauses until the next turn, after the loop has served what else is ready. */
-#define EGRESS_BYTES_PER_TURN      (64u * 1024)
-/* A drain gives up on a proxy log that sends nothing for this long. */
-#define EGRESS_DRAIN_IDLE_MS       10000
 
 struct domain;
 struct egress;
@@ -108,18 +66,6 @@ static inline bool egress_spec_needs_proxy(const struct msb_spec *spec)
 	return spec->egress == MSB_EGRESS_ALLOWLIST && spec->n_egress_allow > 0;
 }
 
-struct egress_info {
-	char network[80];          /* NAME-net */
-	char proxy[80];            /* NAME-proxy */
-	char proxy_address[48];    /* the proxy's fixed address on NAME-net */
-	char dns[48];              /* the workload's resolver: an address nothing serves */
-	char subnet[48];
-	bool network_new;          /* egress_ensure made the network now: a workload that
-				    * exists is not on it and must be replaced */
-};
-/* {"network", "proxy", "proxy_address", "proxy_url"}. New reference. */
-json_t *egress_info_json(const struct egress_info *info);
-
 /* The proxy of workload name is running, followed and ready: fills info
  * (a warm acquire needs no engine request). */
 bool egress_proxy_ok(const struct egress *eg, const char *name, struct egress_info *info);
@@ -139,7 +85,6 @@ void egress_op_cancel(struct egress_op *op);
  * cb fires once, from the loop; error < 0 if its log could not be read
  * (the removal may still go on: the cursor stays for a later try).
  * Returns 0 or -errno (then cb never fires). */
-typedef void egress_drain_cb(int error, void *arg);
 int egress_drain(struct egress *eg, const char *proxy_id, egress_drain_cb *cb, void *arg);
 /* The proxy was removed: forget its follower and cursor. */
 void egress_proxy_removed(struct egress *eg, const char *proxy_id);

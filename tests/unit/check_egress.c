@@ -715,6 +715,127 @@ START_TEST(engine_text_stays_in_the_log)
 }
 END_TEST
 
+/* ---- every engine request of the ensure path, failing each way --------------- */
+
+#define IMG_OK        { .method = "GET", .path = API "/images/", .headers = JSON_TYPE, .body = NULL /* image_current */ }
+#define IMG_ABSENT    { .method = "GET", .path = API "/images/", .status = 404, .body = "{\"message\":\"no such image\"}" }
+#define NET_LISTED    { .method = "GET", .path = API "/networks", .headers = JSON_TYPE, .body = "[]" }
+#define NET_CREATED   { .method = "POST", .path = API "/networks/create", .status = 201, .headers = JSON_TYPE, \
+			.body = "{\"Id\":\"n1\"}" }
+#define NET_VERIFIED  { .method = "GET", .path = API "/networks/n1", .headers = JSON_TYPE, \
+	.body = "{\"Id\":\"n1\",\"Driver\":\"bridge\",\"Internal\":true,\"Labels\":{\"maf-sandbox.owner\":\"0\"}," \
+		"\"IPAM\":{\"Config\":[{\"Subnet\":\"10.213.0.0/28\"}]}," \
+		"\"Options\":{\"com.docker.network.bridge.name\":\"msb0123456789ab\"}}" }
+#define PROXY_ABSENT  { .method = "GET", .path = API "/containers/" NAME "-proxy/json", .status = 404, \
+			.body = "{\"message\":\"no\"}" }
+#define PROXY_CREATED { .method = "POST", .path = API "/containers/create", .status = 201, .headers = JSON_TYPE, \
+			.body = "{\"Id\":\"p1\"}" }
+#define PROXY_CONNECTED { .method = "POST", .path = API "/networks/bridge/connect", .status = 200 }
+/* a stopped proxy of another image: drained, then removed */
+#define PROXY_STALE   { .method = "GET", .path = API "/containers/" NAME "-proxy/json", .headers = JSON_TYPE, \
+	.body = "{\"Id\":\"" PROXY_ID "\",\"Name\":\"/" NAME "-proxy\",\"Image\":\"sha256:old\"," \
+		"\"State\":{\"Running\":false},\"Config\":{\"Labels\":{" PROXY_LABELS "}}}" }
+#define PROXY_LOGS    { .method = "GET", .path = API "/containers/" PROXY_ID "/logs", .body = "" }
+
+/* The requests of egress_ensure, in order: each row reaches one with the
+ * replies before it, and that one fails. */
+static const struct ensure_step_row {
+	const char *step;          /* a substring of the wire message */
+	const char *method, *path; /* the request that fails */
+	int code_refused;          /* its code when the engine refuses (HTTP 500) */
+	int code_unusable;         /* ... when its reply is unusable (not HTTP) */
+	struct fake_reply before[12];
+} ensure_step_rows[] = {
+	{ "proxy image", "GET", API "/images/", MSB_ERR_EGRESS_NOT_ENFORCED, MSB_ERR_EGRESS_NOT_ENFORCED,
+	  { PING, VERSION } },
+	{ "proxy image", "POST", API "/images/load", MSB_ERR_EGRESS_NOT_ENFORCED, MSB_ERR_EGRESS_NOT_ENFORCED,
+	  { PING, VERSION, IMG_ABSENT } },
+	{ "inspecting its network", "GET", API "/networks/" NAME "-net", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK } },
+	{ "list the engine's networks", "GET", API "/networks", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT } },
+	{ "creating its network", "POST", API "/networks/create", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED } },
+	{ "reading its new network back", "GET", API "/networks/n1", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED } },
+	{ "inspecting its proxy", "GET", API "/containers/" NAME "-proxy/json", MSB_ERR_ENGINE_ERROR,
+	  MSB_ERR_ENGINE_ERROR, { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED, NET_VERIFIED } },
+	{ "removing its old proxy", "DELETE", API "/containers/" PROXY_ID, MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED, NET_VERIFIED, PROXY_STALE, PROXY_INSPECT,
+	    PROXY_STOP, PROXY_LOGS } },
+	{ "creating its egress proxy", "POST", API "/containers/create", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED, NET_VERIFIED, PROXY_ABSENT } },
+	{ "outbound leg", "POST", API "/networks/bridge/connect", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED, NET_VERIFIED, PROXY_ABSENT,
+	    PROXY_CREATED } },
+	{ "starting its egress proxy", "POST", API "/containers/p1/start", MSB_ERR_ENGINE_ERROR, MSB_ERR_ENGINE_ERROR,
+	  { PING, VERSION, IMG_OK, NET_ABSENT, NET_LISTED, NET_CREATED, NET_VERIFIED, PROXY_ABSENT,
+	    PROXY_CREATED, PROXY_CONNECTED } },
+};
+
+enum ensure_failure {
+	FAIL_REFUSED,     /* HTTP 500 with Docker's {"message"}: EngineError (errmap) */
+	FAIL_NO_ANSWER,   /* the connection closed with no reply: EngineUnavailable */
+	FAIL_UNUSABLE,    /* not HTTP at all: an unusable reply, EngineError (errmap) */
+	_FAIL_MAX,
+};
+
+/* Each request of the ensure path fails each way, the engine's text (in the
+ * refusal's message, or the garbage it sent) distinctive: the wire error's
+ * code is errmap's (the image's refusals: SandboxEgressNotEnforced, the
+ * image cannot be made), its message names the sandbox and the step, and
+ * holds none of the engine's text. */
+START_TEST(each_ensure_request_fails_through_errmap)
+{
+	const struct ensure_step_row *row = &ensure_step_rows[_i / _FAIL_MAX];
+	enum ensure_failure how = (enum ensure_failure)(_i % _FAIL_MAX);
+	struct fake_reply script[ELEMENTSOF(row->before) + 1];
+	struct fake_reply *fail;
+	int want;
+	size_t n = 0;
+
+	for (; n < ELEMENTSOF(row->before) && row->before[n].path; n++) {
+		script[n] = row->before[n];
+		if (strcmp(script[n].path, API "/images/") == 0 && script[n].status == 0)
+			script[n].body = image_current();
+		/* each request on a connection of its own: libcurl sends a request
+		 * again, once, when a reused connection closes with no reply */
+		script[n].close = how == FAIL_NO_ANSWER;
+	}
+	fail = &script[n++];
+	*fail = (struct fake_reply){ .method = row->method, .path = row->path };
+	switch (how) {
+	case FAIL_REFUSED:
+		fail->status = 500;
+		fail->headers = JSON_TYPE;
+		fail->body = SECRET_BODY;
+		want = row->code_refused;
+		break;
+	case FAIL_NO_ANSWER:
+		fail->raw = "";
+		want = MSB_ERR_ENGINE_UNAVAILABLE;
+		break;
+	default:
+		fail->raw = SECRET " is not HTTP\r\n\r\n";
+		want = row->code_unusable;
+		break;
+	}
+	ensure_run(script, n, "isolated");
+	ck_assert_ptr_nonnull(find_request(row->method, row->path, 0));   /* the step was reached */
+	ck_assert_msg(ensure_err.code == want, "%s, failure %d: code %d, not %d: %s", row->step, how, ensure_err.code,
+		      want, ensure_err.message);
+	ck_assert_ptr_nonnull(ensure_err.message);
+	ck_assert_msg(strstr(ensure_err.message, NAME), "%s, failure %d: the sandbox is not named: %s", row->step,
+		      how, ensure_err.message);
+	ck_assert_msg(strstr(ensure_err.message, row->step), "%s, failure %d: the step is not named: %s", row->step,
+		      how, ensure_err.message);
+	assert_no_engine_text(&ensure_err);
+	if (how == FAIL_REFUSED && want == MSB_ERR_ENGINE_ERROR)
+		ck_assert_int_eq(json_integer_value(json_object_get(ensure_err.data, "engine_status")), 500);
+	msb_error_clear(&ensure_err);
+}
+END_TEST
+
 /* ---- root's key space shares one topology ----------------------------------- */
 
 static int acquired;
@@ -854,6 +975,8 @@ static Suite *egress_suite(void)
 	tcase_add_test(tc, absent_image_is_loaded_and_checked);
 	tcase_add_test(tc, full_pool_is_read_again);
 	tcase_add_loop_test(tc, engine_text_stays_in_the_log, 0, ELEMENTSOF(engine_text_rows));
+	tcase_add_loop_test(tc, each_ensure_request_fails_through_errmap, 0,
+			    (int)(ELEMENTSOF(ensure_step_rows) * _FAIL_MAX));
 	tcase_add_loop_test(tc, admin_shares_roots_allowlisted_sandbox, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
