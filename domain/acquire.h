@@ -32,14 +32,11 @@
 #include <jansson.h>
 
 #include "errors.h"
+#include "names.h"
 #include "sandbox.h"
 
-/* Ours, beside the seed's labels: the raw key and kind as a JSON array
- * [scope, thread_id, agent_dir, call_id, kind], so listings can show them
- * even where the identity labels are digests. */
-#define LABEL_KEY_JSON "maf-sandbox.key"
-/* Ours too: what the container was made from, for the spec-conflict check
- * and the listings: the image reference as the spec asked for it (image_id
+/* Ours, beside the seed's labels and LABEL_KEY_JSON (names.h): what the
+ * container was made from, for the spec-conflict check and the listings: the image reference as the spec asked for it (image_id
  * if given, else image), and the spec's labels as a JSON object (raw: the
  * maf-sandbox.label.* labels may be digests). */
 #define LABEL_IMAGE "maf-sandbox.image"
