@@ -1875,7 +1875,7 @@ static void server_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struc
 {
 	struct server *srv = arg;
 	struct event_base *base = srv->env.base;
-	struct rpc_peer peer;
+	struct rpc_peer peer = { 0 };
 	struct conn *c;
 
 	(void)l, (void)sa, (void)salen;
