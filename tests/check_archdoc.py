@@ -6,7 +6,10 @@ Every file the page names (a word ending .c, .h, .md, .py, .sh, .txt, .scd or
 that path; without one, somewhere in the checked folders. Every folder it
 names in backquotes (`domain/files/`) must exist: at that path, or as the
 last part of a folder's path (`unit/` for tests/unit/). A name it is unsure of,
-marked "(?)", fails too: the page describes the code as it is.
+marked "(?)", fails too, and so does a C name it gives (`fileop_enter`,
+`acq_enter(...)`: a word with an underscore, in backquotes or before a
+parenthesis) that no .c or .h file of the tree has: the page describes
+the code as it is.
 
   check_archdoc.py SOURCE_ROOT           check the tree's page
   check_archdoc.py --self-test           run the checker on fixture trees
@@ -20,6 +23,7 @@ import tempfile
 DOC = os.path.join("doc", "ARCHITECTURE.md")
 FILE_RE = re.compile(r"(?<![\w/.\"-])((?:[\w.-]+/)*[\w-]+\.(?:c|h|md|py|sh|txt|scd|build))(?![\w/-])")
 DIR_RE = re.compile(r"`((?:[\w.-]+/)+)`")
+IDENT_RE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)`|\b([a-z][a-z0-9]*_[a-z0-9_]+)\(")
 SKIP_DIRS = {".git", "obj", "venv"}
 
 
@@ -46,6 +50,11 @@ def check(root):
     files = tree_files(root)
     names = {os.path.basename(f) for f in files}
     dirs = {os.path.dirname(f) for f in files}
+    words = set()
+    for f in files:
+        if f.endswith((".c", ".h")):
+            with open(os.path.join(root, f), encoding="utf-8", errors="replace") as src:
+                words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", src.read()))
     dir_tails = {"/".join(d.split("/")[i:]) + "/" for d in dirs for i in range(len(d.split("/")))}
     problems = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -60,6 +69,10 @@ def check(root):
                     problems.append(f"{DOC}:{n}: names {name}, which is not in the tree")
             elif name not in names:
                 problems.append(f"{DOC}:{n}: names {name}, which no folder holds")
+        for m in IDENT_RE.finditer(line):
+            name = m.group(1) or m.group(2)
+            if name not in words:
+                problems.append(f"{DOC}:{n}: names {name}, which no .c or .h file has")
         for m in DIR_RE.finditer(line):
             name = m.group(1)
             if not os.path.isdir(os.path.join(root, name)) and name not in dir_tails:
@@ -69,7 +82,7 @@ def check(root):
     if problems:
         print(f"archdoc: {len(problems)} problem(s): doc/ARCHITECTURE.md must describe the code as it is")
         return 1
-    print(f"archdoc: {DOC} names {len(FILE_RE.findall(text))} files and folders, all in the tree")
+    print(f"archdoc: {DOC}: every file, folder and C name it gives is in the tree")
     return 0
 
 
@@ -80,6 +93,7 @@ def self_test():
         ("missing name", "see follower.c\n", 1, "names follower.c, which no folder holds"),
         ("missing dir", "see `domain/net/`\n", 1, "names the folder domain/net/, which is not in the tree"),
         ("unsure", "fileop.c (?)\n", 1, "marked unsure"),
+        ("missing function", "`fileop_enter` calls fop_gone()\n", 1, "names fop_gone, which no .c or .h file has"),
     ]
     failed = 0
     for name, doc, want_rc, want in cases:
@@ -87,7 +101,8 @@ def self_test():
             os.makedirs(os.path.join(t, "doc"))
             os.makedirs(os.path.join(t, "domain", "files"))
             for f in ("fileop.c", "fileop.h"):
-                open(os.path.join(t, "domain", "files", f), "w").close()
+                with open(os.path.join(t, "domain", "files", f), "w") as src:
+                    src.write("void fileop_enter(void);\n")
             with open(os.path.join(t, DOC), "w") as f:
                 f.write(doc)
             r = subprocess.run([sys.executable, __file__, t], capture_output=True, text=True)
