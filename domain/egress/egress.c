@@ -448,15 +448,18 @@ static void eop_fail_engine(struct egress_op *op, const struct docker_reply *r)
 	char step_buf[256], out_buf[256];
 	const char *step = eop_step(op, op->state, step_buf, sizeof(step_buf));
 	_cleanup_free_ char *what = xasprintf("egress for %s: %s", op->name, step);
+	const char *outcome;
 	json_t *data;
 
 	if (r->error < 0 && r->error != -ECANCELED)
 		log_warnx("%s: %s", what, r->message ? r->message : strerror(-r->error));
 	errmap_docker(r, what, &op->err);
 	if (op->err.code != MSB_ERR_SHUTTING_DOWN) {
+		/* Read while op->err still holds engine_status: taking the data
+		 * below leaves nothing to read it from. */
+		outcome = eop_outcome(&op->err, out_buf, sizeof(out_buf));
 		data = TAKE_PTR(op->err.data);
-		msb_error_set(&op->err, op->err.code, data, "egress for %s: %s: %s%s", op->name, step,
-			      eop_outcome(&op->err, out_buf, sizeof(out_buf)),
+		msb_error_set(&op->err, op->err.code, data, "egress for %s: %s: %s%s", op->name, step, outcome,
 			      op->state == EOP_PROXY_CONNECT ? "; check that network exists (egress.outbound_network)"
 							     : "");
 	}

@@ -34,7 +34,8 @@ struct egress_follow *egress_follow_new(struct domain *d, bool configured, egres
 					void *arg);
 /* Cancels every stream (what is held is published unless closing). NULL-safe; returns NULL. */
 struct egress_follow *egress_follow_free(struct egress_follow *fl);
-/* The daemon stops: nothing new is started; drains end with -ECANCELED. */
+/* The daemon stops: nothing new is started (what is held stays held); drains in flight end
+ * when their streams are cancelled, with the engine's requests. */
 void egress_follow_close(struct egress_follow *fl);
 
 /* Lists the proxy containers and follows the running ones (after the

@@ -95,6 +95,7 @@ static void image_unanswered(struct egress_image *img, const char *step, int cod
 	img->state = EGRESS_IMAGE_IDLE;
 	img->verifying = false;
 	free(TAKE_PTR(img->archive));
+	free(TAKE_PTR(img->error));   /* an earlier failure's, no longer the state's */
 	image_tell(img, code, message);
 }
 
@@ -207,10 +208,8 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 	img->state = EGRESS_IMAGE_LOAD;
 	ret = docker_image_load(img->d->engine, tar, len, img->d->config->pull_timeout_ms, NULL,
 				image_load_done_cb, img, &img->req);
-	if (ret < 0)
-		image_settle(img, EGRESS_IMAGE_FAILED, xasprintf("cannot load the proxy image: %s",
-								  ret == -ENOTCONN ? "the engine is not reachable"
-										   : "the request could not be made"));
+	if (ret < 0)   /* not sent: nothing says the image cannot be made */
+		image_unanswered(img, "could not load", MSB_ERR_ENGINE_UNAVAILABLE);
 }
 
 void egress_image_check(struct egress_image *img)

@@ -47,7 +47,7 @@ void egress_image_retry(struct egress_image *img);
 void egress_image_forget(struct egress_image *img);
 
 enum egress_image_state egress_image_state(const struct egress_image *img);
-/* "sha256:..." once READY, else NULL. */
+/* "sha256:..." of the image last found READY (kept through a forget), else NULL. */
 const char *egress_image_id(const struct egress_image *img);
 /* Why it FAILED (the daemon's words, no engine text), else NULL. */
 const char *egress_image_error(const struct egress_image *img);
