@@ -3,13 +3,11 @@
  * the daemon serves the sandbox for the first time), over execrun.h.
  *
  * On a deadline or an output overflow the call is answered at once, and
- * then what the command started is killed: from the host when the daemon
- * can (d->dom.exec_host_kill: the container's inspect gives its init, the
- * exec's inspect its process, execkill.h selects and kills), else, and
- * whenever that cannot finish, every guest process carrying the call's
- * mark in its environment (MSB_EXEC_ID) is killed from inside. The
- * sandbox stays (exec.on_timeout = dispose removes it instead). The
- * exec_req outlives its call until the kill is over.
+ * then the domain ends what the command started (execend.h: from the host
+ * when it can, else every guest process carrying the call's mark in its
+ * environment, MSB_EXEC_ID, is killed from inside). The sandbox stays
+ * (exec.on_timeout = dispose removes it instead). The exec_req outlives
+ * its call until that is over.
  *
  * A cancel (call.cancel naming the call, or its client gone: the rpc
  * cancel hook, rpc.h) takes the same path: the hook only marks the call
@@ -39,51 +37,20 @@
 #include "cleanup.h"
 #include "daemon.h"
 #include "dispose.h"
-#include "docker.h"
 #include "errmap.h"
+#include "execend.h"
 #include "execkill.h"
 #include "execrun.h"
 #include "fileop.h"
-#include "freeze.h"
 #include "guest.h"
 #include "log.h"
 #include "m_exec.h"
 #include "m_files.h"
 #include "owner.h"
 #include "paths.h"
-#include "plane_local.h"
 #include "replybound.h"
 #include "registry.h"
 #include "xmalloc.h"
-
-/* The mark's name and its token length (hex). */
-#define EXEC_MARK_NAME  "MSB_EXEC_ID"
-#define EXEC_TOKEN_HEX  32
-/* The killer: every process (but itself) whose environment holds the mark
- * gets SIGKILL; a few rounds catch children forked meanwhile. Needs sh, tr
- * and grep in the guest. */
-#define EXEC_KILL_SCRIPT \
-	"t=\"" EXEC_MARK_NAME "=$1\"; me=$$; n=0\n" \
-	"while [ $n -lt 5 ]; do\n" \
-	"  found=\n" \
-	"  for d in /proc/[0-9]*; do\n" \
-	"    p=${d#/proc/}\n" \
-	"    [ \"$p\" = \"$me\" ] && continue\n" \
-	"    if tr '\\000' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF -- \"$t\"; then\n" \
-	"      kill -9 \"$p\" 2>/dev/null && found=1\n" \
-	"    fi\n" \
-	"  done\n" \
-	"  [ -z \"$found\" ] && exit 0\n" \
-	"  n=$((n + 1))\n" \
-	"done\n" \
-	"exit 1\n"
-#define EXEC_KILL_TIMEOUT_MS 5000
-/* Who runs the killer (exec_mark_kill). */
-#define EXEC_KILL_USER "0:0"
-/* The kill from the host waits at most this long for its freeze (file
- * calls ahead of it, exec starts of ours deferring it); then it scans the
- * container running. */
-#define EXEC_KILL_FREEZE_WAIT_MS 5000
 
 static int check_timeout(const json_t *v, char **reterr_message)
 {
@@ -175,18 +142,10 @@ struct exec_req {
 	char **env;           /* "NAME=VALUE", the mark last; NULL-terminated; owned */
 	char *working_dir;
 	bool stream;
-	/* The kill from the host (execkill.h). */
+	/* What the end of the command (execend.h) needs to find what it started. */
 	unsigned long long since;   /* the run's start, clock ticks since boot */
 	uint64_t start_seq;         /* its place in the sandbox's exec_starts */
 	char *exec_id;              /* the engine's, once known */
-	pid_t init;                 /* the container's init */
-	pid_t root;                 /* the exec's process; 0: unknown */
-	unsigned long long root_by; /* the tick the engine reported root at */
-	struct engine_req *req;     /* an inspect in flight */
-	struct freeze_claim *claim; /* the container frozen for the scan (freeze.h) */
-	struct event *claim_ev;     /* bounds the wait for that freeze */
-	bool claim_timed_out;       /* the wait ran out: freeze_cancel was ours */
-	bool freeing;               /* exec_req_free runs: a callback is a no-op */
 	/* Cancel (call.cancel, a closed connection): the hook takes it, the
 	 * run is cancelled from the loop (cancel_ev), then the kill as on a
 	 * deadline. */
@@ -382,14 +341,6 @@ static void exec_req_free(struct exec_req *x)
 	free(x->user);
 	free(x->part_out);
 	free(x->part_err);
-	if (x->claim_ev)
-		event_free(x->claim_ev);
-	if (x->claim) {
-		struct freeze_claim *c = TAKE_PTR(x->claim);
-
-		x->freeing = true;
-		freeze_cancel(c);   /* a granted callback owed fires now: a no-op */
-	}
 	if (x->flush_ev)
 		event_free(x->flush_ev);
 	free(x->pending[0].data);
@@ -461,16 +412,6 @@ static void exec_fail_final(struct exec_req *x)
 	x->call = NULL;
 }
 
-static void exec_killed_cb(const struct execrun_result *r, void *arg)
-{
-	struct exec_req *x = arg;
-
-	if (r->error || r->exit_code != 0)
-		log_warnx("exec in %.12s: could not verify the command's processes are gone (%s, exit %d)",
-			  x->id, r->error ? strerror(-r->error) : "ran", r->error ? -1 : r->exit_code);
-	exec_req_free(x);
-}
-
 static void exec_disposed_cb(const struct dispose_result *r, void *arg)
 {
 	struct exec_req *x = arg;
@@ -487,192 +428,22 @@ static void exec_disposed_cb(const struct dispose_result *r, void *arg)
 	exec_req_free(x);
 }
 
-/* The fallback: every guest process carrying x's mark, killed from inside. */
-static void exec_mark_kill(struct exec_req *x)
+/* The end of what the command started is over (execend.h). */
+static void exec_ended_cb(void *arg)
 {
-	const char *argv[] = { "sh", "-c", EXEC_KILL_SCRIPT, "sh", x->token, NULL };
-	/* As root in the container (0:0, numeric), not Config.User by name: it
-	 * reads every process's /proc/<pid>/environ and signals them, whatever
-	 * uid the command became (a setuid binary, a guest that rewrote its
-	 * /etc/passwd), which only root there can; and no name the guest can
-	 * redefine is looked up. The container's own confinement (its
-	 * capabilities, user namespace) bounds it as it bounds the guest. */
-	struct execrun_spec spec = { .argv = argv, .working_dir = "/", .user = EXEC_KILL_USER,
-				     .timeout_ms = EXEC_KILL_TIMEOUT_MS, .max_output = 4096 };
-
-	if (execrun_start(x->d->dom.base, x->d->dom.engine, x->d->dom.freezes, x->id, &spec, exec_killed_cb, x, NULL) < 0) {
-		log_warnx("exec in %.12s: cannot run the killer; the command may live on", x->id);
-		exec_req_free(x);
-	}
+	exec_req_free(arg);
 }
 
-/* ---- the kill from the host (execkill.h) --------------------------------- */
-
-/* The start of the first exec of ours in x's sandbox after x's (0: none
- * known): x's orphans started before it. When x's own start has left the
- * ring, the ring's earliest is still no later than that first one. */
-static unsigned long long exec_next_start(const struct exec_req *x)
-{
-	const struct sandbox *sb = registry_find_id(x->d->dom.registry, x->id);
-	unsigned long long until = 0;
-
-	if (!sb || x->start_seq == 0)
-		return 0;
-	for (size_t i = 0; i < SANDBOX_EXEC_STARTS; i++) {
-		const struct sandbox_exec_start *e = &sb->exec_starts[i];
-
-		if (e->seq > x->start_seq && (until == 0 || e->tick < until))
-			until = e->tick;
-	}
-	return until;
-}
-
-/* Scans and kills (frozen: while the container is paused by us). The
- * exec's own tree is found by its mark too when its process is unknown. */
-static void exec_host_kill_scan(struct exec_req *x, bool frozen)
-{
-	struct execkill_target t = { .init = x->init, .root = x->root, .since = x->since,
-				     .until = exec_next_start(x), .root_by = x->root_by, .id = x->id };
-	size_t killed = 0;
-	int r = execkill_run("/proc", "/sys/fs/cgroup", &t, &killed);
-
-	if (r < 0)
-		log_warnx("exec in %.12s: the kill from the host %s (%zu killed%s); killing by the mark", x->id,
-			  r == -EAGAIN ? "ran out of rounds" : strerror(-r), killed, frozen ? "" : ", not frozen");
-	else
-		log_debug("op", "exec in %.12s: %zu processes killed from the host%s", x->id, killed,
-			  frozen ? " (frozen)" : " (not frozen)");
-	if (x->claim) {
-		/* The kills are pending in the frozen guest: they take effect on
-		 * the thaw. */
-		freeze_release(TAKE_PTR(x->claim));
-	}
-	if (r < 0 || x->root <= 0) {
-		exec_mark_kill(x);
-		return;
-	}
-	exec_req_free(x);
-}
-
-static void exec_host_frozen_cb(struct freeze_claim *claim, int error, const struct freeze_failure *failure,
-				void *arg)
-{
-	struct exec_req *x = arg;
-
-	(void)claim;
-	if (x->freeing)
-		return;
-	if (x->claim_ev)
-		event_del(x->claim_ev);
-	if (error == 0) {
-		exec_host_kill_scan(x, true);
-		return;
-	}
-	x->claim = NULL;   /* a failed claim is the table's */
-	if (error == -ECANCELED && !x->claim_timed_out) {
-		exec_req_free(x);   /* the engine goes away: the daemon stops */
-		return;
-	}
-	/* Paused by someone else, held by another daemon, the engine's
-	 * refusal, or the wait ran out (exec starts keep deferring it): the
-	 * scan goes on unfrozen, round after round. */
-	log_info("exec in %.12s: the container could not be frozen for the kill (%s); scanning it running",
-		 x->id, x->claim_timed_out ? "waited too long" : failure ? freeze_reason_to_string(failure->reason)
-								    : strerror(-error));
-	exec_host_kill_scan(x, false);
-}
-
-static void exec_host_freeze_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct exec_req *x = arg;
-
-	(void)fd;
-	(void)what;
-	if (!x->claim)
-		return;
-	x->claim_timed_out = true;
-	freeze_cancel(x->claim);   /* granted fires now with -ECANCELED: scanned unfrozen */
-}
-
-/* Init and (when known) the exec's process found: freeze the container
- * (freeze.h: queued behind file calls, never into an exec start of ours,
- * the host lock), then scan and kill in one consistent snapshot — a guest
- * whose processes fork and exit faster than a scan reads /proc cannot
- * slip between the list and the reads (execkill.h). The wait for the
- * freeze is bounded by EXEC_KILL_FREEZE_WAIT_MS. */
-static void exec_host_kill_run(struct exec_req *x)
-{
-	struct timeval tv = { EXEC_KILL_FREEZE_WAIT_MS / 1000, (EXEC_KILL_FREEZE_WAIT_MS % 1000) * 1000 };
-
-	if (!x->d->dom.freezes ||
-	    freeze_acquire(x->d->dom.freezes, x->d->dom.engine, x->id, exec_host_frozen_cb, x, &x->claim) < 0) {
-		x->claim = NULL;
-		exec_host_kill_scan(x, false);
-		return;
-	}
-	x->claim_ev = evtimer_new(x->d->dom.base, exec_host_freeze_timeout_cb, x);
-	evtimer_add(x->claim_ev, &tv);
-}
-
-static void exec_host_root_cb(const struct docker_reply *r, void *arg)
-{
-	struct exec_req *x = arg;
-	const json_t *pid = json_object_get(r->body, "Pid");   /* borrows */
-
-	x->req = NULL;
-	if (r->error == -ECANCELED) {
-		exec_req_free(x);   /* the engine goes away: the daemon stops */
-		return;
-	}
-	if (r->error == 0 && r->status == 200 && json_is_integer(pid) && json_integer_value(pid) > 0 &&
-	    json_integer_value(pid) <= INT32_MAX)
-		x->root = (pid_t)json_integer_value(pid);
-	/* The exec's process started before the engine reported it: a
-	 * process under that pid that started later is a recycled pid. */
-	x->root_by = execkill_now_ticks();
-	exec_host_kill_run(x);
-}
-
-static void exec_host_init_cb(const struct docker_reply *r, void *arg)
-{
-	struct exec_req *x = arg;
-	const json_t *pid = json_object_get(json_object_get(r->body, "State"), "Pid");   /* borrows */
-	struct plocal_pin pin = PLOCAL_PIN_INIT;
-	int e;
-
-	x->req = NULL;
-	if (r->error == -ECANCELED) {
-		exec_req_free(x);
-		return;
-	}
-	if (r->error || r->status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 0 ||
-	    json_integer_value(pid) > INT32_MAX) {
-		log_warnx("exec in %.12s: no init to scan from; killing by the mark", x->id);
-		exec_mark_kill(x);
-		return;
-	}
-	/* The pid is this container's init (its cgroup names the container),
-	 * seen from this daemon's pid namespace. */
-	e = plocal_pin_open((pid_t)json_integer_value(pid), x->id, &pin);
-	plocal_pin_close(&pin);
-	if (e < 0) {
-		log_warnx("exec in %.12s: its init cannot be seen from here (%s); killing by the mark", x->id,
-			  strerror(-e));
-		exec_mark_kill(x);
-		return;
-	}
-	x->init = (pid_t)json_integer_value(pid);
-	if (!x->exec_id || docker_exec_inspect(x->d->dom.engine, x->exec_id, exec_host_root_cb, x, &x->req) < 0)
-		exec_host_kill_run(x);
-}
-
-/* Answers at once (nothing the guest holds open delays it), then kills
- * what the command started. With exec.on_timeout = dispose the whole
+/* Answers at once (nothing the guest holds open delays it), then ends
+ * what the command started (execend.h). With exec.on_timeout = dispose the whole
  * sandbox is disposed first (dispose.h), as the seed does, and the answer
  * follows the removal (a next acquire makes a new one: the engine's removal does not
  * wait on the guest). x is freed when that is over. */
 static void exec_kill_then_fail(struct exec_req *x, int failure)
 {
+	struct execend_target end = { .id = x->id, .exec_id = x->exec_id, .token = x->token,
+				      .since = x->since, .start_seq = x->start_seq };
+
 	x->failure = failure;
 	if (strcmp(x->d->dom.config->exec_on_timeout, "dispose") == 0) {
 		/* The one removal sequence (dispose.h): an allowlisted sandbox's
@@ -685,10 +456,8 @@ static void exec_kill_then_fail(struct exec_req *x, int failure)
 		return;
 	}
 	exec_fail_final(x);
-	if (x->d->dom.exec_host_kill &&
-	    docker_container_inspect(x->d->dom.engine, x->id, exec_host_init_cb, x, &x->req) == 0)
-		return;
-	exec_mark_kill(x);
+	if (execend_start(&x->d->dom, &end, exec_ended_cb, x) == 0)
+		exec_req_free(x);
 }
 
 /* The result (new reference). Each output byte is on the wire once, in

@@ -7,6 +7,7 @@
  *   get (inspect), list and watch by our labels            registry_sync.c, registry.c
  *   stop, remove (workload, proxy, network)                dispose.c
  *   exec with a deadline, an output cap, stdin             exec/execrun.c
+ *   kill what an exec left (its init, its pid, a freeze)   exec/execend.c
  *   freeze (pause/unpause), which the archive plane needs  freeze.c, hostlock.c
  *   the file planes it offers                              files/plane_archive.c, files/plane_local.c
  *   the egress enforcement it offers                       egress/ (networks, the proxy, its log)

@@ -68,8 +68,8 @@ struct sandbox {
 	/* Reset at every start, restart and death (a new init is looked up
 	 * and pinned again by the local plane, plane_local.h). */
 	enum sandbox_plane plane;
-	/* The starts of this daemon's latest sandbox.exec runs in it (m_exec.c:
-	 * a timed-out exec's orphans are only those started before the next
+	/* The starts of this daemon's latest sandbox.exec runs in it (m_exec.c
+	 * records them, execend.c reads them: a timed-out exec's orphans are only those started before the next
 	 * exec's start, execkill.h until): a ring, by sequence (0: unused). */
 	struct sandbox_exec_start {
 		uint64_t seq;

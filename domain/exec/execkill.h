@@ -35,7 +35,7 @@
  * a fork-hopper's generation, its child not in the list yet), at most
  * EXECKILL_MAX_ROUNDS times. A guest forking faster than a scan (each
  * generation forks and exits) is only caught in a consistent snapshot: the
- * daemon runs execkill_run while the container is frozen (m_exec.c), where
+ * daemon runs execkill_run while the container is frozen (execend.c), where
  * the first round selects and signals all (the kills take effect on the
  * thaw) and the second finds nothing new; unfrozen (the freeze refused)
  * the rounds above are the best effort, and running out of them is
