@@ -13,7 +13,6 @@
 #include "daemon.h"
 #include "dispose.h"
 #include "egress.h"
-#include "docker.h"
 #include "engine.h"
 #include "errmap.h"
 #include "log.h"
@@ -25,6 +24,7 @@
 #include "replybound.h"
 #include "fileop.h"
 #include "registry.h"
+#include "registry_sync.h"
 #include "sandbox.h"
 #include "xmalloc.h"
 
@@ -260,7 +260,7 @@ static struct rpc_result *acquire_decided(struct rpc_call *call, struct msbd *d,
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);
 	names_container_ns(key, spec->kind, egress_id, acquire_key_space(&d->dom, &caller), name);
 	sb = registry_find_name(d->dom.registry, name);
-	if (d->dom.registry_synced && docker_events_is_connected(d->dom.events) && sb && sb->state == SANDBOX_RUNNING &&
+	if (registry_sync_current(&d->dom) && sb && sb->state == SANDBOX_RUNNING &&
 	    !acquire_in_flight(d->dom.acquires, name) &&
 	    (!egress_spec_needs_proxy(spec) || egress_proxy_ok(d->dom.egress, name, &einfo)))
 		return acquire_warm(call, d, &caller, sb, key, spec, p);
@@ -460,8 +460,7 @@ struct rpc_result *m_sandbox_list(struct rpc_call *call, const void *params)
 	json_t *out = json_array();
 	const struct sandbox *sb;
 
-	if (engine_get_state(d->dom.engine) != ENGINE_REACHABLE || !d->dom.registry_synced ||
-	    !docker_events_is_connected(d->dom.events)) {
+	if (engine_get_state(d->dom.engine) != ENGINE_REACHABLE || !registry_sync_current(&d->dom)) {
 		json_decref(filters);
 		json_decref(out);
 		return rpc_fail(call, MSB_ERR_ENGINE_UNAVAILABLE, NULL, NULL);

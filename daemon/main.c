@@ -17,7 +17,6 @@
 #include "config.h"
 #include "daemon.h"
 #include "acquire.h"
-#include "docker.h"
 #include "engine.h"
 #include "fileop.h"
 #include "egress.h"
@@ -517,6 +516,23 @@ static void stop(struct msbd_main *m)
 #define MSB_MALLOC_MMAP_THRESHOLD (256 * 1024)
 #define MSB_MALLOC_TRIM_THRESHOLD (1024 * 1024)
 
+/* The loop, on the precise monotonic clock: libevent otherwise reads
+ * CLOCK_MONOTONIC_COARSE, a jiffy (up to 4 ms) behind, and a deadline armed
+ * from it (an exec's timeout_seconds, a file call's files.timeout_ms) can
+ * fire that much before it is due. */
+static struct event_base *base_new(void)
+{
+	struct event_config *cfg = event_config_new();
+	struct event_base *b;
+
+	if (!cfg)
+		return NULL;
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+	b = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	return b;
+}
+
 static void malloc_tune(void)
 {
 	if (mallopt(M_MMAP_THRESHOLD, MSB_MALLOC_MMAP_THRESHOLD) != 1 ||
@@ -566,7 +582,7 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	m.d.cmdline = &m.cmdline;
 	clock_gettime(CLOCK_MONOTONIC, &m.d.started);
-	m.d.dom.base = event_base_new();
+	m.d.dom.base = base_new();
 	if (!m.d.dom.base)
 		fatalx("cannot create the event loop");
 	if (start(&m) < 0) {

@@ -170,6 +170,11 @@ static void event_cb(const json_t *event, void *arg)
 	registry_apply_event(s->d->registry, event);
 }
 
+bool registry_sync_current(const struct domain *d)
+{
+	return d->registry_synced && docker_events_is_connected(d->events);
+}
+
 struct registry_sync *registry_sync_new(struct domain *d)
 {
 	struct registry_sync *s = xmalloc(sizeof(*s));

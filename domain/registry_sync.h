@@ -15,11 +15,18 @@
 #ifndef MSB_REGISTRY_SYNC_H
 #define MSB_REGISTRY_SYNC_H
 
+#include <stdbool.h>
+
 struct domain;
 struct registry_sync;
 
 #define REGISTRY_SYNC_RETRY_MIN_MS 250
 #define REGISTRY_SYNC_RETRY_MAX_MS 10000
+
+/* Does the registry say what the engine has, now: listed since the last
+ * resync and the watch connected? A warm acquire and sandbox.list trust it
+ * only then. */
+bool registry_sync_current(const struct domain *d);
 
 /* NULL when the loop cannot give it a timer. d must outlive it. */
 struct registry_sync *registry_sync_new(struct domain *d);

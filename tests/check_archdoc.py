@@ -88,7 +88,7 @@ def check(root):
 
 def self_test():
     cases = [
-        ("clean", "domain/files/fileop.c names `domain/files/` and fileop.h\n", 0, "all in the tree"),
+        ("clean", "domain/files/fileop.c names `domain/files/` and fileop.h\n", 0, "is in the tree"),
         ("missing path", "see domain/dispose.c\n", 1, "names domain/dispose.c, which is not in the tree"),
         ("missing name", "see follower.c\n", 1, "names follower.c, which no folder holds"),
         ("missing dir", "see `domain/net/`\n", 1, "names the folder domain/net/, which is not in the tree"),
