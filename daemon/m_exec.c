@@ -412,26 +412,46 @@ static void exec_fail_final(struct exec_req *x)
 	x->call = NULL;
 }
 
+/* The end of what the command started is over (execend.h). */
+static void exec_ended_cb(void *arg)
+{
+	exec_req_free(arg);
+}
+
+/* Answers the call, then ends what the command started; x is freed when
+ * that is over. */
+static void exec_answer_then_end(struct exec_req *x)
+{
+	struct execend_target end = { .id = x->id, .exec_id = x->exec_id, .token = x->token,
+				      .since = x->since, .start_seq = x->start_seq };
+
+	exec_fail_final(x);
+	if (execend_start(&x->d->dom, &end, exec_ended_cb, x) == 0)
+		exec_req_free(x);
+}
+
 static void exec_disposed_cb(const struct dispose_result *r, void *arg)
 {
 	struct exec_req *x = arg;
 	json_t *f = json_array_get(r->failures, 0);
 
-	if (f)
-		log_warnx("exec in %.12s: exec.on_timeout=dispose could not remove the sandbox (%s)", x->id,
-			  json_string_value(json_object_get(f, "detail")));
+	if (r->disposed == 0 && f) {
+		/* The sandbox stays: what the command started is killed instead. */
+		log_warnx("exec in %.12s: exec.on_timeout=dispose could not remove the sandbox (%s); killing "
+			  "what the command started instead", x->id, json_string_value(json_object_get(f, "detail")));
+		exec_answer_then_end(x);
+		return;
+	}
+	if (r->disposed == 0)
+		log_info("sandbox %.12s was gone already when its command %s (exec.on_timeout=dispose)", x->id,
+			 x->failure == -ETIMEDOUT ? "timed out" : x->failure == -ECANCELED ? "was cancelled" :
+			 "overflowed");
 	else
 		log_info("sandbox %.12s removed after its command %s (exec.on_timeout=dispose)", x->id,
 			 x->failure == -ETIMEDOUT ? "timed out" : x->failure == -ECANCELED ? "was cancelled" :
 			 "overflowed");
 	exec_fail_final(x);
 	exec_req_free(x);
-}
-
-/* The end of what the command started is over (execend.h). */
-static void exec_ended_cb(void *arg)
-{
-	exec_req_free(arg);
 }
 
 /* Answers at once (nothing the guest holds open delays it), then ends
@@ -441,23 +461,17 @@ static void exec_ended_cb(void *arg)
  * wait on the guest). x is freed when that is over. */
 static void exec_kill_then_fail(struct exec_req *x, int failure)
 {
-	struct execend_target end = { .id = x->id, .exec_id = x->exec_id, .token = x->token,
-				      .since = x->since, .start_seq = x->start_seq };
-
 	x->failure = failure;
 	if (strcmp(x->d->dom.config->exec_on_timeout, "dispose") == 0) {
 		/* The one removal sequence (dispose.h): an allowlisted sandbox's
-		 * proxy and network go with it. Any of ours (the call was owned). */
+		 * proxy and network go with it. Any of ours (the call was owned).
+		 * Not started (the engine unreachable): kill what it can instead. */
 		if (dispose_instance_start(&x->d->dom, x->id, json_pack("{s:{}}", "label"),
-					   "exec.on_timeout=dispose", exec_disposed_cb, x) < 0) {
-			exec_fail_final(x);
-			exec_req_free(x);
-		}
+					   "exec.on_timeout=dispose", exec_disposed_cb, x) < 0)
+			exec_answer_then_end(x);
 		return;
 	}
-	exec_fail_final(x);
-	if (execend_start(&x->d->dom, &end, exec_ended_cb, x) == 0)
-		exec_req_free(x);
+	exec_answer_then_end(x);
 }
 
 /* The result (new reference). Each output byte is on the wire once, in

@@ -208,8 +208,13 @@ static void image_inspect_cb(const struct docker_reply *r, void *arg)
 	img->state = EGRESS_IMAGE_LOAD;
 	ret = docker_image_load(img->d->engine, tar, len, img->d->config->pull_timeout_ms, NULL,
 				image_load_done_cb, img, &img->req);
-	if (ret < 0)   /* not sent: nothing says the image cannot be made */
+	if (ret == -ENOTCONN) {   /* not sent: nothing says the image cannot be made */
+		log_warnx("egress: loading %s:%s: the engine is not reachable", EGRESS_IMAGE_REPO, image_tag());
 		image_unanswered(img, "could not load", MSB_ERR_ENGINE_UNAVAILABLE);
+	} else if (ret < 0) {    /* the request cannot be made (the archive's size): for good */
+		image_settle(img, EGRESS_IMAGE_FAILED, xasprintf("cannot load the proxy image: the request "
+								  "could not be made (%s)", strerror(-ret)));
+	}
 }
 
 void egress_image_check(struct egress_image *img)
@@ -237,6 +242,7 @@ void egress_image_check(struct egress_image *img)
 		img->req = NULL;
 		img->verifying = false;
 		free(TAKE_PTR(img->archive));
+		free(TAKE_PTR(img->error));   /* an earlier failure's, no longer the state's */
 		image_tell(img, MSB_ERR_ENGINE_UNAVAILABLE, "the engine is not reachable to check the egress proxy image");
 	}
 }

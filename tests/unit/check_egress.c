@@ -780,11 +780,6 @@ enum ensure_failure {
 	_FAIL_MAX,
 };
 
-/* Each request of the ensure path fails each way, the engine's text (in the
- * refusal's message, or the garbage it sent) distinctive: the wire error's
- * code is errmap's (the image's refusals: SandboxEgressNotEnforced, the
- * image cannot be made), its message names the sandbox and the step, and
- * holds none of the engine's text. */
 /* The errnos a request without an HTTP reply can end with. */
 static const int transport_errnos[] = { ECONNRESET, ECONNREFUSED, EPROTO, ETIMEDOUT, ENOTCONN, EPIPE, EMSGSIZE };
 
@@ -805,6 +800,11 @@ static bool step_reached(const char *method, const char *path)
 	return false;
 }
 
+/* Each request of the ensure path fails each way, the engine's text (in the
+ * refusal's message, or the garbage it sent) distinctive: the wire error's
+ * code is errmap's (the image's refusals: SandboxEgressNotEnforced, the
+ * image cannot be made), its message names the sandbox and the step, and
+ * holds none of the engine's text. */
 START_TEST(each_ensure_request_fails_through_errmap)
 {
 	const struct ensure_step_row *row = &ensure_step_rows[_i / _FAIL_MAX];
