@@ -434,12 +434,15 @@ static int start(struct msbd_main *m)
 		m->d.server = server_new(&env);
 	}
 	msbd_wire_domain(&m->d);
-	if (server_listen(m->d.server, &err) < 0) {
-		log_errorx("cannot listen: %s", err);
-		return -EIO;
-	}
+	/* The signals before the socket: a TERM sent as soon as the socket is
+	 * there (systemctl stop right after start, a test) drains, never
+	 * kills the daemon by the default action. */
 	if (setup_signals(m) < 0) {
 		log_errorx("cannot set up signal handling");
+		return -EIO;
+	}
+	if (server_listen(m->d.server, &err) < 0) {
+		log_errorx("cannot listen: %s", err);
 		return -EIO;
 	}
 	engine_start(m->d.dom.engine);
