@@ -718,7 +718,10 @@ START_TEST(test_pause_timeout_undone)
 	static const struct fake_reply script[] = {
 		PING, VERSION, PAUSE(.delay_ms = NEVER_MS), NOT_PAUSED_500, PAUSES, UNPAUSES,
 	};
-	const struct engine_options short_opts = { .timeout_ms = 100, .reconnect_min_ms = 20,
+	/* Short enough that the pause nobody answers times out soon; long
+	 * enough (stretched under valgrind) that the undo's prompt answer is
+	 * read before it: the undo is sent under these options too. */
+	const struct engine_options short_opts = { .timeout_ms = 100L * test_slow_factor(), .reconnect_min_ms = 20,
 						   .reconnect_max_ms = 80 };
 	struct rec *a, *b;
 
